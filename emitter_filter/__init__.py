@@ -1,0 +1,89 @@
+"""Write only the constants an ExecuTorch program can reach into its `.pte` and `.ptd` files.
+
+Three ways to turn pruning on:
+
+- `to_executorch(emitter_filter.ExecutorchBackendConfig(prune_constants=True))`;
+- `with emitter_filter.pruning(): ...` around code you cannot edit;
+- `EMITTER_FILTER_PRUNE=1` in the environment, for a whole process that imports
+  emitter_filter (or `python -m emitter_filter run ...`).
+
+`emitter_filter.report(manager)` tells what was dropped.
+
+Importing this package is cheap: ExecuTorch's exporter (seconds to import) loads
+only when a name that needs it is first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from emitter_filter._upstream import SUPPORTED_EXECUTORCH, check_executorch_version
+from emitter_filter.errors import (
+    EmitterFilterError,
+    InvariantError,
+    ProgramFormatError,
+    UnsupportedExecutorchError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ExecutorchBackendConfig",
+    "pruning",
+    "report",
+    "PruneReport",
+    "DroppedConstant",
+    "install",
+    "uninstall",
+    "EmitterFilterError",
+    "UnsupportedExecutorchError",
+    "ProgramFormatError",
+    "InvariantError",
+    "SUPPORTED_EXECUTORCH",
+    "ENV_PRUNE",
+    "__version__",
+]
+
+#: Set to 1 to prune every program the process serializes once emitter_filter is imported.
+ENV_PRUNE = "EMITTER_FILTER_PRUNE"
+
+# Public names whose modules import ExecuTorch's exporter, loaded on first use.
+_LAZY = {
+    "ExecutorchBackendConfig": "emitter_filter.config",
+    "pruning": "emitter_filter.hook",
+    "install": "emitter_filter.hook",
+    "uninstall": "emitter_filter.hook",
+    "report": "emitter_filter.reports",
+    "PruneReport": "emitter_filter.reports",
+    "DroppedConstant": "emitter_filter.reports",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'emitter_filter' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+def _env_flag(name: str) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"{name}={os.environ[name]!r}: expected 1 or 0")
+
+
+check_executorch_version()
+if _env_flag(ENV_PRUNE):
+    from emitter_filter import hook as _hook
+
+    _hook.enable()

@@ -1,0 +1,36 @@
+"""`ExecutorchBackendConfig` with one more field, `prune_constants`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from executorch.exir.capture._config import (
+    ExecutorchBackendConfig as _UpstreamExecutorchBackendConfig,
+)
+
+from emitter_filter import hook
+
+__all__ = ["ExecutorchBackendConfig"]
+
+
+@dataclass
+class ExecutorchBackendConfig(_UpstreamExecutorchBackendConfig):
+    """ExecuTorch's `ExecutorchBackendConfig`, plus `prune_constants`.
+
+    A drop-in replacement: every upstream field works as before, and
+    `to_executorch` returns an ordinary `ExecutorchProgramManager`.
+
+    Attributes:
+        prune_constants: Write only the constants that the emitted program can
+            reach: dead weights, buffers, mutable initial data and external
+            (`.ptd`) constants are dropped from every output. Setting it installs
+            the hook into `to_executorch` (see `emitter_filter.hook`).
+    """
+
+    prune_constants: bool = False
+
+    def __setattr__(self, name: str, value) -> None:
+        # Covers both the constructor and a later `config.prune_constants = True`.
+        if name == "prune_constants" and value:
+            hook.install()
+        super().__setattr__(name, value)

@@ -1,0 +1,349 @@
+"""Prune the in-memory output of `emit_program`, in place, before it is serialized.
+
+`prune_emitter_output` reads each plan's references (`collect_plan_refs`), asks
+`reachability.find_live` what is live, validates, and only then rewrites:
+
+- each plan's `values`, compacted in their original order (list items still come
+  before their lists) and every value index renumbered (`_remap_values`);
+- `Program.constant_buffer`, `EmitterOutput.mutable_data` and
+  `EmitterOutput.external_constant_buffer` / `external_constant_map`, each
+  compacted and every `Tensor.data_buffer_idx` renumbered (`_remap_data`).
+
+Data entries are renumbered in the order kept values first refer to them, plan by
+plan, value by value: the order in which the emitter would have allocated them had
+the dead constants never existed. That is what makes a pruned file byte-identical
+to the file of the same model with the dead constants deleted at the source.
+
+Never touched: instructions, operators, delegates, `backend_delegate_data`,
+`non_const_buffer_sizes`, the named data, and constant bytes (the `bytes` objects
+are moved between lists, never copied).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from executorch.exir.emit import EmitterOutput
+from executorch.exir.schema import (
+    DelegateCall,
+    ExecutionPlan,
+    FreeCall,
+    IntList,
+    JumpFalseCall,
+    KernelCall,
+    MoveCall,
+    OptionalTensorList,
+    Tensor,
+    TensorDataLocation,
+    TensorList,
+)
+
+from emitter_filter.errors import InvariantError, ProgramFormatError
+from emitter_filter.reachability import DataRef, DataSpace, Liveness, PlanRefs, find_live
+from emitter_filter.reports import DroppedConstant, PruneReport
+
+__all__ = ["collect_plan_refs", "prune_emitter_output"]
+
+logger = logging.getLogger(__name__)
+
+_LIST_TYPES = (IntList, TensorList, OptionalTensorList)
+
+
+def tensor_data_ref(tensor: Tensor) -> DataRef | None:
+    """Where a Tensor value's bytes live, by the runtime's rules: EXTERNAL, then mutable, then constant."""
+    info = tensor.extra_tensor_info
+    if info is not None and info.location == TensorDataLocation.EXTERNAL:
+        return DataRef(DataSpace.EXTERNAL, tensor.data_buffer_idx)
+    if tensor.data_buffer_idx == 0:
+        return None
+    space = DataSpace.MUTABLE if tensor.allocation_info is not None else DataSpace.CONSTANT
+    return DataRef(space, tensor.data_buffer_idx)
+
+
+def _instruction_value_indices(args) -> Sequence[int]:
+    if isinstance(args, (KernelCall, DelegateCall)):
+        return args.args
+    if isinstance(args, MoveCall):
+        return (args.move_from, args.move_to)
+    if isinstance(args, JumpFalseCall):
+        return (args.cond_value_index,)
+    if isinstance(args, FreeCall):
+        return (args.value_index,)
+    raise ProgramFormatError(f"unknown instruction kind {type(args).__name__}")
+
+
+def collect_plan_refs(plan: ExecutionPlan) -> PlanRefs:
+    """Describes one `exir.schema.ExecutionPlan` for `find_live`. Not modified."""
+    roots: list[int] = [*plan.inputs, *plan.outputs]
+    for chain in plan.chains:
+        roots.extend(chain.inputs)
+        roots.extend(chain.outputs)
+        for instruction in chain.instructions:
+            roots.extend(_instruction_value_indices(instruction.instr_args))
+    list_items: dict[int, Sequence[int]] = {}
+    data_refs: dict[int, DataRef] = {}
+    for index, evalue in enumerate(plan.values):
+        val = evalue.val
+        if isinstance(val, _LIST_TYPES):
+            list_items[index] = val.items
+        elif isinstance(val, Tensor):
+            ref = tensor_data_ref(val)
+            if ref is not None:
+                data_refs[index] = ref
+            info = val.extra_tensor_info
+            if (
+                val.allocation_info is not None
+                and info is not None
+                and info.fully_qualified_name is not None
+            ):
+                roots.append(index)
+    return PlanRefs(
+        name=plan.name,
+        num_values=len(plan.values),
+        roots=roots,
+        list_items=list_items,
+        data_refs=data_refs,
+    )
+
+
+def _space_entries(emitter_output: EmitterOutput, space: DataSpace) -> list:
+    """The list holding a space's entries (`Buffer` or `bytes`); empty when absent."""
+    if space is DataSpace.CONSTANT:
+        return emitter_output.program.constant_buffer
+    if space is DataSpace.MUTABLE:
+        return emitter_output.mutable_data or []
+    return emitter_output.external_constant_buffer
+
+
+def _entry_nbytes(entry) -> int:
+    return len(entry) if isinstance(entry, bytes) else len(entry.storage)
+
+
+def _space_nbytes(emitter_output: EmitterOutput) -> dict[str, int]:
+    return {
+        space.value: sum(_entry_nbytes(e) for e in _space_entries(emitter_output, space))
+        for space in DataSpace
+    }
+
+
+def _new_data_order(
+    plans: Sequence[PlanRefs], liveness: Liveness
+) -> dict[DataSpace, list[int]]:
+    """Kept entries of each space, in the order kept values first refer to them."""
+    order: dict[DataSpace, list[int]] = {space: [] for space in DataSpace}
+    seen: dict[DataSpace, set[int]] = {space: set() for space in DataSpace}
+    for plan, live in zip(plans, liveness.live_values):
+        for index in live:
+            ref = plan.data_refs.get(index)
+            if ref is None or ref.index in seen[ref.space]:
+                continue
+            if ref.space.has_placeholder and ref.index == 0:
+                continue
+            seen[ref.space].add(ref.index)
+            order[ref.space].append(ref.index)
+    return order
+
+
+def _validate_data_refs(emitter_output: EmitterOutput, plans: Sequence[PlanRefs]) -> None:
+    """Checks every data reference before anything is modified."""
+    sizes = {space: len(_space_entries(emitter_output, space)) for space in DataSpace}
+    for plan in plans:
+        for index, ref in plan.data_refs.items():
+            if not 0 <= ref.index < sizes[ref.space]:
+                raise ProgramFormatError(
+                    f"plan {plan.name!r} value {index}: data_buffer_idx {ref.index} "
+                    f">= len({ref.space.value} data) {sizes[ref.space]}"
+                )
+
+
+def _dropped_constants(
+    emitter_output: EmitterOutput,
+    plans: Sequence[PlanRefs],
+    liveness: Liveness,
+) -> tuple[DroppedConstant, ...]:
+    """One entry per dropped data entry, named after the first value that referred to it."""
+    dropped: dict[DataRef, DroppedConstant] = {}
+    for plan_index, plan in enumerate(plans):
+        values = emitter_output.program.execution_plan[plan_index].values
+        for index, ref in plan.data_refs.items():
+            if ref in dropped or ref.index in liveness.live_data[ref.space]:
+                continue
+            if ref.space.has_placeholder and ref.index == 0:
+                continue
+            tensor = values[index].val
+            info = tensor.extra_tensor_info
+            dropped[ref] = DroppedConstant(
+                space=ref.space.value,
+                index=ref.index,
+                nbytes=_entry_nbytes(_space_entries(emitter_output, ref.space)[ref.index]),
+                plan=plan.name,
+                value_index=index,
+                dtype=tensor.scalar_type.name,
+                shape=tuple(tensor.sizes),
+                name=info.fully_qualified_name if info is not None else None,
+            )
+    for space in DataSpace:
+        entries = _space_entries(emitter_output, space)
+        first = 1 if space.has_placeholder else 0
+        for index in range(first, len(entries)):
+            ref = DataRef(space, index)
+            if index not in liveness.live_data[space] and ref not in dropped:
+                # An entry no value refers to at all: dropped, with nothing to name it by.
+                dropped[ref] = DroppedConstant(
+                    space=space.value,
+                    index=index,
+                    nbytes=_entry_nbytes(entries[index]),
+                    plan=None,
+                    value_index=None,
+                    dtype=None,
+                    shape=None,
+                    name=None,
+                )
+    return tuple(sorted(dropped.values(), key=lambda d: (d.space, d.index)))
+
+
+def _remap_values(plan: ExecutionPlan, live: Sequence[int]) -> None:
+    """Compacts `plan.values` to `live` and renumbers every value index in the plan.
+
+    This is the only function that renumbers value indices. It builds the old-to-new
+    map, patches every field that holds a value index, and checks that each patched
+    index was kept.
+    """
+    new_index = [-1] * len(plan.values)
+    for new, old in enumerate(live):
+        new_index[old] = new
+
+    def remap(old: int) -> int:
+        new = new_index[old]
+        if new < 0:
+            raise InvariantError(f"plan {plan.name!r}: value {old} is used but was dropped")
+        return new
+
+    def remap_all(indices: Sequence[int]) -> list[int]:
+        return [remap(i) for i in indices]
+
+    plan.values = [plan.values[old] for old in live]
+    plan.inputs = remap_all(plan.inputs)
+    plan.outputs = remap_all(plan.outputs)
+    for chain in plan.chains:
+        chain.inputs = remap_all(chain.inputs)
+        chain.outputs = remap_all(chain.outputs)
+        for instruction in chain.instructions:
+            args = instruction.instr_args
+            if isinstance(args, (KernelCall, DelegateCall)):
+                args.args = remap_all(args.args)
+            elif isinstance(args, MoveCall):
+                args.move_from, args.move_to = remap(args.move_from), remap(args.move_to)
+            elif isinstance(args, JumpFalseCall):
+                args.cond_value_index = remap(args.cond_value_index)
+            else:
+                args.value_index = remap(args.value_index)
+    for evalue in plan.values:
+        val = evalue.val
+        if isinstance(val, OptionalTensorList):
+            val.items = [-1 if i == -1 else remap(i) for i in val.items]
+        elif isinstance(val, (IntList, TensorList)):
+            val.items = remap_all(val.items)
+
+
+def _remap_data(
+    emitter_output: EmitterOutput,
+    plans: Sequence[PlanRefs],
+    liveness: Liveness,
+    order: dict[DataSpace, list[int]],
+) -> None:
+    """Compacts the three data spaces to `order` and renumbers every `data_buffer_idx`.
+
+    The only function that renumbers data indices. Old indices come from `plans`, a
+    snapshot taken before any change, so a Tensor object shared by two values is
+    not renumbered twice.
+    """
+    new_index: dict[DataSpace, dict[int, int]] = {}
+    for space, kept in order.items():
+        first = 1 if space.has_placeholder else 0
+        new_index[space] = {old: first + new for new, old in enumerate(kept)}
+        if space.has_placeholder:
+            new_index[space][0] = 0
+
+    program = emitter_output.program
+    live_fqns: set[str] = set()
+    for plan_refs, plan, live in zip(plans, program.execution_plan, liveness.live_values):
+        # plan.values is already compacted: kept value k was old value live[k].
+        for new_value, old_value in enumerate(live):
+            ref = plan_refs.data_refs.get(old_value)
+            if ref is None:
+                continue
+            tensor = plan.values[new_value].val
+            try:
+                tensor.data_buffer_idx = new_index[ref.space][ref.index]
+            except KeyError:
+                raise InvariantError(
+                    f"plan {plan.name!r} value {old_value}: {ref.space.value} entry "
+                    f"{ref.index} is used but was dropped"
+                ) from None
+            if ref.space is DataSpace.EXTERNAL:
+                live_fqns.add(tensor.extra_tensor_info.fully_qualified_name)
+
+    constant = program.constant_buffer
+    program.constant_buffer = [constant[0]] + [constant[i] for i in order[DataSpace.CONSTANT]]
+    if emitter_output.mutable_data is not None:
+        mutable = emitter_output.mutable_data
+        emitter_output.mutable_data = [mutable[0]] + [mutable[i] for i in order[DataSpace.MUTABLE]]
+    external = emitter_output.external_constant_buffer
+    emitter_output.external_constant_buffer = [external[i] for i in order[DataSpace.EXTERNAL]]
+
+    external_index = new_index[DataSpace.EXTERNAL]
+    pruned_map: dict[str, dict[str, int]] = {}
+    for tag, fqn_to_index in (emitter_output.external_constant_map or {}).items():
+        kept = {
+            fqn: external_index[index]
+            for fqn, index in fqn_to_index.items()
+            if fqn in live_fqns
+        }
+        if kept:
+            pruned_map[tag] = kept
+    if emitter_output.external_constant_map is not None:
+        emitter_output.external_constant_map = pruned_map
+
+
+def prune_emitter_output(emitter_output: EmitterOutput) -> PruneReport:
+    """Drops every value and constant that no plan, chain, instruction or list reaches.
+
+    Args:
+        emitter_output: The output of `emit_program`. Modified in place: its program's
+            values and `constant_buffer`, its `mutable_data`, `external_constant_buffer`
+            and `external_constant_map`. Left as it was if an error is raised.
+
+    Returns:
+        What was dropped, and the bytes of each data space before and after.
+
+    Raises:
+        ProgramFormatError: The program refers to a value or data entry that does not exist.
+    """
+    started = time.perf_counter()
+    program = emitter_output.program
+    plans = [collect_plan_refs(plan) for plan in program.execution_plan]
+    liveness = find_live(plans)
+    _validate_data_refs(emitter_output, plans)
+    bytes_before = _space_nbytes(emitter_output)
+    dropped = _dropped_constants(emitter_output, plans, liveness)
+    dropped_values = liveness.dead_value_count(plans)
+
+    if dropped or dropped_values:
+        order = _new_data_order(plans, liveness)
+        for plan, live in zip(program.execution_plan, liveness.live_values):
+            if len(live) != len(plan.values):
+                _remap_values(plan, live)
+        _remap_data(emitter_output, plans, liveness, order)
+
+    report = PruneReport(
+        bytes_before=bytes_before,
+        bytes_after=_space_nbytes(emitter_output),
+        dropped=dropped,
+        dropped_values=dropped_values,
+        seconds=time.perf_counter() - started,
+    )
+    logger.debug("pruned %s", report)
+    return report

@@ -1,0 +1,119 @@
+"""The hook into `to_executorch`: prune the emitter output just before it is serialized.
+
+`install()` wraps `serialize_for_executorch` where `ExecutorchProgramManager`
+looks it up (see `_upstream`). The wrapper prunes only when asked to: by
+`config.prune_constants`, by an enclosing `pruning()` block in the same thread or
+context, or process-wide by `enable()` (what `EMITTER_FILTER_PRUNE=1` calls).
+Otherwise it calls the original with the same arguments and changes nothing.
+
+Installing is idempotent, thread-safe and reversible with `uninstall()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import logging
+import threading
+from collections.abc import Iterator
+
+from emitter_filter import _upstream
+
+__all__ = ["install", "uninstall", "installed", "pruning", "enable", "disable", "is_enabled"]
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_original = None
+_process_wide = False
+_pruning_depth: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "emitter_filter_pruning_depth", default=0
+)
+
+
+def _pruning_requested(config) -> bool:
+    return bool(getattr(config, "prune_constants", False)) or is_enabled()
+
+
+def _serialize_for_executorch(original, emitter_output, config, *args, **kwargs):
+    if _pruning_requested(config):
+        from emitter_filter.emitted import prune_emitter_output
+        from emitter_filter.reports import record_report
+
+        prune_report = prune_emitter_output(emitter_output)
+        record_report(emitter_output, prune_report)
+        logger.info("emitter_filter: %s", prune_report.summary())
+    return original(emitter_output, config, *args, **kwargs)
+
+
+def install() -> None:
+    """Wraps ExecuTorch's `serialize_for_executorch`; a no-op when already installed.
+
+    Raises:
+        UnsupportedExecutorchError: executorch is not the supported version.
+    """
+    global _original
+    module = _upstream.program_module()
+    with _lock:
+        if _original is not None:
+            return
+        original = module.serialize_for_executorch
+        wrapper = functools.wraps(original)(
+            functools.partial(_serialize_for_executorch, original)
+        )
+        wrapper.__emitter_filter_original__ = original
+        module.serialize_for_executorch = wrapper
+        _original = original
+    logger.debug("installed the emitter_filter hook")
+
+
+def uninstall() -> None:
+    """Restores ExecuTorch's own `serialize_for_executorch`; a no-op when not installed."""
+    global _original
+    with _lock:
+        if _original is None:
+            return
+        _upstream.program_module().serialize_for_executorch = _original
+        _original = None
+    logger.debug("uninstalled the emitter_filter hook")
+
+
+def installed() -> bool:
+    """Whether the hook is in place."""
+    return _original is not None
+
+
+def enable() -> None:
+    """Prunes every program serialized from now on, in every thread."""
+    global _process_wide
+    install()
+    _process_wide = True
+
+
+def disable() -> None:
+    """Stops what `enable()` started; `pruning()` blocks and configs still prune."""
+    global _process_wide
+    _process_wide = False
+
+
+def is_enabled() -> bool:
+    """Whether programs serialized now, in this context, are pruned regardless of config."""
+    return _process_wide or _pruning_depth.get() > 0
+
+
+@contextlib.contextmanager
+def pruning() -> Iterator[None]:
+    """Prunes every program serialized inside the block, in this thread or task.
+
+    Example::
+
+        with emitter_filter.pruning():
+            manager = edge.to_executorch()   # any config, any third-party code
+    """
+    install()
+    token = _pruning_depth.set(_pruning_depth.get() + 1)
+    try:
+        yield
+    finally:
+        _pruning_depth.reset(token)

@@ -1,0 +1,145 @@
+"""Find the values and constant-data entries an emitted program can reach.
+
+This module knows nothing about how a program is stored: callers describe each
+execution plan as a `PlanRefs` (the in-memory `exir.schema.Program` in
+`emitted.py`; a `.pte` file elsewhere), and `find_live` returns a frozen `Liveness`.
+
+Before and after, for a plan whose value 2 is an unused buffer::
+
+    values          [x, w, ub, out]          ->  [x, w, out]
+    constant_buffer [<placeholder>, W, UB]   ->  [<placeholder>, W]
+
+Roots, per execution plan (this list is the only place they are named):
+
+- the plan's `inputs` and `outputs`;
+- every chain's `inputs` and `outputs`;
+- every value index of every instruction: `KernelCall.args`, `DelegateCall.args`,
+  `MoveCall.move_from`/`move_to`, `JumpFalseCall.cond_value_index`,
+  `FreeCall.value_index`;
+- tensors that are both mutable and named (`fully_qualified_name`), which the
+  runtime's attribute and training APIs can read by name.
+
+A value is kept if a root reaches it, directly or through the items of an
+`IntList`, `TensorList` or `OptionalTensorList` (`-1` is None). A data entry is
+kept if a kept value of *any* plan refers to it, since plans share constants.
+Everything else is dropped. Entry 0 of `constant_buffer` and of the mutable data
+is the runtime's "no data" placeholder: it is never counted, never dropped.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from emitter_filter.errors import ProgramFormatError
+
+__all__ = ["DataSpace", "DataRef", "PlanRefs", "Liveness", "find_live"]
+
+
+class DataSpace(enum.Enum):
+    """The three places a tensor's bytes can live, with the runtime's own rules."""
+
+    #: `Program.constant_buffer` (the constant segment in a file); entry 0 is a placeholder.
+    CONSTANT = "constant"
+    #: `EmitterOutput.mutable_data` (the mutable data segment); entry 0 is a placeholder.
+    MUTABLE = "mutable"
+    #: `EmitterOutput.external_constant_buffer` (`.ptd` files); no placeholder.
+    EXTERNAL = "external"
+
+    @property
+    def has_placeholder(self) -> bool:
+        return self is not DataSpace.EXTERNAL
+
+
+@dataclass(frozen=True)
+class DataRef:
+    """Where one Tensor value's bytes live: `space[index]`."""
+
+    space: DataSpace
+    index: int
+
+
+@dataclass(frozen=True)
+class PlanRefs:
+    """Everything reachability needs to know about one execution plan.
+
+    Attributes:
+        name: The plan's name, for error messages.
+        num_values: `len(plan.values)`.
+        roots: Value indices the plan uses directly (see the module docstring).
+        list_items: For each list value, its item value indices (`-1` is None).
+        data_refs: For each Tensor value that has data, where the data lives.
+    """
+
+    name: str
+    num_values: int
+    roots: Sequence[int]
+    list_items: Mapping[int, Sequence[int]]
+    data_refs: Mapping[int, DataRef]
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """The result of `find_live`; plain data, safe to keep after the program changes.
+
+    Attributes:
+        live_values: Per plan, in plan order, the kept value indices in ascending order.
+        live_data: Per data space, the kept entry indices (placeholders excluded).
+    """
+
+    live_values: tuple[tuple[int, ...], ...]
+    live_data: Mapping[DataSpace, frozenset[int]]
+
+    def dead_value_count(self, plans: Sequence[PlanRefs]) -> int:
+        return sum(p.num_values - len(live) for p, live in zip(plans, self.live_values))
+
+
+def _mark_plan(plan: PlanRefs) -> tuple[int, ...]:
+    """Walks a plan's values from its roots with an explicit worklist."""
+    seen = bytearray(plan.num_values)
+    stack = [i for i in reversed(plan.roots)]
+    while stack:
+        index = stack.pop()
+        if index == -1:
+            continue
+        if not 0 <= index < plan.num_values:
+            raise ProgramFormatError(
+                f"plan {plan.name!r}: value index {index} outside values "
+                f"(len {plan.num_values})"
+            )
+        if seen[index]:
+            continue
+        seen[index] = 1
+        items = plan.list_items.get(index)
+        if items:
+            stack.extend(reversed(items))
+    return tuple(i for i in range(plan.num_values) if seen[i])
+
+
+def find_live(plans: Sequence[PlanRefs]) -> Liveness:
+    """Finds the values and data entries reachable from the roots of every plan.
+
+    Args:
+        plans: One entry per execution plan, constant methods included. Not modified.
+
+    Returns:
+        The kept values per plan and the kept data entries per space.
+
+    Raises:
+        ProgramFormatError: A reference points outside the plan's values.
+    """
+    live_values = tuple(_mark_plan(plan) for plan in plans)
+    live_data: dict[DataSpace, set[int]] = {space: set() for space in DataSpace}
+    for plan, live in zip(plans, live_values):
+        for index in live:
+            ref = plan.data_refs.get(index)
+            if ref is not None:
+                live_data[ref.space].add(ref.index)
+    for space in DataSpace:
+        if space.has_placeholder:
+            live_data[space].discard(0)
+    return Liveness(
+        live_values=live_values,
+        live_data={space: frozenset(entries) for space, entries in live_data.items()},
+    )

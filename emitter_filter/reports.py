@@ -1,0 +1,107 @@
+"""What one prune did: bytes per data space before and after, and each dropped entry."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["DroppedConstant", "PruneReport", "report"]
+
+
+@dataclass(frozen=True)
+class DroppedConstant:
+    """One data entry that was not written.
+
+    `plan`, `value_index`, `dtype` and `shape` describe the first dead value that
+    referred to it (all None for an entry no value referred to); `name` is its
+    `fully_qualified_name` where the program carries one (external constants,
+    named buffers). Indices are those before pruning.
+    """
+
+    space: str
+    index: int
+    nbytes: int
+    plan: str | None
+    value_index: int | None
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    name: str | None
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """The result of pruning one program.
+
+    Attributes:
+        bytes_before: Constant bytes per space ("constant", "mutable", "external"), before.
+        bytes_after: The same, after.
+        dropped: The dropped data entries, by space then index.
+        dropped_values: How many values were removed from the plans' value tables.
+        seconds: Wall time spent in the filter.
+    """
+
+    bytes_before: Mapping[str, int]
+    bytes_after: Mapping[str, int]
+    dropped: tuple[DroppedConstant, ...]
+    dropped_values: int
+    seconds: float
+
+    @property
+    def dropped_bytes(self) -> int:
+        """Constant bytes that were not written, over all spaces."""
+        return sum(self.bytes_before.values()) - sum(self.bytes_after.values())
+
+    def summary(self) -> str:
+        """One line, as logged at INFO after each prune."""
+        spaces = ", ".join(
+            f"{space} {self.bytes_before[space]:,} -> {self.bytes_after[space]:,} B"
+            for space in self.bytes_before
+            if self.bytes_before[space]
+        )
+        return (
+            f"dropped {len(self.dropped)} constants ({self.dropped_bytes:,} B) and "
+            f"{self.dropped_values} values in {self.seconds * 1000:.1f} ms"
+            + (f"; {spaces}" if spaces else "")
+        )
+
+
+# Reports are keyed by the identity of the manager's EmitterOutput, the object the
+# hook sees (a dataclass, so unhashable), and forgotten when it is collected.
+_reports: dict[int, PruneReport] = {}
+_reports_lock = threading.Lock()
+
+
+def _forget_report(key: int) -> None:
+    with _reports_lock:
+        _reports.pop(key, None)
+
+
+def record_report(emitter_output: object, prune_report: PruneReport) -> None:
+    """Remembers `prune_report` for as long as `emitter_output` is alive."""
+    key = id(emitter_output)
+    with _reports_lock:
+        _reports[key] = prune_report
+    weakref.finalize(emitter_output, _forget_report, key)
+
+
+def report(manager) -> PruneReport:
+    """Returns what the prune did for an `ExecutorchProgramManager`.
+
+    Args:
+        manager: The result of `to_executorch` with pruning on. Not modified.
+
+    Raises:
+        LookupError: The manager's program was serialized without pruning.
+    """
+    from emitter_filter._upstream import emitter_output_of
+
+    with _reports_lock:
+        found = _reports.get(id(emitter_output_of(manager)))
+    if found is None:
+        raise LookupError(
+            "this program was serialized without pruning: pass "
+            "ExecutorchBackendConfig(prune_constants=True) or use emitter_filter.pruning()"
+        )
+    return found
