@@ -1,0 +1,5 @@
+import sys
+
+from emitter_filter.cli import main
+
+sys.exit(main())
