@@ -41,7 +41,15 @@ from executorch.exir.schema import (
 )
 
 from emitter_filter.errors import InvariantError, ProgramFormatError
-from emitter_filter.reachability import DataRef, DataSpace, Liveness, PlanRefs, find_live
+from emitter_filter.reachability import (
+    DataRef,
+    DataSpace,
+    Liveness,
+    PlanRefs,
+    classify_tensor_data,
+    find_live,
+    is_attribute_root,
+)
 from emitter_filter.reports import DroppedConstant, PruneReport
 
 __all__ = ["collect_plan_refs", "prune_emitter_output"]
@@ -52,14 +60,13 @@ _LIST_TYPES = (IntList, TensorList, OptionalTensorList)
 
 
 def tensor_data_ref(tensor: Tensor) -> DataRef | None:
-    """Where a Tensor value's bytes live, by the runtime's rules: EXTERNAL, then mutable, then constant."""
+    """Where a Tensor value's bytes live (see `reachability.classify_tensor_data`)."""
     info = tensor.extra_tensor_info
-    if info is not None and info.location == TensorDataLocation.EXTERNAL:
-        return DataRef(DataSpace.EXTERNAL, tensor.data_buffer_idx)
-    if tensor.data_buffer_idx == 0:
-        return None
-    space = DataSpace.MUTABLE if tensor.allocation_info is not None else DataSpace.CONSTANT
-    return DataRef(space, tensor.data_buffer_idx)
+    return classify_tensor_data(
+        tensor.data_buffer_idx,
+        external=info is not None and info.location == TensorDataLocation.EXTERNAL,
+        mutable=tensor.allocation_info is not None,
+    )
 
 
 def _instruction_value_indices(args) -> Sequence[int]:
@@ -93,10 +100,9 @@ def collect_plan_refs(plan: ExecutionPlan) -> PlanRefs:
             if ref is not None:
                 data_refs[index] = ref
             info = val.extra_tensor_info
-            if (
-                val.allocation_info is not None
-                and info is not None
-                and info.fully_qualified_name is not None
+            if is_attribute_root(
+                mutable=val.allocation_info is not None,
+                fully_qualified_name=info.fully_qualified_name if info is not None else None,
             ):
                 roots.append(index)
     return PlanRefs(

@@ -34,7 +34,15 @@ from dataclasses import dataclass
 
 from emitter_filter.errors import ProgramFormatError
 
-__all__ = ["DataSpace", "DataRef", "PlanRefs", "Liveness", "find_live"]
+__all__ = [
+    "DataSpace",
+    "DataRef",
+    "PlanRefs",
+    "Liveness",
+    "classify_tensor_data",
+    "is_attribute_root",
+    "find_live",
+]
 
 
 class DataSpace(enum.Enum):
@@ -58,6 +66,33 @@ class DataRef:
 
     space: DataSpace
     index: int
+
+
+def classify_tensor_data(
+    data_buffer_idx: int, *, external: bool, mutable: bool
+) -> DataRef | None:
+    """Where a Tensor value's bytes live, by the runtime's rules, or None if it has none.
+
+    The rule is the runtime's (`tensor_parser_exec_aten.cpp`), not the emitter's,
+    whose caches can hand a mutable tensor a constant index: EXTERNAL first (its
+    index may be 0, the external space has no placeholder), then mutable (the
+    tensor has `allocation_info`), else constant; index 0 of those two is "no data".
+
+    Args:
+        data_buffer_idx: `Tensor.data_buffer_idx`.
+        external: `extra_tensor_info.location` is EXTERNAL.
+        mutable: `allocation_info` is set.
+    """
+    if external:
+        return DataRef(DataSpace.EXTERNAL, data_buffer_idx)
+    if data_buffer_idx == 0:
+        return None
+    return DataRef(DataSpace.MUTABLE if mutable else DataSpace.CONSTANT, data_buffer_idx)
+
+
+def is_attribute_root(*, mutable: bool, fully_qualified_name: str | bytes | None) -> bool:
+    """Whether a Tensor value is a root because the attribute and training APIs read it by name."""
+    return mutable and fully_qualified_name is not None
 
 
 @dataclass(frozen=True)
