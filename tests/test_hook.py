@@ -1,0 +1,220 @@
+"""The hook and the ways to turn it on: config, `pruning()`, the environment, `run`."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from executorch.exir import ExecutorchBackendConfig as UpstreamConfig
+from executorch.exir import to_edge
+from executorch.exir.program import _program as upstream_program
+
+import emitter_filter
+from emitter_filter import hook
+from emitter_filter.emitted import prune_emitter_output
+from emitter_filter.errors import ProgramFormatError, UnsupportedExecutorchError
+from emitter_filter._upstream import check_executorch_version, emitter_output_of
+from tests.builders import CASES, LINEAR_INPUTS, SEED, UnusedBuffer
+
+CASE = next(c for c in CASES if c.name == "unused_buffer_portable")
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def expected():
+    """The bytes ExecuTorch writes with the dead buffer, and without it at the source."""
+    return {"dirty": CASE.build(dead=True).buffer, "clean": CASE.build(dead=False).buffer}
+
+
+def test_pruning_block_prunes_with_an_upstream_config(expected):
+    with emitter_filter.pruning():
+        manager = CASE.build(dead=True, config=UpstreamConfig())
+    assert manager.buffer == expected["clean"]
+    assert emitter_filter.report(manager).dropped
+
+
+def test_outside_a_pruning_block_nothing_is_pruned(expected):
+    with emitter_filter.pruning():
+        pass
+    manager = CASE.build(dead=True, config=UpstreamConfig())
+    assert manager.buffer == expected["dirty"]
+    with pytest.raises(LookupError, match="without pruning"):
+        emitter_filter.report(manager)
+
+
+def test_each_prune_logs_one_info_line(caplog):
+    with caplog.at_level(logging.INFO, logger="emitter_filter"):
+        CASE.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(prune_constants=True))
+    lines = [r for r in caplog.records if r.name.startswith("emitter_filter") and r.levelno == logging.INFO]
+    assert len(lines) == 1
+    assert "dropped 1 constants (16,384 B)" in lines[0].getMessage()
+
+
+def test_install_is_idempotent_and_uninstall_restores_executorch(expected):
+    hook.install()
+    wrapped = upstream_program.serialize_for_executorch
+    hook.install()
+    assert upstream_program.serialize_for_executorch is wrapped
+    original = wrapped.__emitter_filter_original__
+    hook.uninstall()
+    try:
+        assert upstream_program.serialize_for_executorch is original
+        assert not hook.installed()
+        assert CASE.build(dead=True, config=UpstreamConfig()).buffer == expected["dirty"]
+        # Asking for pruning puts the hook back: never a silent no-op.
+        config = emitter_filter.ExecutorchBackendConfig(prune_constants=True)
+        assert hook.installed()
+        assert CASE.build(dead=True, config=config).buffer == expected["clean"]
+    finally:
+        hook.install()
+
+
+def test_setting_prune_constants_after_construction_installs_the_hook(expected):
+    hook.uninstall()
+    try:
+        config = emitter_filter.ExecutorchBackendConfig()
+        assert not hook.installed()
+        config.prune_constants = True
+        assert CASE.build(dead=True, config=config).buffer == expected["clean"]
+    finally:
+        hook.install()
+
+
+def test_threads_with_and_without_pruning_each_get_their_own_result(expected):
+    # torch.export is not thread-safe: export here, run only to_executorch in threads.
+    edges = []
+    for _ in range(6):
+        torch.manual_seed(SEED)
+        edges.append(to_edge(torch.export.export(UnusedBuffer(dead=True), LINEAR_INPUTS)))
+    results: dict[int, bytes] = {}
+    errors: list[BaseException] = []
+
+    def work(index: int) -> None:
+        try:
+            if index % 3 == 0:
+                with emitter_filter.pruning():
+                    manager = edges[index].to_executorch(UpstreamConfig())
+            elif index % 3 == 1:
+                config = emitter_filter.ExecutorchBackendConfig(prune_constants=True)
+                manager = edges[index].to_executorch(config)
+            else:
+                manager = edges[index].to_executorch(UpstreamConfig())
+            results[index] = manager.buffer
+        except BaseException as error:  # reported by the main thread below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(edges))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert len(results) == len(edges)
+    for index, buffer in results.items():
+        assert buffer == (expected["dirty"] if index % 3 == 2 else expected["clean"]), index
+
+
+def test_a_bad_program_raises_a_clear_error_and_is_left_as_it_was():
+    manager = CASE.build(dead=True)
+    emitter_output = copy.deepcopy(emitter_output_of(manager))
+    chain = emitter_output.program.execution_plan[0].chains[0]
+    chain.instructions[0].instr_args.args[0] = 999
+    before = copy.deepcopy(emitter_output)
+    with pytest.raises(ProgramFormatError, match="plan 'forward': value index 999 outside values"):
+        prune_emitter_output(emitter_output)
+    assert emitter_output == before
+
+
+def test_an_error_inside_the_filter_propagates_out_of_to_executorch(monkeypatch):
+    import emitter_filter.emitted
+
+    def broken(emitter_output):
+        raise ProgramFormatError("boom")
+
+    monkeypatch.setattr(emitter_filter.emitted, "prune_emitter_output", broken)
+    with pytest.raises(ProgramFormatError, match="boom"):
+        CASE.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(prune_constants=True))
+
+
+def test_an_unsupported_executorch_version_is_an_error_naming_the_supported_one():
+    with pytest.raises(UnsupportedExecutorchError, match=r"executorch==1\.5\.1 only, found 1\.6\.0"):
+        check_executorch_version("1.6.0")
+
+
+def test_importing_with_an_unsupported_executorch_fails_loudly():
+    code = textwrap.dedent(
+        """
+        import importlib.metadata
+        importlib.metadata.version = lambda name: "1.4.0"
+        import emitter_filter
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "UnsupportedExecutorchError" in result.stderr
+    assert "executorch==1.5.1 only, found 1.4.0" in result.stderr
+
+
+# A third-party export script: knows nothing of emitter_filter.
+EXPORT_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from tests.builders import CASES, LINEAR_INPUTS, SEED, UnusedBuffer
+    from executorch.exir import ExecutorchBackendConfig
+    case = next(c for c in CASES if c.name == "unused_buffer_portable")
+    {preamble}
+    manager = case.build(dead=True, config=ExecutorchBackendConfig())
+    manager.save(sys.argv[1])
+    """
+)
+
+
+def _run_python(args, tmp_path, env_extra=None, preamble=""):
+    script = tmp_path / "export_script.py"
+    script.write_text(EXPORT_SCRIPT.format(preamble=preamble))
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
+    result = subprocess.run(
+        [sys.executable, *[str(script) if a == "SCRIPT" else a for a in args]],
+        capture_output=True, text=True, env=env, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.mark.parametrize("how", ["environment", "run_command"])
+def test_pruning_without_editing_the_export_script(how, tmp_path, expected):
+    out = tmp_path / "model.pte"
+    if how == "environment":
+        result = _run_python(["SCRIPT", str(out)], tmp_path, {emitter_filter.ENV_PRUNE: "1"},
+                             preamble="import emitter_filter")
+    else:
+        result = _run_python(["-m", "emitter_filter", "run", "SCRIPT", str(out)], tmp_path)
+        assert "dropped 1 constants (16,384 B)" in result.stderr
+    assert out.read_bytes() == expected["clean"]
+
+
+def test_an_unknown_environment_value_is_an_error(tmp_path):
+    env = {**os.environ, emitter_filter.ENV_PRUNE: "maybe"}
+    result = subprocess.run([sys.executable, "-c", "import emitter_filter"],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode != 0
+    assert "EMITTER_FILTER_PRUNE='maybe': expected 1 or 0" in result.stderr
+
+
+def test_the_public_api_is_what_we_mean_it_to_be():
+    assert set(emitter_filter.__all__) >= {
+        "ExecutorchBackendConfig", "pruning", "report", "PruneReport", "DroppedConstant",
+        "install", "uninstall", "EmitterFilterError", "UnsupportedExecutorchError",
+        "ProgramFormatError", "InvariantError", "SUPPORTED_EXECUTORCH", "ENV_PRUNE",
+    }
+    for name in emitter_filter.__all__:
+        assert getattr(emitter_filter, name) is not None, name
+    assert issubclass(emitter_filter.ExecutorchBackendConfig, UpstreamConfig)
