@@ -7,7 +7,9 @@ Three ways to turn pruning on:
 - `EMITTER_FILTER_PRUNE=1` in the environment, for a whole process that imports
   emitter_filter (or `python -m emitter_filter run ...`).
 
-`emitter_filter.report(manager)` tells what was dropped.
+`emitter_filter.report(manager)` tells what was dropped. For files already on
+disk, `emitter_filter.audit_file(path)` tells what is dead without importing
+ExecuTorch's exporter.
 
 Importing this package is cheap: ExecuTorch's exporter (seconds to import) loads
 only when a name that needs it is first used.
@@ -34,6 +36,8 @@ __all__ = [
     "report",
     "PruneReport",
     "DroppedConstant",
+    "audit_file",
+    "AuditReport",
     "install",
     "uninstall",
     "EmitterFilterError",
@@ -48,8 +52,10 @@ __all__ = [
 #: Set to 1 to prune every program the process serializes once emitter_filter is imported.
 ENV_PRUNE = "EMITTER_FILTER_PRUNE"
 
-# Public names whose modules import ExecuTorch's exporter, loaded on first use.
+# Public names loaded on first use: most import ExecuTorch's exporter.
 _LAZY = {
+    "audit_file": "emitter_filter.audit",
+    "AuditReport": "emitter_filter.audit",
     "ExecutorchBackendConfig": "emitter_filter.config",
     "pruning": "emitter_filter.hook",
     "install": "emitter_filter.hook",

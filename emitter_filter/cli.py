@@ -1,12 +1,14 @@
 """The `emitter-filter` command line (also `python -m emitter_filter`).
 
-Exit codes: 0 success; 2 usage error or bad input; otherwise what the script run
-by `run` exited with.
+Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`;
+2 usage error or bad input (a one-line message naming the file, and the offset
+where one applies; a traceback only with -v); for `run`, what the script exited with.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import runpy
 import sys
@@ -19,7 +21,17 @@ __all__ = ["main"]
 logger = logging.getLogger(__name__)
 
 EXIT_OK = 0
+EXIT_DEAD_BYTES = 1
 EXIT_USAGE = 2
+# Dead entries the `audit` table lists; --json lists them all.
+_TABLE_DEAD_ENTRIES = 20
+
+
+def _byte_count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -51,13 +63,35 @@ def _build_parser() -> argparse.ArgumentParser:
         help="-m MODULE to run a module as python -m does, or the path of a script; "
         "then its own arguments",
     )
+
+    audit = commands.add_parser(
+        "audit",
+        help="report the constant bytes of a .pte (and its .ptd files) no program can reach",
+        description=(
+            "Report what MODEL.pte holds per data space and which entries no program can "
+            "reach: the bytes prune_constants=True would drop. Reads only headers and "
+            "flatbuffers, never the constant data. Exit 1 if the dead bytes exceed "
+            "--max-dead-bytes, 2 if a file is malformed."
+        ),
+    )
+    audit.add_argument("pte", metavar="MODEL.pte", help="the program file")
+    audit.add_argument(
+        "--ptd", action="append", default=[], metavar="FILE.ptd",
+        help="a .ptd file with the program's external constants (repeatable)",
+    )
+    audit.add_argument("--json", action="store_true", help="print the report as JSON")
+    audit.add_argument(
+        "--max-dead-bytes", type=_byte_count, default=None, metavar="N",
+        help="exit 1 if more than N bytes are dead (a CI gate; 0 means none allowed)",
+    )
     return parser
 
 
 def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     target = options.target
     if not target or (target[0] == "-m" and len(target) < 2):
-        parser.error("run: give -m MODULE or SCRIPT")
+        print("emitter-filter run: give -m MODULE or SCRIPT (see --help)", file=sys.stderr)
+        return EXIT_USAGE
     module, script = (target[1], None) if target[0] == "-m" else (None, target[0])
     argv = [module or script, *target[(2 if module else 1):]]
 
@@ -84,13 +118,73 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _format_audit(report) -> str:
+    """The human table: spaces, then the largest dead entries, then unattributed named data."""
+    lines = [
+        f"{report.path}: {report.file_bytes:,} bytes in {len(report.files)} file(s); "
+        f"{report.constant_bytes:,} constant bytes, {report.dead_bytes:,} dead "
+        f"({len(report.dead)} entries, {report.dead_values} values)",
+        f"{'space':<12}{'total':>14}{'live':>14}{'dead':>14}",
+    ]
+    for name, space in report.spaces.items():
+        lines.append(f"{name:<12}{space.total:>14,}{space.live:>14,}{space.dead:>14,}")
+    if report.dead:
+        shown = report.largest_dead(_TABLE_DEAD_ENTRIES)
+        lines.append(f"dead entries, largest first ({len(shown)} of {len(report.dead)}):")
+        lines.append(
+            f"{'bytes':>14}  {'space':<10}{'index':>6}  {'plan':<12}{'value':>6}  "
+            f"{'dtype':<8}{'shape':<16}name"
+        )
+        for d in shown:
+            shape = "-" if d.shape is None else "[" + ", ".join(map(str, d.shape)) + "]"
+            value = "-" if d.value_index is None else str(d.value_index)
+            lines.append(
+                f"{d.nbytes:>14,}  {d.space:<10}{d.index:>6}  {d.plan or '-':<12}{value:>6}  "
+                f"{d.dtype or '-':<8}{shape:<16}{d.name or '-'}"
+            )
+    if report.unattributed_named_data:
+        lines.append("named data no readable delegate uses (kept, not counted dead):")
+        for u in report.unattributed_named_data:
+            lines.append(f"{u.nbytes:>14,}  {u.key}  ({u.file})")
+    return "\n".join(lines)
+
+
+def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.audit import audit_file
+
+    report = audit_file(options.pte, options.ptd)
+    if options.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(_format_audit(report))
+    if options.max_dead_bytes is not None and report.dead_bytes > options.max_dead_bytes:
+        print(
+            f"emitter-filter: {report.path}: {report.dead_bytes:,} dead bytes > "
+            f"--max-dead-bytes {options.max_dead_bytes:,}",
+            file=sys.stderr,
+        )
+        return EXIT_DEAD_BYTES
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code instead of exiting."""
     parser = _build_parser()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    # Everything after `run` belongs to the script, options like -m and -v included:
+    # argparse cannot leave an option-led remainder alone, so split it off here.
+    target = None
+    if "run" in arguments:
+        split = arguments.index("run") + 1
+        arguments, target = arguments[:split], arguments[split:]
+        if target[:1] in (["-h"], ["--help"]):
+            arguments, target = arguments + target[:1], None
     try:
-        options = parser.parse_args(sys.argv[1:] if argv is None else argv)
+        options = parser.parse_args(arguments)
     except SystemExit as exit_:
         return EXIT_USAGE if exit_.code else EXIT_OK
+    if target is not None:
+        options.target = target
     logging.basicConfig(
         level=logging.DEBUG if options.verbose > 1 else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
@@ -99,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("emitter_filter").setLevel(
         logging.DEBUG if options.verbose > 1 else logging.INFO
     )
-    commands = {"run": _run}
+    commands = {"run": _run, "audit": _audit}
     try:
         return commands[options.command](parser, options)
     except EmitterFilterError as error:

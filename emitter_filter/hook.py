@@ -1,7 +1,9 @@
 """The hook into `to_executorch`: prune the emitter output just before it is serialized.
 
 `install()` wraps `serialize_for_executorch` where `ExecutorchProgramManager`
-looks it up (see `_upstream`). The wrapper prunes only when asked to: by
+looks it up (see `_upstream`). The wrapper prunes the constants
+(`emitted.prune_emitter_output`) and the delegates' named data
+(`named_data.prune_named_data`), but only when asked to: by
 `config.prune_constants`, by an enclosing `pruning()` block in the same thread or
 context, or process-wide by `enable()` (what `EMITTER_FILTER_PRUNE=1` calls).
 Otherwise it calls the original with the same arguments and changes nothing.
@@ -13,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import logging
 import threading
+import time
 from collections.abc import Iterator
 
 from emitter_filter import _upstream
@@ -36,15 +40,26 @@ def _pruning_requested(config) -> bool:
     return bool(getattr(config, "prune_constants", False)) or is_enabled()
 
 
-def _serialize_for_executorch(original, emitter_output, config, *args, **kwargs):
+def _serialize_for_executorch(
+    original, emitter_output, config, data_serializer, named_data_store=None
+):
     if _pruning_requested(config):
         from emitter_filter.emitted import prune_emitter_output
+        from emitter_filter.named_data import prune_named_data
         from emitter_filter.reports import record_report
 
+        started = time.perf_counter()
         prune_report = prune_emitter_output(emitter_output)
+        # After the constants, so that the duplicates reported are the bytes written.
+        named_data_store, named_data_report = prune_named_data(emitter_output, named_data_store)
+        prune_report = dataclasses.replace(
+            prune_report,
+            named_data=named_data_report,
+            seconds=time.perf_counter() - started,
+        )
         record_report(emitter_output, prune_report)
         logger.info("emitter_filter: %s", prune_report.summary())
-    return original(emitter_output, config, *args, **kwargs)
+    return original(emitter_output, config, data_serializer, named_data_store)
 
 
 def install() -> None:

@@ -6,6 +6,10 @@ import threading
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from emitter_filter.named_data import NamedDataReport
 
 __all__ = ["DroppedConstant", "PruneReport", "report"]
 
@@ -40,6 +44,8 @@ class PruneReport:
         dropped: The dropped data entries, by space then index.
         dropped_values: How many values were removed from the plans' value tables.
         seconds: Wall time spent in the filter.
+        named_data: The delegates' named data dropped, kept because unprovable, and
+            the bytes written more than once; None where it was not analysed.
     """
 
     bytes_before: Mapping[str, int]
@@ -47,6 +53,7 @@ class PruneReport:
     dropped: tuple[DroppedConstant, ...]
     dropped_values: int
     seconds: float
+    named_data: NamedDataReport | None = None
 
     @property
     def dropped_bytes(self) -> int:
@@ -60,11 +67,12 @@ class PruneReport:
             for space in self.bytes_before
             if self.bytes_before[space]
         )
-        return (
+        line = (
             f"dropped {len(self.dropped)} constants ({self.dropped_bytes:,} B) and "
             f"{self.dropped_values} values in {self.seconds * 1000:.1f} ms"
             + (f"; {spaces}" if spaces else "")
         )
+        return line if self.named_data is None else f"{line}; {self.named_data.summary()}"
 
 
 # Reports are keyed by the identity of the manager's EmitterOutput, the object the

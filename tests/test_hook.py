@@ -12,9 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
-import torch
 from executorch.exir import ExecutorchBackendConfig as UpstreamConfig
-from executorch.exir import to_edge
 from executorch.exir.program import _program as upstream_program
 
 import emitter_filter
@@ -22,7 +20,7 @@ from emitter_filter import hook
 from emitter_filter.emitted import prune_emitter_output
 from emitter_filter.errors import ProgramFormatError, UnsupportedExecutorchError
 from emitter_filter._upstream import check_executorch_version, emitter_output_of
-from tests.builders import CASES, LINEAR_INPUTS, SEED, UnusedBuffer
+from tests.builders import CASES
 
 CASE = next(c for c in CASES if c.name == "unused_buffer_portable")
 REPO = Path(__file__).resolve().parents[1]
@@ -89,11 +87,14 @@ def test_setting_prune_constants_after_construction_installs_the_hook(expected):
 
 
 def test_threads_with_and_without_pruning_each_get_their_own_result(expected):
-    # torch.export is not thread-safe: export here, run only to_executorch in threads.
-    edges = []
-    for _ in range(6):
-        torch.manual_seed(SEED)
-        edges.append(to_edge(torch.export.export(UnusedBuffer(dead=True), LINEAR_INPUTS)))
+    # Upstream's to_executorch passes are not thread-safe (torch.fx's preserve_node_meta
+    # flips process-wide flags), so threads run only the part the hook owns: the wrapped
+    # serialize_for_executorch, each on its own copy of the same emitted program.
+    manager = CASE.build(dead=True)
+    emitter_outputs = [copy.deepcopy(emitter_output_of(manager)) for _ in range(6)]
+    serializer = manager._data_serializer
+    hook.install()
+    serialize = upstream_program.serialize_for_executorch
     results: dict[int, bytes] = {}
     errors: list[BaseException] = []
 
@@ -101,23 +102,23 @@ def test_threads_with_and_without_pruning_each_get_their_own_result(expected):
         try:
             if index % 3 == 0:
                 with emitter_filter.pruning():
-                    manager = edges[index].to_executorch(UpstreamConfig())
+                    pte, _ = serialize(emitter_outputs[index], UpstreamConfig(), serializer, None)
             elif index % 3 == 1:
                 config = emitter_filter.ExecutorchBackendConfig(prune_constants=True)
-                manager = edges[index].to_executorch(config)
+                pte, _ = serialize(emitter_outputs[index], config, serializer, None)
             else:
-                manager = edges[index].to_executorch(UpstreamConfig())
-            results[index] = manager.buffer
+                pte, _ = serialize(emitter_outputs[index], UpstreamConfig(), serializer, None)
+            results[index] = bytes(pte)
         except BaseException as error:  # reported by the main thread below
             errors.append(error)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(edges))]
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(emitter_outputs))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert not errors, errors
-    assert len(results) == len(edges)
+    assert len(results) == len(emitter_outputs)
     for index, buffer in results.items():
         assert buffer == (expected["dirty"] if index % 3 == 2 else expected["clean"]), index
 
@@ -167,7 +168,7 @@ def test_importing_with_an_unsupported_executorch_fails_loudly():
 EXPORT_SCRIPT = textwrap.dedent(
     """
     import sys
-    from tests.builders import CASES, LINEAR_INPUTS, SEED, UnusedBuffer
+    from tests.builders import CASES
     from executorch.exir import ExecutorchBackendConfig
     case = next(c for c in CASES if c.name == "unused_buffer_portable")
     {preamble}

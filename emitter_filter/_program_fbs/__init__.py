@@ -1,0 +1,28 @@
+"""Flatbuffer readers generated from ExecuTorch's own schemas; do not edit by hand.
+
+The file side (`pte_file`) reads `.pte`, `.ptd` and XNNPACK delegate blobs with
+these instead of importing `executorch.exir`, whose import takes ~11 s.
+
+- `executorch_flatbuffer`: `schema/program.fbs` and `schema/scalar_type.fbs`
+  (the `.pte` program), with the object API that `exir/_serialize` packs with.
+- `flat_tensor_flatbuffer`: `extension/flat_tensor/serialize/flat_tensor.fbs`
+  (the `.ptd` file).
+- `fb_xnnpack`: `backends/xnnpack/serialization/schema.fbs` (the XNNPACK blob,
+  read only for the named-data keys in `XNNGraph.constant_data`).
+
+Regenerate with the `flatc` in the executorch 1.5.1 wheel (version 24.3.25),
+from the repository root::
+
+    ET=$(python -c 'import executorch, os; print(os.path.dirname(executorch.__file__))')
+    cd emitter_filter/_program_fbs
+    rm -rf executorch_flatbuffer flat_tensor_flatbuffer fb_xnnpack
+    $ET/data/bin/flatc --python --python-typing --gen-object-api --gen-mutable \\
+        --gen-compare -o . $ET/schema/program.fbs $ET/schema/scalar_type.fbs \\
+        $ET/extension/flat_tensor/serialize/flat_tensor.fbs
+    $ET/data/bin/flatc --python -o . $ET/backends/xnnpack/serialization/schema.fbs
+    # flatc imports each namespace as a top-level package; make it ours.
+    sed -i -E 's/\\b(executorch_flatbuffer|flat_tensor_flatbuffer|fb_xnnpack)\\./emitter_filter._program_fbs.\\1./g' */*.py
+
+The flags for `executorch_flatbuffer` are the ones `exir/_serialize/generate_program.py`
+uses, so `ProgramT.Pack` writes what ExecuTorch's own serializer writes.
+"""

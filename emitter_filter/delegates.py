@@ -1,0 +1,92 @@
+"""Which named-data keys a delegate's processed blob can read at init.
+
+Every backend's `init` gets the program's merged `NamedDataMap`, and may look up
+any key in it. Only for XNNPACK does the blob say which keys: its
+`XNNGraph.constant_data[*].named_key`. Other blobs are opaque, so their keys
+cannot be enumerated.
+
+This module reads bytes only (no `executorch.exir`, whose import takes seconds),
+so the in-memory hook and the file side can share it.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from emitter_filter._program_fbs.fb_xnnpack.XNNGraph import XNNGraph
+from emitter_filter.errors import ProgramFormatError
+
+__all__ = ["XNNPACK_BACKEND_ID", "delegate_named_keys", "xnnpack_named_keys"]
+
+#: `BackendDelegate.id` of XNNPACK delegates: the name of
+#: `backends/xnnpack/xnnpack_preprocess.py:XnnpackBackend`.
+XNNPACK_BACKEND_ID = "XnnpackBackend"
+
+# Mirrors `XNNHeader` in backends/xnnpack/serialization/xnnpack_graph_serialize.py
+# and backends/xnnpack/runtime/XNNHeader.cpp, little-endian, unpadded: 4 zero
+# bytes, magic "XH00", u16 header length, u32 flatbuffer offset, u32 flatbuffer
+# size, u32 constant-data offset, u64 constant-data size. Like the runtime, only
+# the magic and the flatbuffer offset and size are read.
+_XNN_HEADER = struct.Struct("<4s4sHIIIQ")
+_XNN_HEADER_MAGIC = b"XH00"
+# The runtime reads both schema versions (XNNCompiler.cpp). XN00 is
+# `runtime_schema.fbs`, whose XNNGraph and ConstantDataOffset have the same
+# fields in the same slots as the XN01 `schema.fbs` the reader is generated from.
+_XNN_FLATBUFFER_IDS = (b"XN00", b"XN01")
+
+
+def _xnnpack_flatbuffer_span(processed: bytes) -> tuple[int, int]:
+    """(offset, size) of the XNNGraph flatbuffer inside an XNNPACK blob."""
+    if len(processed) >= _XNN_HEADER.size and processed[4:8] == _XNN_HEADER_MAGIC:
+        _, _, _, offset, size, _, _ = _XNN_HEADER.unpack_from(processed)
+        if offset + size > len(processed):
+            raise ProgramFormatError(
+                f"XNNPACK flatbuffer offset {offset} + size {size} > blob size {len(processed)}"
+            )
+        return offset, size
+    # No header: the whole blob is the flatbuffer, as the runtime also accepts.
+    return 0, len(processed)
+
+
+def xnnpack_named_keys(processed: bytes) -> tuple[str, ...]:
+    """The named-data keys an XNNPACK blob reads, in `constant_data` order, without repeats.
+
+    Args:
+        processed: An XNNPACK delegate's processed bytes. Not modified.
+
+    Raises:
+        ProgramFormatError: The blob is not an XNNPACK graph the runtime would load.
+    """
+    offset, size = _xnnpack_flatbuffer_span(processed)
+    identifier = processed[offset + 4 : offset + 8]
+    if size < 8 or identifier not in _XNN_FLATBUFFER_IDS:
+        raise ProgramFormatError(
+            f"XNNPACK flatbuffer identifier {identifier!r} is not one of {_XNN_FLATBUFFER_IDS}"
+        )
+    keys: dict[str, None] = {}
+    try:
+        graph = XNNGraph.GetRootAs(processed, offset)
+        for index in range(graph.ConstantDataLength()):
+            named_key = graph.ConstantData(index).NamedKey()
+            # Entry 0 is the "no constant" placeholder; entries stored inside the
+            # blob (offset != UINT64_MAX) have no key either.
+            if named_key:
+                keys[named_key.decode("utf-8")] = None
+    except (struct.error, IndexError, UnicodeDecodeError) as e:
+        raise ProgramFormatError(f"malformed XNNPACK flatbuffer: {e}") from e
+    return tuple(keys)
+
+
+def delegate_named_keys(backend_id: str, processed: bytes) -> tuple[str, ...] | None:
+    """The named-data keys a delegate reads, or None when its backend's blob is opaque.
+
+    Args:
+        backend_id: `BackendDelegate.id`.
+        processed: The delegate's processed bytes. Not modified.
+
+    Raises:
+        ProgramFormatError: An XNNPACK blob is malformed.
+    """
+    if backend_id == XNNPACK_BACKEND_ID:
+        return xnnpack_named_keys(processed)
+    return None

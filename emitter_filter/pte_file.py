@@ -1,0 +1,752 @@
+"""Read `.pte` and `.ptd` files cheaply: headers, program flatbuffer, segment table.
+
+Nothing here imports torch or `executorch.exir` (seconds to import): the program
+flatbuffer is read with code generated from ExecuTorch's schema
+(`emitter_filter._program_fbs`), and the fixed-size headers with `struct`.
+Segment data is never read, except the header and flatbuffer of XNNPACK
+delegate blobs, to learn which named-data keys each delegate uses.
+
+`read_pte` returns a `PteFile`: the program's `PlanRefs` for
+`reachability.find_live`, and for each data space the size and location of every
+entry. Every offset and index is checked against the file before it is returned,
+so callers never see a reference that points outside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
+from emitter_filter._program_fbs.executorch_flatbuffer.InstructionArguments import (
+    InstructionArguments,
+)
+from emitter_filter._program_fbs.executorch_flatbuffer.KernelTypes import KernelTypes
+from emitter_filter._program_fbs.executorch_flatbuffer.Program import ProgramT
+from emitter_filter._program_fbs.executorch_flatbuffer.ScalarType import ScalarType
+from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
+    TensorDataLocation,
+)
+from emitter_filter._program_fbs.fb_xnnpack.XNNGraph import XNNGraph
+from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
+from emitter_filter.errors import ProgramFormatError
+from emitter_filter.reachability import (
+    DataRef,
+    DataSpace,
+    PlanRefs,
+    classify_tensor_data,
+    is_attribute_root,
+)
+
+__all__ = [
+    "PteFormatError",
+    "Segment",
+    "TensorEntry",
+    "DataEntry",
+    "NamedDataEntry",
+    "DelegateData",
+    "PtdFile",
+    "PteFile",
+    "read_ptd",
+    "read_pte",
+]
+
+logger = logging.getLogger(__name__)
+
+# The flatbuffer starts with a u32 root offset and the schema's file_identifier.
+_PROGRAM_IDENTIFIER = b"ET12"  # schema/program.fbs
+_FLAT_TENSOR_IDENTIFIER = b"FT01"  # extension/flat_tensor/serialize/flat_tensor.fbs
+_XNNPACK_IDENTIFIERS = (b"XN00", b"XN01")  # backends/xnnpack/serialization/schema.fbs
+
+# Extended header, inserted after the file identifier when the file has segments.
+# Mirrors `_ExtendedHeader` in exir/_serialize/_program.py (and
+# schema/extended_header.cpp); keep in sync. Little-endian:
+#   [8:12] b"eh00"  [12:16] u32 header length  [16:24] u64 program size
+#   [24:32] u64 segment base offset  [32:40] u64 segment data size (length >= 32 only)
+_EH_OFFSET = 8
+_EH_MAGIC = b"eh00"
+_EH = struct.Struct("<4sIQQ")
+_EH_SEGMENT_DATA_SIZE = struct.Struct("<Q")
+_EH_MINIMUM_LENGTH = _EH.size
+# kNumHeadBytes in schema/extended_header.cpp: enough for any extended header.
+_NUM_HEAD_BYTES = 64
+
+# FlatTensorHeader, inserted after the `.ptd` file identifier. Mirrors
+# `FlatTensorHeader` in extension/flat_tensor/serialize/serialize.py; keep in sync:
+#   [8:12] b"FH01"  [12:16] u32 header length  [16:24] u64 flatbuffer offset
+#   [24:32] u64 flatbuffer size  [32:40] u64 segment base offset
+#   [40:48] u64 segment data size
+_FH_MAGIC = b"FH01"
+_FH = struct.Struct("<4sIQQQQ")
+
+# XNNHeader at the start of an XNNPACK blob. Mirrors `XNNHeader` in
+# backends/xnnpack/serialization/xnnpack_graph_serialize.py; keep in sync:
+#   [0:4] zeros  [4:8] b"XH00"  [8:10] u16 header length  [10:14] u32 flatbuffer offset
+#   [14:18] u32 flatbuffer size  [18:22] u32 constant data offset  [22:30] u64 size
+_XNN_MAGIC = b"XH00"
+_XNN = struct.Struct("<4s4sHIIIQ")
+_XNNPACK_BACKEND_ID = "XnnpackBackend"
+
+# Bytes per element for each ScalarType, as the runtime's elementSize() has them.
+_ELEMENT_SIZE = {
+    ScalarType.BYTE: 1, ScalarType.CHAR: 1, ScalarType.SHORT: 2, ScalarType.INT: 4,
+    ScalarType.LONG: 8, ScalarType.HALF: 2, ScalarType.FLOAT: 4, ScalarType.DOUBLE: 8,
+    ScalarType.BOOL: 1, ScalarType.QINT8: 1, ScalarType.QUINT8: 1, ScalarType.QINT32: 4,
+    ScalarType.BFLOAT16: 2, ScalarType.QUINT4X2: 1, ScalarType.QUINT2X4: 1,
+    ScalarType.BITS16: 2, ScalarType.FLOAT8E5M2: 1, ScalarType.FLOAT8E4M3FN: 1,
+    ScalarType.FLOAT8E5M2FNUZ: 1, ScalarType.FLOAT8E4M3FNUZ: 1, ScalarType.UINT16: 2,
+    ScalarType.UINT32: 4, ScalarType.UINT64: 8,
+}
+_SCALAR_TYPE_NAMES = {
+    value: name for name, value in vars(ScalarType).items() if not name.startswith("_")
+}
+
+
+class PteFormatError(ProgramFormatError):
+    """A `.pte` or `.ptd` file is malformed; the message names the file and the offset."""
+
+    def __init__(self, path: str, message: str, offset: int | None = None) -> None:
+        where = f"{path}: " if offset is None else f"{path}: offset {offset}: "
+        super().__init__(where + message)
+        self.path = path
+        self.offset = offset
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One entry of `Program.segments`, with its absolute position in the file."""
+
+    index: int
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One Tensor value that has data, and where its data lives."""
+
+    plan: str
+    value_index: int
+    ref: DataRef
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int | None
+    name: str | None
+
+
+@dataclass(frozen=True)
+class DataEntry:
+    """One entry of a data space: `ref.space[ref.index]`.
+
+    `offset` is absolute in `file`; `nbytes` is the tensor's size where a tensor
+    refers to the entry (what the serializer wrote), else the span up to the next
+    entry, padding included.
+    """
+
+    ref: DataRef
+    nbytes: int
+    file: str
+    offset: int
+
+
+@dataclass(frozen=True)
+class NamedDataEntry:
+    """One named blob: `Program.named_data` in the `.pte`, or a key of a `.ptd`."""
+
+    key: str
+    file: str
+    segment_index: int
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class DelegateData:
+    """One delegate blob of `backend_delegate_data` or `segments`, and its users.
+
+    `named_keys` are the named-data keys the blob uses, or None when its backend's
+    format is opaque to us (anything but XNNPACK).
+    """
+
+    location: str
+    index: int
+    nbytes: int
+    offset: int
+    backend_ids: tuple[str, ...]
+    named_keys: frozenset[str] | None
+
+
+@dataclass(frozen=True)
+class PtdFile:
+    """A `.ptd` file: its named blobs, with tensor layouts where it has them."""
+
+    path: str
+    file_bytes: int
+    named_data: Mapping[str, NamedDataEntry]
+    layouts: Mapping[str, tuple[int, tuple[int, ...]]]
+
+
+@dataclass(frozen=True)
+class PteFile:
+    """What `read_pte` learned about a `.pte` file and its `.ptd` files.
+
+    Attributes:
+        path: The file's path, or "<bytes>".
+        file_bytes: Its size.
+        program_size: Bytes of the program flatbuffer, extended header included.
+        segment_base_offset: Where segment data starts; 0 when there is none.
+        segments: `Program.segments`, with absolute offsets.
+        plans: One `PlanRefs` per execution plan, for `find_live`.
+        tensors: Every Tensor value with data, in plan then value order.
+        entries: Per data space, its entries by index (placeholders included).
+        constant_segment: Index of the constant segment in `segments`, if any.
+        mutable_segment: Index of the mutable data segment in `segments`, if any.
+        named_data: `Program.named_data`, then each `.ptd`'s keys that no tensor uses.
+        delegates: Each delegate blob once, with the backends that use it.
+        unreferenced_segments: Segments no field of the program refers to.
+        ptd_files: The `.ptd` files read with it.
+    """
+
+    path: str
+    file_bytes: int
+    program_size: int
+    segment_base_offset: int
+    segments: tuple[Segment, ...]
+    plans: tuple[PlanRefs, ...]
+    tensors: tuple[TensorEntry, ...]
+    entries: Mapping[DataSpace, Mapping[int, DataEntry]]
+    constant_segment: int | None
+    mutable_segment: int | None
+    named_data: tuple[NamedDataEntry, ...]
+    delegates: tuple[DelegateData, ...]
+    unreferenced_segments: tuple[Segment, ...]
+    ptd_files: tuple[PtdFile, ...]
+
+
+class _Source:
+    """Random access to a file or a bytes object, reading only what is asked for."""
+
+    def __init__(self, source: str | os.PathLike | bytes) -> None:
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            self.name = "<bytes>"
+            self._data: memoryview | None = memoryview(source)
+            self._fd = None
+            self.size = len(self._data)
+        else:
+            self.name = os.fspath(source)
+            self._data = None
+            try:
+                self._fd = os.open(self.name, os.O_RDONLY)
+            except OSError as error:
+                raise PteFormatError(self.name, f"cannot open: {error.strerror}") from error
+            self.size = os.fstat(self._fd).st_size
+
+    def read(self, offset: int, size: int, what: str) -> bytes:
+        if offset < 0 or size < 0 or offset + size > self.size:
+            raise PteFormatError(
+                self.name,
+                f"truncated: {what} needs bytes {offset}..{offset + size}, "
+                f"file has {self.size}",
+                offset,
+            )
+        if self._data is not None:
+            return bytes(self._data[offset : offset + size])
+        data = os.pread(self._fd, size, offset)
+        if len(data) != size:
+            raise PteFormatError(self.name, f"short read of {what}", offset)
+        return data
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _text(value: bytes | str | None) -> str | None:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+
+
+def _ints(vector) -> list[int]:
+    """A generated vector field as a list; the object API leaves absent vectors None."""
+    return [] if vector is None else [int(i) for i in vector]
+
+
+def _check_identifier(source: _Source, head: bytes, expected: bytes, kind: str) -> None:
+    if len(head) < 8:
+        raise PteFormatError(source.name, f"not a {kind} file: only {len(head)} bytes", 0)
+    identifier = head[4:8]
+    if identifier == expected:
+        return
+    if identifier[:2] == expected[:2] and re.fullmatch(rb"[0-9A-Za-z]{2}", identifier[2:]):
+        raise PteFormatError(
+            source.name,
+            f"wrong flatbuffer identifier {identifier!r}, expected {expected!r}: "
+            "written by an unsupported ExecuTorch version",
+            4,
+        )
+    raise PteFormatError(
+        source.name,
+        f"not a {kind} file: flatbuffer identifier {identifier!r}, expected {expected!r}",
+        4,
+    )
+
+
+def _unpack(source: _Source, cls, buffer: bytes, what: str):
+    """Unpacks a generated root table; a corrupt buffer becomes a `PteFormatError`."""
+    root = int.from_bytes(buffer[0:4], "little")
+    if not 8 <= root < len(buffer):
+        raise PteFormatError(
+            source.name, f"{what}: root offset {root} outside 8..{len(buffer)}", 0
+        )
+    try:
+        return cls.InitFromPackedBuf(buffer, 0)
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError) as error:
+        raise PteFormatError(source.name, f"corrupt {what}: {error}") from error
+
+
+def _tensor_nbytes(tensor) -> int | None:
+    """numel * element size: what the serializer wrote for a constant tensor."""
+    size = _ELEMENT_SIZE.get(tensor.scalarType)
+    if size is None:
+        return None
+    for dim in _ints(tensor.sizes):
+        size *= dim
+    return size
+
+
+def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
+    """Describes a generated `ExecutionPlanT` for `find_live`, as `emitted.collect_plan_refs` does."""
+    name = _text(plan.name) or ""
+    roots: list[int] = [*_ints(plan.inputs), *_ints(plan.outputs)]
+    for chain in plan.chains or ():
+        roots.extend(_ints(chain.inputs))
+        roots.extend(_ints(chain.outputs))
+        for instruction in chain.instructions or ():
+            kind, args = instruction.instrArgsType, instruction.instrArgs
+            if kind in (InstructionArguments.KernelCall, InstructionArguments.DelegateCall):
+                roots.extend(_ints(args.args))
+            elif kind == InstructionArguments.MoveCall:
+                roots.extend((args.moveFrom, args.moveTo))
+            elif kind == InstructionArguments.JumpFalseCall:
+                roots.append(args.condValueIndex)
+            elif kind == InstructionArguments.FreeCall:
+                roots.append(args.valueIndex)
+            else:
+                raise ProgramFormatError(f"plan {name!r}: unknown instruction kind {kind}")
+    list_items: dict[int, Sequence[int]] = {}
+    data_refs: dict[int, DataRef] = {}
+    for index, evalue in enumerate(plan.values or ()):
+        kind, val = evalue.valType, evalue.val
+        if kind in (KernelTypes.IntList, KernelTypes.TensorList, KernelTypes.OptionalTensorList):
+            list_items[index] = _ints(val.items)
+        elif kind == KernelTypes.Tensor:
+            info = val.extraTensorInfo
+            fqn = _text(info.fullyQualifiedName) if info is not None else None
+            mutable = val.allocationInfo is not None
+            ref = classify_tensor_data(
+                val.dataBufferIdx,
+                external=info is not None and info.location == TensorDataLocation.EXTERNAL,
+                mutable=mutable,
+            )
+            if ref is not None:
+                data_refs[index] = ref
+                tensors.append(
+                    TensorEntry(
+                        plan=name,
+                        value_index=index,
+                        ref=ref,
+                        dtype=_SCALAR_TYPE_NAMES.get(val.scalarType, str(val.scalarType)),
+                        shape=tuple(_ints(val.sizes)),
+                        nbytes=_tensor_nbytes(val),
+                        name=fqn,
+                    )
+                )
+            if is_attribute_root(mutable=mutable, fully_qualified_name=fqn):
+                roots.append(index)
+    return PlanRefs(
+        name=name,
+        num_values=len(plan.values or ()),
+        roots=roots,
+        list_items=list_items,
+        data_refs=data_refs,
+    )
+
+
+def _read_header(source: _Source) -> tuple[int, int]:
+    """Returns (program size, segment base offset) from the extended header, if any."""
+    head = source.read(0, min(_NUM_HEAD_BYTES, source.size), "file header")
+    _check_identifier(source, head, _PROGRAM_IDENTIFIER, "PTE")
+    if head[_EH_OFFSET : _EH_OFFSET + 4] != _EH_MAGIC:
+        return source.size, 0
+    if len(head) < _EH_OFFSET + _EH.size:
+        raise PteFormatError(source.name, "truncated extended header", _EH_OFFSET)
+    _, length, program_size, segment_base_offset = _EH.unpack_from(head, _EH_OFFSET)
+    if length < _EH_MINIMUM_LENGTH:
+        raise PteFormatError(
+            source.name, f"extended header length {length} < {_EH_MINIMUM_LENGTH}", _EH_OFFSET + 4
+        )
+    if not _EH_OFFSET + length <= program_size <= source.size:
+        raise PteFormatError(
+            source.name,
+            f"truncated: program size {program_size} > file size {source.size}"
+            if program_size > source.size
+            else f"program size {program_size} smaller than its header",
+            _EH_OFFSET + 8,
+        )
+    if segment_base_offset and not program_size <= segment_base_offset <= source.size:
+        raise PteFormatError(
+            source.name,
+            f"segment base offset {segment_base_offset} outside "
+            f"{program_size}..{source.size} (file size)",
+            _EH_OFFSET + 16,
+        )
+    if length >= _EH_MINIMUM_LENGTH + _EH_SEGMENT_DATA_SIZE.size:
+        (segment_data_size,) = _EH_SEGMENT_DATA_SIZE.unpack_from(head, _EH_OFFSET + _EH.size)
+        if segment_base_offset + segment_data_size > source.size:
+            raise PteFormatError(
+                source.name,
+                f"truncated: segment data ends at {segment_base_offset + segment_data_size}, "
+                f"file has {source.size} bytes",
+                _EH_OFFSET + _EH.size,
+            )
+    return program_size, segment_base_offset
+
+
+def _read_segments(source: _Source, program, base: int) -> tuple[Segment, ...]:
+    segments = []
+    for index, segment in enumerate(program.segments or ()):
+        offset = base + segment.offset
+        # Without an extended header the serializer still lists empty segments.
+        if segment.size and not base:
+            raise PteFormatError(
+                source.name, f"segment {index} has data but the file has no extended header"
+            )
+        if offset + segment.size > source.size:
+            raise PteFormatError(
+                source.name,
+                f"segment {index} (offset {segment.offset}, size {segment.size}) ends at "
+                f"{offset + segment.size}, outside the file ({source.size} bytes)",
+                offset,
+            )
+        segments.append(Segment(index, offset, segment.size))
+    return tuple(segments)
+
+
+def _segment(source: _Source, segments: Sequence[Segment], index: int, what: str) -> Segment:
+    if not 0 <= index < len(segments):
+        raise PteFormatError(
+            source.name, f"{what}: segment index {index} >= len(segments) {len(segments)}"
+        )
+    return segments[index]
+
+
+def _subsegment_entries(
+    source: _Source,
+    space: DataSpace,
+    segment: Segment,
+    offsets: Sequence[int],
+    nbytes: Mapping[int, int],
+) -> dict[int, DataEntry]:
+    """Entries of a constant or mutable subsegment; `nbytes` by index where a tensor says."""
+    entries = {}
+    for index, start in enumerate(offsets):
+        end = offsets[index + 1] if index + 1 < len(offsets) else segment.size
+        if not start <= end <= segment.size:
+            raise PteFormatError(
+                source.name,
+                f"{space.value} entry {index}: offsets {start}..{end} outside its segment "
+                f"{segment.index} (size {segment.size})",
+                segment.offset + start,
+            )
+        size = nbytes.get(index, end - start)
+        if start + size > segment.size:
+            raise PteFormatError(
+                source.name,
+                f"{space.value} entry {index}: {size} bytes at {start} overflow segment "
+                f"{segment.index} (size {segment.size})",
+                segment.offset + start,
+            )
+        entries[index] = DataEntry(DataRef(space, index), size, source.name, segment.offset + start)
+    return entries
+
+
+def _first_nbytes(tensors: Iterable[TensorEntry], space: DataSpace) -> dict[int, int]:
+    sizes: dict[int, int] = {}
+    for tensor in tensors:
+        if tensor.ref.space is space and tensor.nbytes is not None:
+            sizes.setdefault(tensor.ref.index, tensor.nbytes)
+    return sizes
+
+
+def _xnnpack_keys(source: _Source, blob_offset: int, blob_size: int, read) -> frozenset[str]:
+    """The named-data keys in an XNNPACK blob's `XNNGraph.constant_data`."""
+    head = read(0, min(_XNN.size, blob_size))
+    if len(head) >= _XNN.size and head[4:8] == _XNN_MAGIC:
+        _, _, _, fb_offset, fb_size, _, _ = _XNN.unpack(head)
+        if fb_offset + fb_size > blob_size:
+            raise PteFormatError(
+                source.name,
+                f"XNNPACK blob: flatbuffer {fb_offset}+{fb_size} exceeds blob size {blob_size}",
+                blob_offset,
+            )
+    else:
+        fb_offset, fb_size = 0, blob_size
+    flatbuffer = read(fb_offset, fb_size)
+    if flatbuffer[4:8] not in _XNNPACK_IDENTIFIERS:
+        raise PteFormatError(
+            source.name,
+            f"XNNPACK blob: flatbuffer identifier {flatbuffer[4:8]!r}, "
+            f"expected one of {_XNNPACK_IDENTIFIERS}",
+            blob_offset + fb_offset + 4,
+        )
+    try:
+        graph = XNNGraph.GetRootAs(flatbuffer, 0)
+        keys = (graph.ConstantData(i).NamedKey() for i in range(graph.ConstantDataLength()))
+        return frozenset(key.decode() for key in keys if key)
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError) as error:
+        raise PteFormatError(
+            source.name, f"corrupt XNNPACK flatbuffer: {error}", blob_offset + fb_offset
+        ) from error
+
+
+def _read_delegates(
+    source: _Source, program, segments: Sequence[Segment]
+) -> tuple[DelegateData, ...]:
+    """Each delegate blob once, from every plan's `delegates` (all are initialised at load)."""
+    inline = program.backendDelegateData or []
+    users: dict[tuple[str, int], list[str]] = {}
+    for plan in program.executionPlan or ():
+        for number, delegate in enumerate(plan.delegates or ()):
+            location, index = delegate.processed.location, delegate.processed.index
+            where = f"plan {_text(plan.name)!r} delegate {number}"
+            if location == DataLocation.SEGMENT:
+                _segment(source, segments, index, where)
+                key = ("segment", index)
+            elif location == DataLocation.INLINE:
+                if not 0 <= index < len(inline):
+                    raise PteFormatError(
+                        source.name,
+                        f"{where}: backend_delegate_data index {index} >= {len(inline)}",
+                    )
+                key = ("inline", index)
+            else:
+                raise PteFormatError(source.name, f"{where}: unknown data location {location}")
+            users.setdefault(key, []).append(_text(delegate.id) or "")
+    for index in range(len(inline)):
+        users.setdefault(("inline", index), [])
+
+    blobs = []
+    for (location, index), backend_ids in users.items():
+        if location == "segment":
+            segment = segments[index]
+            offset, size = segment.offset, segment.size
+
+            def read(start, count, offset=offset):
+                return source.read(offset + start, count, "delegate blob")
+
+        else:
+            data = bytes(inline[index].data) if inline[index].data is not None else b""
+            offset, size = 0, len(data)
+
+            def read(start, count, data=data):
+                return data[start : start + count]
+
+        opaque = not backend_ids or any(b != _XNNPACK_BACKEND_ID for b in backend_ids)
+        keys = None if opaque or not size else _xnnpack_keys(source, offset, size, read)
+        blobs.append(DelegateData(location, index, size, offset, tuple(backend_ids), keys))
+    return tuple(blobs)
+
+
+def read_ptd(path: str | os.PathLike) -> PtdFile:
+    """Reads a `.ptd` file's header and flatbuffer, not its segment data.
+
+    Raises:
+        PteFormatError: The file is not a `.ptd`, or an offset points outside it.
+    """
+    source = _Source(path)
+    try:
+        head = source.read(0, min(_NUM_HEAD_BYTES, source.size), "file header")
+        _check_identifier(source, head, _FLAT_TENSOR_IDENTIFIER, "PTD")
+        if len(head) < 8 + _FH.size or head[8:12] != _FH_MAGIC:
+            raise PteFormatError(source.name, f"missing {_FH_MAGIC!r} header", 8)
+        _, _, fb_offset, fb_size, base, data_size = _FH.unpack_from(head, 8)
+        if fb_offset + fb_size > source.size or base + data_size > source.size:
+            raise PteFormatError(
+                source.name,
+                f"truncated: flatbuffer ends at {fb_offset + fb_size}, segment data at "
+                f"{base + data_size}, file has {source.size} bytes",
+                16,
+            )
+        flat_tensor = _unpack(
+            source, FlatTensorT, source.read(0, fb_offset + fb_size, "flatbuffer"), "flatbuffer"
+        )
+        segments = []
+        for index, segment in enumerate(flat_tensor.segments or ()):
+            if segment.offset + segment.size > data_size:
+                raise PteFormatError(
+                    source.name,
+                    f"segment {index} (offset {segment.offset}, size {segment.size}) "
+                    f"outside segment data ({data_size} bytes)",
+                    base + segment.offset,
+                )
+            segments.append(Segment(index, base + segment.offset, segment.size))
+        named: dict[str, NamedDataEntry] = {}
+        layouts: dict[str, tuple[int, tuple[int, ...]]] = {}
+        for entry in flat_tensor.namedData or ():
+            key = _text(entry.key) or ""
+            segment = _segment(source, segments, entry.segmentIndex, f"named data {key!r}")
+            named[key] = NamedDataEntry(
+                key, source.name, segment.index, segment.offset, segment.size
+            )
+            if entry.tensorLayout is not None:
+                layout = entry.tensorLayout
+                layouts[key] = (layout.scalarType, tuple(_ints(layout.sizes)))
+        return PtdFile(source.name, source.size, named, layouts)
+    finally:
+        source.close()
+
+
+def _external_entries(
+    pte: str, tensors: Sequence[TensorEntry], ptds: Sequence[PtdFile]
+) -> tuple[dict[int, DataEntry], set[str]]:
+    """External entries by index, sized from the `.ptd` files when given, else from the tensors."""
+    by_key = {key: (ptd, entry) for ptd in ptds for key, entry in ptd.named_data.items()}
+    entries: dict[int, DataEntry] = {}
+    used_keys: set[str] = set()
+    for tensor in tensors:
+        if tensor.ref.space is not DataSpace.EXTERNAL:
+            continue
+        if tensor.name is None:
+            raise ProgramFormatError(
+                f"{pte}: plan {tensor.plan!r} value {tensor.value_index}: "
+                "external tensor without fully_qualified_name"
+            )
+        found = by_key.get(tensor.name)
+        if ptds and found is None:
+            raise PteFormatError(
+                pte,
+                f"external tensor {tensor.name!r} is in none of "
+                f"{', '.join(p.path for p in ptds)}: the .ptd does not match the .pte",
+            )
+        if found is not None:
+            ptd, entry = found
+            used_keys.add(tensor.name)
+            layout = ptd.layouts.get(tensor.name)
+            wrong_size = tensor.nbytes not in (None, entry.nbytes)
+            if layout is not None and (layout[1] != tensor.shape or wrong_size):
+                raise PteFormatError(
+                    ptd.path,
+                    f"{tensor.name!r}: shape {list(layout[1])}, {entry.nbytes} bytes; "
+                    f"{pte} expects {list(tensor.shape)} {tensor.dtype}: "
+                    "the .ptd does not match the .pte",
+                    entry.offset,
+                )
+            data = DataEntry(tensor.ref, entry.nbytes, ptd.path, entry.offset)
+        else:
+            data = DataEntry(tensor.ref, tensor.nbytes or 0, pte, -1)
+        entries.setdefault(tensor.ref.index, data)
+    return entries, used_keys
+
+
+def read_pte(
+    source: str | os.PathLike | bytes, ptd_paths: Sequence[str | os.PathLike] = ()
+) -> PteFile:
+    """Reads a `.pte` file's headers, program flatbuffer and segment table.
+
+    Segment data is not read (only XNNPACK blob headers), so this costs the same
+    for a 1 GiB file as for a 1 KiB one.
+
+    Args:
+        source: A path, or the file's bytes. Not modified.
+        ptd_paths: The `.ptd` files holding its external constants, if any.
+
+    Returns:
+        Everything the audit and the prune need, checked against the file.
+
+    Raises:
+        PteFormatError: The file is not a `.pte`, is truncated, or points outside itself.
+        ProgramFormatError: The program refers to something that does not exist.
+    """
+    ptds = tuple(read_ptd(path) for path in ptd_paths)
+    reader = _Source(source)
+    try:
+        program_size, base = _read_header(reader)
+        program = _unpack(
+            reader, ProgramT, reader.read(0, program_size, "program flatbuffer"),
+            "program flatbuffer",
+        )
+        segments = _read_segments(reader, program, base)
+        tensors: list[TensorEntry] = []
+        plans = tuple(_plan_refs(plan, tensors) for plan in program.executionPlan or ())
+
+        entries: dict[DataSpace, dict[int, DataEntry]] = {space: {} for space in DataSpace}
+        referenced: set[int] = set()
+        constant_segment = mutable_segment = None
+        offsets = _ints(program.constantSegment.offsets) if program.constantSegment else []
+        if offsets:
+            constant_segment = program.constantSegment.segmentIndex
+            segment = _segment(reader, segments, constant_segment, "constant_segment")
+            entries[DataSpace.CONSTANT] = _subsegment_entries(
+                reader, DataSpace.CONSTANT, segment, offsets,
+                _first_nbytes(tensors, DataSpace.CONSTANT),
+            )
+        elif program.constantBuffer:
+            raise PteFormatError(
+                reader.name,
+                "constants inline in Program.constant_buffer (the deprecated layout) "
+                "are not supported",
+            )
+        if program.mutableDataSegments:
+            mutable = program.mutableDataSegments[0]
+            mutable_segment = mutable.segmentIndex
+            segment = _segment(reader, segments, mutable_segment, "mutable_data_segments[0]")
+            entries[DataSpace.MUTABLE] = _subsegment_entries(
+                reader, DataSpace.MUTABLE, segment, _ints(mutable.offsets),
+                _first_nbytes(tensors, DataSpace.MUTABLE),
+            )
+        for tensor in tensors:
+            space = entries[tensor.ref.space]
+            if tensor.ref.space is not DataSpace.EXTERNAL and tensor.ref.index not in space:
+                raise ProgramFormatError(
+                    f"{reader.name}: plan {tensor.plan!r} value {tensor.value_index}: "
+                    f"data_buffer_idx {tensor.ref.index} >= len({tensor.ref.space.value} "
+                    f"data) {len(space)}"
+                )
+        entries[DataSpace.EXTERNAL], used_keys = _external_entries(reader.name, tensors, ptds)
+        referenced.update(i for i in (constant_segment, mutable_segment) if i is not None)
+
+        named_data = []
+        for entry in program.namedData or ():
+            key = _text(entry.key) or ""
+            segment = _segment(reader, segments, entry.segmentIndex, f"named data {key!r}")
+            referenced.add(segment.index)
+            named_data.append(
+                NamedDataEntry(key, reader.name, segment.index, segment.offset, segment.size)
+            )
+        for ptd in ptds:
+            named_data.extend(e for k, e in ptd.named_data.items() if k not in used_keys)
+
+        delegates = _read_delegates(reader, program, segments)
+        referenced.update(d.index for d in delegates if d.location == "segment")
+        return PteFile(
+            path=reader.name,
+            file_bytes=reader.size,
+            program_size=program_size,
+            segment_base_offset=base,
+            segments=segments,
+            plans=plans,
+            tensors=tuple(tensors),
+            entries=entries,
+            constant_segment=constant_segment,
+            mutable_segment=mutable_segment,
+            named_data=tuple(named_data),
+            delegates=delegates,
+            unreferenced_segments=tuple(s for s in segments if s.index not in referenced),
+            ptd_files=ptds,
+        )
+    finally:
+        reader.close()

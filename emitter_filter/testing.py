@@ -1,0 +1,54 @@
+"""Assertions for users' regression tests: "this model's .pte carries no dead constants"."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from emitter_filter.audit import AuditReport, audit_file
+
+__all__ = ["assert_no_dead_constants"]
+
+# Dead entries an assertion message lists; the rest are counted.
+_LISTED_ENTRIES = 10
+
+
+def _describe(report: AuditReport, max_dead_bytes: int) -> str:
+    lines = [
+        f"{report.path}: {report.dead_bytes:,} dead constant bytes > {max_dead_bytes:,} allowed "
+        f"({len(report.dead)} entries, of {report.constant_bytes:,} constant bytes); "
+        "largest first:"
+    ]
+    shown = report.largest_dead(_LISTED_ENTRIES)
+    for d in shown:
+        where = "" if d.plan is None else f" plan {d.plan!r} value {d.value_index}"
+        what = "" if d.dtype is None else f" {d.dtype}{list(d.shape)}"
+        name = "" if d.name is None else f" {d.name!r}"
+        lines.append(f"  {d.nbytes:,} B  {d.space}[{d.index}]{where}{what}{name}")
+    if len(report.dead) > len(shown):
+        lines.append(f"  ... and {len(report.dead) - len(shown)} more")
+    return "\n".join(lines)
+
+
+def assert_no_dead_constants(
+    pte_path_or_bytes: str | os.PathLike | bytes,
+    max_dead_bytes: int = 0,
+    ptd_paths: Sequence[str | os.PathLike] = (),
+) -> AuditReport:
+    """Fails if a `.pte` carries more than `max_dead_bytes` bytes no program can reach.
+
+    Args:
+        pte_path_or_bytes: The `.pte` file, or its bytes (`manager.buffer`). Not modified.
+        max_dead_bytes: The dead bytes tolerated.
+        ptd_paths: The `.ptd` files with its external constants, if any.
+
+    Returns:
+        The audit, for further checks.
+
+    Raises:
+        AssertionError: Too many dead bytes; the message lists the largest dead entries.
+    """
+    report = audit_file(pte_path_or_bytes, ptd_paths)
+    if report.dead_bytes > max_dead_bytes:
+        raise AssertionError(_describe(report, max_dead_bytes))
+    return report
