@@ -1,40 +1,60 @@
-"""The README's examples run, and print what the README says they print."""
+"""The README's examples run, in order, in one directory, and print what the README shows.
+
+Python blocks follow `<!-- readme-example: NAME -->` and are followed by a ```text block of
+their output; command lines are the `$ ` lines of ```console blocks after
+`<!-- readme-console: NAME -->`, each followed by its output (stdout and stderr).
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 README = Path(__file__).resolve().parents[1] / "README.md"
 
-# <!-- readme-example: NAME --> then a ```python block, then a ```text block of its output.
-EXAMPLE = re.compile(
-    r"<!-- readme-example: (?P<name>[\w-]+) -->\s*```python\n(?P<code>.*?)```"
-    r".*?```text\n(?P<output>.*?)```",
+BLOCK = re.compile(
+    r"<!-- readme-example: (?P<name>[\w-]+) -->\s*```python\n(?P<code>.*?)```.*?```text\n(?P<output>.*?)```"
+    r"|<!-- readme-console: (?P<console>[\w-]+) -->\s*```console\n(?P<session>.*?)```",
     re.S,
 )
 # Wall times differ from run to run; everything else must match.
 TIMING = re.compile(r"in \d+(\.\d+)? ms")
 
 
-def _examples():
-    return [pytest.param(m["code"], m["output"], id=m["name"]) for m in EXAMPLE.finditer(README.read_text())]
+def _normal(text: str) -> str:
+    return TIMING.sub("in T ms", text)
 
 
-def test_the_readme_has_examples():
-    assert _examples()
+def _commands(session: str):
+    """(command, expected output) pairs of a console block."""
+    pairs: list[tuple[str, list[str]]] = []
+    for line in session.splitlines():
+        if line.startswith("$ "):
+            pairs.append((line[2:], []))
+        else:
+            pairs[-1][1].append(line)
+    return [(command, "".join(f"{line}\n" for line in lines)) for command, lines in pairs]
 
 
-@pytest.mark.parametrize("code, output", _examples())
-def test_readme_example_prints_what_the_readme_shows(code, output, tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    assert result.returncode == 0, result.stderr
-    assert TIMING.sub("in T ms", result.stdout) == TIMING.sub("in T ms", output)
+def test_readme_examples_print_what_the_readme_shows(tmp_path):
+    blocks = list(BLOCK.finditer(README.read_text()))
+    assert blocks, "the README has no tested examples"
+    shutil.copy(README, tmp_path / "README.md")
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    ran = 0
+    for block in blocks:
+        if block["code"] is not None:
+            steps = [([sys.executable, "-c", block["code"]], block["output"], block["name"])]
+        else:
+            steps = [(["bash", "-c", f"exec 2>&1; {c}"], out, c) for c, out in _commands(block["session"])]
+        for argv, expected, label in steps:
+            result = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env)
+            assert result.returncode == 0, f"{label}: {result.stderr}"
+            assert _normal(result.stdout) == _normal(expected), label
+            ran += 1
+    assert ran >= 5
