@@ -49,6 +49,7 @@ from emitter_filter.reachability import (
     classify_tensor_data,
     find_live,
     is_attribute_root,
+    order_live_data,
 )
 from emitter_filter.reports import DroppedConstant, PruneReport
 
@@ -134,24 +135,6 @@ def _space_nbytes(emitter_output: EmitterOutput) -> dict[str, int]:
     }
 
 
-def _new_data_order(
-    plans: Sequence[PlanRefs], liveness: Liveness
-) -> dict[DataSpace, list[int]]:
-    """Kept entries of each space, in the order kept values first refer to them."""
-    order: dict[DataSpace, list[int]] = {space: [] for space in DataSpace}
-    seen: dict[DataSpace, set[int]] = {space: set() for space in DataSpace}
-    for plan, live in zip(plans, liveness.live_values):
-        for index in live:
-            ref = plan.data_refs.get(index)
-            if ref is None or ref.index in seen[ref.space]:
-                continue
-            if ref.space.has_placeholder and ref.index == 0:
-                continue
-            seen[ref.space].add(ref.index)
-            order[ref.space].append(ref.index)
-    return order
-
-
 def _validate_data_refs(emitter_output: EmitterOutput, plans: Sequence[PlanRefs]) -> None:
     """Checks every data reference before anything is modified."""
     sizes = {space: len(_space_entries(emitter_output, space)) for space in DataSpace}
@@ -175,8 +158,6 @@ def _dropped_constants(
         values = emitter_output.program.execution_plan[plan_index].values
         for index, ref in plan.data_refs.items():
             if ref in dropped or ref.index in liveness.live_data[ref.space]:
-                continue
-            if ref.space.has_placeholder and ref.index == 0:
                 continue
             tensor = values[index].val
             info = tensor.extra_tensor_info
@@ -338,7 +319,7 @@ def prune_emitter_output(emitter_output: EmitterOutput) -> PruneReport:
     dropped_values = liveness.dead_value_count(plans)
 
     if dropped or dropped_values:
-        order = _new_data_order(plans, liveness)
+        order = order_live_data(plans, liveness)
         for plan, live in zip(program.execution_plan, liveness.live_values):
             if len(live) != len(plan.values):
                 _remap_values(plan, live)
