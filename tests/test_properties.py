@@ -6,7 +6,7 @@ Two generators:
 - `random_models` builds real torch models with live and dead constants, exports them
   with ExecuTorch (some through XNNPACK), and runs both programs in the portable runtime.
 
-The CI profile is derandomised; set HYPOTHESIS_PROFILE=long for a longer manual run.
+The CI profile is derandomised (100 examples each); HYPOTHESIS_PROFILE=long runs more.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import os
 import torch
 from executorch.exir import to_edge, to_edge_transform_and_lower
 from executorch.exir._serialize._serialize import serialize_for_executorch
+from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.emit import EmitterOutput
+from executorch.exir.pass_base import ExportPass
 from executorch.exir.scalar_type import ScalarType
 from executorch.exir.schema import (
     Buffer,
@@ -52,7 +54,10 @@ settings.register_profile(
     "long", deadline=None, max_examples=2000,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+settings.load_profile(PROFILE)
+# Each real model costs an export and two runtime loads (about a second here).
+MODEL_EXAMPLES = {"ci": 100, "long": 1000}[PROFILE]
 
 
 # --- synthetic emitted programs --------------------------------------------------------
@@ -167,7 +172,10 @@ OPS = ["add", "mul", "cat", "stack", "index", "inplace"]
 
 
 class RandomModel(torch.nn.Module):
-    """Applies `ops` to the input, each with one of the live constants; `dead` are never read."""
+    """Applies `ops` to the input, each with one of the live constants; `dead` are never read.
+
+    It ends dividing by `gate`, a parameter that `DropDivision` can orphan after `to_edge`.
+    """
 
     def __init__(self, ops, live_pick, payloads, dead_payloads, cond: bool) -> None:
         super().__init__()
@@ -179,6 +187,7 @@ class RandomModel(torch.nn.Module):
             self.register_buffer(f"dead{i}", payload.clone())
         self.register_buffer("state", torch.zeros(SHAPE))
         self.register_buffer("rows", torch.tensor([3, 0, 2, 1]))
+        self.gate = torch.nn.Parameter(payloads[0].abs() + 1)
         self.cond = cond
 
     def forward(self, x):
@@ -201,7 +210,16 @@ class RandomModel(torch.nn.Module):
         if self.cond:
             c0 = self.c0
             h = torch.cond(h.sum() > 0, lambda h: h + c0, lambda h: h - c0, (h,))
-        return h
+        return h / self.gate
+
+
+class DropDivision(ExportPass):
+    """Replaces `h / gate` with `h`, orphaning the gate parameter after `to_edge`."""
+
+    def call_operator(self, op, args, kwargs, meta):
+        if op == exir_ops.edge.aten.div.Tensor:
+            return args[0]
+        return super().call_operator(op, args, kwargs, meta)
 
 
 @st.composite
@@ -215,10 +233,11 @@ def random_models(draw):
     picks = [draw(st.integers(0, num_payloads - 1)) for _ in ops]
     cond = draw(st.booleans())
     xnnpack = not cond and draw(st.booleans())  # cond with XNNPACK: see pitfalls note
-    return RandomModel(ops, picks, payloads, dead, cond), xnnpack
+    orphan_gate = not xnnpack and draw(st.booleans())
+    return RandomModel(ops, picks, payloads, dead, cond), xnnpack, orphan_gate
 
 
-def _export(model, xnnpack: bool):
+def _export(model, xnnpack: bool, orphan_gate: bool):
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     inputs = (torch.randn(SHAPE, generator=torch.Generator().manual_seed(99)),)
@@ -227,6 +246,8 @@ def _export(model, xnnpack: bool):
         edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
     else:
         edge = to_edge(exported)
+    if orphan_gate:
+        edge = edge.transform([DropDivision()])
     return edge, inputs
 
 
@@ -235,11 +256,11 @@ def _outputs(pte: bytes, inputs, steps: int = 2):
     return [module.forward(inputs) for _ in range(steps)]
 
 
-@settings(max_examples=int(os.environ.get("EMITTER_FILTER_MODEL_EXAMPLES", "30")))
+@settings(max_examples=MODEL_EXAMPLES)
 @given(random_models())
-def test_random_models_compute_the_same_after_pruning(model_and_backend):
-    model, xnnpack = model_and_backend
-    edge, inputs = _export(model, xnnpack)
+def test_random_models_compute_the_same_after_pruning(model_and_flow):
+    model, xnnpack, orphan_gate = model_and_flow
+    edge, inputs = _export(model, xnnpack, orphan_gate)
     manager = edge.to_executorch()
     emitter_output = manager._emitter_output
     pruned_output = copy.deepcopy(emitter_output)
