@@ -8,8 +8,9 @@ Three ways to turn pruning on:
   emitter_filter (or `python -m emitter_filter run ...`).
 
 `emitter_filter.report(manager)` tells what was dropped. For files already on
-disk, `emitter_filter.audit_file(path)` tells what is dead without importing
-ExecuTorch's exporter.
+disk, `emitter_filter.audit_file(path)` tells what is dead and
+`emitter_filter.prune_file(src, dst)` writes the file without it, neither
+importing ExecuTorch's exporter.
 
 Importing this package is cheap: ExecuTorch's exporter (seconds to import) loads
 only when a name that needs it is first used.
@@ -24,6 +25,7 @@ from emitter_filter._upstream import SUPPORTED_EXECUTORCH, check_executorch_vers
 from emitter_filter.errors import (
     EmitterFilterError,
     InvariantError,
+    OutputFileError,
     ProgramFormatError,
     UnsupportedExecutorchError,
 )
@@ -38,11 +40,14 @@ __all__ = [
     "DroppedConstant",
     "audit_file",
     "AuditReport",
+    "prune_file",
+    "FilePruneReport",
     "install",
     "uninstall",
     "EmitterFilterError",
     "UnsupportedExecutorchError",
     "ProgramFormatError",
+    "OutputFileError",
     "InvariantError",
     "SUPPORTED_EXECUTORCH",
     "ENV_PRUNE",
@@ -56,6 +61,8 @@ ENV_PRUNE = "EMITTER_FILTER_PRUNE"
 _LAZY = {
     "audit_file": "emitter_filter.audit",
     "AuditReport": "emitter_filter.audit",
+    "prune_file": "emitter_filter.rewrite_file",
+    "FilePruneReport": "emitter_filter.rewrite_file",
     "ExecutorchBackendConfig": "emitter_filter.config",
     "pruning": "emitter_filter.hook",
     "install": "emitter_filter.hook",

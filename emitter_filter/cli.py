@@ -1,8 +1,9 @@
 """The `emitter-filter` command line (also `python -m emitter_filter`).
 
 Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`;
-2 usage error or bad input (a one-line message naming the file, and the offset
-where one applies; a traceback only with -v); for `run`, what the script exited with.
+2 usage error, bad input or an output `prune` cannot write (a one-line message
+naming the file, and the offset where one applies; a traceback only with -v; no
+output file); for `run`, what the script exited with.
 """
 
 from __future__ import annotations
@@ -84,7 +85,74 @@ def _build_parser() -> argparse.ArgumentParser:
         "--max-dead-bytes", type=_byte_count, default=None, metavar="N",
         help="exit 1 if more than N bytes are dead (a CI gate; 0 means none allowed)",
     )
+
+    prune = commands.add_parser(
+        "prune",
+        help="write a .pte (and its .ptd files) without the constants no program can reach",
+        description=(
+            "Write OUT.pte: IN.pte without the constants and named data its program cannot "
+            "reach, the file prune_constants=True writes for the same model. Streams the "
+            "constant bytes; never modifies or overwrites its input; writes atomically. "
+            "Exit 2 if a file is malformed or an output cannot be written."
+        ),
+    )
+    prune.add_argument("pte", metavar="IN.pte", help="the program file to prune")
+    prune.add_argument("-o", "--output", required=True, metavar="OUT.pte",
+                       help="where to write the pruned program (not IN.pte)")
+    prune.add_argument(
+        "--ptd", action="append", default=[], metavar="IN.ptd",
+        help="a .ptd file with the program's external data (repeatable; needs --ptd-out)",
+    )
+    prune.add_argument("--ptd-out", metavar="DIR",
+                       help="the directory for the pruned .ptd files, under their input names")
+    prune.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
+
+
+def _progress_printer():
+    """Progress on stderr for long copies, only where a person watches (a terminal)."""
+    if not sys.stderr.isatty():
+        return None
+    shown = [-1]
+
+    def show(done: int, total: int) -> None:
+        percent = 100 * done // max(total, 1)
+        if percent != shown[0]:
+            shown[0] = percent
+            end = "\n" if done >= total else ""
+            print(f"\remitter-filter: {done >> 20:,}/{total >> 20:,} MiB", end=end,
+                  file=sys.stderr, flush=True)
+
+    return show
+
+
+def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.rewrite_file import prune_file
+
+    if options.ptd and options.ptd_out is None:
+        print("emitter-filter prune: --ptd needs --ptd-out DIR", file=sys.stderr)
+        return EXIT_USAGE
+    report = prune_file(
+        options.pte, options.output, options.ptd, options.ptd_out,
+        progress=_progress_printer(),
+    )
+    if options.json:
+        print(json.dumps({
+            "path": report.path,
+            "output": report.output,
+            "ptd_outputs": [{"path": p, "output": o} for p, o in report.ptd_outputs],
+            "bytes_before": report.bytes_before,
+            "bytes_after": report.bytes_after,
+            "dropped_bytes": sum(d.nbytes for d in report.dropped),
+            "dropped": [{"space": d.space, "index": d.index, "bytes": d.nbytes,
+                         "name": d.name} for d in report.dropped],
+            "dropped_values": report.dropped_values,
+            "dropped_named_data": list(report.dropped_named_data),
+            "kept_unprovable": list(report.kept_unprovable),
+        }, indent=2))
+    else:
+        print(report.summary())
+    return EXIT_OK
 
 
 def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
@@ -190,10 +258,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     # One INFO line per prune is the point of `run`: show it unless asked for more.
+    # `prune` prints its own summary on stdout, so it logs only when asked to.
+    quiet = options.command == "prune" and not options.verbose
     logging.getLogger("emitter_filter").setLevel(
-        logging.DEBUG if options.verbose > 1 else logging.INFO
+        logging.DEBUG if options.verbose > 1 else logging.WARNING if quiet else logging.INFO
     )
-    commands = {"run": _run, "audit": _audit}
+    commands = {"run": _run, "audit": _audit, "prune": _prune}
     try:
         return commands[options.command](parser, options)
     except EmitterFilterError as error:

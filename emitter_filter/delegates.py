@@ -35,17 +35,29 @@ _XNN_HEADER_MAGIC = b"XH00"
 _XNN_FLATBUFFER_IDS = (b"XN00", b"XN01")
 
 
-def _xnnpack_flatbuffer_span(processed: bytes) -> tuple[int, int]:
-    """(offset, size) of the XNNGraph flatbuffer inside an XNNPACK blob."""
-    if len(processed) >= _XNN_HEADER.size and processed[4:8] == _XNN_HEADER_MAGIC:
-        _, _, _, offset, size, _, _ = _XNN_HEADER.unpack_from(processed)
-        if offset + size > len(processed):
+#: Bytes of a blob's head that `xnnpack_flatbuffer_span` needs.
+XNN_HEADER_SIZE = _XNN_HEADER.size
+
+
+def xnnpack_flatbuffer_span(head: bytes, blob_size: int) -> tuple[int, int]:
+    """(offset, size) of the XNNGraph flatbuffer inside an XNNPACK blob.
+
+    Package-internal (not in `__all__`): the file side reads only this span of a
+    blob stored in a segment, never its constant data.
+
+    Args:
+        head: The blob's first `XNN_HEADER_SIZE` bytes (fewer if it is shorter).
+        blob_size: The blob's size.
+    """
+    if len(head) >= _XNN_HEADER.size and head[4:8] == _XNN_HEADER_MAGIC:
+        _, _, _, offset, size, _, _ = _XNN_HEADER.unpack_from(head)
+        if offset + size > blob_size:
             raise ProgramFormatError(
-                f"XNNPACK flatbuffer offset {offset} + size {size} > blob size {len(processed)}"
+                f"XNNPACK flatbuffer offset {offset} + size {size} > blob size {blob_size}"
             )
         return offset, size
     # No header: the whole blob is the flatbuffer, as the runtime also accepts.
-    return 0, len(processed)
+    return 0, blob_size
 
 
 def xnnpack_named_keys(processed: bytes) -> tuple[str, ...]:
@@ -57,7 +69,7 @@ def xnnpack_named_keys(processed: bytes) -> tuple[str, ...]:
     Raises:
         ProgramFormatError: The blob is not an XNNPACK graph the runtime would load.
     """
-    offset, size = _xnnpack_flatbuffer_span(processed)
+    offset, size = xnnpack_flatbuffer_span(processed[:_XNN_HEADER.size], len(processed))
     identifier = processed[offset + 4 : offset + 8]
     if size < 8 or identifier not in _XNN_FLATBUFFER_IDS:
         raise ProgramFormatError(
@@ -72,7 +84,8 @@ def xnnpack_named_keys(processed: bytes) -> tuple[str, ...]:
             # blob (offset != UINT64_MAX) have no key either.
             if named_key:
                 keys[named_key.decode("utf-8")] = None
-    except (struct.error, IndexError, UnicodeDecodeError) as e:
+    # The flatbuffers runtime reports a negative offset in a corrupt buffer as a TypeError.
+    except (struct.error, IndexError, TypeError, ValueError, UnicodeDecodeError) as e:
         raise ProgramFormatError(f"malformed XNNPACK flatbuffer: {e}") from e
     return tuple(keys)
 

@@ -6,6 +6,7 @@ __all__ = [
     "EmitterFilterError",
     "UnsupportedExecutorchError",
     "ProgramFormatError",
+    "OutputFileError",
     "InvariantError",
 ]
 
@@ -20,6 +21,10 @@ class UnsupportedExecutorchError(EmitterFilterError, ImportError):
 
 class ProgramFormatError(EmitterFilterError, ValueError):
     """A program or file does not follow the ExecuTorch schema (bad index, bad header)."""
+
+
+class OutputFileError(EmitterFilterError, ValueError):
+    """An output cannot be written as asked: it would replace an input, or is unwritable."""
 
 
 class InvariantError(EmitterFilterError, AssertionError):

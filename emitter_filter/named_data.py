@@ -31,9 +31,8 @@ import dataclasses
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
-
-from executorch.exir.schema import BackendDelegate, DataLocation, ExecutionPlan, Program
 
 from emitter_filter.delegates import delegate_named_keys
 from emitter_filter.duplicates import DuplicateGroup, find_duplicate_data
@@ -42,6 +41,7 @@ from emitter_filter.errors import InvariantError, ProgramFormatError
 if TYPE_CHECKING:
     from executorch.exir._serialize._named_data_store import NamedDataStoreOutput
     from executorch.exir.emit import EmitterOutput
+    from executorch.exir.schema import BackendDelegate, ExecutionPlan, Program
 
 __all__ = [
     "DelegateRef",
@@ -165,6 +165,10 @@ def _store_entries(named_data: NamedDataStoreOutput | None) -> Iterator[NamedDat
 def _processed_bytes(
     program: Program, plan: ExecutionPlan, index: int, delegate: BackendDelegate
 ) -> bytes:
+    # Imported here: the file side (`rewrite_file`) shares this module without
+    # paying for `executorch.exir`.
+    from executorch.exir.schema import DataLocation
+
     processed = delegate.processed
     if processed.location != DataLocation.INLINE:
         # As emitted, every delegate is inline; `deserialize_pte_binary` inlines them again.
@@ -197,8 +201,7 @@ def find_named_data_use(
         ProgramFormatError: A delegate refers to data that does not exist, an
             XNNPACK blob is malformed, or an entry refers to a missing buffer.
     """
-    named: dict[str, None] = {}
-    opaque: list[DelegateRef] = []
+    delegate_keys: list[tuple[DelegateRef, tuple[str, ...] | None]] = []
     # `backend_delegate_data` is deduplicated by bytes alone, across backends:
     # read each (backend, blob) once.
     keys_of_blob: dict[tuple[str, int], tuple[str, ...] | None] = {}
@@ -211,16 +214,37 @@ def find_named_data_use(
                     keys_of_blob[blob] = delegate_named_keys(delegate.id, processed)
                 except ProgramFormatError as e:
                     raise ProgramFormatError(f"plan {plan.name!r} delegate {index}: {e}") from e
-            keys = keys_of_blob[blob]
-            if keys is None:
-                opaque.append(DelegateRef(plan.name, index, delegate.id))
-            else:
-                named.update(dict.fromkeys(keys))
+            delegate_keys.append(
+                (DelegateRef(plan.name, index, delegate.id), keys_of_blob[blob])
+            )
+    return classify_named_keys(delegate_keys, (e.key for e in _store_entries(named_data)))
 
+
+def classify_named_keys(
+    delegate_keys: Sequence[tuple[DelegateRef, Sequence[str] | None]],
+    store_keys: Iterable[str],
+) -> NamedDataUse:
+    """Applies the rules of the module docstring to keys, wherever they are stored.
+
+    The storage-neutral half of `find_named_data_use`, shared with the file side
+    (`rewrite_file`). Package-internal: not in `__all__`.
+
+    Args:
+        delegate_keys: Every root delegate, in plan order, with the keys its blob
+            names, or None when its backend's blob is opaque.
+        store_keys: Every key of the named data, in store order.
+    """
+    named: dict[str, None] = {}
+    opaque: list[DelegateRef] = []
+    for ref, keys in delegate_keys:
+        if keys is None:
+            opaque.append(ref)
+        else:
+            named.update(dict.fromkeys(keys))
     live: dict[str, None] = {}
     unnamed: dict[str, None] = {}
-    for entry in _store_entries(named_data):
-        (live if entry.key in named else unnamed)[entry.key] = None
+    for key in store_keys:
+        (live if key in named else unnamed)[key] = None
     unnamed_keys = tuple(key for key in unnamed if key not in live)
     return NamedDataUse(
         live=tuple(live),

@@ -31,8 +31,13 @@ from emitter_filter._program_fbs.executorch_flatbuffer.ScalarType import ScalarT
 from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
     TensorDataLocation,
 )
-from emitter_filter._program_fbs.fb_xnnpack.XNNGraph import XNNGraph
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
+from emitter_filter.delegates import (
+    XNN_HEADER_SIZE,
+    XNNPACK_BACKEND_ID,
+    xnnpack_flatbuffer_span,
+    xnnpack_named_keys,
+)
 from emitter_filter.errors import ProgramFormatError
 from emitter_filter.reachability import (
     DataRef,
@@ -47,12 +52,14 @@ __all__ = [
     "Segment",
     "TensorEntry",
     "DataEntry",
-    "NamedDataEntry",
+    "NamedData",
     "DelegateData",
     "PtdFile",
     "PteFile",
     "read_ptd",
+    "read_ptd_flat_tensor",
     "read_pte",
+    "read_pte_program",
 ]
 
 logger = logging.getLogger(__name__)
@@ -60,7 +67,6 @@ logger = logging.getLogger(__name__)
 # The flatbuffer starts with a u32 root offset and the schema's file_identifier.
 _PROGRAM_IDENTIFIER = b"ET12"  # schema/program.fbs
 _FLAT_TENSOR_IDENTIFIER = b"FT01"  # extension/flat_tensor/serialize/flat_tensor.fbs
-_XNNPACK_IDENTIFIERS = (b"XN00", b"XN01")  # backends/xnnpack/serialization/schema.fbs
 
 # Extended header, inserted after the file identifier when the file has segments.
 # Mirrors `_ExtendedHeader` in exir/_serialize/_program.py (and
@@ -82,14 +88,6 @@ _NUM_HEAD_BYTES = 64
 #   [40:48] u64 segment data size
 _FH_MAGIC = b"FH01"
 _FH = struct.Struct("<4sIQQQQ")
-
-# XNNHeader at the start of an XNNPACK blob. Mirrors `XNNHeader` in
-# backends/xnnpack/serialization/xnnpack_graph_serialize.py; keep in sync:
-#   [0:4] zeros  [4:8] b"XH00"  [8:10] u16 header length  [10:14] u32 flatbuffer offset
-#   [14:18] u32 flatbuffer size  [18:22] u32 constant data offset  [22:30] u64 size
-_XNN_MAGIC = b"XH00"
-_XNN = struct.Struct("<4s4sHIIIQ")
-_XNNPACK_BACKEND_ID = "XnnpackBackend"
 
 # Bytes per element for each ScalarType, as the runtime's elementSize() has them.
 _ELEMENT_SIZE = {
@@ -154,8 +152,8 @@ class DataEntry:
 
 
 @dataclass(frozen=True)
-class NamedDataEntry:
-    """One named blob: `Program.named_data` in the `.pte`, or a key of a `.ptd`."""
+class NamedData:
+    """One entry of `Program.named_data` (`.pte`) or `FlatTensor.named_data` (`.ptd`), located."""
 
     key: str
     file: str
@@ -186,7 +184,7 @@ class PtdFile:
 
     path: str
     file_bytes: int
-    named_data: Mapping[str, NamedDataEntry]
+    named_data: Mapping[str, NamedData]
     layouts: Mapping[str, tuple[int, tuple[int, ...]]]
 
 
@@ -221,7 +219,7 @@ class PteFile:
     entries: Mapping[DataSpace, Mapping[int, DataEntry]]
     constant_segment: int | None
     mutable_segment: int | None
-    named_data: tuple[NamedDataEntry, ...]
+    named_data: tuple[NamedData, ...]
     delegates: tuple[DelegateData, ...]
     unreferenced_segments: tuple[Segment, ...]
     ptd_files: tuple[PtdFile, ...]
@@ -304,16 +302,19 @@ def _unpack(source: _Source, cls, buffer: bytes, what: str):
         )
     try:
         return cls.InitFromPackedBuf(buffer, 0)
-    except (struct.error, IndexError, ValueError, UnicodeDecodeError) as error:
+    # The flatbuffers runtime reports a negative offset in a corrupt buffer as a TypeError.
+    except (struct.error, IndexError, TypeError, ValueError, UnicodeDecodeError) as error:
         raise PteFormatError(source.name, f"corrupt {what}: {error}") from error
 
 
-def _tensor_nbytes(tensor) -> int | None:
+def _tensor_nbytes(tensor, where: str) -> int | None:
     """numel * element size: what the serializer wrote for a constant tensor."""
     size = _ELEMENT_SIZE.get(tensor.scalarType)
     if size is None:
         return None
     for dim in _ints(tensor.sizes):
+        if dim < 0:
+            raise ProgramFormatError(f"{where}: size {dim} < 0 in sizes {_ints(tensor.sizes)}")
         size *= dim
     return size
 
@@ -327,6 +328,11 @@ def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
         roots.extend(_ints(chain.outputs))
         for instruction in chain.instructions or ():
             kind, args = instruction.instrArgsType, instruction.instrArgs
+            if args is None:
+                # The object API leaves a missing table None: a corrupt or truncated program.
+                raise ProgramFormatError(
+                    f"plan {name!r}: instruction of kind {kind} has no arguments"
+                )
             if kind in (InstructionArguments.KernelCall, InstructionArguments.DelegateCall):
                 roots.extend(_ints(args.args))
             elif kind == InstructionArguments.MoveCall:
@@ -341,6 +347,8 @@ def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
     data_refs: dict[int, DataRef] = {}
     for index, evalue in enumerate(plan.values or ()):
         kind, val = evalue.valType, evalue.val
+        if val is None and kind != KernelTypes.NONE:
+            raise ProgramFormatError(f"plan {name!r}: value {index} of kind {kind} has no table")
         if kind in (KernelTypes.IntList, KernelTypes.TensorList, KernelTypes.OptionalTensorList):
             list_items[index] = _ints(val.items)
         elif kind == KernelTypes.Tensor:
@@ -361,7 +369,7 @@ def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
                         ref=ref,
                         dtype=_SCALAR_TYPE_NAMES.get(val.scalarType, str(val.scalarType)),
                         shape=tuple(_ints(val.sizes)),
-                        nbytes=_tensor_nbytes(val),
+                        nbytes=_tensor_nbytes(val, f"plan {name!r} value {index}"),
                         name=fqn,
                     )
                 )
@@ -483,34 +491,13 @@ def _first_nbytes(tensors: Iterable[TensorEntry], space: DataSpace) -> dict[int,
 
 
 def _xnnpack_keys(source: _Source, blob_offset: int, blob_size: int, read) -> frozenset[str]:
-    """The named-data keys in an XNNPACK blob's `XNNGraph.constant_data`."""
-    head = read(0, min(_XNN.size, blob_size))
-    if len(head) >= _XNN.size and head[4:8] == _XNN_MAGIC:
-        _, _, _, fb_offset, fb_size, _, _ = _XNN.unpack(head)
-        if fb_offset + fb_size > blob_size:
-            raise PteFormatError(
-                source.name,
-                f"XNNPACK blob: flatbuffer {fb_offset}+{fb_size} exceeds blob size {blob_size}",
-                blob_offset,
-            )
-    else:
-        fb_offset, fb_size = 0, blob_size
-    flatbuffer = read(fb_offset, fb_size)
-    if flatbuffer[4:8] not in _XNNPACK_IDENTIFIERS:
-        raise PteFormatError(
-            source.name,
-            f"XNNPACK blob: flatbuffer identifier {flatbuffer[4:8]!r}, "
-            f"expected one of {_XNNPACK_IDENTIFIERS}",
-            blob_offset + fb_offset + 4,
-        )
+    """The named-data keys of an XNNPACK blob, reading only its header and flatbuffer."""
     try:
-        graph = XNNGraph.GetRootAs(flatbuffer, 0)
-        keys = (graph.ConstantData(i).NamedKey() for i in range(graph.ConstantDataLength()))
-        return frozenset(key.decode() for key in keys if key)
-    except (struct.error, IndexError, ValueError, UnicodeDecodeError) as error:
-        raise PteFormatError(
-            source.name, f"corrupt XNNPACK flatbuffer: {error}", blob_offset + fb_offset
-        ) from error
+        head = read(0, min(XNN_HEADER_SIZE, blob_size))
+        fb_offset, fb_size = xnnpack_flatbuffer_span(head, blob_size)
+        return frozenset(xnnpack_named_keys(read(fb_offset, fb_size)))
+    except ProgramFormatError as error:
+        raise PteFormatError(source.name, f"XNNPACK blob: {error}", blob_offset) from error
 
 
 def _read_delegates(
@@ -521,8 +508,10 @@ def _read_delegates(
     users: dict[tuple[str, int], list[str]] = {}
     for plan in program.executionPlan or ():
         for number, delegate in enumerate(plan.delegates or ()):
-            location, index = delegate.processed.location, delegate.processed.index
             where = f"plan {_text(plan.name)!r} delegate {number}"
+            if delegate.processed is None:
+                raise PteFormatError(source.name, f"{where}: no processed data reference")
+            location, index = delegate.processed.location, delegate.processed.index
             if location == DataLocation.SEGMENT:
                 _segment(source, segments, index, where)
                 key = ("segment", index)
@@ -555,7 +544,7 @@ def _read_delegates(
             def read(start, count, data=data):
                 return data[start : start + count]
 
-        opaque = not backend_ids or any(b != _XNNPACK_BACKEND_ID for b in backend_ids)
+        opaque = not backend_ids or any(b != XNNPACK_BACKEND_ID for b in backend_ids)
         keys = None if opaque or not size else _xnnpack_keys(source, offset, size, read)
         blobs.append(DelegateData(location, index, size, offset, tuple(backend_ids), keys))
     return tuple(blobs)
@@ -567,6 +556,11 @@ def read_ptd(path: str | os.PathLike) -> PtdFile:
     Raises:
         PteFormatError: The file is not a `.ptd`, or an offset points outside it.
     """
+    return read_ptd_flat_tensor(path)[0]
+
+
+def read_ptd_flat_tensor(path: str | os.PathLike) -> tuple[PtdFile, FlatTensorT, int]:
+    """`read_ptd`, plus the unpacked `FlatTensor` and the segment base offset, for a rewrite."""
     source = _Source(path)
     try:
         head = source.read(0, min(_NUM_HEAD_BYTES, source.size), "file header")
@@ -594,18 +588,18 @@ def read_ptd(path: str | os.PathLike) -> PtdFile:
                     base + segment.offset,
                 )
             segments.append(Segment(index, base + segment.offset, segment.size))
-        named: dict[str, NamedDataEntry] = {}
+        named: dict[str, NamedData] = {}
         layouts: dict[str, tuple[int, tuple[int, ...]]] = {}
         for entry in flat_tensor.namedData or ():
             key = _text(entry.key) or ""
             segment = _segment(source, segments, entry.segmentIndex, f"named data {key!r}")
-            named[key] = NamedDataEntry(
+            named[key] = NamedData(
                 key, source.name, segment.index, segment.offset, segment.size
             )
             if entry.tensorLayout is not None:
                 layout = entry.tensorLayout
                 layouts[key] = (layout.scalarType, tuple(_ints(layout.sizes)))
-        return PtdFile(source.name, source.size, named, layouts)
+        return PtdFile(source.name, source.size, named, layouts), flat_tensor, base
     finally:
         source.close()
 
@@ -671,6 +665,13 @@ def read_pte(
         PteFormatError: The file is not a `.pte`, is truncated, or points outside itself.
         ProgramFormatError: The program refers to something that does not exist.
     """
+    return read_pte_program(source, ptd_paths)[0]
+
+
+def read_pte_program(
+    source: str | os.PathLike | bytes, ptd_paths: Sequence[str | os.PathLike] = ()
+) -> tuple[PteFile, ProgramT]:
+    """`read_pte`, plus the unpacked program flatbuffer, for a rewrite."""
     ptds = tuple(read_ptd(path) for path in ptd_paths)
     reader = _Source(source)
     try:
@@ -681,7 +682,11 @@ def read_pte(
         )
         segments = _read_segments(reader, program, base)
         tensors: list[TensorEntry] = []
-        plans = tuple(_plan_refs(plan, tensors) for plan in program.executionPlan or ())
+        try:
+            plans = tuple(_plan_refs(plan, tensors) for plan in program.executionPlan or ())
+        except ProgramFormatError as error:
+            # Name the file: the plan-level checks do not know it.
+            raise PteFormatError(reader.name, str(error)) from error
 
         entries: dict[DataSpace, dict[int, DataEntry]] = {space: {} for space in DataSpace}
         referenced: set[int] = set()
@@ -725,7 +730,7 @@ def read_pte(
             segment = _segment(reader, segments, entry.segmentIndex, f"named data {key!r}")
             referenced.add(segment.index)
             named_data.append(
-                NamedDataEntry(key, reader.name, segment.index, segment.offset, segment.size)
+                NamedData(key, reader.name, segment.index, segment.offset, segment.size)
             )
         for ptd in ptds:
             named_data.extend(e for k, e in ptd.named_data.items() if k not in used_keys)
@@ -747,6 +752,6 @@ def read_pte(
             delegates=delegates,
             unreferenced_segments=tuple(s for s in segments if s.index not in referenced),
             ptd_files=ptds,
-        )
+        ), program
     finally:
         reader.close()

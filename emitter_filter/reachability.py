@@ -24,6 +24,8 @@ A value is kept if a root reaches it, directly or through the items of an
 kept if a kept value of *any* plan refers to it, since plans share constants.
 Everything else is dropped. Entry 0 of `constant_buffer` and of the mutable data
 is the runtime's "no data" placeholder: it is never counted, never dropped.
+`order_live_data` gives the order both rewrites (in memory and on disk) renumber
+the kept entries in.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ __all__ = [
     "classify_tensor_data",
     "is_attribute_root",
     "find_live",
+    "order_live_data",
 ]
 
 
@@ -178,3 +181,30 @@ def find_live(plans: Sequence[PlanRefs]) -> Liveness:
         live_values=live_values,
         live_data={space: frozenset(entries) for space, entries in live_data.items()},
     )
+
+
+def order_live_data(plans: Sequence[PlanRefs], liveness: Liveness) -> dict[DataSpace, list[int]]:
+    """Kept entries of each space, in the order kept values first refer to them.
+
+    Plan by plan, value by value: the order in which the emitter would have
+    allocated them had the dead constants never existed. Both rewrites (in memory,
+    `emitted.py`; on disk, `rewrite_file.py`) renumber by it, so each writes what
+    ExecuTorch writes for the model without the dead constants. Placeholders are
+    left out.
+
+    Args:
+        plans: As given to `find_live`. Not modified.
+        liveness: `find_live(plans)`.
+    """
+    order: dict[DataSpace, list[int]] = {space: [] for space in DataSpace}
+    seen: dict[DataSpace, set[int]] = {space: set() for space in DataSpace}
+    for plan, live in zip(plans, liveness.live_values):
+        for index in live:
+            ref = plan.data_refs.get(index)
+            if ref is None or ref.index in seen[ref.space]:
+                continue
+            if ref.space.has_placeholder and ref.index == 0:
+                continue
+            seen[ref.space].add(ref.index)
+            order[ref.space].append(ref.index)
+    return order
