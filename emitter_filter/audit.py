@@ -1,38 +1,55 @@
 """What a `.pte` file (and its `.ptd` files) holds, and which of it no program can reach.
 
 `audit_file` reads only headers and flatbuffers (`pte_file.read_pte`), runs the
-same reachability as the in-process filter (`reachability.find_live`), and
-reports bytes per space:
+same reachability as the in-process filter (`reachability.find_live`) and the
+same named-data rules (`pte_file.classify_file_named_data`), and reports bytes
+per space:
 
 - `constant`, `mutable`, `external`: tensor data; an entry is dead when no live
-  value of any plan refers to it. These are exactly the entries that
-  `prune_constants=True` drops.
-- `named_data`: blobs delegates look up by key. Never counted dead: a key no
-  delegate is known to use (only XNNPACK blobs can be read) is listed in
-  `unattributed_named_data` instead, since an opaque delegate may still use it.
+  value of any plan refers to it.
+- `named_data`: blobs delegates look up by key. A key is dead when no delegate
+  names it and every delegate's keys can be read (XNNPACK); when some delegate is
+  opaque, such keys are kept and listed in `kept_unprovable_named_data` instead.
+  A segment counts dead when every key that refers to it is dead.
 - `delegate`: delegate blobs; dead only if no plan's delegate refers to one.
 - `segments`: segments no field of the program refers to; all dead.
+
+The first three and `named_data` are exactly what `prune_constants=True` and
+`emitter-filter prune` drop. Identical contents stored more than once are listed
+in `duplicates` (not dead): only entries whose size another entry shares are
+read, and hashed only when their first bytes match too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from emitter_filter.pte_file import PteFile, read_pte
+from emitter_filter.duplicates import DuplicateGroup, StoredCopy, group_duplicates
+from emitter_filter.named_data import NamedDataUse
+from emitter_filter.pte_file import (
+    ByteSource,
+    PteFile,
+    Segment,
+    StoredSpan,
+    classify_file_named_data,
+    read_pte,
+)
 from emitter_filter.reachability import DataRef, DataSpace, Liveness, find_live
+from emitter_filter.reports import DroppedConstant
 
 __all__ = [
     "SPACES",
     "JSON_SCHEMA",
     "SpaceBytes",
-    "DeadEntry",
-    "UnattributedNamedData",
+    "UnprovableNamedData",
     "AuditReport",
     "audit_file",
     "audit_pte",
+    "find_dead_entries",
 ]
 
 logger = logging.getLogger(__name__)
@@ -41,7 +58,7 @@ logger = logging.getLogger(__name__)
 SPACES = ("constant", "mutable", "external", "named_data", "delegate", "segments")
 
 #: The value of the "schema" key of `AuditReport.to_json()`; bumped on any incompatible change.
-JSON_SCHEMA = "emitter-filter-audit/1"
+JSON_SCHEMA = "emitter-filter-audit/2"
 
 
 @dataclass(frozen=True)
@@ -54,27 +71,8 @@ class SpaceBytes:
 
 
 @dataclass(frozen=True)
-class DeadEntry:
-    """One entry no program can reach.
-
-    `plan`, `value_index`, `dtype` and `shape` describe the first value that
-    refers to it (None when none does); `name` is its `fully_qualified_name`
-    where the file has one. Indices are the file's own.
-    """
-
-    space: str
-    index: int
-    nbytes: int
-    plan: str | None
-    value_index: int | None
-    dtype: str | None
-    shape: tuple[int, ...] | None
-    name: str | None
-
-
-@dataclass(frozen=True)
-class UnattributedNamedData:
-    """A named blob no readable delegate uses: kept, reported, never counted dead."""
+class UnprovableNamedData:
+    """A named blob no readable delegate uses, kept because an opaque delegate may read it."""
 
     key: str
     nbytes: int
@@ -93,8 +91,13 @@ class AuditReport:
         dead_bytes: Of those, the bytes no program can reach.
         dead_values: Values no root of their plan reaches.
         spaces: Bytes per space, keyed by the names in `SPACES`.
-        dead: Every dead entry, by space then index.
-        unattributed_named_data: Named blobs no readable delegate uses.
+        dead: Every dead entry, by space then index. Named data is listed per key
+            (`index` its position in its file's `named_data`, `name` the key); a
+            segment that several dead keys share counts on the first only.
+        kept_unprovable_named_data: Named blobs no readable delegate uses, kept
+            (not dead) because an opaque delegate may read them.
+        duplicates: Contents stored more than once, over every data space and
+            file, the most duplicated bytes first. Not dead: never dropped.
     """
 
     path: str
@@ -104,10 +107,16 @@ class AuditReport:
     dead_bytes: int
     dead_values: int
     spaces: Mapping[str, SpaceBytes]
-    dead: tuple[DeadEntry, ...]
-    unattributed_named_data: tuple[UnattributedNamedData, ...]
+    dead: tuple[DroppedConstant, ...]
+    kept_unprovable_named_data: tuple[UnprovableNamedData, ...]
+    duplicates: tuple[DuplicateGroup, ...]
 
-    def largest_dead(self, count: int) -> tuple[DeadEntry, ...]:
+    @property
+    def duplicated_bytes(self) -> int:
+        """Bytes stored more than once: each content's size times its extra copies."""
+        return sum(group.duplicated_bytes for group in self.duplicates)
+
+    def largest_dead(self, count: int) -> tuple[DroppedConstant, ...]:
         """The `count` largest dead entries, largest first."""
         return tuple(sorted(self.dead, key=lambda d: (-d.nbytes, d.space, d.index))[:count])
 
@@ -121,6 +130,7 @@ class AuditReport:
             "constant_bytes": self.constant_bytes,
             "dead_bytes": self.dead_bytes,
             "dead_values": self.dead_values,
+            "duplicated_bytes": self.duplicated_bytes,
             "spaces": {
                 name: {"total": s.total, "live": s.live, "dead": s.dead}
                 for name, s in self.spaces.items()
@@ -138,14 +148,25 @@ class AuditReport:
                 }
                 for d in self.dead
             ],
-            "unattributed_named_data": [
+            "kept_unprovable_named_data": [
                 {"key": u.key, "bytes": u.nbytes, "file": u.file}
-                for u in self.unattributed_named_data
+                for u in self.kept_unprovable_named_data
+            ],
+            "duplicates": [
+                {
+                    "bytes": group.nbytes,
+                    "sha256": group.sha256,
+                    "copies": [
+                        {"space": c.space, "tag": c.tag, "index": c.index, "names": list(c.names)}
+                        for c in group.copies
+                    ],
+                }
+                for group in self.duplicates
             ],
         }
 
 
-def _dead_tensor_data(pte: PteFile, liveness: Liveness) -> list[DeadEntry]:
+def _dead_tensor_data(pte: PteFile, liveness: Liveness) -> list[DroppedConstant]:
     """Dead entries of the three tensor data spaces, named after the first value using each."""
     first_user = {}
     for tensor in pte.tensors:
@@ -157,7 +178,7 @@ def _dead_tensor_data(pte: PteFile, liveness: Liveness) -> list[DeadEntry]:
                 continue
             user = first_user.get(DataRef(space, index))
             dead.append(
-                DeadEntry(
+                DroppedConstant(
                     space=space.value,
                     index=index,
                     nbytes=entry.nbytes,
@@ -171,23 +192,105 @@ def _dead_tensor_data(pte: PteFile, liveness: Liveness) -> list[DeadEntry]:
     return dead
 
 
-def _bare(space: str, index: int, nbytes: int) -> DeadEntry:
-    return DeadEntry(space, index, nbytes, None, None, None, None, None)
+def _bare(space: str, index: int, nbytes: int, name: str | None = None) -> DroppedConstant:
+    return DroppedConstant(space, index, nbytes, None, None, None, None, name)
 
 
-def audit_pte(pte: PteFile) -> AuditReport:
-    """Audits what `read_pte` returned; `audit_file` is the usual entry point."""
-    liveness = find_live(pte.plans)
+def _dead_named_data(pte: PteFile, use: NamedDataUse) -> list[DroppedConstant]:
+    """One entry per dead key, `index` its position in its own file's named data.
+
+    A segment's bytes count once, on its first dead key, and only when no live
+    key shares the segment: the bytes `prune` really drops.
+    """
+    dead = frozenset(use.dead)
+    keys_of_segment: dict[tuple[str, int], list[str]] = {}
+    position: dict[tuple[str, str], int] = {}
+    for entry in pte.named_data:
+        keys_of_segment.setdefault((entry.file, entry.segment_index), []).append(entry.key)
+    in_pte = (entry.key for entry in pte.named_data if entry.file == pte.path)
+    position.update(((pte.path, key), i) for i, key in enumerate(in_pte))
+    for ptd in pte.ptd_files:
+        # Among all the .ptd's keys, external constants included.
+        position.update(((ptd.path, key), i) for i, key in enumerate(ptd.named_data))
+    counted: set[tuple[str, int]] = set()
+    entries = []
+    for entry in pte.named_data:
+        if entry.key not in dead:
+            continue
+        segment = (entry.file, entry.segment_index)
+        freed = segment not in counted and all(k in dead for k in keys_of_segment[segment])
+        counted.add(segment)
+        nbytes = entry.nbytes if freed else 0
+        entries.append(_bare("named_data", position[(entry.file, entry.key)], nbytes, entry.key))
+    return entries
+
+
+def find_dead_entries(pte: PteFile, liveness: Liveness, use: NamedDataUse) -> list[DroppedConstant]:
+    """Every entry of a file no program can reach, by space then index; shared with `prune`.
+
+    Args:
+        pte: What `read_pte` returned. Not modified.
+        liveness: `find_live(pte.plans)`.
+        use: `classify_file_named_data(pte)`.
+    """
     dead = _dead_tensor_data(pte, liveness)
-    dead += [
-        _bare("delegate", d.index, d.nbytes) for d in pte.delegates if not d.backend_ids
-    ]
+    dead += _dead_named_data(pte, use)
+    dead += [_bare("delegate", d.index, d.nbytes) for d in pte.delegates if not d.users]
     dead += [_bare("segments", s.index, s.size) for s in pte.unreferenced_segments]
+    return sorted(dead, key=lambda d: (SPACES.index(d.space), d.index))
+
+
+def _stored_copies(
+    pte: PteFile, sources: Mapping[str, ByteSource]
+) -> Iterator[tuple[StoredCopy, StoredSpan]]:
+    """Every stored copy, in file order, as `duplicates._written_copies` lists them in memory.
+
+    External entries sized from shapes (no `.ptd` given) are not stored here, so
+    they are no copies.
+    """
+    for space in (DataSpace.CONSTANT, DataSpace.MUTABLE):
+        for index, entry in sorted(pte.entries[space].items()):
+            if index:
+                span = StoredSpan(sources[entry.file], entry.offset, entry.nbytes)
+                yield StoredCopy(space.value, None, index, ()), span
+    in_pte = [entry for entry in pte.named_data if entry.file == pte.path]
+    for segment, keys in _keys_by_segment(in_pte).items():
+        span = StoredSpan(sources[pte.path], segment.offset, segment.size)
+        yield StoredCopy("named_data", None, segment.index, keys), span
+    for ptd in pte.ptd_files:
+        tag = os.path.splitext(os.path.basename(ptd.path))[0]
+        for segment, keys in _keys_by_segment(ptd.named_data.values()).items():
+            span = StoredSpan(sources[ptd.path], segment.offset, segment.size)
+            yield StoredCopy("external", tag, segment.index, keys), span
+
+
+def _keys_by_segment(entries) -> dict[Segment, tuple[str, ...]]:
+    keys: dict[Segment, list[str]] = {}
+    for entry in entries:
+        segment = Segment(entry.segment_index, entry.offset, entry.nbytes)
+        keys.setdefault(segment, []).append(entry.key)
+    return {segment: tuple(names) for segment, names in keys.items()}
+
+
+def audit_pte(pte: PteFile, sources: Mapping[str, ByteSource]) -> AuditReport:
+    """Audits what `read_pte` returned; `audit_file` is the usual entry point.
+
+    Args:
+        pte: Not modified.
+        sources: The files `pte` was read from, open, by the names it gives them;
+            read only for entries whose size another entry shares.
+    """
+    liveness = find_live(pte.plans)
+    use = classify_file_named_data(pte)
+    dead = find_dead_entries(pte, liveness, use)
 
     totals = {
         space.value: sum(e.nbytes for e in pte.entries[space].values()) for space in DataSpace
     }
-    totals["named_data"] = sum(e.nbytes for e in pte.named_data)
+    # Keys that share a segment share its bytes: count each segment once.
+    totals["named_data"] = sum(
+        nbytes for (_, _, nbytes) in {(e.file, e.segment_index, e.nbytes) for e in pte.named_data}
+    )
     totals["delegate"] = sum(d.nbytes for d in pte.delegates)
     totals["segments"] = sum(s.size for s in pte.unreferenced_segments)
     dead_per_space = dict.fromkeys(SPACES, 0)
@@ -197,15 +300,7 @@ def audit_pte(pte: PteFile) -> AuditReport:
         name: SpaceBytes(totals[name], totals[name] - dead_per_space[name], dead_per_space[name])
         for name in SPACES
     }
-
-    used_keys: set[str] = set()
-    for delegate in pte.delegates:
-        used_keys |= delegate.named_keys or frozenset()
-    unattributed = tuple(
-        UnattributedNamedData(e.key, e.nbytes, e.file)
-        for e in pte.named_data
-        if e.key not in used_keys
-    )
+    unprovable = frozenset(use.kept_unprovable)
     files = ((pte.path, pte.file_bytes), *((p.path, p.file_bytes) for p in pte.ptd_files))
     report = AuditReport(
         path=pte.path,
@@ -215,11 +310,17 @@ def audit_pte(pte: PteFile) -> AuditReport:
         dead_bytes=sum(dead_per_space.values()),
         dead_values=liveness.dead_value_count(pte.plans),
         spaces=spaces,
-        dead=tuple(sorted(dead, key=lambda d: (SPACES.index(d.space), d.index))),
-        unattributed_named_data=unattributed,
+        dead=tuple(dead),
+        kept_unprovable_named_data=tuple(
+            UnprovableNamedData(e.key, e.nbytes, e.file)
+            for e in pte.named_data
+            if e.key in unprovable
+        ),
+        duplicates=group_duplicates(_stored_copies(pte, sources)),
     )
     logger.debug(
-        "%s: %d of %d constant bytes dead", pte.path, report.dead_bytes, report.constant_bytes
+        "%s: %d of %d constant bytes dead, %d duplicated",
+        pte.path, report.dead_bytes, report.constant_bytes, report.duplicated_bytes,
     )
     return report
 
@@ -229,7 +330,8 @@ def audit_file(
 ) -> AuditReport:
     """Reports the bytes of a `.pte` file (and its `.ptd` files) that no program can reach.
 
-    Reads headers and flatbuffers only, never the constant data itself.
+    Reads headers and flatbuffers, and of the data only the entries whose size
+    another entry shares (to find duplicates).
 
     Args:
         path: The `.pte` file, or its bytes. Not modified.
@@ -240,4 +342,7 @@ def audit_file(
         PteFormatError: A file is malformed or the `.ptd` does not match the `.pte`.
         ProgramFormatError: The program refers to something that does not exist.
     """
-    return audit_pte(read_pte(path, ptd_paths))
+    pte = read_pte(path, ptd_paths)
+    with contextlib.ExitStack() as stack:
+        opened = [stack.enter_context(ByteSource(p)) for p in (path, *ptd_paths)]
+        return audit_pte(pte, {source.name: source for source in opened})

@@ -69,10 +69,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "audit",
         help="report the constant bytes of a .pte (and its .ptd files) no program can reach",
         description=(
-            "Report what MODEL.pte holds per data space and which entries no program can "
-            "reach: the bytes prune_constants=True would drop. Reads only headers and "
-            "flatbuffers, never the constant data. Exit 1 if the dead bytes exceed "
-            "--max-dead-bytes, 2 if a file is malformed."
+            "Report what MODEL.pte holds per data space, which entries no program can "
+            "reach (the bytes prune_constants=True and prune drop, named data included) "
+            "and which contents are stored more than once. Reads headers and flatbuffers, "
+            "and only the data entries whose size another entry shares. Exit 1 if the "
+            "dead bytes exceed --max-dead-bytes, 2 if a file is malformed."
         ),
     )
     audit.add_argument("pte", metavar="MODEL.pte", help="the program file")
@@ -187,7 +188,7 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 
 
 def _format_audit(report) -> str:
-    """The human table: spaces, then the largest dead entries, then unattributed named data."""
+    """The human table: spaces, the largest dead entries, unprovable named data, duplicates."""
     lines = [
         f"{report.path}: {report.file_bytes:,} bytes in {len(report.files)} file(s); "
         f"{report.constant_bytes:,} constant bytes, {report.dead_bytes:,} dead "
@@ -210,11 +211,27 @@ def _format_audit(report) -> str:
                 f"{d.nbytes:>14,}  {d.space:<10}{d.index:>6}  {d.plan or '-':<12}{value:>6}  "
                 f"{d.dtype or '-':<8}{shape:<16}{d.name or '-'}"
             )
-    if report.unattributed_named_data:
-        lines.append("named data no readable delegate uses (kept, not counted dead):")
-        for u in report.unattributed_named_data:
+    if report.kept_unprovable_named_data:
+        lines.append("named data kept because an opaque delegate may read it (not dead):")
+        for u in report.kept_unprovable_named_data:
             lines.append(f"{u.nbytes:>14,}  {u.key}  ({u.file})")
+    if report.duplicates:
+        lines.append(
+            f"duplicated: {report.duplicated_bytes:,} bytes in {len(report.duplicates)} "
+            "content(s) stored more than once (not dead):"
+        )
+        for group in report.duplicates:
+            copies = ", ".join(_copy_location(c) for c in group.copies)
+            lines.append(f"{group.nbytes:>14,}  x{len(group.copies)}  {copies}")
     return "\n".join(lines)
+
+
+def _copy_location(copy) -> str:
+    """`space[index]`, with the .ptd tag and the keys where the copy has them."""
+    where = copy.space if copy.tag is None else f"{copy.space}:{copy.tag}"
+    index = "" if copy.index is None else f"[{copy.index}]"
+    names = f" ({', '.join(copy.names)})" if copy.names else ""
+    return f"{where}{index}{names}"
 
 
 def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:

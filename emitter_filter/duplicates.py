@@ -15,15 +15,18 @@ A copy is one region the serializer writes (`exir/_serialize/_serialize.py`,
   `external_data[tag]`: the serializer merges both into one `NamedDataStore`,
   which keeps identical bytes once per file.
 
-Empty entries are never copies. Contents are grouped by length and first 32
-bytes, and only then hashed (sha256), as `NamedDataStore` does: weights of one
-shape rarely share a prefix, so most are never hashed. Nothing is copied.
+Empty entries are never copies. Contents are grouped by length, then by first
+32 bytes, and only then hashed (sha256), as `NamedDataStore` does: a content
+whose length no other has is never read, and weights of one shape rarely share a
+prefix, so most are never hashed. Nothing is copied. `group_duplicates` is that
+grouping alone, over copies wherever they are stored: `audit` feeds it ranges of
+files on disk.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,8 +45,10 @@ class StoredCopy:
         space: "constant" (`constant_buffer`), "mutable" (`mutable_data`),
             "named_data" (`pte_data`, in the .pte) or "external" (a `.ptd`).
         tag: The external tag (`<tag>.ptd`) for "external", else None.
-        index: The entry's index in `constant_buffer` or `mutable_data`, or the
-            buffer index of "named_data"; None for "external".
+        index: The entry's index in `constant_buffer` or `mutable_data`; for
+            "named_data", the buffer index (in memory) or segment index (in a
+            file); for "external", None in memory (copies of one tag are merged)
+            and the segment index of the `.ptd` in a file.
         names: The named-data keys and external fqns that refer to this copy.
     """
 
@@ -70,7 +75,8 @@ class DuplicateGroup:
 _PREFIX = 32
 
 
-# `FileBackedData` (named data a backend left on disk) reads and hashes itself.
+# `FileBackedData` (named data a backend left on disk) and `pte_file.StoredSpan`
+# read and hash themselves.
 def _prefix(data) -> bytes:
     return data.prefix(_PREFIX) if hasattr(data, "prefix") else data[:_PREFIX]
 
@@ -113,21 +119,66 @@ def _written_copies(
 
 
 def _merge_same_file(copies: list[StoredCopy]) -> list[StoredCopy]:
-    """Collapses identical-content copies in one `.ptd` into one copy with all their names."""
+    """Collapses identical-content copies of one `.ptd` segment into one copy with all their names.
+
+    In memory a tag's copies have no index (the serializer merges them into one
+    segment); in a file, distinct segments stay distinct copies.
+    """
     merged: list[StoredCopy] = []
-    position: dict[str, int] = {}
+    position: dict[tuple[str | None, int | None], int] = {}
     for copy in copies:
         if copy.space != "external":
             merged.append(copy)
             continue
-        at = position.get(copy.tag)
+        at = position.get((copy.tag, copy.index))
         if at is None:
-            position[copy.tag] = len(merged)
+            position[(copy.tag, copy.index)] = len(merged)
             merged.append(copy)
         else:
             first = merged[at]
-            merged[at] = StoredCopy("external", copy.tag, None, first.names + copy.names)
+            merged[at] = StoredCopy("external", copy.tag, copy.index, first.names + copy.names)
     return merged
+
+
+def group_duplicates(copies: Iterable[tuple[StoredCopy, object]]) -> tuple[DuplicateGroup, ...]:
+    """Groups copies by content: the storage-neutral core of `find_duplicate_data`.
+
+    Package-internal (not in `__all__`): `audit` uses it on files.
+
+    Args:
+        copies: Each copy, in the order it is written, with its data: a bytes-like
+            object, or anything with `len()`, `prefix(n)` and `sha256()` (read
+            only for copies whose length another copy shares). Not modified.
+
+    Returns:
+        One group per duplicated content, the most duplicated bytes first (ties in
+        the order the copies were given).
+    """
+    by_length: dict[int, list[tuple[int, StoredCopy, object]]] = {}
+    for written, (copy, data) in enumerate(copies):
+        if len(data):
+            by_length.setdefault(len(data), []).append((written, copy, data))
+
+    found: list[tuple[int, DuplicateGroup]] = []
+    for nbytes, same_length in by_length.items():
+        if len(same_length) < 2:
+            continue
+        by_prefix: dict[bytes, list[tuple[int, StoredCopy, object]]] = {}
+        for candidate in same_length:
+            by_prefix.setdefault(_prefix(candidate[2]), []).append(candidate)
+        for candidates in by_prefix.values():
+            if len(candidates) < 2:
+                continue
+            by_digest: dict[bytes, list[tuple[int, StoredCopy]]] = {}
+            for written, copy, data in candidates:
+                by_digest.setdefault(_sha256(data), []).append((written, copy))
+            for digest, members in by_digest.items():
+                merged = _merge_same_file([copy for _, copy in members])
+                if len(merged) > 1:
+                    group = DuplicateGroup(nbytes, digest.hex(), tuple(merged))
+                    found.append((members[0][0], group))
+    found.sort(key=lambda item: (-item[1].duplicated_bytes, item[0]))
+    return tuple(group for _, group in found)
 
 
 def find_duplicate_data(
@@ -143,22 +194,4 @@ def find_duplicate_data(
         One group per duplicated content, the most duplicated bytes first (ties in
         the order the serializer writes them).
     """
-    by_fingerprint: dict[tuple[int, bytes], list[tuple[int, StoredCopy, object]]] = {}
-    for written, (copy, data) in enumerate(_written_copies(emitter_output, named_data)):
-        if len(data):
-            fingerprint = (len(data), _prefix(data))
-            by_fingerprint.setdefault(fingerprint, []).append((written, copy, data))
-
-    found: list[tuple[int, DuplicateGroup]] = []
-    for (nbytes, _), candidates in by_fingerprint.items():
-        if len(candidates) < 2:
-            continue
-        by_digest: dict[bytes, list[tuple[int, StoredCopy]]] = {}
-        for written, copy, data in candidates:
-            by_digest.setdefault(_sha256(data), []).append((written, copy))
-        for digest, members in by_digest.items():
-            copies = _merge_same_file([copy for _, copy in members])
-            if len(copies) > 1:
-                found.append((members[0][0], DuplicateGroup(nbytes, digest.hex(), tuple(copies))))
-    found.sort(key=lambda item: (-item[1].duplicated_bytes, item[0]))
-    return tuple(group for _, group in found)
+    return group_duplicates(_written_copies(emitter_output, named_data))

@@ -49,6 +49,7 @@ from emitter_filter.reachability import (
     classify_tensor_data,
     find_live,
     is_attribute_root,
+    new_data_indices,
     order_live_data,
 )
 from emitter_filter.reports import DroppedConstant, PruneReport
@@ -247,12 +248,7 @@ def _remap_data(
     snapshot taken before any change, so a Tensor object shared by two values is
     not renumbered twice.
     """
-    new_index: dict[DataSpace, dict[int, int]] = {}
-    for space, kept in order.items():
-        first = 1 if space.has_placeholder else 0
-        new_index[space] = {old: first + new for new, old in enumerate(kept)}
-        if space.has_placeholder:
-            new_index[space][0] = 0
+    new_index = new_data_indices(order)
 
     program = emitter_output.program
     live_fqns: set[str] = set()

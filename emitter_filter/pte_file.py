@@ -4,16 +4,20 @@ Nothing here imports torch or `executorch.exir` (seconds to import): the program
 flatbuffer is read with code generated from ExecuTorch's schema
 (`emitter_filter._program_fbs`), and the fixed-size headers with `struct`.
 Segment data is never read, except the header and flatbuffer of XNNPACK
-delegate blobs, to learn which named-data keys each delegate uses.
+delegate blobs, to learn which named-data keys each delegate uses; `StoredSpan`
+reads an entry's bytes later, only when `audit` asks (to find duplicates).
 
 `read_pte` returns a `PteFile`: the program's `PlanRefs` for
 `reachability.find_live`, and for each data space the size and location of every
 entry. Every offset and index is checked against the file before it is returned,
 so callers never see a reference that points outside it.
+`classify_file_named_data` applies the hook's named-data rules to it, for both
+`audit` and `prune`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -39,6 +43,7 @@ from emitter_filter.delegates import (
     xnnpack_named_keys,
 )
 from emitter_filter.errors import ProgramFormatError
+from emitter_filter.named_data import DelegateRef, NamedDataUse, classify_named_keys
 from emitter_filter.reachability import (
     DataRef,
     DataSpace,
@@ -49,6 +54,8 @@ from emitter_filter.reachability import (
 
 __all__ = [
     "PteFormatError",
+    "ByteSource",
+    "StoredSpan",
     "Segment",
     "TensorEntry",
     "DataEntry",
@@ -60,6 +67,7 @@ __all__ = [
     "read_ptd_flat_tensor",
     "read_pte",
     "read_pte_program",
+    "classify_file_named_data",
 ]
 
 logger = logging.getLogger(__name__)
@@ -80,6 +88,8 @@ _EH_SEGMENT_DATA_SIZE = struct.Struct("<Q")
 _EH_MINIMUM_LENGTH = _EH.size
 # kNumHeadBytes in schema/extended_header.cpp: enough for any extended header.
 _NUM_HEAD_BYTES = 64
+# Bytes per read when hashing stored data: bounds memory whatever the entry's size.
+_HASH_CHUNK = 1 << 20
 
 # FlatTensorHeader, inserted after the `.ptd` file identifier. Mirrors
 # `FlatTensorHeader` in extension/flat_tensor/serialize/serialize.py; keep in sync:
@@ -166,15 +176,16 @@ class NamedData:
 class DelegateData:
     """One delegate blob of `backend_delegate_data` or `segments`, and its users.
 
-    `named_keys` are the named-data keys the blob uses, or None when its backend's
-    format is opaque to us (anything but XNNPACK).
+    `users` are the plans' `delegates` entries that refer to it, in plan order;
+    `named_keys` are the named-data keys the blob uses, or None when a user's
+    backend format is opaque to us (anything but XNNPACK).
     """
 
     location: str
     index: int
     nbytes: int
     offset: int
-    backend_ids: tuple[str, ...]
+    users: tuple[DelegateRef, ...]
     named_keys: frozenset[str] | None
 
 
@@ -225,8 +236,12 @@ class PteFile:
     ptd_files: tuple[PtdFile, ...]
 
 
-class _Source:
-    """Random access to a file or a bytes object, reading only what is asked for."""
+class ByteSource:
+    """Random access to a file or a bytes object, reading only what is asked for.
+
+    A context manager: the file is closed on exit. `name` is the name `read_pte`
+    gives the file (its path, or "<bytes>").
+    """
 
     def __init__(self, source: str | os.PathLike | bytes) -> None:
         if isinstance(source, (bytes, bytearray, memoryview)):
@@ -258,10 +273,45 @@ class _Source:
             raise PteFormatError(self.name, f"short read of {what}", offset)
         return data
 
+    def sha256(self, offset: int, size: int, what: str) -> bytes:
+        """The digest of `size` bytes at `offset`, read in chunks."""
+        digest = hashlib.sha256()
+        for start in range(offset, offset + size, _HASH_CHUNK):
+            digest.update(self.read(start, min(_HASH_CHUNK, offset + size - start), what))
+        return digest.digest()
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+    def __enter__(self) -> ByteSource:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class StoredSpan:
+    """`nbytes` bytes at `offset` of an open `ByteSource`, read only when asked.
+
+    What `duplicates.group_duplicates` needs of a copy: its length, then (only if
+    another copy has that length) its first bytes, then its digest.
+    """
+
+    source: ByteSource
+    offset: int
+    nbytes: int
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def prefix(self, count: int) -> bytes:
+        return self.source.read(self.offset, min(count, self.nbytes), "stored data")
+
+    def sha256(self) -> bytes:
+        return self.source.sha256(self.offset, self.nbytes, "stored data")
 
 
 def _text(value: bytes | str | None) -> str | None:
@@ -273,7 +323,7 @@ def _ints(vector) -> list[int]:
     return [] if vector is None else [int(i) for i in vector]
 
 
-def _check_identifier(source: _Source, head: bytes, expected: bytes, kind: str) -> None:
+def _check_identifier(source: ByteSource, head: bytes, expected: bytes, kind: str) -> None:
     if len(head) < 8:
         raise PteFormatError(source.name, f"not a {kind} file: only {len(head)} bytes", 0)
     identifier = head[4:8]
@@ -293,7 +343,7 @@ def _check_identifier(source: _Source, head: bytes, expected: bytes, kind: str) 
     )
 
 
-def _unpack(source: _Source, cls, buffer: bytes, what: str):
+def _unpack(source: ByteSource, cls, buffer: bytes, what: str):
     """Unpacks a generated root table; a corrupt buffer becomes a `PteFormatError`."""
     root = int.from_bytes(buffer[0:4], "little")
     if not 8 <= root < len(buffer):
@@ -384,7 +434,7 @@ def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
     )
 
 
-def _read_header(source: _Source) -> tuple[int, int]:
+def _read_header(source: ByteSource) -> tuple[int, int]:
     """Returns (program size, segment base offset) from the extended header, if any."""
     head = source.read(0, min(_NUM_HEAD_BYTES, source.size), "file header")
     _check_identifier(source, head, _PROGRAM_IDENTIFIER, "PTE")
@@ -424,7 +474,7 @@ def _read_header(source: _Source) -> tuple[int, int]:
     return program_size, segment_base_offset
 
 
-def _read_segments(source: _Source, program, base: int) -> tuple[Segment, ...]:
+def _read_segments(source: ByteSource, program, base: int) -> tuple[Segment, ...]:
     segments = []
     for index, segment in enumerate(program.segments or ()):
         offset = base + segment.offset
@@ -444,7 +494,7 @@ def _read_segments(source: _Source, program, base: int) -> tuple[Segment, ...]:
     return tuple(segments)
 
 
-def _segment(source: _Source, segments: Sequence[Segment], index: int, what: str) -> Segment:
+def _segment(source: ByteSource, segments: Sequence[Segment], index: int, what: str) -> Segment:
     if not 0 <= index < len(segments):
         raise PteFormatError(
             source.name, f"{what}: segment index {index} >= len(segments) {len(segments)}"
@@ -453,7 +503,7 @@ def _segment(source: _Source, segments: Sequence[Segment], index: int, what: str
 
 
 def _subsegment_entries(
-    source: _Source,
+    source: ByteSource,
     space: DataSpace,
     segment: Segment,
     offsets: Sequence[int],
@@ -490,7 +540,7 @@ def _first_nbytes(tensors: Iterable[TensorEntry], space: DataSpace) -> dict[int,
     return sizes
 
 
-def _xnnpack_keys(source: _Source, blob_offset: int, blob_size: int, read) -> frozenset[str]:
+def _xnnpack_keys(source: ByteSource, blob_offset: int, blob_size: int, read) -> frozenset[str]:
     """The named-data keys of an XNNPACK blob, reading only its header and flatbuffer."""
     try:
         head = read(0, min(XNN_HEADER_SIZE, blob_size))
@@ -501,14 +551,15 @@ def _xnnpack_keys(source: _Source, blob_offset: int, blob_size: int, read) -> fr
 
 
 def _read_delegates(
-    source: _Source, program, segments: Sequence[Segment]
+    source: ByteSource, program, segments: Sequence[Segment]
 ) -> tuple[DelegateData, ...]:
     """Each delegate blob once, from every plan's `delegates` (all are initialised at load)."""
     inline = program.backendDelegateData or []
-    users: dict[tuple[str, int], list[str]] = {}
+    users: dict[tuple[str, int], list[DelegateRef]] = {}
     for plan in program.executionPlan or ():
+        plan_name = _text(plan.name) or ""
         for number, delegate in enumerate(plan.delegates or ()):
-            where = f"plan {_text(plan.name)!r} delegate {number}"
+            where = f"plan {plan_name!r} delegate {number}"
             if delegate.processed is None:
                 raise PteFormatError(source.name, f"{where}: no processed data reference")
             location, index = delegate.processed.location, delegate.processed.index
@@ -524,12 +575,14 @@ def _read_delegates(
                 key = ("inline", index)
             else:
                 raise PteFormatError(source.name, f"{where}: unknown data location {location}")
-            users.setdefault(key, []).append(_text(delegate.id) or "")
+            users.setdefault(key, []).append(
+                DelegateRef(plan_name, number, _text(delegate.id) or "")
+            )
     for index in range(len(inline)):
         users.setdefault(("inline", index), [])
 
     blobs = []
-    for (location, index), backend_ids in users.items():
+    for (location, index), refs in users.items():
         if location == "segment":
             segment = segments[index]
             offset, size = segment.offset, segment.size
@@ -544,9 +597,9 @@ def _read_delegates(
             def read(start, count, data=data):
                 return data[start : start + count]
 
-        opaque = not backend_ids or any(b != XNNPACK_BACKEND_ID for b in backend_ids)
+        opaque = not refs or any(r.backend_id != XNNPACK_BACKEND_ID for r in refs)
         keys = None if opaque or not size else _xnnpack_keys(source, offset, size, read)
-        blobs.append(DelegateData(location, index, size, offset, tuple(backend_ids), keys))
+        blobs.append(DelegateData(location, index, size, offset, tuple(refs), keys))
     return tuple(blobs)
 
 
@@ -561,7 +614,7 @@ def read_ptd(path: str | os.PathLike) -> PtdFile:
 
 def read_ptd_flat_tensor(path: str | os.PathLike) -> tuple[PtdFile, FlatTensorT, int]:
     """`read_ptd`, plus the unpacked `FlatTensor` and the segment base offset, for a rewrite."""
-    source = _Source(path)
+    source = ByteSource(path)
     try:
         head = source.read(0, min(_NUM_HEAD_BYTES, source.size), "file header")
         _check_identifier(source, head, _FLAT_TENSOR_IDENTIFIER, "PTD")
@@ -673,7 +726,7 @@ def read_pte_program(
 ) -> tuple[PteFile, ProgramT]:
     """`read_pte`, plus the unpacked program flatbuffer, for a rewrite."""
     ptds = tuple(read_ptd(path) for path in ptd_paths)
-    reader = _Source(source)
+    reader = ByteSource(source)
     try:
         program_size, base = _read_header(reader)
         program = _unpack(
@@ -755,3 +808,26 @@ def read_pte_program(
         ), program
     finally:
         reader.close()
+
+
+def classify_file_named_data(pte: PteFile) -> NamedDataUse:
+    """Which named-data keys of a file its delegates can reach: the hook's rules, on disk.
+
+    The roots are every plan's `delegates` entries (`named_data` module
+    docstring); the keys are `pte.named_data` less the external constants'
+    fully qualified names, which are tensor data, not named data. `audit` counts
+    and `prune` drops exactly `dead`.
+
+    Args:
+        pte: What `read_pte` returned. Not modified.
+    """
+    plan_position = {plan.name: position for position, plan in enumerate(pte.plans)}
+    uses = sorted(
+        ((ref, blob.named_keys) for blob in pte.delegates for ref in blob.users),
+        key=lambda use: (plan_position[use[0].plan], use[0].index),
+    )
+    external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
+    return classify_named_keys(
+        [(ref, None if keys is None else tuple(sorted(keys))) for ref, keys in uses],
+        [entry.key for entry in pte.named_data if entry.key not in external_fqns],
+    )

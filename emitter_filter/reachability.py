@@ -45,6 +45,7 @@ __all__ = [
     "is_attribute_root",
     "find_live",
     "order_live_data",
+    "new_data_indices",
 ]
 
 
@@ -208,3 +209,17 @@ def order_live_data(plans: Sequence[PlanRefs], liveness: Liveness) -> dict[DataS
             seen[ref.space].add(ref.index)
             order[ref.space].append(ref.index)
     return order
+
+
+def new_data_indices(order: Mapping[DataSpace, Sequence[int]]) -> dict[DataSpace, dict[int, int]]:
+    """Old to new index of each kept entry, from `order_live_data`; placeholders stay at 0.
+
+    Both rewrites renumber `data_buffer_idx` by this one map.
+    """
+    new_index: dict[DataSpace, dict[int, int]] = {}
+    for space, kept in order.items():
+        first = 1 if space.has_placeholder else 0
+        new_index[space] = {old: first + new for new, old in enumerate(kept)}
+        if space.has_placeholder:
+            new_index[space][0] = 0
+    return new_index

@@ -16,12 +16,13 @@ __all__ = ["DroppedConstant", "PruneReport", "report"]
 
 @dataclass(frozen=True)
 class DroppedConstant:
-    """One data entry that was not written.
+    """One data entry that was not written, or (in `audit`) that no program can reach.
 
     `plan`, `value_index`, `dtype` and `shape` describe the first dead value that
     referred to it (all None for an entry no value referred to); `name` is its
     `fully_qualified_name` where the program carries one (external constants,
-    named buffers). Indices are those before pruning.
+    named buffers), or the key of named data. Indices are those before pruning:
+    a file's own indices on disk.
     """
 
     space: str

@@ -9,8 +9,8 @@ same model, without importing torch or `executorch.exir`:
 1. Analyse: `pte_file.read_pte_program` reads headers and the program flatbuffer;
    `reachability.find_live` finds the kept values and data entries, and
    `reachability.order_live_data` renumbers them in first-reference order, the
-   rule `emitted.py` uses in memory; `named_data.classify_named_keys` decides
-   which named data no delegate reaches, as the hook does.
+   rule `emitted.py` uses in memory; `pte_file.classify_file_named_data` decides
+   which named data no delegate reaches, as the hook does and as `audit` counts.
 2. Validate and lay out every output byte before anything is written.
 3. Rewrite the unpacked program (values compacted in order, every value and
    `data_buffer_idx` renumbered in `_remap_plan`), pack it with the generated
@@ -66,17 +66,25 @@ from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import (
     DataSegmentT as FlatTensorDataSegmentT,
 )
-from emitter_filter.audit import DeadEntry, audit_pte
-from emitter_filter.delegates import XNNPACK_BACKEND_ID
+from emitter_filter.audit import find_dead_entries
 from emitter_filter.errors import InvariantError, OutputFileError, UnsupportedExecutorchError
-from emitter_filter.named_data import DelegateRef, classify_named_keys
+from emitter_filter.named_data import NamedDataUse
 from emitter_filter.pte_file import (
     PteFile,
     PteFormatError,
+    classify_file_named_data,
     read_ptd_flat_tensor,
     read_pte_program,
 )
-from emitter_filter.reachability import DataSpace, PlanRefs, find_live, order_live_data
+from emitter_filter.reachability import (
+    DataSpace,
+    Liveness,
+    PlanRefs,
+    find_live,
+    new_data_indices,
+    order_live_data,
+)
+from emitter_filter.reports import DroppedConstant
 
 __all__ = ["FilePruneReport", "prune_file"]
 
@@ -111,7 +119,8 @@ class FilePruneReport:
             of its keys is live (ExecuTorch writes no `.ptd` for such a tag).
         bytes_before: Size of the input files together.
         bytes_after: Size of the output files together.
-        dropped: The dropped data entries and segments (the input's own indices).
+        dropped: The dropped data entries, named data and segments (the input's
+            own indices; see `AuditReport.dead`).
         dropped_values: Values no root of their plan reaches.
         dropped_named_data: Named-data keys no delegate reaches, in file order.
         kept_unprovable: Named-data keys kept only because an opaque delegate may read them.
@@ -123,7 +132,7 @@ class FilePruneReport:
     ptd_outputs: tuple[tuple[str, str | None], ...]
     bytes_before: int
     bytes_after: int
-    dropped: tuple[DeadEntry, ...]
+    dropped: tuple[DroppedConstant, ...]
     dropped_values: int
     dropped_named_data: tuple[str, ...]
     kept_unprovable: tuple[str, ...]
@@ -321,8 +330,6 @@ class _Plan:
     segment_base_offset: int
     segments: list[_OutSegment]
     ptds: list[_PtdPlan]
-    dropped_named_data: tuple[str, ...]
-    kept_unprovable: tuple[str, ...]
 
 
 def _subsegment_spans(offsets: Sequence[int], segment_size: int) -> list[int]:
@@ -383,23 +390,6 @@ def _mutable_segment(
     if at == 0:
         return None
     return _OutSegment(1, pieces), new_offsets
-
-
-def _delegate_keys(pte: PteFile, program) -> list[tuple[DelegateRef, tuple[str, ...] | None]]:
-    keys_of_blob = {(d.location, d.index): d.named_keys for d in pte.delegates}
-    result = []
-    for plan in program.executionPlan or ():
-        name = _text(plan.name)
-        for index, delegate in enumerate(plan.delegates or ()):
-            backend = _text(delegate.id)
-            in_segment = delegate.processed.location == DataLocation.SEGMENT
-            location = "segment" if in_segment else "inline"
-            keys = keys_of_blob.get((location, delegate.processed.index))
-            if backend != XNNPACK_BACKEND_ID or keys is None:
-                result.append((DelegateRef(name, index, backend), None))
-            else:
-                result.append((DelegateRef(name, index, backend), tuple(sorted(keys))))
-    return result
 
 
 def _layout_segments(
@@ -543,24 +533,19 @@ def _insert_header(flatbuffer: bytes, header: bytes) -> bytes:
 
 
 def _plan_pte(
-    pte: PteFile, program, fd: int, ptd_inputs: Sequence[tuple[str, str, int]]
+    pte: PteFile,
+    program,
+    liveness: Liveness,
+    use: NamedDataUse,
+    fd: int,
+    ptd_inputs: Sequence[tuple[str, str, int]],
 ) -> _Plan:
     """Decides every output byte; rewrites `program` (our own unpacked copy) in place."""
-    liveness = find_live(pte.plans)
     order = order_live_data(pte.plans, liveness)
 
-    data_index: dict[DataSpace, dict[int, int]] = {}
-    for space, kept in order.items():
-        first = 1 if space.has_placeholder else 0
-        data_index[space] = {old: first + new for new, old in enumerate(kept)}
-        if space.has_placeholder:
-            data_index[space][0] = 0
+    data_index = new_data_indices(order)
 
-    # Named data: the same rules as the hook, over the .pte's keys and the .ptd
-    # keys that are not external constants.
     external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
-    store_keys = [e.key for e in pte.named_data if e.key not in external_fqns]
-    use = classify_named_keys(_delegate_keys(pte, program), store_keys)
     dead_keys = frozenset(use.dead)
     live_fqns = _live_external_names(program, liveness)
 
@@ -668,8 +653,6 @@ def _plan_pte(
         segment_base_offset=base,
         segments=out,
         ptds=ptds,
-        dropped_named_data=use.dead,
-        kept_unprovable=use.kept_unprovable,
     )
 
 
@@ -854,8 +837,11 @@ def prune_file(
     _check_outputs([src, *ptd_paths], [dst, *ptd_outputs])
 
     pte, program = read_pte_program(src, ptd_paths)
-    dropped = tuple(d for d in audit_pte(pte).dead if d.space != "delegate")
-    dropped_values = find_live(pte.plans).dead_value_count(pte.plans)
+    liveness = find_live(pte.plans)
+    use = classify_file_named_data(pte)
+    # Unused inline delegate blobs stay: the rewrite never touches backend_delegate_data.
+    dropped = tuple(d for d in find_dead_entries(pte, liveness, use) if d.space != "delegate")
+    dropped_values = liveness.dead_value_count(pte.plans)
 
     opened: list[int] = []
     # [fd or None once closed, temporary path, final path], one per output.
@@ -866,7 +852,7 @@ def prune_file(
             (path, output, _open_input(path, opened))
             for path, output in zip(ptd_paths, ptd_outputs)
         ]
-        plan = _plan_pte(pte, program, fd, ptd_inputs)
+        plan = _plan_pte(pte, program, liveness, use, fd, ptd_inputs)
         packed_ptds = [(p, *_pack_ptd(p)) for p in plan.ptds]
         total = plan.segment_base_offset + sum(s.size for s in plan.segments) + sum(
             base + size for _, _, base, size, _ in packed_ptds
@@ -924,8 +910,8 @@ def prune_file(
         bytes_after=written_bytes,
         dropped=dropped,
         dropped_values=dropped_values,
-        dropped_named_data=plan.dropped_named_data,
-        kept_unprovable=plan.kept_unprovable,
+        dropped_named_data=use.dead,
+        kept_unprovable=use.kept_unprovable,
         seconds=time.perf_counter() - started,
     )
     logger.info("%s", report.summary())

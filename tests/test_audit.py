@@ -7,8 +7,11 @@ import json
 
 import pytest
 
+from emitter_filter import audit, pte_file
 from emitter_filter.audit import JSON_SCHEMA, SPACES, audit_file, audit_pte
-from emitter_filter.pte_file import read_pte
+from emitter_filter.pte_file import ByteSource, read_pte
+from emitter_filter.reachability import DataSpace
+from emitter_filter.reports import DroppedConstant
 from emitter_filter.testing import assert_no_dead_constants
 
 CASES = ("plain", "external", "xnnpack", "mutated")
@@ -63,29 +66,66 @@ def test_auditing_bytes_gives_the_same_report_as_the_path(built):
 
 def test_xnnpack_named_data_is_attributed_to_its_delegate_and_live(built):
     report = audit_file(built["xnnpack"].pte)
-    assert report.unattributed_named_data == ()
+    assert report.kept_unprovable_named_data == ()
     named = report.spaces["named_data"]
     assert named.total == named.live > 0 and named.dead == 0
     assert report.spaces["delegate"].dead == 0
 
 
-def test_named_data_of_an_opaque_delegate_is_reported_but_never_dead(built):
+def _audit_with_delegates(pte, delegates):
+    with ByteSource(pte.path) as source:
+        return audit_pte(dataclasses.replace(pte, delegates=delegates), {pte.path: source})
+
+
+def test_named_data_no_readable_delegate_uses_is_dead_when_every_delegate_is_readable(built):
     pte = read_pte(built["xnnpack"].pte)
-    opaque = dataclasses.replace(
-        pte,
-        delegates=tuple(dataclasses.replace(d, named_keys=None) for d in pte.delegates),
-    )
-    report = audit_pte(opaque)
-    assert {u.key for u in report.unattributed_named_data} == {e.key for e in pte.named_data}
+    unused = tuple(dataclasses.replace(d, named_keys=frozenset()) for d in pte.delegates)
+    report = _audit_with_delegates(pte, unused)
+    named_bytes = sum(e.nbytes for e in pte.named_data)
+    assert report.spaces["named_data"].dead == named_bytes > 0
+    assert report.dead_bytes == audit_file(pte.path).dead_bytes + named_bytes
+    assert [(d.space, d.name) for d in report.dead if d.space == "named_data"] == [
+        ("named_data", e.key) for e in pte.named_data
+    ]
+    assert report.kept_unprovable_named_data == ()
+
+
+def test_named_data_of_an_opaque_delegate_is_kept_as_unprovable_and_never_dead(built):
+    pte = read_pte(built["xnnpack"].pte)
+    opaque = tuple(dataclasses.replace(d, named_keys=None) for d in pte.delegates)
+    report = _audit_with_delegates(pte, opaque)
+    assert {u.key for u in report.kept_unprovable_named_data} == {e.key for e in pte.named_data}
     assert report.spaces["named_data"].dead == 0
-    assert report.dead_bytes == audit_pte(pte).dead_bytes
+    assert report.dead_bytes == audit_file(pte.path).dead_bytes
+
+
+def test_dead_entries_are_the_reports_dropped_constant_class(built):
+    assert not hasattr(audit, "DeadEntry")
+    assert all(type(d) is DroppedConstant for d in audit_file(built["plain"].pte).dead)
+
+
+def test_audit_reads_no_data_whose_size_no_other_entry_shares(built, monkeypatch):
+    read = []
+    original = ByteSource.read
+
+    def counting(self, offset, size, what):
+        if what == "stored data":
+            read.append(size)
+        return original(self, offset, size, what)
+
+    monkeypatch.setattr(pte_file.ByteSource, "read", counting)
+    report = audit_file(built["plain"].pte)
+    sizes = [e.nbytes for e in read_pte(built["plain"].pte).entries[DataSpace.CONSTANT].values()]
+    assert len(set(sizes[1:])) == len(sizes) - 1  # the case has no two entries of one size
+    assert read == [] and report.duplicates == ()
 
 
 def test_json_form_has_the_documented_keys(built):
     form = json.loads(json.dumps(audit_file(built["plain"].pte).to_json()))
     assert list(form) == [
         "schema", "path", "files", "file_bytes", "constant_bytes", "dead_bytes",
-        "dead_values", "spaces", "dead", "unattributed_named_data",
+        "dead_values", "duplicated_bytes", "spaces", "dead", "kept_unprovable_named_data",
+        "duplicates",
     ]
     assert form["schema"] == JSON_SCHEMA
     assert list(form["spaces"]) == list(SPACES)

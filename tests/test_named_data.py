@@ -34,6 +34,7 @@ from executorch.extension.pybindings.portable_lib import _load_for_executorch_fr
 
 import emitter_filter
 from emitter_filter import delegates, duplicates, named_data
+from emitter_filter.audit import audit_file
 from emitter_filter.delegates import XNNPACK_BACKEND_ID, xnnpack_named_keys
 from emitter_filter.errors import InvariantError, ProgramFormatError
 from emitter_filter.named_data import (
@@ -359,6 +360,22 @@ def test_tied_embedding_weight_is_reported_as_duplicated(tied):
     # The bytes really are in the file twice.
     assert tied["manager"].buffer.count(weight) == 2
     assert report.dropped == ()
+
+
+def test_audit_shows_the_tied_embeddings_duplicated_bytes_as_the_report_does(tied, tmp_path):
+    path = tmp_path / "tied.pte"
+    path.write_bytes(tied["manager"].buffer)
+    audit = audit_file(path)
+    report = _report(tied["manager"])
+    assert audit.duplicated_bytes == report.duplicated_bytes > 0
+    assert [(g.nbytes, g.sha256) for g in audit.duplicates] == [
+        (g.nbytes, g.sha256) for g in report.duplicates]
+    # In a file, named data is located by segment, not by buffer index.
+    assert [[(c.space, c.names) for c in g.copies] for g in audit.duplicates] == [
+        [(c.space, c.names) for c in g.copies] for g in report.duplicates]
+    form = audit.to_json()
+    assert form["duplicated_bytes"] == report.duplicated_bytes
+    assert [c["space"] for c in form["duplicates"][0]["copies"]] == ["constant", "named_data"]
 
 
 # --- the named data alone, on stores built in code --------------------------------------

@@ -28,7 +28,8 @@ from emitter_filter.rewrite_file import prune_file
 
 @dataclasses.dataclass(frozen=True)
 class Files:
-    """One model on disk: dirty, pruned in process, and (if any) built without dead constants."""
+    """One model on disk: dirty, pruned in process (and its report), and (if any) built
+    without dead constants."""
 
     dirty: Path
     dirty_ptds: tuple[Path, ...]
@@ -36,6 +37,7 @@ class Files:
     pruned_ptds: tuple[Path, ...]
     clean: Path | None
     runs: tuple[tuple[str, tuple], ...]
+    report: emitter_filter.PruneReport
 
 
 def _save(manager, directory: Path) -> tuple[Path, tuple[Path, ...]]:
@@ -51,12 +53,13 @@ def _builder_case(name: str, root: Path) -> Files:
 
     (case,) = [c for c in CASES if c.name == name]
     dirty, dirty_ptds = _save(case.build(dead=True), root / name / "dirty")
-    pruned, pruned_ptds = _save(
-        case.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(prune_constants=True)),
-        root / name / "pruned",
+    manager = case.build(
+        dead=True, config=emitter_filter.ExecutorchBackendConfig(prune_constants=True)
     )
+    pruned, pruned_ptds = _save(manager, root / name / "pruned")
     clean, _ = _save(case.build(dead=False), root / name / "clean")
-    return Files(dirty, dirty_ptds, pruned, pruned_ptds, clean, case.runs)
+    return Files(dirty, dirty_ptds, pruned, pruned_ptds, clean, case.runs,
+                 emitter_filter.report(manager))
 
 
 def _named_data_case(name: str, root: Path) -> Files:
@@ -82,15 +85,14 @@ def _named_data_case(name: str, root: Path) -> Files:
         edge().to_executorch(UpstreamConfig(passes=[RemoveLastXnnpackCall()])),
         root / name / "dirty",
     )
-    pruned, pruned_ptds = _save(
-        edge().to_executorch(
-            emitter_filter.ExecutorchBackendConfig(
-                prune_constants=True, passes=[RemoveLastXnnpackCall()]
-            )
-        ),
-        root / name / "pruned",
+    manager = edge().to_executorch(
+        emitter_filter.ExecutorchBackendConfig(
+            prune_constants=True, passes=[RemoveLastXnnpackCall()]
+        )
     )
-    return Files(dirty, dirty_ptds, pruned, pruned_ptds, None, (("forward", INPUTS),))
+    pruned, pruned_ptds = _save(manager, root / name / "pruned")
+    return Files(dirty, dirty_ptds, pruned, pruned_ptds, None, (("forward", INPUTS),),
+                 emitter_filter.report(manager))
 
 
 BUILDER_CASES = (
@@ -109,7 +111,7 @@ def cases(built, tmp_path_factory) -> dict[str, Files]:
     root = tmp_path_factory.mktemp("prune_file")
     result = {
         name: Files(b.pte, b.ptds, b.pruned_pte, b.pruned_ptds, None,
-                    (("forward", b.inputs),))
+                    (("forward", b.inputs),), b.report)
         for name, b in built.items()
     }
     result.update({name: _builder_case(name, root) for name in BUILDER_CASES})
@@ -233,6 +235,46 @@ def test_report_lists_what_the_audit_of_the_input_found_dead(cases, pruned_on_di
     assert report.dropped == audit.dead
     assert sum(d.nbytes for d in report.dropped) == 148
     assert report.bytes_after == cases["plain"].pruned.stat().st_size
+
+
+def _in_process_dropped_bytes(report) -> int:
+    named = report.named_data.dropped_bytes if report.named_data is not None else 0
+    return report.dropped_bytes + named
+
+
+@pytest.mark.parametrize("name", ALL_CASES)
+def test_audit_counts_exactly_the_bytes_both_prunes_drop(cases, pruned_on_disk, name):
+    files = cases[name]
+    audit = audit_file(files.dirty, files.dirty_ptds)
+    assert audit.dead_bytes == _in_process_dropped_bytes(files.report)
+    file_report = pruned_on_disk[name][2]
+    assert sum(d.nbytes for d in file_report.dropped) == audit.dead_bytes
+    assert file_report.dropped == audit.dead
+    dead_keys = tuple(d.name for d in audit.dead if d.space == "named_data")
+    assert dead_keys == file_report.dropped_named_data
+    assert tuple(u.key for u in audit.kept_unprovable_named_data) == file_report.kept_unprovable
+
+
+@pytest.mark.parametrize("name", NAMED_DATA_CASES)
+def test_the_gate_fails_on_dead_named_data_and_passes_once_pruned(cases, capsys, name):
+    files = cases[name]
+    ptd_args = [a for p in files.dirty_ptds for a in ("--ptd", str(p))]
+    dirty_code = main(["audit", str(files.dirty), *ptd_args, "--max-dead-bytes", "0"])
+    pruned_ptd_args = [a for p in files.pruned_ptds for a in ("--ptd", str(p))]
+    pruned_code = main(["audit", str(files.pruned), *pruned_ptd_args, "--max-dead-bytes", "0"])
+    capsys.readouterr()
+    dropped = files.report.named_data.dropped
+    # The opaque demo backend may read any key: nothing is dead, nothing dropped.
+    assert (dirty_code, pruned_code) == ((1, 0) if dropped else (0, 0))
+    assert bool(dropped) == (name != "opaque_delegate")
+
+
+def test_named_data_kept_for_an_opaque_delegate_is_listed_not_dead(cases):
+    audit = audit_file(cases["opaque_delegate"].dirty)
+    kept = cases["opaque_delegate"].report.named_data.kept_unprovable
+    assert [u.key for u in audit.kept_unprovable_named_data] == [e.key for e in kept]
+    assert [u.nbytes for u in audit.kept_unprovable_named_data] == [e.nbytes for e in kept]
+    assert audit.spaces["named_data"].dead == 0
 
 
 def test_dead_named_data_is_dropped_and_unprovable_named_data_kept(pruned_on_disk):

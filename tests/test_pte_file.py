@@ -67,7 +67,7 @@ def test_external_entries_are_sized_and_located_from_the_ptd(built):
 def test_xnnpack_delegate_uses_exactly_the_named_data_keys(built):
     pte = read_pte(built["xnnpack"].pte)
     (delegate,) = pte.delegates
-    assert delegate.backend_ids == ("XnnpackBackend",)
+    assert [user.backend_id for user in delegate.users] == ["XnnpackBackend"]
     assert delegate.named_keys == {entry.key for entry in pte.named_data}
     assert pte.unreferenced_segments == ()
 
