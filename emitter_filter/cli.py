@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import runpy
 import sys
 from collections.abc import Sequence
@@ -55,8 +56,9 @@ def _build_parser() -> argparse.ArgumentParser:
             "Run SCRIPT (or -m MODULE) as __main__ with pruning on for every program it "
             "serializes, as if each to_executorch() had been given "
             "ExecutorchBackendConfig(prune_constants=True). Arguments after the script "
-            "or module are passed to it untouched. Example: "
-            "emitter-filter run -m executorch.examples.portable.scripts.export --model_name mv2"
+            "or module are passed to it untouched; it exits with the script's code. "
+            "Examples: emitter-filter run export.py --out model.pte; "
+            "emitter-filter run -m executorch.examples.models.llama.export_llama --help"
         ),
     )
     run.add_argument(
@@ -259,9 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Everything after `run` belongs to the script, options like -m and -v included:
     # argparse cannot leave an option-led remainder alone, so split it off here.
     target = None
-    if "run" in arguments:
-        split = arguments.index("run") + 1
-        arguments, target = arguments[:split], arguments[split:]
+    command = next((i for i, a in enumerate(arguments) if not a.startswith("-")), None)
+    if command is not None and arguments[command] == "run":
+        arguments, target = arguments[: command + 1], arguments[command + 1 :]
         if target[:1] in (["-h"], ["--help"]):
             arguments, target = arguments + target[:1], None
     try:
@@ -288,3 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"emitter-filter: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # The reader went away (`... | head`): not an error of ours. Point stdout at
+        # devnull so that the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
