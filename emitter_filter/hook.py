@@ -58,7 +58,8 @@ def _serialize_for_executorch(
             seconds=time.perf_counter() - started,
         )
         record_report(emitter_output, prune_report)
-        logger.info("emitter_filter: %s", prune_report.summary())
+        # Passed as an object: the summary (and its duplicate search) is only built if logged.
+        logger.info("emitter_filter: %s", prune_report)
     return original(emitter_output, config, data_serializer, named_data_store)
 
 

@@ -27,11 +27,12 @@ write only the buffers some entry refers to), and the `DataEntry` objects.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from emitter_filter.delegates import delegate_named_keys
@@ -107,7 +108,8 @@ class NamedDataReport:
         opaque_delegates: Delegates whose blobs cannot be read for keys.
         missing: Keys a delegate names that the store does not hold.
         duplicates: Contents written more than once, over every data space
-            (`duplicates.find_duplicate_data`), after pruning.
+            (`duplicates.find_duplicate_data`), after pruning. Found on first use,
+            not in the hook: hashing look-alike weights can cost more than the prune.
     """
 
     bytes_before: Mapping[str | None, int]
@@ -116,7 +118,13 @@ class NamedDataReport:
     kept_unprovable: tuple[NamedDataEntry, ...]
     opaque_delegates: tuple[DelegateRef, ...]
     missing: tuple[str, ...]
-    duplicates: tuple[DuplicateGroup, ...]
+    find_duplicates: Callable[[], tuple[DuplicateGroup, ...]] = dataclasses.field(
+        repr=False, compare=False
+    )
+
+    @functools.cached_property
+    def duplicates(self) -> tuple[DuplicateGroup, ...]:
+        return self.find_duplicates()
 
     @property
     def dropped_bytes(self) -> int:
@@ -334,10 +342,13 @@ def prune_named_data(
         kept_unprovable=tuple(entry for entry in entries if entry.key in unprovable),
         opaque_delegates=use.opaque_delegates,
         missing=use.missing,
-        duplicates=find_duplicate_data(emitter_output, pruned),
+        # A shallow copy, not `emitter_output` itself: reports live as long as the
+        # emitter output does (`reports.record_report`), which a reference would extend.
+        find_duplicates=functools.partial(find_duplicate_data, copy.copy(emitter_output), pruned),
     )
     for entry in report.dropped:
         logger.debug("dropped named data %r (tag %s, %d B)", entry.key, entry.tag, entry.nbytes)
-    for group in report.duplicates:
+    # Looking at the duplicates finds them: do so only if they will be logged.
+    for group in report.duplicates if logger.isEnabledFor(logging.DEBUG) else ():
         logger.debug("%d B written %d times: %s", group.nbytes, len(group.copies), group.copies)
     return pruned, report

@@ -61,6 +61,9 @@ class PruneReport:
         """Constant bytes that were not written, over all spaces."""
         return sum(self.bytes_before.values()) - sum(self.bytes_after.values())
 
+    def __str__(self) -> str:
+        return self.summary()
+
     def summary(self) -> str:
         """One line, as logged at INFO after each prune."""
         spaces = ", ".join(

@@ -362,6 +362,23 @@ def test_tied_embedding_weight_is_reported_as_duplicated(tied):
     assert report.dropped == ()
 
 
+def test_duplicates_are_looked_for_only_when_the_report_is_read(monkeypatch):
+    calls = []
+
+    def counting(*args):
+        calls.append(args)
+        return ()
+
+    monkeypatch.setattr(named_data, "find_duplicate_data", counting)
+    torch.manual_seed(0)
+    tokens = (torch.arange(8).reshape(1, 8),)
+    edge = to_edge(torch.export.export(TiedEmbedding(), tokens)).to_backend(XnnpackPartitioner())
+    manager = edge.to_executorch(emitter_filter.ExecutorchBackendConfig(**PRUNE))
+    assert calls == [], "hashing every look-alike weight must not slow the prune"
+    assert _report(manager).duplicates == ()
+    assert len(calls) == 1
+
+
 def test_audit_shows_the_tied_embeddings_duplicated_bytes_as_the_report_does(tied, tmp_path):
     path = tmp_path / "tied.pte"
     path.write_bytes(tied["manager"].buffer)

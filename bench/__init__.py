@@ -1,0 +1,18 @@
+"""Benchmarks of emitter_filter: bytes saved and time and memory spent, per model.
+
+Run `python -m bench --help`. The modules, by concern:
+
+- `zoo`, `llama`: the models, built in code from seeded random weights;
+- `measure`: one `to_executorch` call, its bytes and its memory;
+- `worker`: the same in a fresh process, for peak memory;
+- `bench_models` (+ `conftest`): the pytest-benchmark suite;
+- `results`, `table`, `compare`, `dashboard`: reading `results.json` back
+  (no torch, no ExecuTorch);
+- `cli`: the command line.
+
+Two scripts stand beside the suite, for files on disk: `bench_files.py` times
+`emitter-filter audit` and `prune` on a generated 1 GiB `.pte` against `cp` and
+ExecuTorch's own round trip, and `fuzz_files.py` runs mutated files through both.
+
+Kept out of the default test run: the project's `testpaths` is `tests/`.
+"""

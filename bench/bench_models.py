@@ -1,0 +1,174 @@
+"""The benchmarks: every zoo model serialized with and without pruning, in the same run.
+
+One benchmark per (model, mode), grouped by model. For zoo models the timed
+call is `to_executorch` alone (the model is rebuilt, untimed, before each
+round); for the llama example it is the whole `export_llama` subprocess, and
+its `to_executorch` time is in `extra_info`.
+
+`extra_info` of every benchmark holds what the dashboard and `--compare` read:
+
+- ``to_executorch_seconds`` and, pruned, ``filter_seconds`` and ``filter_share``:
+  one entry per round, measured on the same call, so the share is a ratio of
+  two numbers from one round and not of two noisy means;
+- ``pte_bytes``, ``ptd_bytes``, ``total_bytes`` and, pruned, ``dropped_bytes`` and
+  the report's ``constant_bytes_before``/``after`` per space;
+- ``worker``: the same model measured once more in a fresh process, for peak
+  memory (``memory``) untouched by the models measured before it.
+
+Nothing here asserts on time: the figures are recorded, never judged.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import llama
+from bench.measure import Mode, backend_config, describe, ensure_mode, warm_up
+from bench.worker import run_worker
+from bench.zoo import ZOO, ModelCase
+
+logger = logging.getLogger(__name__)
+
+#: A worker builds one model and serializes it once; the biggest take minutes.
+_WORKER_TIMEOUT_SECONDS = 3600
+
+
+def _params():
+    for case in ZOO:
+        marks = () if case.quick else (pytest.mark.slow,)
+        for mode in Mode.ALL:
+            yield pytest.param(case, mode, id=f"{case.name}-{mode}", marks=marks)
+
+
+def _base_info(name: str, description: str, mode: str, nominal: int | None) -> dict:
+    return {
+        "model": name,
+        "mode": mode,
+        "description": description,
+        "nominal_constant_bytes": nominal,
+    }
+
+
+def _add_worker(info: dict, model: str, mode: str, workdir: Path, enabled: bool) -> None:
+    if not enabled:
+        info["worker"] = None
+        return
+    result = run_worker(model, mode, workdir / "workers", timeout=_WORKER_TIMEOUT_SECONDS)
+    info["worker"] = result
+    info["memory"] = result["measurement"]["memory"]
+
+
+class _Rounds:
+    """Collects each round's manager and turns it into figures between rounds.
+
+    The manager is described in `teardown`, outside the timed region, and
+    dropped at once so that a large model's bytes are not kept across rounds.
+    """
+
+    def __init__(self, case: ModelCase, mode: str) -> None:
+        self.case = case
+        self.mode = mode
+        self.measurements = []
+        self._manager = None
+        self._seconds = 0.0
+
+    def setup(self):
+        self._manager = None
+        gc.collect()
+        started = time.perf_counter()
+        edge = self.case.build()
+        logger.info(
+            "%s/%s round %d: built in %.1f s",
+            self.case.name, self.mode, len(self.measurements) + 1, time.perf_counter() - started,
+        )
+        ensure_mode(self.mode)
+        return (edge, backend_config(self.mode, self.case.config)), {}
+
+    def to_executorch(self, edge, config):
+        started = time.perf_counter()
+        self._manager = edge.to_executorch(config)
+        self._seconds = time.perf_counter() - started
+
+    def teardown(self, edge, config):
+        self.measurements.append(describe(self._manager, self.mode, self._seconds))
+        self._manager = None
+
+
+@pytest.mark.parametrize(("case", "mode"), _params())
+def test_to_executorch(benchmark, case: ModelCase, mode: str, bench_workdir, bench_workers):
+    benchmark.group = case.name
+    warm_up(mode)
+    rounds = _Rounds(case, mode)
+    benchmark.pedantic(
+        rounds.to_executorch, setup=rounds.setup, teardown=rounds.teardown,
+        rounds=case.rounds, iterations=1,
+    )
+    last = rounds.measurements[-1]
+    info = _base_info(case.name, case.description, mode, case.nominal_constant_bytes)
+    info.update(
+        timed="to_executorch",
+        to_executorch_seconds=[m.to_executorch_seconds for m in rounds.measurements],
+        pte_bytes=last.pte_bytes,
+        ptd_bytes=last.ptd_bytes,
+        total_bytes=last.pte_bytes + last.ptd_bytes,
+    )
+    if mode == Mode.PRUNED:
+        info.update(
+            filter_seconds=[m.filter_seconds for m in rounds.measurements],
+            filter_share=[m.filter_seconds / m.to_executorch_seconds for m in rounds.measurements],
+            dropped_bytes=last.dropped_bytes,
+            dropped_constants=last.dropped_constants,
+            dropped_values=last.dropped_values,
+            constant_bytes_before=last.constant_bytes_before,
+            constant_bytes_after=last.constant_bytes_after,
+        )
+    _add_worker(info, case.name, mode, bench_workdir, bench_workers)
+    benchmark.extra_info.update(info)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", Mode.ALL, ids=[f"{llama.NAME}-{m}" for m in Mode.ALL])
+def test_llama_export(benchmark, mode: str, bench_workdir):
+    """The llama example through `export_llama`, one fresh process per mode.
+
+    The export takes minutes, so there is one round, and the worker's process
+    also gives the memory figures.
+    """
+    benchmark.group = llama.NAME
+    results = []
+
+    def export():
+        results.append(
+            run_worker(llama.NAME, mode, bench_workdir / "workers", timeout=_WORKER_TIMEOUT_SECONDS)
+        )
+
+    benchmark.pedantic(export, rounds=1, iterations=1)
+    result = results[-1]
+    measurement = result["measurement"]
+    info = _base_info(llama.NAME, llama.DESCRIPTION, mode, None)
+    info.update(
+        timed="export_llama subprocess (whole export)",
+        export_seconds=result["export_seconds"],
+        to_executorch_seconds=[measurement["to_executorch_seconds"]],
+        pte_bytes=measurement["pte_bytes"],
+        ptd_bytes=measurement["ptd_bytes"],
+        total_bytes=measurement["pte_bytes"] + measurement["ptd_bytes"],
+        memory=measurement["memory"],
+        worker=result,
+    )
+    if mode == Mode.PRUNED:
+        info.update(
+            filter_seconds=[measurement["filter_seconds"]],
+            filter_share=[measurement["filter_seconds"] / measurement["to_executorch_seconds"]],
+            dropped_bytes=measurement["dropped_bytes"],
+            dropped_constants=measurement["dropped_constants"],
+            dropped_values=measurement["dropped_values"],
+            constant_bytes_before=measurement["constant_bytes_before"],
+            constant_bytes_after=measurement["constant_bytes_after"],
+        )
+    benchmark.extra_info.update(info)

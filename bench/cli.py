@@ -1,0 +1,196 @@
+"""`python -m bench`: run the benchmark suite, then write the JSON, the dashboard and the table.
+
+The suite runs as a pytest subprocess (pytest-benchmark), so this process stays
+free of torch and ExecuTorch and the measurements are not disturbed by it.
+pytest's progress goes to stderr; the summary table goes to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import subprocess
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.compare import Thresholds, compare
+from bench.results import ResultsError, load_results, summarize
+from bench.table import COLUMNS, format_table
+
+__all__ = ["main"]
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_REGRESSION = 1
+EXIT_USAGE = 2
+EXIT_SUITE_FAILED = 3
+
+_BENCH_DIR = Path(__file__).resolve().parent
+_REPO_ROOT = _BENCH_DIR.parent
+
+_EPILOG = f"""\
+what is measured, per model and in one run:
+  to_executorch wall time with and without pruning (pytest-benchmark rounds),
+  time spent in the filter and its share of the same to_executorch call,
+  .pte + .ptd bytes before and after, the dead bytes emitter_filter reports,
+  and peak RSS of a fresh process per model and mode (with and without pruning).
+
+models (bench/zoo.py, bench/llama.py): the seed repro of ExecuTorch #9659 in
+its two flows, an unused buffer, a parameter orphaned by a transform pass,
+external constants (.ptd), a scaled family of 12 MiB .. 1 GiB of constants
+with 25% dead, and ExecuTorch's llama example (stories15M shape, 8da4w,
+XNNPACK, KV cache) through export_llama with EMITTER_FILTER_PRUNE=1.
+--quick leaves out the models marked slow (1 GiB and llama) and takes a few
+minutes; the full run takes about half an hour on 2 cores and ~6 GB of RAM.
+
+table columns:
+{chr(10).join(f"  {name:<22}{meaning}" for name, meaning in COLUMNS)}
+
+exit codes:
+  {EXIT_OK}  done, and no regression against --compare
+  {EXIT_REGRESSION}  --compare found a regression beyond the printed threshold
+  {EXIT_USAGE}  usage error, or a results file that cannot be read
+  {EXIT_SUITE_FAILED}  the benchmark suite itself failed (see its output on stderr)
+
+examples:
+  python -m bench --out /tmp/bench --quick
+  python -m bench --out /tmp/bench-new --quick --compare /tmp/bench/results.json
+  python -m bench --results /tmp/bench-new/results.json --compare /tmp/bench/results.json
+"""
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=textwrap.fill(
+            "Benchmark emitter_filter: what pruning unreachable constants saves in "
+            ".pte/.ptd bytes and what it costs in to_executorch time and memory. "
+            "Writes DIR/results.json (pytest-benchmark JSON, byte figures in each "
+            "benchmark's extra_info) and DIR/dashboard.html, and prints the table.",
+            width=79,
+        ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="output directory (created); required unless --results is given")
+    parser.add_argument("--quick", action="store_true",
+                        help="leave out the slow models (1 GiB, llama): a few minutes")
+    parser.add_argument("-k", dest="keyword", metavar="EXPR",
+                        help="only benchmarks whose id matches this pytest -k expression")
+    parser.add_argument("--results", type=Path, metavar="RESULTS.json",
+                        help="do not run the suite: summarize (and --compare) this results file")
+    parser.add_argument("--compare", type=Path, metavar="BASELINE.json",
+                        help="fail (exit 1) if a model's pruned bytes or filter share got worse "
+                        "than in BASELINE.json beyond the thresholds below")
+    defaults = Thresholds()
+    parser.add_argument("--bytes-growth", type=float, default=defaults.bytes_growth * 100,
+                        metavar="PCT", help="allowed growth of pruned bytes, in %% (default %(default)g)")
+    parser.add_argument("--share-factor", type=float, default=defaults.share_factor,
+                        help="allowed factor on the filter share (default %(default)g)")
+    parser.add_argument("--share-slack", type=float, default=defaults.share_slack * 100,
+                        metavar="POINTS", help="plus this many percentage points (default %(default)g)")
+    parser.add_argument("--share-min-seconds", type=float, default=defaults.share_min_seconds,
+                        metavar="S", help="judge the share only where the baseline's "
+                        "to_executorch took at least S seconds (default %(default)g)")
+    parser.add_argument("--no-workers", action="store_true",
+                        help="skip the fresh-process memory measurement (faster, no RSS figures)")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG")
+    return parser
+
+
+def _pytest_command(options: argparse.Namespace, results_path: Path, argv: Sequence[str]) -> list[str]:
+    command = [
+        sys.executable, "-m", "pytest", str(_BENCH_DIR / "bench_models.py"),
+        "--rootdir", str(_REPO_ROOT),
+        "-p", "no:cacheprovider",          # keep .pytest_cache out of the work tree
+        "-o", "python_files=bench_*.py",   # bench files are invisible to a plain `pytest`
+        "-m", "not slow" if options.quick else "slow or not slow",
+        "-v", "-o", "log_cli=true", "--log-cli-level=INFO",
+        "--benchmark-json", str(results_path),
+        "--benchmark-columns=min,median,max,rounds",
+        "--benchmark-group-by=group",
+        "--bench-workdir", str(options.out / "work"),
+        "--bench-command", shlex.join(["python", "-m", "bench", *argv]),
+    ]
+    if options.keyword:
+        command += ["-k", options.keyword]
+    if options.no_workers:
+        command.append("--bench-no-workers")
+    return command
+
+
+def _run_suite(options: argparse.Namespace, argv: Sequence[str]) -> Path | None:
+    options.out.mkdir(parents=True, exist_ok=True)
+    results_path = options.out / "results.json"
+    command = _pytest_command(options, results_path, argv)
+    logger.info("running: %s", " ".join(command))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(_REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    # pytest's report is progress, not data: it goes to stderr with the logs.
+    completed = subprocess.run(command, cwd=_REPO_ROOT, env=env, stdout=sys.stderr, check=False)
+    if completed.returncode != 0:
+        logger.error("the benchmark suite failed (pytest exit %d)", completed.returncode)
+        return None
+    return results_path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line; returns the exit code instead of exiting."""
+    parser = _build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        options = parser.parse_args(argv)
+        if options.out is None and options.results is None:
+            parser.error("give --out DIR (to run the suite) or --results RESULTS.json")
+        if options.results is not None and (options.quick or options.keyword):
+            parser.error("--quick and -k select what to run; --results runs nothing")
+    except SystemExit as exit_:
+        return EXIT_USAGE if exit_.code else EXIT_OK
+    logging.basicConfig(
+        level=logging.DEBUG if options.verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    thresholds = Thresholds(
+        bytes_growth=options.bytes_growth / 100,
+        share_factor=options.share_factor,
+        share_slack=options.share_slack / 100,
+        share_min_seconds=options.share_min_seconds,
+    )
+
+    results_path = options.results
+    if results_path is None:
+        results_path = _run_suite(options, argv)
+        if results_path is None:
+            return EXIT_SUITE_FAILED
+    try:
+        results = load_results(results_path)
+        summaries = summarize(results)
+        baseline = summarize(load_results(options.compare)) if options.compare else None
+    except ResultsError as error:
+        print(f"bench: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+    print(format_table(summaries, markdown=options.markdown))
+    if options.out is not None:
+        from bench.dashboard import write_dashboard
+
+        options.out.mkdir(parents=True, exist_ok=True)
+        write_dashboard(options.out / "dashboard.html", results, summaries)
+        print(f"\nwrote {results_path} and {options.out / 'dashboard.html'}", file=sys.stderr)
+    if baseline is None:
+        return EXIT_OK
+    comparison = compare(baseline, summaries, thresholds)
+    print()
+    print(comparison.format())
+    if comparison.regressed:
+        print(textwrap.fill(f"bench: regression against {options.compare}"), file=sys.stderr)
+        return EXIT_REGRESSION
+    return EXIT_OK

@@ -1,0 +1,79 @@
+"""pytest options of the benchmark suite; `python -m bench` passes them for you.
+
+The suite lives outside the default test run: the project's `testpaths` is
+`tests/`, and the files here are named `bench_*.py`, which pytest only collects
+with `-o python_files=bench_*.py`. Models that take minutes are marked `slow`,
+so `-m "not slow"` is the quick subset.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+#: Loggers whose INFO records are the suite's progress; ExecuTorch's own INFO chatter is not.
+_PROGRESS_LOGGERS = ("bench", "emitter_filter")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("emitter_filter bench")
+    group.addoption(
+        "--bench-workdir", type=Path, default=None,
+        help="directory for worker JSON, logs and scratch files (default: a temporary one)",
+    )
+    group.addoption(
+        "--bench-no-workers", action="store_true",
+        help="skip the fresh-process measurement of peak memory",
+    )
+    group.addoption(
+        "--bench-command", default=None,
+        help="the command that started the suite, recorded in results.json "
+        "(default: this pytest command)",
+    )
+
+
+class _ProgressOnly(logging.Filter):
+    """Lets WARNING and above through from everyone, INFO only from the suite's loggers."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        return record.name.split(".")[0] in _PROGRESS_LOGGERS
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # With `--log-cli-level=INFO` (as `python -m bench` runs it), show progress
+    # lines without ExecuTorch's per-pass INFO logs.
+    logging_plugin = config.pluginmanager.get_plugin("logging-plugin")
+    handler = getattr(logging_plugin, "log_cli_handler", None)
+    if handler is not None:
+        handler.addFilter(_ProgressOnly())
+
+
+@pytest.fixture(scope="session")
+def bench_workdir(request: pytest.FixtureRequest, tmp_path_factory) -> Path:
+    workdir = request.config.getoption("--bench-workdir")
+    if workdir is None:
+        return tmp_path_factory.mktemp("bench-work")
+    workdir.mkdir(parents=True, exist_ok=True)
+    return workdir
+
+
+@pytest.fixture(scope="session")
+def bench_workers(request: pytest.FixtureRequest) -> bool:
+    return not request.config.getoption("--bench-no-workers")
+
+
+def pytest_benchmark_update_json(config, benchmarks, output_json) -> None:
+    """Records how the suite was run next to pytest-benchmark's own metadata."""
+    output_json["bench"] = {
+        "schema": 1,
+        "command": config.getoption("--bench-command")
+        or shlex.join(["pytest", *config.invocation_params.args]),
+        "python": sys.version.split()[0],
+        "markexpr": config.getoption("markexpr"),
+    }

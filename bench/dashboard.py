@@ -1,0 +1,212 @@
+"""`dashboard.html`: one self-contained page of charts and the table, drawn from `results.json`.
+
+Every chart is drawn by matplotlib from the summaries of the JSON (nothing is
+drawn by hand) and inlined as SVG, so the page opens anywhere, offline, and can
+be archived next to the JSON it came from.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from bench.results import ModelSummary
+from bench.table import COLUMNS, format_bytes, format_table
+
+__all__ = ["render_dashboard", "write_dashboard"]
+
+logger = logging.getLogger(__name__)
+
+_MIB = float(1 << 20)
+_SCALED_PREFIX = "scaled_"
+_SHARE_TARGET = 0.01  # issue 2: the filter should cost <= 1% of to_executorch
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; must precede the pyplot import
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9})
+    return plt
+
+
+def _svg(figure) -> str:
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+    figure.clf()
+    text = buffer.getvalue()
+    # Inline SVG needs no XML prolog or DOCTYPE.
+    return text[text.index("<svg"):]
+
+
+def _bytes_chart(plt, summaries: Sequence[ModelSummary]) -> str:
+    figure, axes = plt.subplots(figsize=(8, 0.45 * len(summaries) + 1.2))
+    names = [s.model for s in summaries]
+    rows = range(len(summaries))
+    axes.barh([r + 0.2 for r in rows], [s.bytes_before / _MIB for s in summaries], 0.4,
+              label="before (ExecuTorch as shipped)", color="#c44e52")
+    axes.barh([r - 0.2 for r in rows], [s.bytes_after / _MIB for s in summaries], 0.4,
+              label="after (prune_constants=True)", color="#4c72b0")
+    for r, s in zip(rows, summaries):
+        if s.saved_bytes:
+            axes.annotate(f"-{s.saved_share:.0%}", (s.bytes_before / _MIB, r + 0.2),
+                          xytext=(3, -3), textcoords="offset points")
+    axes.set_yticks(list(rows), names)
+    axes.set_xscale("log")
+    axes.set_xlabel(".pte + .ptd size (MiB, log scale)")
+    axes.set_title("Bytes written, before and after pruning")
+    axes.legend(loc="lower right")
+    return _svg(figure)
+
+
+def _size_mib(s: ModelSummary) -> float:
+    """A model's size on the charts' x axis: what ExecuTorch writes for it unpruned.
+
+    Not the constant bytes: a fully delegated model has none outside its
+    delegate's blobs, and a log axis has no place for 0.
+    """
+    return s.bytes_before / _MIB
+
+
+def _scaling_chart(plt, summaries: Sequence[ModelSummary]) -> str:
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    scaled = [s for s in summaries if s.model.startswith(_SCALED_PREFIX)]
+    others = [s for s in summaries if not s.model.startswith(_SCALED_PREFIX)]
+    for group, style, label in ((scaled, "o-", "scaled family"), (others, "s", "other models")):
+        if not group:
+            continue
+        x = [_size_mib(s) for s in group]
+        left.plot(x, [s.filter_seconds * 1000 for s in group], style, label=label)
+        right.plot(x, [s.filter_share * 100 for s in group], style, label=label)
+    for s in summaries:
+        right.annotate(s.model, (_size_mib(s), s.filter_share * 100),
+                       xytext=(3, 3), textcoords="offset points", fontsize=7)
+    right.axhline(_SHARE_TARGET * 100, color="#c44e52", linestyle="--", label="1% target")
+    left.set(xscale="log", yscale="log", xlabel=".pte + .ptd before pruning (MiB)",
+             ylabel="filter time (ms, median)", title="Filter time against model size")
+    right.set(xscale="log", xlabel=".pte + .ptd before pruning (MiB)",
+              ylabel="share of to_executorch (%, median)", title="Filter share of to_executorch")
+    right.set_ylim(bottom=0)
+    left.legend()
+    right.legend()
+    return _svg(figure)
+
+
+def _emit_time_chart(plt, summaries: Sequence[ModelSummary]) -> str:
+    figure, axes = plt.subplots(figsize=(8, 3.8))
+    x = [_size_mib(s) for s in summaries]
+    axes.plot(x, [s.upstream_seconds for s in summaries], "o", label="upstream", color="#c44e52")
+    axes.plot(x, [s.pruned_seconds for s in summaries], "x", label="pruned", color="#4c72b0",
+              markersize=8)
+    axes.set(xscale="log", yscale="log", xlabel=".pte + .ptd before pruning (MiB)",
+             ylabel="to_executorch (s, median)", title="to_executorch wall time, same run")
+    axes.legend()
+    return _svg(figure)
+
+
+def _memory_chart(plt, summaries: Sequence[ModelSummary]) -> str | None:
+    measured = [s for s in summaries if s.peak_rss_upstream and s.peak_rss_pruned]
+    if not measured:
+        return None
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 0.4 * len(measured) + 1.5),
+                                         sharey=True)
+    rows = range(len(measured))
+    for axes, up, pruned, title in (
+        (left, "peak_rss_upstream", "peak_rss_pruned", "Peak RSS of a fresh process"),
+        (right, "emit_rss_upstream", "emit_rss_pruned", "RSS added during to_executorch"),
+    ):
+        axes.barh([r + 0.2 for r in rows], [(getattr(s, up) or 0) / _MIB for s in measured],
+                  0.4, label="upstream", color="#c44e52")
+        axes.barh([r - 0.2 for r in rows], [(getattr(s, pruned) or 0) / _MIB for s in measured],
+                  0.4, label="pruned", color="#4c72b0")
+        axes.set(xlabel="MiB", title=title)
+        axes.legend(loc="lower right")
+    left.set_yticks(list(rows), [s.model for s in measured])
+    return _svg(figure)
+
+
+def _html_table(summaries: Sequence[ModelSummary]) -> str:
+    text = format_table(summaries, markdown=True).splitlines()
+    header = [cell.strip() for cell in text[0].strip("|").split("|")]
+    body = [[cell.strip() for cell in line.strip("|").split("|")] for line in text[2:]]
+    lines = ["<table><thead><tr>"]
+    lines += [f"<th>{html.escape(h)}</th>" for h in header]
+    lines.append("</tr></thead><tbody>")
+    for row, summary in zip(body, summaries):
+        lines.append(f'<tr title="{html.escape(summary.description)}">')
+        lines += [f"<td>{html.escape(cell)}</td>" for cell in row]
+        lines.append("</tr>")
+    lines.append("</tbody></table>")
+    return "".join(lines)
+
+
+def _run_facts(results: Mapping) -> list[tuple[str, str]]:
+    machine = results.get("machine_info") or {}
+    commit = results.get("commit_info") or {}
+    bench = results.get("bench") or {}
+    cpu = machine.get("cpu") or {}
+    return [
+        ("date", str(results.get("datetime", "?"))),
+        ("command", str(bench.get("command", "?"))),
+        ("selection", str(bench.get("markexpr") or "all")),
+        ("machine", f"{machine.get('node', '?')}, {cpu.get('brand_raw', machine.get('processor', '?'))}, "
+                    f"{cpu.get('count', '?')} CPUs"),
+        ("python", str(machine.get("python_version", bench.get("python", "?")))),
+        ("commit", f"{commit.get('id', '?')}{' (dirty)' if commit.get('dirty') else ''}"),
+    ]
+
+
+_STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+table { border-collapse: collapse; font-size: 12px; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: right; white-space: nowrap; }
+th:first-child, td:first-child { text-align: left; }
+dl { display: grid; grid-template-columns: max-content auto; gap: 2px 1em; }
+dt { font-weight: bold; } dd { margin: 0; font-family: monospace; }
+figure { margin: 1.5em 0; } svg { max-width: 100%; height: auto; }
+.legend td, .legend th { text-align: left; white-space: normal; }
+"""
+
+
+def render_dashboard(results: Mapping, summaries: Sequence[ModelSummary]) -> str:
+    """The dashboard page for `results` (a loaded `results.json`) and its summaries."""
+    plt = _pyplot()
+    charts = [
+        _bytes_chart(plt, summaries),
+        _scaling_chart(plt, summaries),
+        _emit_time_chart(plt, summaries),
+        _memory_chart(plt, summaries),
+    ]
+    plt.close("all")
+    facts = "".join(
+        f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in _run_facts(results)
+    )
+    legend = "".join(
+        f"<tr><th>{html.escape(name)}</th><td>{html.escape(meaning)}</td></tr>"
+        for name, meaning in COLUMNS
+    )
+    saved = sum(s.saved_bytes for s in summaries)
+    figures = "".join(f"<figure>{chart}</figure>" for chart in charts if chart)
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
+        "<title>emitter_filter benchmarks</title>"
+        f"<style>{_STYLE}</style></head><body>"
+        "<h1>emitter_filter: what pruning saves and costs</h1>"
+        f"<dl>{facts}</dl>"
+        f"<p>{len(summaries)} models; {html.escape(format_bytes(saved))} not written in total. "
+        "Every ratio compares figures from this run only.</p>"
+        f"{_html_table(summaries)}"
+        f"<details><summary>Columns</summary><table class='legend'>{legend}</table></details>"
+        f"{figures}</body></html>"
+    )
+
+
+def write_dashboard(path: Path, results: Mapping, summaries: Sequence[ModelSummary]) -> None:
+    """Writes `render_dashboard(...)` to `path`."""
+    Path(path).write_text(render_dashboard(results, summaries), encoding="utf-8")
+    logger.info("wrote %s", path)

@@ -1,0 +1,146 @@
+"""Read a `results.json` and reduce each model's two benchmarks to one row of ratios.
+
+`results.json` is pytest-benchmark's JSON; each benchmark's `extra_info` is what
+`bench.bench_models` recorded (see its docstring). A model has one benchmark per
+mode, and every ratio here divides figures from the same run: pruned bytes by
+upstream bytes, the filter's seconds by the `to_executorch` seconds of the same
+call, peak memory pruned by peak memory upstream.
+
+This module imports neither torch nor ExecuTorch, so the dashboard and
+`--compare` run in a second.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ResultsError", "ModelSummary", "load_results", "summarize"]
+
+
+class ResultsError(ValueError):
+    """A results file is missing, unreadable, or lacks a figure a summary needs."""
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """One model's figures, upstream against pruned.
+
+    Byte figures are `.pte` plus every `.ptd`. Seconds are medians over rounds.
+    Memory figures are None when the run skipped the fresh-process workers.
+    """
+
+    model: str
+    description: str
+    timed: str
+    constant_bytes: int
+    bytes_before: int
+    bytes_after: int
+    dead_bytes: int
+    upstream_seconds: float
+    pruned_seconds: float
+    filter_seconds: float
+    filter_share: float
+    rounds: int
+    peak_rss_upstream: int | None
+    peak_rss_pruned: int | None
+    emit_rss_upstream: int | None
+    emit_rss_pruned: int | None
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.bytes_before - self.bytes_after
+
+    @property
+    def saved_share(self) -> float:
+        return self.saved_bytes / self.bytes_before if self.bytes_before else 0.0
+
+    @property
+    def time_ratio(self) -> float:
+        """Pruned `to_executorch` time over upstream; above 1 means pruning costs time."""
+        return self.pruned_seconds / self.upstream_seconds if self.upstream_seconds else 0.0
+
+
+def load_results(path: Path) -> dict:
+    """Reads a pytest-benchmark JSON file; `ResultsError` names the file on failure."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ResultsError(f"{path}: cannot read benchmark results: {error}") from error
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+        raise ResultsError(f"{path}: not a pytest-benchmark JSON file (no 'benchmarks' list)")
+    return data
+
+
+def _required(info: Mapping, key: str, where: str):
+    try:
+        return info[key]
+    except KeyError:
+        raise ResultsError(f"{where}: extra_info has no {key!r}") from None
+
+
+def _median(values: Sequence[float], where: str) -> float:
+    if not values:
+        raise ResultsError(f"{where}: no rounds recorded")
+    return statistics.median(values)
+
+
+def _memory(info: Mapping, key: str) -> int | None:
+    memory = info.get("memory") or {}
+    value = memory.get(key)
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+def summarize(results: Mapping) -> list[ModelSummary]:
+    """One `ModelSummary` per model that has both an upstream and a pruned benchmark.
+
+    Args:
+        results: A loaded `results.json`. Not modified.
+
+    Returns:
+        The summaries, smallest model (by constant bytes) first.
+
+    Raises:
+        ResultsError: A benchmark lacks a figure, or a model lacks one of its modes.
+    """
+    by_model: dict[str, dict[str, Mapping]] = {}
+    for index, benchmark in enumerate(results["benchmarks"]):
+        info = benchmark.get("extra_info") or {}
+        where = f"benchmark {index} ({benchmark.get('name', '?')})"
+        model = _required(info, "model", where)
+        mode = _required(info, "mode", where)
+        by_model.setdefault(model, {})[mode] = info
+
+    summaries = []
+    for model, modes in by_model.items():
+        missing = {"upstream", "pruned"} - modes.keys()
+        if missing:
+            raise ResultsError(f"model {model!r}: no {' or '.join(sorted(missing))} benchmark")
+        upstream, pruned = modes["upstream"], modes["pruned"]
+        where = f"model {model!r}"
+        before = _required(pruned, "constant_bytes_before", where)
+        summaries.append(
+            ModelSummary(
+                model=model,
+                description=pruned.get("description", ""),
+                timed=pruned.get("timed", "to_executorch"),
+                constant_bytes=sum(before.values()),
+                bytes_before=_required(upstream, "total_bytes", where),
+                bytes_after=_required(pruned, "total_bytes", where),
+                dead_bytes=_required(pruned, "dropped_bytes", where),
+                upstream_seconds=_median(_required(upstream, "to_executorch_seconds", where), where),
+                pruned_seconds=_median(_required(pruned, "to_executorch_seconds", where), where),
+                filter_seconds=_median(_required(pruned, "filter_seconds", where), where),
+                filter_share=_median(_required(pruned, "filter_share", where), where),
+                rounds=len(pruned["to_executorch_seconds"]),
+                peak_rss_upstream=_memory(upstream, "process_peak_rss_bytes"),
+                peak_rss_pruned=_memory(pruned, "process_peak_rss_bytes"),
+                emit_rss_upstream=_memory(upstream, "region_extra_rss_bytes"),
+                emit_rss_pruned=_memory(pruned, "region_extra_rss_bytes"),
+            )
+        )
+    summaries.sort(key=lambda s: (s.constant_bytes, s.model))
+    return summaries

@@ -1,0 +1,76 @@
+"""The summary table, as aligned text for a terminal or as Markdown for the README."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bench.results import ModelSummary
+
+__all__ = ["format_bytes", "format_table", "COLUMNS"]
+
+#: (header, what it means): printed under the table by `--help` and the dashboard.
+COLUMNS = (
+    ("model", "zoo case"),
+    ("constants", "bytes in the constant, mutable and external (.ptd) spaces before pruning; "
+                  "delegate blobs and their named data are not counted"),
+    ("before", ".pte + .ptd bytes, ExecuTorch as shipped"),
+    ("after", ".pte + .ptd bytes, prune_constants=True"),
+    ("saved", "before - after, and its share of before"),
+    ("dead", "bytes emitter_filter.report says it dropped"),
+    ("emit up", "to_executorch seconds, upstream (median)"),
+    ("emit pruned", "to_executorch seconds, pruned (median), and pruned / upstream"),
+    ("filter", "seconds in the filter (median)"),
+    ("share", "filter seconds / to_executorch seconds of the same call (median)"),
+    ("peak RSS up/pruned", "peak resident memory of a fresh process building and emitting the model"),
+    ("emit +RSS up/pruned", "peak resident memory added during to_executorch alone"),
+)
+
+
+def format_bytes(n: int | None) -> str:
+    """Binary units with three significant figures: `12.0 MiB`, `327 KiB`."""
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            if unit == "B":
+                return f"{int(value)} B"
+            return f"{value:.3g} {unit}" if abs(value) < 100 else f"{value:.0f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _seconds(s: float) -> str:
+    return f"{s * 1000:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def _row(s: ModelSummary) -> list[str]:
+    return [
+        s.model,
+        format_bytes(s.constant_bytes),
+        format_bytes(s.bytes_before),
+        format_bytes(s.bytes_after),
+        f"{format_bytes(s.saved_bytes)} ({s.saved_share:.0%})",
+        format_bytes(s.dead_bytes),
+        _seconds(s.upstream_seconds),
+        f"{_seconds(s.pruned_seconds)} ({s.time_ratio:.2f}x)",
+        _seconds(s.filter_seconds),
+        f"{s.filter_share:.2%}",
+        f"{format_bytes(s.peak_rss_upstream)} / {format_bytes(s.peak_rss_pruned)}",
+        f"{format_bytes(s.emit_rss_upstream)} / {format_bytes(s.emit_rss_pruned)}",
+    ]
+
+
+def format_table(summaries: Sequence[ModelSummary], *, markdown: bool = False) -> str:
+    """The table of `summaries`, one row per model, in their order."""
+    headers = [name for name, _ in COLUMNS]
+    rows = [_row(s) for s in summaries]
+    if markdown:
+        lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return "\n".join(lines)
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(headers, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)

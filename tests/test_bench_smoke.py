@@ -1,0 +1,132 @@
+"""The benchmark's reading side on a fabricated `results.json`: summary, compare, dashboard.
+
+No model is built and nothing is timed: these run in about a second and check
+that a regression makes `python -m bench --compare` fail, and that the
+dashboard is drawn from the JSON it is given.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+# `bench/` is a top-level package of the repository, not part of the installed wheel.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.cli import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, main  # noqa: E402
+from bench.compare import Thresholds, compare  # noqa: E402
+from bench.results import ResultsError, summarize  # noqa: E402
+
+
+def _benchmark(model: str, mode: str, *, total: int, seconds: float, filter_seconds: float | None):
+    info = {
+        "model": model,
+        "mode": mode,
+        "description": f"{model} fabricated",
+        "timed": "to_executorch",
+        "to_executorch_seconds": [seconds, seconds * 1.1, seconds * 0.9],
+        "pte_bytes": total,
+        "ptd_bytes": 0,
+        "total_bytes": total,
+        "memory": {"process_peak_rss_bytes": 500 << 20, "region_extra_rss_bytes": total},
+    }
+    if mode == "pruned":
+        info.update(
+            filter_seconds=[filter_seconds] * 3,
+            filter_share=[filter_seconds / seconds, filter_seconds / (seconds * 1.1),
+                          filter_seconds / (seconds * 0.9)],
+            dropped_bytes=1000,
+            constant_bytes_before={"constant": total, "mutable": 0, "external": 0},
+            constant_bytes_after={"constant": total - 1000, "mutable": 0, "external": 0},
+        )
+    return {"name": f"test_to_executorch[{model}-{mode}]", "group": model, "extra_info": info}
+
+
+def _results(
+    *, pruned_bytes: int = 9_000, filter_seconds: float = 0.001, big_filter_seconds: float = 0.002
+) -> dict:
+    return {
+        "datetime": "2026-11-30T00:00:00",
+        "machine_info": {"node": "smoke", "cpu": {"count": 2}},
+        "commit_info": {"id": "0" * 40, "dirty": False},
+        "bench": {"command": "fabricated", "markexpr": "not slow"},
+        "benchmarks": [
+            _benchmark("small", "upstream", total=10_000, seconds=0.1, filter_seconds=None),
+            _benchmark("small", "pruned", total=pruned_bytes, seconds=0.1,
+                       filter_seconds=filter_seconds),
+            _benchmark("big", "upstream", total=10 << 20, seconds=2.0, filter_seconds=None),
+            _benchmark("big", "pruned", total=8 << 20, seconds=2.0,
+                       filter_seconds=big_filter_seconds),
+        ],
+    }
+
+
+def _write(path: Path, results: dict) -> Path:
+    path.write_text(json.dumps(results))
+    return path
+
+
+def test_summary_pairs_modes_into_ratios_smallest_model_first():
+    small, big = summarize(_results())
+    assert (small.model, big.model) == ("small", "big")
+    assert small.saved_bytes == 1_000
+    assert small.filter_share == pytest.approx(0.01)
+    assert big.time_ratio == pytest.approx(1.0)
+
+
+def test_summary_names_a_model_with_one_mode_missing():
+    results = _results()
+    results["benchmarks"] = [b for b in results["benchmarks"] if b["name"] != "test_to_executorch[big-pruned]"]
+    with pytest.raises(ResultsError, match="'big': no pruned"):
+        summarize(results)
+
+
+@pytest.mark.parametrize(
+    ("changes", "regressed"),
+    [
+        ({}, False),
+        ({"pruned_bytes": 9_040}, False),          # +0.44%: inside the 0.5% allowance
+        ({"pruned_bytes": 9_100}, True),           # +1.1%
+        ({"big_filter_seconds": 0.006}, False),    # share 0.1% -> 0.3% <= 0.1% x 1.5 + 0.2 points
+        ({"big_filter_seconds": 0.008}, True),     # share 0.1% -> 0.4%
+        ({"filter_seconds": 0.004}, False),        # 1% -> 4%, but a 0.1 s call is not judged
+    ],
+    ids=["same", "bytes-within", "bytes-grew", "share-within", "share-grew", "share-too-fast"],
+)
+def test_compare_fails_only_beyond_the_threshold(changes, regressed):
+    comparison = compare(summarize(_results()), summarize(_results(**changes)), Thresholds())
+    assert comparison.regressed is regressed
+    assert "threshold:" in comparison.format()
+
+
+def test_cli_compare_exits_non_zero_on_a_regression(tmp_path, capsys):
+    baseline = _write(tmp_path / "baseline.json", _results())
+    same = _write(tmp_path / "same.json", copy.deepcopy(_results()))
+    grown = _write(tmp_path / "grown.json", _results(pruned_bytes=12_000))
+
+    assert main(["--results", str(same), "--compare", str(baseline)]) == EXIT_OK
+    assert main(["--results", str(grown), "--compare", str(baseline)]) == EXIT_REGRESSION
+    out = capsys.readouterr().out
+    assert "REGRESSED" in out and "pruned bytes 12,000 > limit" in out
+
+
+def test_cli_rejects_an_unreadable_results_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    assert main(["--results", str(bad)]) == EXIT_USAGE
+
+
+def test_dashboard_is_one_page_of_charts_drawn_from_the_json(tmp_path):
+    pytest.importorskip("matplotlib")
+    results = _write(tmp_path / "results.json", _results())
+    assert main(["--results", str(results), "--out", str(tmp_path)]) == EXIT_OK
+    page = (tmp_path / "dashboard.html").read_text()
+    assert page.count("<svg") >= 3
+    # Self-contained: nothing is fetched when the page opens.
+    assert not re.search(r"<(script|link|img)\b[^>]*(src|href)=", page)
+    assert "big" in page and "small" in page and "fabricated" in page
