@@ -58,9 +58,9 @@ exit codes:
   {EXIT_SUITE_FAILED}  the benchmark suite itself failed (see its output on stderr)
 
 examples:
-  python -m bench --out /tmp/bench --quick
-  python -m bench --out /tmp/bench-new --quick --compare /tmp/bench/results.json
-  python -m bench --results /tmp/bench-new/results.json --compare /tmp/bench/results.json
+  python -m bench --out bench-out/base --quick
+  python -m bench --out bench-out/new --quick --compare bench-out/base/results.json
+  python -m bench --results bench-out/new/results.json --compare bench-out/base/results.json
 """
 
 

@@ -51,6 +51,7 @@ from emitter_filter.reachability import (
     is_attribute_root,
     new_data_indices,
     order_live_data,
+    value_remapper,
 )
 from emitter_filter.reports import DroppedConstant, PruneReport
 
@@ -199,15 +200,7 @@ def _remap_values(plan: ExecutionPlan, live: Sequence[int]) -> None:
     map, patches every field that holds a value index, and checks that each patched
     index was kept.
     """
-    new_index = [-1] * len(plan.values)
-    for new, old in enumerate(live):
-        new_index[old] = new
-
-    def remap(old: int) -> int:
-        new = new_index[old]
-        if new < 0:
-            raise InvariantError(f"plan {plan.name!r}: value {old} is used but was dropped")
-        return new
+    remap = value_remapper(plan.name, len(plan.values), live)
 
     def remap_all(indices: Sequence[int]) -> list[int]:
         return [remap(i) for i in indices]

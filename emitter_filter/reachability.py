@@ -31,10 +31,10 @@ the kept entries in.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from emitter_filter.errors import ProgramFormatError
+from emitter_filter.errors import InvariantError, ProgramFormatError
 
 __all__ = [
     "DataSpace",
@@ -44,6 +44,7 @@ __all__ = [
     "classify_tensor_data",
     "is_attribute_root",
     "find_live",
+    "value_remapper",
     "order_live_data",
     "new_data_indices",
 ]
@@ -223,3 +224,23 @@ def new_data_indices(order: Mapping[DataSpace, Sequence[int]]) -> dict[DataSpace
         if space.has_placeholder:
             new_index[space][0] = 0
     return new_index
+
+
+def value_remapper(plan_name: str, num_values: int, live: Sequence[int]) -> Callable[[int], int]:
+    """The old-to-new map of value indices for a plan whose values are compacted to `live`.
+
+    Both rewrites (in memory and on disk) patch every value index through it; it
+    raises `InvariantError` for an index that was dropped, which would be a bug in
+    the analysis.
+    """
+    new_index = [-1] * num_values
+    for new, old in enumerate(live):
+        new_index[old] = new
+
+    def remap(old: int) -> int:
+        new = new_index[old]
+        if new < 0:
+            raise InvariantError(f"plan {plan_name!r}: value {old} is used but was dropped")
+        return new
+
+    return remap

@@ -83,6 +83,7 @@ from emitter_filter.reachability import (
     find_live,
     new_data_indices,
     order_live_data,
+    value_remapper,
 )
 from emitter_filter.reports import DroppedConstant
 
@@ -263,15 +264,7 @@ def _remap_plan(
     Tensor's `data_buffer_idx` from the `refs` snapshot, checking that everything
     patched was kept.
     """
-    new_index = [-1] * refs.num_values
-    for new, old in enumerate(live):
-        new_index[old] = new
-
-    def remap(old: int) -> int:
-        new = new_index[old]
-        if new < 0:
-            raise InvariantError(f"plan {refs.name!r}: value {old} is used but was dropped")
-        return new
+    remap = value_remapper(refs.name, refs.num_values, live)
 
     def remap_all(indices) -> list[int]:
         return [remap(i) for i in _ints(indices)]
