@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from executorch.exir.capture._config import (
-    ExecutorchBackendConfig as _UpstreamExecutorchBackendConfig,
-)
+from executorch.exir import ExecutorchBackendConfig as _UpstreamExecutorchBackendConfig
 
 from emitter_filter import hook
 
