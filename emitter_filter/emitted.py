@@ -196,9 +196,9 @@ def _dropped_constants(
 def _remap_values(plan: ExecutionPlan, live: Sequence[int]) -> None:
     """Compacts `plan.values` to `live` and renumbers every value index in the plan.
 
-    This is the only function that renumbers value indices. It builds the old-to-new
-    map, patches every field that holds a value index, and checks that each patched
-    index was kept.
+    The only place the in-memory rewrite renumbers value indices (`rewrite_file` does
+    the same on disk; both map through `reachability.value_remapper`, which checks
+    that each patched index was kept).
     """
     remap = value_remapper(plan.name, len(plan.values), live)
 
@@ -237,7 +237,7 @@ def _remap_data(
 ) -> None:
     """Compacts the three data spaces to `order` and renumbers every `data_buffer_idx`.
 
-    The only function that renumbers data indices. Old indices come from `plans`, a
+    The only place the in-memory rewrite renumbers data indices. Old indices come from `plans`, a
     snapshot taken before any change, so a Tensor object shared by two values is
     not renumbered twice.
     """
