@@ -8,6 +8,7 @@ pytest's progress goes to stderr; the summary table goes to stdout.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import shlex
@@ -54,7 +55,8 @@ table columns:
 exit codes:
   {EXIT_OK}  done, and no regression against --compare
   {EXIT_REGRESSION}  --compare found a regression beyond the printed threshold
-  {EXIT_USAGE}  usage error, or a results file that cannot be read
+  {EXIT_USAGE}  usage error, a results file that cannot be read, or a package the suite
+     needs is missing (it says which, and how to install it)
   {EXIT_SUITE_FAILED}  the benchmark suite itself failed (see its output on stderr)
 
 examples:
@@ -126,6 +128,20 @@ def _pytest_command(options: argparse.Namespace, results_path: Path, argv: Seque
     return command
 
 
+# What the suite imports, by module, with the distribution that provides it.
+_SUITE_NEEDS = {
+    "pytest": "pytest",
+    "pytest_benchmark": "pytest-benchmark",
+    "matplotlib": "matplotlib",
+    "torch": "torch",
+    "executorch": "executorch",
+}
+
+
+def _missing_distributions() -> list[str]:
+    return [dist for module, dist in _SUITE_NEEDS.items() if importlib.util.find_spec(module) is None]
+
+
 def _run_suite(options: argparse.Namespace, argv: Sequence[str]) -> Path | None:
     options.out.mkdir(parents=True, exist_ok=True)
     results_path = options.out / "results.json"
@@ -167,6 +183,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     results_path = options.results
     if results_path is None:
+        missing = _missing_distributions()
+        if missing:
+            print(
+                f"bench: the benchmarks need {', '.join(missing)}, not installed here: "
+                "pip install -e '.[bench]' -c constraints/executorch-1.5.1.txt",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
         results_path = _run_suite(options, argv)
         if results_path is None:
             return EXIT_SUITE_FAILED

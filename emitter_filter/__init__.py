@@ -12,8 +12,9 @@ disk, `emitter_filter.audit_file(path)` tells what is dead and
 `emitter_filter.prune_file(src, dst)` writes the file without it, neither
 importing ExecuTorch's exporter.
 
-Importing this package is cheap: ExecuTorch's exporter (seconds to import) loads
-only when a name that needs it is first used.
+Importing this package is cheap and needs only `flatbuffers`: ExecuTorch's
+exporter (seconds to import) loads only when a name that needs it is first used,
+and that is where its version is checked (`SUPPORTED_EXECUTORCH`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import importlib
 import os
 
-from emitter_filter._upstream import SUPPORTED_EXECUTORCH, check_executorch_version
+from emitter_filter._upstream import SUPPORTED_EXECUTORCH
 from emitter_filter.errors import (
     EmitterFilterError,
     InvariantError,
@@ -95,7 +96,6 @@ def _env_flag(name: str) -> bool:
     raise ValueError(f"{name}={os.environ[name]!r}: expected 1 or 0")
 
 
-check_executorch_version()
 if _env_flag(ENV_PRUNE):
     from emitter_filter import hook as _hook
 

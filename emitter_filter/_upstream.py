@@ -5,51 +5,136 @@ The hook wraps `executorch.exir.program._program.serialize_for_executorch`, whic
 config and the delegates' named data. The name is bound into `_program` by
 `from ... import`, so patching `exir._serialize._serialize` would do nothing.
 
-These internals move between releases, so the supported version is pinned and
-checked: an unknown version is an error, never a silent no-op.
+These internals move between releases, so the supported range is pinned and
+checked where they are first used (installing the hook, importing
+`emitter_filter.config`), not at package import: `audit` and `prune` need no
+ExecuTorch at all. An executorch outside the range is an error, never a silent
+no-op; `EMITTER_FILTER_ALLOW_UNTESTED_EXECUTORCH=1` turns it into a warning for
+releases nobody has tested yet (a nightly, the next minor), while the checks
+below that the wrapped function still has the shape we call it with, and the
+filter's own invariant checks, still raise before anything is changed.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
+import inspect
+import logging
+import os
+import re
 
 from emitter_filter.errors import UnsupportedExecutorchError
 
-SUPPORTED_EXECUTORCH = "1.5.1"
+__all__ = [
+    "SUPPORTED_EXECUTORCH",
+    "TESTED_EXECUTORCH",
+    "ENV_ALLOW_UNTESTED",
+    "check_executorch_version",
+    "installed_executorch_version",
+    "program_module",
+    "emitter_output_of",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The executorch releases whose internals the hook knows, as a pip requirement range.
+SUPPORTED_EXECUTORCH = ">=1.4.0,<1.6"
+# The same range as release tuples: lowest supported, first unsupported.
+_LOWEST, _BEYOND = (1, 4, 0), (1, 6, 0)
+#: The releases this project's CI runs its whole suite on.
+TESTED_EXECUTORCH = ("1.4.1", "1.5.1")
+#: Set to 1 to use an executorch outside `SUPPORTED_EXECUTORCH` with a warning.
+ENV_ALLOW_UNTESTED = "EMITTER_FILTER_ALLOW_UNTESTED_EXECUTORCH"
+_INSTALL = "pip install 'emitter_filter[executorch]'"
+# serialize_for_executorch's parameters, in the order the hook passes them on.
+_SERIALIZE_PARAMETERS = ("emitter_output", "config", "data_serializer", "named_data_store")
+
+_warned: set[str] = set()
 
 
+@functools.lru_cache(maxsize=1)
 def installed_executorch_version() -> str | None:
-    """The installed executorch distribution's version, without a local tag like `+cpu`."""
+    """The installed executorch distribution's version, without a local tag like `+cpu`.
+
+    Looked up once per process: `install()` checks it on every `pruning()` block.
+    """
     try:
         return importlib.metadata.version("executorch").split("+", 1)[0]
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
+def _release(version: str) -> tuple[int, int, int] | None:
+    """(major, minor, micro) of a version string; a pre-release counts as its release."""
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if match is None:
+        return None
+    major, minor, micro = match.groups()
+    return int(major), int(minor), int(micro or 0)
+
+
+def _untested_allowed() -> bool:
+    return os.environ.get(ENV_ALLOW_UNTESTED, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def check_executorch_version(version: str | None = None) -> None:
-    """Raises `UnsupportedExecutorchError` unless executorch is the supported version.
+    """Raises `UnsupportedExecutorchError` unless executorch is in `SUPPORTED_EXECUTORCH`.
+
+    With `EMITTER_FILTER_ALLOW_UNTESTED_EXECUTORCH=1`, a version outside the range
+    only logs a warning (once per version); a missing executorch is an error always.
 
     Args:
         version: The version to check; defaults to the installed one.
     """
     found = installed_executorch_version() if version is None else version
-    if found != SUPPORTED_EXECUTORCH:
+    if found is None:
         raise UnsupportedExecutorchError(
-            f"emitter_filter supports executorch=={SUPPORTED_EXECUTORCH} only, "
-            f"found {found or 'no executorch'}: its serializer internals differ; "
-            f"install executorch=={SUPPORTED_EXECUTORCH}"
+            "emitter_filter's in-process hook needs executorch "
+            f"{SUPPORTED_EXECUTORCH}, which is not installed: {_INSTALL} "
+            "(emitter-filter audit and prune need no executorch)"
         )
+    release = _release(found)
+    if release is not None and _LOWEST <= release < _BEYOND:
+        return
+    message = (
+        f"emitter_filter supports executorch {SUPPORTED_EXECUTORCH} "
+        f"(tested: {', '.join(TESTED_EXECUTORCH)}), found {found}"
+    )
+    if not _untested_allowed():
+        raise UnsupportedExecutorchError(
+            f"{message}: its serializer internals may differ; install a supported "
+            f"release ({_INSTALL}), or set {ENV_ALLOW_UNTESTED}=1 to try this one"
+        )
+    if found not in _warned:
+        _warned.add(found)
+        logger.warning("%s; going on because %s is set", message, ENV_ALLOW_UNTESTED)
 
 
 def program_module():
-    """`executorch.exir.program._program`, the module whose `serialize_for_executorch` is wrapped."""
+    """`executorch.exir.program._program`, the module whose `serialize_for_executorch` is wrapped.
+
+    Raises:
+        UnsupportedExecutorchError: executorch is missing or outside the supported
+            range, or the function is not there with the parameters the hook passes.
+    """
     check_executorch_version()
     from executorch.exir.program import _program
 
-    if not callable(getattr(_program, "serialize_for_executorch", None)):
+    serialize = getattr(_program, "serialize_for_executorch", None)
+    if not callable(serialize):
         raise UnsupportedExecutorchError(
             "executorch.exir.program._program.serialize_for_executorch is missing; "
-            f"emitter_filter supports executorch=={SUPPORTED_EXECUTORCH} only"
+            f"emitter_filter supports executorch {SUPPORTED_EXECUTORCH}"
+        )
+    # The original, not our wrapper (whose signature is the partial's).
+    original = getattr(serialize, "__emitter_filter_original__", serialize)
+    parameters = tuple(inspect.signature(original).parameters)
+    if parameters != _SERIALIZE_PARAMETERS:
+        raise UnsupportedExecutorchError(
+            f"executorch.exir.program._program.serialize_for_executorch takes {parameters}, "
+            f"not {_SERIALIZE_PARAMETERS}; emitter_filter supports executorch "
+            f"{SUPPORTED_EXECUTORCH}"
         )
     return _program
 

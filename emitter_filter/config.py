@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from executorch.exir import ExecutorchBackendConfig as _UpstreamExecutorchBackendConfig
+from emitter_filter import _upstream
 
-from emitter_filter import hook
+# Before ExecuTorch is imported: a missing or unsupported executorch gets our one-line error.
+_upstream.check_executorch_version()
+
+from executorch.exir import (  # noqa: E402
+    ExecutorchBackendConfig as _UpstreamExecutorchBackendConfig,
+)
+
+from emitter_filter import hook  # noqa: E402
 
 __all__ = ["ExecutorchBackendConfig"]
 

@@ -130,3 +130,18 @@ def test_dashboard_is_one_page_of_charts_drawn_from_the_json(tmp_path):
     # Self-contained: nothing is fetched when the page opens.
     assert not re.search(r"<(script|link|img)\b[^>]*(src|href)=", page)
     assert "big" in page and "small" in page and "fabricated" in page
+
+
+def test_running_the_suite_without_the_bench_extra_says_what_to_install(
+    tmp_path, capsys, monkeypatch
+):
+    import bench.cli
+
+    monkeypatch.setitem(bench.cli._SUITE_NEEDS, "a_module_nobody_has", "pytest-benchmark")
+    assert main(["--out", str(tmp_path / "out"), "--quick"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "bench: the benchmarks need pytest-benchmark, not installed here: "
+        "pip install -e '.[bench]' -c constraints/executorch-1.5.1.txt"
+    )
+    assert not (tmp_path / "out").exists()

@@ -19,6 +19,7 @@ import emitter_filter
 from emitter_filter import hook
 from emitter_filter.emitted import prune_emitter_output
 from emitter_filter.errors import ProgramFormatError, UnsupportedExecutorchError
+from emitter_filter import _upstream
 from emitter_filter._upstream import check_executorch_version, emitter_output_of
 from tests.builders import CASES
 
@@ -145,23 +146,72 @@ def test_an_error_inside_the_filter_propagates_out_of_to_executorch(monkeypatch)
         CASE.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(prune_constants=True))
 
 
-def test_an_unsupported_executorch_version_is_an_error_naming_the_supported_one():
-    with pytest.raises(UnsupportedExecutorchError, match=r"executorch==1\.5\.1 only, found 1\.6\.0"):
+@pytest.mark.parametrize("version", ["1.4.0", "1.4.1", "1.5.0rc1", "1.5.1", "1.5.9"])
+def test_executorch_releases_in_the_supported_range_pass_the_check(version):
+    check_executorch_version(version)
+
+
+@pytest.mark.parametrize("version", ["1.3.1", "1.6.0", "1.6.0.dev20261101", "2.0.0"])
+def test_an_executorch_outside_the_range_is_an_error_naming_the_range(version, monkeypatch):
+    monkeypatch.delenv(_upstream.ENV_ALLOW_UNTESTED, raising=False)
+    with pytest.raises(UnsupportedExecutorchError) as error:
+        check_executorch_version(version)
+    message = str(error.value)
+    assert f"executorch >=1.4.0,<1.6 (tested: 1.4.1, 1.5.1), found {version}" in message
+    assert f"{_upstream.ENV_ALLOW_UNTESTED}=1" in message
+
+
+def test_an_untested_executorch_is_a_warning_once_when_the_user_opts_in(monkeypatch, caplog):
+    monkeypatch.setenv(_upstream.ENV_ALLOW_UNTESTED, "1")
+    monkeypatch.setattr(_upstream, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger="emitter_filter"):
         check_executorch_version("1.6.0")
+        check_executorch_version("1.6.0")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "found 1.6.0" in warnings[0], warnings
 
 
-def test_importing_with_an_unsupported_executorch_fails_loudly():
+def test_a_missing_executorch_is_an_error_saying_what_to_install(monkeypatch):
+    monkeypatch.setenv(_upstream.ENV_ALLOW_UNTESTED, "1")
+    monkeypatch.setattr(_upstream, "installed_executorch_version", lambda: None)
+    with pytest.raises(UnsupportedExecutorchError, match=r"pip install 'emitter_filter\[executorch\]'"):
+        check_executorch_version()
+
+
+def test_a_serializer_of_another_shape_is_an_error_even_when_untested_releases_are_allowed(
+    monkeypatch,
+):
+    emitter_filter.uninstall()
+    monkeypatch.setenv(_upstream.ENV_ALLOW_UNTESTED, "1")
+
+    def serialize_for_executorch(emitter_output, config, data_serializer, named_data_store, extra):
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(upstream_program, "serialize_for_executorch", serialize_for_executorch)
+    with pytest.raises(UnsupportedExecutorchError, match=r"takes \('emitter_output', .*'extra'\)"):
+        emitter_filter.install()
+    assert upstream_program.serialize_for_executorch is serialize_for_executorch
+
+
+def test_an_unsupported_executorch_fails_where_the_hook_is_used_not_at_import():
     code = textwrap.dedent(
         """
         import importlib.metadata
-        importlib.metadata.version = lambda name: "1.4.0"
+        importlib.metadata.version = lambda name: "1.6.0"
         import emitter_filter
+        from emitter_filter.errors import UnsupportedExecutorchError
+        for use in (lambda: emitter_filter.pruning().__enter__(),
+                    lambda: emitter_filter.ExecutorchBackendConfig):
+            try:
+                use()
+            except UnsupportedExecutorchError as error:
+                print(error)
         """
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode != 0
-    assert "UnsupportedExecutorchError" in result.stderr
-    assert "executorch==1.5.1 only, found 1.4.0" in result.stderr
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2 and all("found 1.6.0" in line for line in lines), lines
 
 
 # A third-party export script: knows nothing of emitter_filter.
