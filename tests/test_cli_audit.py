@@ -9,6 +9,8 @@ import pytest
 from emitter_filter.audit import audit_file
 from emitter_filter.cli import main
 
+pytestmark = pytest.mark.filetools
+
 
 def _run(capsys, *argv):
     code = main(["audit", *map(str, argv)])

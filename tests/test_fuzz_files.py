@@ -17,6 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.fuzz_files import Seed, cases, fuzz, run_case  # noqa: E402
 
+pytestmark = pytest.mark.filetools
+
 CI_CASES = 1000
 
 

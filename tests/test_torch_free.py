@@ -1,0 +1,83 @@
+"""What the torch-free install can and cannot do: file tools yes, the hook with one clear line.
+
+Runs in both installs (`pytest -m filetools`); where executorch is installed, its
+absence is simulated by hiding its distribution from `importlib.metadata`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from emitter_filter import _upstream, cli
+from tests.files import GOLDEN, saved
+
+pytestmark = pytest.mark.filetools
+
+INSTALL_HINT = "pip install 'emitter_filter[executorch]'"
+
+# Makes `importlib.metadata` report no executorch, as in a venv without it.
+HIDE_EXECUTORCH = textwrap.dedent(
+    """
+    import importlib.metadata
+    _version = importlib.metadata.version
+    def version(name):
+        if name == "executorch":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return _version(name)
+    importlib.metadata.version = version
+    """
+)
+
+
+@pytest.mark.parametrize("command", [[], ["audit"], ["prune"], ["run"]])
+def test_help_works(command, capsys):
+    assert cli.main([*command, "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: emitter-filter")
+
+
+def test_run_without_executorch_fails_with_one_line_saying_what_to_install(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr(_upstream, "installed_executorch_version", lambda: None)
+    script = tmp_path / "export.py"
+    script.write_text("raise SystemExit('the script must not run')\n")
+    assert cli.main(["run", str(script)]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and INSTALL_HINT in err, err
+
+
+def test_the_config_without_executorch_is_an_error_saying_what_to_install():
+    code = HIDE_EXECUTORCH + textwrap.dedent(
+        """
+        import emitter_filter
+        try:
+            emitter_filter.ExecutorchBackendConfig
+        except emitter_filter.UnsupportedExecutorchError as error:
+            print(error)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert INSTALL_HINT in result.stdout
+
+
+def test_audit_and_prune_with_a_ptd_import_neither_torch_nor_executorch(tmp_path):
+    pte, ptds = saved(GOLDEN / "external" / "dirty")
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from emitter_filter import cli
+        assert cli.main(["audit", {str(pte)!r}, "--ptd", {str(ptds[0])!r}]) == 0
+        assert cli.main(["prune", {str(pte)!r}, "-o", {str(tmp_path / "out.pte")!r},
+                         "--ptd", {str(ptds[0])!r}, "--ptd-out", {str(tmp_path)!r}]) == 0
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "executorch"))
+        assert not loaded, loaded
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / ptds[0].name).exists()
