@@ -3,7 +3,8 @@
 Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`;
 2 usage error, bad input or an output `prune` cannot write (a one-line message
 naming the file, and the offset where one applies; a traceback only with -v; no
-output file); for `run`, what the script exited with.
+output file); for `run`, what the script exited with; for `demo`, 1 if one of
+its checks failed.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ logger = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_DEAD_BYTES = 1
 EXIT_USAGE = 2
+EXIT_DEMO_FAILED = 1
 # Dead entries the `audit` table lists; --json lists them all.
 _TABLE_DEAD_ENTRIES = 20
 
@@ -109,6 +111,22 @@ def _build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--ptd-out", metavar="DIR",
                        help="the directory for the pruned .ptd files, under their input names")
     prune.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    demo = commands.add_parser(
+        "demo",
+        help="export a built-in model with and without pruning, then audit and run both",
+        description=(
+            "Build a small model with random weights (fixed seed) and three dead constants, "
+            "export it with plain ExecuTorch and with prune_constants=True, write both .pte "
+            "files, audit them and run them in ExecuTorch's portable runtime on the same "
+            "input. Exit 1 if a check fails. Needs torch and executorch."
+        ),
+    )
+    demo.add_argument(
+        "--out", metavar="DIR",
+        help="where to write model.pte and model.pruned.pte "
+        "(default: a new directory emitter-filter-demo[-N] in the current one)",
+    )
     return parser
 
 
@@ -254,6 +272,18 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _demo(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from emitter_filter.demo import default_out_dir, run_demo
+
+    result = run_demo(Path(options.out) if options.out else default_out_dir(Path()))
+    print("\n".join(result.lines()))
+    for failure in result.failures:
+        print(f"emitter-filter demo: {failure}", file=sys.stderr)
+    return EXIT_DEMO_FAILED if result.failures else EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code instead of exiting."""
     parser = _build_parser()
@@ -282,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("emitter_filter").setLevel(
         logging.DEBUG if options.verbose > 1 else logging.WARNING if quiet else logging.INFO
     )
-    commands = {"run": _run, "audit": _audit, "prune": _prune}
+    commands = {"run": _run, "audit": _audit, "prune": _prune, "demo": _demo}
     try:
         return commands[options.command](parser, options)
     except EmitterFilterError as error:
