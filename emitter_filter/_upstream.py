@@ -30,6 +30,7 @@ __all__ = [
     "SUPPORTED_EXECUTORCH",
     "TESTED_EXECUTORCH",
     "ENV_ALLOW_UNTESTED",
+    "INSTALL_HINT",
     "check_executorch_version",
     "installed_executorch_version",
     "program_module",
@@ -46,7 +47,8 @@ _LOWEST, _BEYOND = (1, 4, 0), (1, 6, 0)
 TESTED_EXECUTORCH = ("1.4.1", "1.5.1")
 #: Set to 1 to use an executorch outside `SUPPORTED_EXECUTORCH` with a warning.
 ENV_ALLOW_UNTESTED = "EMITTER_FILTER_ALLOW_UNTESTED_EXECUTORCH"
-_INSTALL = "pip install 'emitter_filter[executorch]'"
+#: What to run when executorch is missing.
+INSTALL_HINT = "pip install 'emitter_filter[executorch]'"
 # serialize_for_executorch's parameters, in the order the hook passes them on.
 _SERIALIZE_PARAMETERS = ("emitter_output", "config", "data_serializer", "named_data_store")
 
@@ -91,7 +93,7 @@ def check_executorch_version(version: str | None = None) -> None:
     if found is None:
         raise UnsupportedExecutorchError(
             "emitter_filter's in-process hook needs executorch "
-            f"{SUPPORTED_EXECUTORCH}, which is not installed: {_INSTALL} "
+            f"{SUPPORTED_EXECUTORCH}, which is not installed: {INSTALL_HINT} "
             "(emitter-filter audit and prune need no executorch)"
         )
     release = _release(found)
@@ -104,7 +106,7 @@ def check_executorch_version(version: str | None = None) -> None:
     if not _untested_allowed():
         raise UnsupportedExecutorchError(
             f"{message}: its serializer internals may differ; install a supported "
-            f"release ({_INSTALL}), or set {ENV_ALLOW_UNTESTED}=1 to try this one"
+            f"release ({INSTALL_HINT}), or set {ENV_ALLOW_UNTESTED}=1 to try this one"
         )
     if found not in _warned:
         _warned.add(found)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emitter_filter._upstream import SUPPORTED_EXECUTORCH
+from emitter_filter import _upstream
 from emitter_filter.errors import EmitterFilterError, UnsupportedExecutorchError
 
 if TYPE_CHECKING:
@@ -129,8 +129,7 @@ def _import_executorch():
         import torch
     except ImportError as error:
         raise UnsupportedExecutorchError(
-            f"the demo needs torch and executorch ({error}): "
-            f"install executorch=={SUPPORTED_EXECUTORCH}"
+            f"the demo needs torch and executorch ({error}): {_upstream.INSTALL_HINT}"
         ) from error
     return torch
 

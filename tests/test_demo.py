@@ -13,7 +13,7 @@ from executorch.extension.pybindings.portable_lib import _load_for_executorch_fr
 from torch.fx.passes.infra.pass_base import PassResult
 
 import emitter_filter
-from emitter_filter import demo
+from emitter_filter import _upstream, demo
 from emitter_filter.cli import main
 
 # The demo model's dead constants, from its definition: (shape, bytes).
@@ -107,7 +107,7 @@ def test_demo_without_torch_or_executorch_says_to_install_it_in_one_line(missing
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("emitter-filter: the demo needs torch and executorch (")
-    assert lines[0].endswith(f"install executorch=={emitter_filter.SUPPORTED_EXECUTORCH}")
+    assert lines[0].endswith(_upstream.INSTALL_HINT)
     assert not (tmp_path / "out").exists()
 
 
