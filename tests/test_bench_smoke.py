@@ -137,7 +137,9 @@ def test_running_the_suite_without_the_bench_extra_says_what_to_install(
 ):
     import bench.cli
 
-    monkeypatch.setitem(bench.cli._SUITE_NEEDS, "a_module_nobody_has", "pytest-benchmark")
+    monkeypatch.setattr(
+        bench.cli, "_SUITE_NEEDS", {"pytest": "pytest", "a_module_nobody_has": "pytest-benchmark"}
+    )
     assert main(["--out", str(tmp_path / "out"), "--quick"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert err.strip() == (
