@@ -33,8 +33,14 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from emitter_filter.audit import AuditReport
+    from emitter_filter.hook import SerializedProgram
+    from emitter_filter.reports import PruneReport
 
 __all__ = ["REPORT_SCHEMA", "EXEMPT_MARKER", "ProgramRecord", "PteBudget", "pte_budget"]
 
@@ -74,8 +80,8 @@ class ProgramRecord:
     exempt: bool
     pruned: bool
     file_bytes: int
-    audit: object
-    prune_report: object
+    audit: AuditReport | None
+    prune_report: PruneReport | None
     serialize_seconds: float
     audit_seconds: float
     error: str | None
@@ -121,6 +127,9 @@ class PteBudget:
         max_dead_bytes: The dead bytes each of its programs may carry; None for no
             budget. Starts at `--emitter-filter-max-dead-bytes`; set it to change it
             for this test only.
+        exempt: The test carries the `emitter_filter_exempt` marker: no budget applies.
+        audited: The test asked for `pte_budget`: its programs are audited even
+            without the plugin's options.
         programs: What each program serialized so far in the test was found to hold.
     """
 
@@ -140,17 +149,10 @@ class PteBudget:
         ]
 
 
-def _byte_count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(text)
-    return value
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("emitter_filter", "emitter_filter: dead constants in serialized programs")
     group.addoption(
-        "--emitter-filter-max-dead-bytes", type=_byte_count, default=None, metavar="N",
+        "--emitter-filter-max-dead-bytes", type=int, default=None, metavar="N",
         help="fail a test if a program it serializes carries more than N dead bytes "
         "(audited in process, without pruning)",
     )
@@ -195,7 +197,7 @@ def pte_budget(request: pytest.FixtureRequest) -> PteBudget:
     return request.config.stash[_SESSION].budget_of_current_test()
 
 
-def _audit(pte: bytes, ptd: Mapping) -> tuple[object, str | None]:
+def _audit(pte: bytes, ptd: Mapping) -> tuple[AuditReport | None, str | None]:
     """`audit_file` on a serialized program; the `.ptd` files go to a temporary directory."""
     from emitter_filter.audit import audit_file
     from emitter_filter.errors import EmitterFilterError
@@ -228,6 +230,10 @@ class _Session:
 
     def __init__(self, config: pytest.Config) -> None:
         self.max_dead_bytes = config.getoption("emitter_filter_max_dead_bytes")
+        if self.max_dead_bytes is not None and self.max_dead_bytes < 0:
+            raise pytest.UsageError(
+                f"--emitter-filter-max-dead-bytes {self.max_dead_bytes}: expected N >= 0"
+            )
         self.prune = config.getoption("emitter_filter_prune")
         self.report_path = config.getoption("emitter_filter_report")
         self.records: list[ProgramRecord] = []  # every program audited, in order
@@ -283,7 +289,7 @@ class _Session:
         self._observe()
         return self._test
 
-    def _on_serialized(self, program) -> None:
+    def _on_serialized(self, program: SerializedProgram) -> None:
         test = self._test
         if not (self._audit_all or (test is not None and test.audited)):
             return
@@ -334,13 +340,14 @@ class _Session:
         report = outcome.get_result()
         if not failing or report.skipped:
             return
+        numbers = {id(record): number for number, record in enumerate(test.programs, 1)}
         message = "\n".join(
             [
                 f"emitter_filter: {len(failing)} of {len(test.programs)} programs this test "
                 f"serialized carry more than {test.max_dead_bytes:,} dead bytes "
                 "(--emitter-filter-max-dead-bytes or pte_budget; exempt with "
                 f"@pytest.mark.{EXEMPT_MARKER})",
-                *(_describe(test.programs.index(r) + 1, r, test.max_dead_bytes) for r in failing),
+                *(_describe(numbers[id(r)], r, test.max_dead_bytes) for r in failing),
             ]
         )
         if report.passed:

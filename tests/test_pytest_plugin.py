@@ -184,3 +184,9 @@ def test_idle_plugin_changes_no_byte_and_imports_no_hook(suite):
     assert outcomes["idle"] == outcomes["off"] == {"passed": 1, "deselected": 4}
     assert written["idle"] == written["off"]
     assert audit_file(written["idle"]).dead_bytes == DEAD_BYTES  # not pruned
+
+
+def test_negative_limit_is_a_usage_error(suite):
+    result = _run(suite, "--emitter-filter-max-dead-bytes", "-1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--emitter-filter-max-dead-bytes -1: expected N >= 0*"])
