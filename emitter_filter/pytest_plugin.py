@@ -175,7 +175,13 @@ def pytest_configure(config: pytest.Config) -> None:
     session = _Session(config)
     config.stash[_SESSION] = session
     config.pluginmanager.register(session, "emitter_filter_session")
-    session.start()
+    from emitter_filter.errors import EmitterFilterError
+
+    try:
+        session.start()
+    except EmitterFilterError as error:
+        # No executorch, or one the hook does not know: one line, not a traceback.
+        raise pytest.UsageError(str(error)) from error
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from executorch.exir import to_edge
+from executorch.exir import ExecutorchBackendConfig, to_edge
 
 
 class Linear(torch.nn.Module):
@@ -58,6 +58,19 @@ def test_budget(pte_budget):
     pte_budget.max_dead_bytes = 0
     serialize("budget", dead=True)
     assert [p.dead_bytes for p in pte_budget.programs] == [128]
+
+
+def test_broken():
+    serialize("broken", dead=True)
+    assert False, "broken on its own"
+
+
+def test_external():
+    exported = torch.export.export(Linear(dead=True), (torch.ones(2, 4),))
+    config = ExecutorchBackendConfig(external_constants=True)
+    manager = to_edge(exported).to_executorch(config)
+    Path("external.pte").write_bytes(manager.buffer)
+    manager.write_tensor_data_to_file(".")
 
 
 def test_hook_untouched():
@@ -112,6 +125,16 @@ def test_gate_passes_when_the_dead_bytes_are_within_the_limit(suite):
     result.assert_outcomes(passed=2)
 
 
+def test_a_test_that_fails_on_its_own_also_shows_the_finding(suite):
+    result = _run(suite, "-k", "broken", "--emitter-filter-max-dead-bytes", "0")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*AssertionError: broken on its own*",
+        "*- emitter_filter: dead bytes -*",
+        "program 1 (methods forward): 128 dead constant bytes > 0 allowed*",
+    ])
+
+
 def test_forced_pruning_writes_the_clean_program(suite):
     result = _run(suite, "-k", "dirty or clean", "--emitter-filter-prune",
                   "--emitter-filter-max-dead-bytes", "0")
@@ -124,14 +147,17 @@ def test_forced_pruning_writes_the_clean_program(suite):
 
 def test_report_has_one_record_per_serialized_program(suite):
     path = suite.path / "out" / "report.json"
-    result = _run(suite, "-k", "dirty or clean or exempt", "--emitter-filter-report", str(path))
-    result.assert_outcomes(passed=3)  # a report alone gates nothing
+    result = _run(suite, "-k", "dirty or clean or exempt or external or broken",
+                  "--emitter-filter-report", str(path))
+    result.assert_outcomes(passed=4, failed=1)  # a report alone gates nothing
     report = json.loads(path.read_text())
     assert (report["schema"], report["prune"], report["max_dead_bytes"]) == (
         "emitter-filter-pytest/1", False, None
     )
     records = {r["test"].rsplit("::", 1)[1]: r for r in report["programs"]}
-    assert sorted(records) == ["test_clean", "test_dirty", "test_exempt"]
+    assert sorted(records) == [
+        "test_broken", "test_clean", "test_dirty", "test_exempt", "test_external"
+    ]
     dirty, clean = records["test_dirty"], records["test_clean"]
     assert dirty["methods"] == ["forward"] and not dirty["pruned"]
     assert (dirty["dead_bytes"], clean["dead_bytes"]) == (DEAD_BYTES, 0)
@@ -141,6 +167,14 @@ def test_report_has_one_record_per_serialized_program(suite):
     assert dirty["bytes_before"] is None and dirty["dropped_bytes"] is None
     assert dirty["seconds"]["serialize"] > 0 and dirty["seconds"]["audit"] > 0
     assert records["test_exempt"]["exempt"] and dirty["error"] is None
+    # The .ptd reaches the audit: the figures are those of the files on disk.
+    external, ptds = records["test_external"], sorted(suite.path.glob("*.ptd"))
+    assert ptds and external["error"] is None
+    on_disk = audit_file(suite.path / "external.pte", ptds)
+    assert external["file_bytes"] == on_disk.file_bytes
+    assert (external["constant_bytes"], external["dead_bytes"]) == (
+        on_disk.constant_bytes, on_disk.dead_bytes
+    )
 
 
 def test_report_of_a_pruned_run_has_bytes_before_and_after(suite):
@@ -181,7 +215,7 @@ def test_idle_plugin_changes_no_byte_and_imports_no_hook(suite):
         result = suite.runpytest_subprocess("-p", "no:cacheprovider", "-k", "untouched", *args)
         outcomes[mode] = {k: v for k, v in result.parseoutcomes().items() if k != "warnings"}
         written[mode] = (suite.path / "untouched.pte").read_bytes()
-    assert outcomes["idle"] == outcomes["off"] == {"passed": 1, "deselected": 4}
+    assert outcomes["idle"] == outcomes["off"] == {"passed": 1, "deselected": 6}
     assert written["idle"] == written["off"]
     assert audit_file(written["idle"]).dead_bytes == DEAD_BYTES  # not pruned
 
@@ -190,3 +224,14 @@ def test_negative_limit_is_a_usage_error(suite):
     result = _run(suite, "--emitter-filter-max-dead-bytes", "-1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--emitter-filter-max-dead-bytes -1: expected N >= 0*"])
+
+
+def test_an_executorch_the_hook_does_not_know_is_a_usage_error(suite, monkeypatch):
+    from emitter_filter import _upstream
+
+    monkeypatch.setattr(_upstream, "installed_executorch_version", lambda: "0.1.0")
+    result = _run(suite, "--emitter-filter-prune")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*emitter_filter supports executorch*0.1.0*"])
+    result = _run(suite, "-k", "clean")  # idle, the plugin needs no executorch check
+    result.assert_outcomes(passed=1, deselected=6)
