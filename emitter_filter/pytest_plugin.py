@@ -1,8 +1,8 @@
 """A pytest plugin: gate, prune or report every program a test suite serializes.
 
-Registered through the `pytest11` entry point as `emitter_filter`. Idle unless
-one of its options is given or a test asks for `pte_budget`: then it installs
-no hook, imports nothing of ExecuTorch and changes no byte a test writes.
+Registered through the `pytest11` entry point as `emitter_filter`. Until one of
+its options is given or a test asks for `pte_budget`, it is idle: it installs no
+hook, imports nothing of ExecuTorch and changes no byte a test writes.
 
 - `--emitter-filter-max-dead-bytes N`: every program serialized while a test
   runs (its setup and call) is audited in process, without pruning:
@@ -52,7 +52,7 @@ REPORT_SCHEMA = "emitter-filter-pytest/1"
 #: The marker that exempts a test from the budget and from forced pruning.
 EXEMPT_MARKER = "emitter_filter_exempt"
 
-# Dead entries a record lists; the gate's message lists as many (see testing).
+# Dead entries a record lists, largest first.
 _LISTED_DEAD = 10
 
 _SESSION = pytest.StashKey["_Session"]()
