@@ -80,7 +80,10 @@ def _build_parser() -> argparse.ArgumentParser:
             "dead bytes exceed --max-dead-bytes, 2 if a file is malformed."
         ),
     )
-    audit.add_argument("pte", metavar="MODEL.pte", help="the program file")
+    audit.add_argument(
+        "pte", nargs="+", metavar="MODEL.pte",
+        help="the program file; several are audited in turn (as a pre-commit hook passes them)",
+    )
     audit.add_argument(
         "--ptd", action="append", default=[], metavar="FILE.ptd",
         help="a .ptd file with the program's external constants (repeatable)",
@@ -257,19 +260,27 @@ def _copy_location(copy) -> str:
 def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.audit import audit_file
 
-    report = audit_file(options.pte, options.ptd)
+    if options.ptd and len(options.pte) > 1:
+        print("emitter-filter audit: --ptd needs a single MODEL.pte", file=sys.stderr)
+        return EXIT_USAGE
+    reports = [audit_file(pte, options.ptd) for pte in options.pte]
     if options.json:
-        print(json.dumps(report.to_json(), indent=2))
+        # One file: its report; several: a list of them.
+        documents = [report.to_json() for report in reports]
+        print(json.dumps(documents[0] if len(documents) == 1 else documents, indent=2))
     else:
-        print(_format_audit(report))
-    if options.max_dead_bytes is not None and report.dead_bytes > options.max_dead_bytes:
+        print("\n\n".join(_format_audit(report) for report in reports))
+    over = [
+        r for r in reports
+        if options.max_dead_bytes is not None and r.dead_bytes > options.max_dead_bytes
+    ]
+    for report in over:
         print(
             f"emitter-filter: {report.path}: {report.dead_bytes:,} dead bytes > "
             f"--max-dead-bytes {options.max_dead_bytes:,}",
             file=sys.stderr,
         )
-        return EXIT_DEAD_BYTES
-    return EXIT_OK
+    return EXIT_DEAD_BYTES if over else EXIT_OK
 
 
 def _demo(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:

@@ -9,6 +9,9 @@ context, or process-wide by `enable()` (what `EMITTER_FILTER_PRUNE=1` calls).
 Otherwise it calls the original with the same arguments and changes nothing.
 
 Installing is idempotent, thread-safe and reversible with `uninstall()`.
+
+Observers (`add_observer`) see every program the installed hook serializes,
+pruned or not, after ExecuTorch has serialized it: the pytest plugin audits them.
 """
 
 from __future__ import annotations
@@ -24,7 +27,18 @@ from collections.abc import Iterator
 
 from emitter_filter import _upstream
 
-__all__ = ["install", "uninstall", "installed", "pruning", "enable", "disable", "is_enabled"]
+__all__ = [
+    "install",
+    "uninstall",
+    "installed",
+    "pruning",
+    "enable",
+    "disable",
+    "is_enabled",
+    "SerializedProgram",
+    "add_observer",
+    "remove_observer",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +57,7 @@ def _pruning_requested(config) -> bool:
 def _serialize_for_executorch(
     original, emitter_output, config, data_serializer, named_data_store=None
 ):
+    prune_report = None
     if _pruning_requested(config):
         from emitter_filter.emitted import prune_emitter_output
         from emitter_filter.named_data import prune_named_data
@@ -60,7 +75,12 @@ def _serialize_for_executorch(
         record_report(emitter_output, prune_report)
         # Passed as an object: the summary (and its duplicate search) is only built if logged.
         logger.info("emitter_filter: %s", prune_report)
-    return original(emitter_output, config, data_serializer, named_data_store)
+    serialize_started = time.perf_counter()
+    serialized = original(emitter_output, config, data_serializer, named_data_store)
+    _notify_observers(
+        emitter_output, serialized, prune_report, time.perf_counter() - serialize_started
+    )
+    return serialized
 
 
 def install() -> None:
@@ -133,3 +153,67 @@ def pruning() -> Iterator[None]:
         yield
     finally:
         _pruning_depth.reset(token)
+
+
+# --- Observers: see each serialized program, change nothing. --------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SerializedProgram:
+    """One program the hook serialized, as an observer gets it.
+
+    Attributes:
+        emitter_output: ExecuTorch's `EmitterOutput`, after pruning if it was pruned.
+            Not to be modified.
+        pte: The `.pte` file, as ExecuTorch's `Cord` (`bytes(pte)` copies it).
+        ptd: The `.ptd` files by the name `write_tensor_data_to_file` gives them
+            (without the extension), as `Cord`s.
+        prune_report: What pruning dropped; None when the program was not pruned.
+        serialize_seconds: Wall time of ExecuTorch's own serializer.
+    """
+
+    emitter_output: object
+    pte: object
+    ptd: dict
+    prune_report: object
+    serialize_seconds: float
+
+
+_observers: tuple = ()
+
+
+def add_observer(callback) -> None:
+    """Calls `callback(SerializedProgram)` after each program is serialized; installs the hook.
+
+    The callback runs in the serializing thread, before `to_executorch` returns;
+    an exception it raises propagates out of `to_executorch`. Adding a callback
+    twice calls it twice.
+    """
+    global _observers
+    install()
+    with _lock:
+        _observers = (*_observers, callback)
+
+
+def remove_observer(callback) -> None:
+    """Stops calling `callback` (its last registration); the hook stays installed.
+
+    Raises:
+        ValueError: `callback` is not registered.
+    """
+    global _observers
+    with _lock:
+        if callback not in _observers:
+            raise ValueError(f"{callback!r} is not an emitter_filter observer")
+        index = len(_observers) - 1 - _observers[::-1].index(callback)
+        _observers = _observers[:index] + _observers[index + 1 :]
+
+
+def _notify_observers(emitter_output, serialized, prune_report, seconds: float) -> None:
+    observers = _observers
+    if not observers:
+        return
+    pte, ptd = serialized
+    program = SerializedProgram(emitter_output, pte, ptd, prune_report, seconds)
+    for callback in observers:
+        callback(program)

@@ -90,3 +90,12 @@ def test_verbose_shows_the_traceback_by_raising(tmp_path):
     path.write_bytes(b"nope")
     with pytest.raises(PteFormatError):
         main(["-v", "audit", str(path)])
+
+
+def test_several_files_are_audited_in_turn(capsys, built):
+    clean, dirty = built["clean"].pte, built["plain"].pte
+    code, out, err = _run(capsys, clean, dirty, "--json", "--max-dead-bytes", "0")
+    assert code == 1 and [r["path"] for r in json.loads(out)] == [str(clean), str(dirty)]
+    assert err.count("dead bytes > --max-dead-bytes 0") == 1 and str(dirty) in err
+    code, out, err = _run(capsys, clean, dirty, "--ptd", built["external"].ptds[0])
+    assert (code, out) == (2, "") and "--ptd needs a single MODEL.pte" in err

@@ -269,3 +269,21 @@ def test_the_public_api_is_what_we_mean_it_to_be():
     for name in emitter_filter.__all__:
         assert getattr(emitter_filter, name) is not None, name
     assert issubclass(emitter_filter.ExecutorchBackendConfig, UpstreamConfig)
+
+
+def test_observers_see_each_serialized_program_pruned_or_not(expected):
+    seen = []
+    hook.add_observer(seen.append)
+    try:
+        plain = CASE.build(dead=True, config=UpstreamConfig())
+        with emitter_filter.pruning():
+            pruned = CASE.build(dead=True, config=UpstreamConfig())
+    finally:
+        hook.remove_observer(seen.append)
+    CASE.build(dead=True, config=UpstreamConfig())  # after removal: not seen
+    assert [bytes(s.pte) for s in seen] == [plain.buffer, pruned.buffer]
+    assert [bytes(s.pte) for s in seen] == [expected["dirty"], expected["clean"]]
+    assert seen[0].prune_report is None and seen[1].prune_report.dropped
+    assert all(s.ptd == {} and s.serialize_seconds > 0 for s in seen)
+    with pytest.raises(ValueError, match="not an emitter_filter observer"):
+        hook.remove_observer(seen.append)

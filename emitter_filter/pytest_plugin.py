@@ -1,0 +1,372 @@
+"""A pytest plugin: gate, prune or report every program a test suite serializes.
+
+Registered through the `pytest11` entry point as `emitter_filter`. Until one of
+its options is given or a test asks for `pte_budget`, it is idle: it installs no
+hook, imports nothing of ExecuTorch and changes no byte a test writes.
+
+- `--emitter-filter-max-dead-bytes N`: every program serialized while a test
+  runs (its setup and call) is audited in process, without pruning:
+  `audit.audit_file` on the bytes ExecuTorch wrote, its `.ptd` files included.
+  A test fails, after its own result, if one of its programs carries more than
+  N dead bytes; the message lists the program's largest dead entries.
+- `--emitter-filter-prune`: prune every program of the run (`hook.enable()`,
+  what `EMITTER_FILTER_PRUNE=1` does), so a suite shows whether it still passes.
+- `--emitter-filter-report PATH`: write one JSON record per serialized program
+  (`REPORT_SCHEMA`, documented in README.md).
+- The `pte_budget` fixture audits one test's programs and sets its own budget;
+  the `emitter_filter_exempt` marker leaves a test alone: no budget, no forced
+  pruning (its programs are still reported).
+
+Programs are seen through `hook.add_observer`, the hook's only wrapping of
+ExecuTorch's serializer. A program serialized by a session or module fixture
+counts for the test whose setup built it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from emitter_filter.audit import AuditReport
+    from emitter_filter.hook import SerializedProgram
+    from emitter_filter.reports import PruneReport
+
+__all__ = ["REPORT_SCHEMA", "EXEMPT_MARKER", "ProgramRecord", "PteBudget", "pte_budget"]
+
+logger = logging.getLogger(__name__)
+
+#: The value of the "schema" key of the `--emitter-filter-report` file.
+REPORT_SCHEMA = "emitter-filter-pytest/1"
+
+#: The marker that exempts a test from the budget and from forced pruning.
+EXEMPT_MARKER = "emitter_filter_exempt"
+
+# Dead entries a record lists, largest first.
+_LISTED_DEAD = 10
+
+_SESSION = pytest.StashKey["_Session"]()
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramRecord:
+    """One serialized program: what the report file holds, and what the gate judges.
+
+    Attributes:
+        test: The node id of the test that serialized it; None outside any test.
+        methods: The names of its execution plans.
+        exempt: The test carries the `emitter_filter_exempt` marker.
+        pruned: It was pruned before it was written.
+        file_bytes: The `.pte` and every `.ptd`, as written.
+        audit: What `audit_file` found in those bytes; None if it failed (`error`).
+        prune_report: What pruning dropped; None when not pruned.
+        serialize_seconds: ExecuTorch's serializer.
+        audit_seconds: The audit.
+        error: Why the audit failed (a malformed program); None when it did not.
+    """
+
+    test: str | None
+    methods: tuple[str, ...]
+    exempt: bool
+    pruned: bool
+    file_bytes: int
+    audit: AuditReport | None
+    prune_report: PruneReport | None
+    serialize_seconds: float
+    audit_seconds: float
+    error: str | None
+
+    @property
+    def dead_bytes(self) -> int | None:
+        return None if self.audit is None else self.audit.dead_bytes
+
+    def to_json(self) -> dict:
+        """The record's form in the report file; README.md documents it."""
+        audit, prune = self.audit, self.prune_report
+        return {
+            "test": self.test,
+            "methods": list(self.methods),
+            "exempt": self.exempt,
+            "pruned": self.pruned,
+            "file_bytes": self.file_bytes,
+            "constant_bytes": None if audit is None else audit.constant_bytes,
+            "dead_bytes": self.dead_bytes,
+            "duplicated_bytes": None if audit is None else audit.duplicated_bytes,
+            "largest_dead": [] if audit is None else [
+                {"space": d.space, "index": d.index, "bytes": d.nbytes, "name": d.name}
+                for d in audit.largest_dead(_LISTED_DEAD)
+            ],
+            "bytes_before": None if prune is None else dict(prune.bytes_before),
+            "bytes_after": None if prune is None else dict(prune.bytes_after),
+            "dropped_bytes": None if prune is None else prune.dropped_bytes,
+            "seconds": {
+                "serialize": self.serialize_seconds,
+                "prune": None if prune is None else prune.seconds,
+                "audit": self.audit_seconds,
+            },
+            "error": self.error,
+        }
+
+
+@dataclasses.dataclass
+class PteBudget:
+    """One test's budget and the programs it serialized so far (the `pte_budget` fixture).
+
+    Attributes:
+        test: The test's node id.
+        max_dead_bytes: The dead bytes each of its programs may carry; None for no
+            budget. Starts at `--emitter-filter-max-dead-bytes`; set it to change it
+            for this test only.
+        exempt: The test carries the `emitter_filter_exempt` marker: no budget applies.
+        audited: The test asked for `pte_budget`: its programs are audited even
+            without the plugin's options.
+        programs: What each program serialized so far in the test was found to hold.
+    """
+
+    test: str
+    max_dead_bytes: int | None
+    exempt: bool = False
+    audited: bool = False
+    programs: list[ProgramRecord] = dataclasses.field(default_factory=list)
+
+    def over_budget(self) -> list[ProgramRecord]:
+        """The programs the gate fails the test for: over budget, or unreadable."""
+        if self.exempt or self.max_dead_bytes is None:
+            return []
+        return [
+            r for r in self.programs
+            if r.audit is None or r.audit.dead_bytes > self.max_dead_bytes
+        ]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("emitter_filter", "emitter_filter: dead constants in serialized programs")
+    group.addoption(
+        "--emitter-filter-max-dead-bytes", type=int, default=None, metavar="N",
+        help="fail a test if a program it serializes carries more than N dead bytes "
+        "(audited in process, without pruning)",
+    )
+    group.addoption(
+        "--emitter-filter-prune", action="store_true", default=False,
+        help="prune every program the run serializes (as EMITTER_FILTER_PRUNE=1)",
+    )
+    group.addoption(
+        "--emitter-filter-report", type=Path, default=None, metavar="PATH",
+        help="write one JSON record per serialized program to PATH",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{EXEMPT_MARKER}(reason): emitter_filter gives this test no dead-bytes budget "
+        "and does not force pruning on it",
+    )
+    session = _Session(config)
+    config.stash[_SESSION] = session
+    config.pluginmanager.register(session, "emitter_filter_session")
+    from emitter_filter.errors import EmitterFilterError
+
+    try:
+        session.start()
+    except EmitterFilterError as error:
+        # No executorch, or one the hook does not know: one line, not a traceback.
+        raise pytest.UsageError(str(error)) from error
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(_SESSION, None)
+    if session is not None:
+        session.finish()
+
+
+@pytest.fixture
+def pte_budget(request: pytest.FixtureRequest) -> PteBudget:
+    """Audits the programs this test serializes from now on; set `max_dead_bytes` to gate them.
+
+    Example::
+
+        def test_export(pte_budget):
+            pte_budget.max_dead_bytes = 4096
+            model.to_executorch()
+    """
+    return request.config.stash[_SESSION].budget_of_current_test()
+
+
+def _audit(pte: bytes, ptd: Mapping) -> tuple[AuditReport | None, str | None]:
+    """`audit_file` on a serialized program; the `.ptd` files go to a temporary directory."""
+    from emitter_filter.audit import audit_file
+    from emitter_filter.errors import EmitterFilterError
+
+    try:
+        if not ptd:
+            return audit_file(pte), None
+        with tempfile.TemporaryDirectory(prefix="emitter-filter-") as directory:
+            paths = []
+            for name, cord in sorted(ptd.items()):
+                paths.append(os.path.join(directory, f"{name}.ptd"))
+                with open(paths[-1], "wb") as f:
+                    cord.write_to_file(f)
+            return audit_file(pte, paths), None
+    except EmitterFilterError as error:
+        return None, f"{type(error).__name__}: {error}"
+
+
+def _describe(number: int, record: ProgramRecord, max_dead_bytes: int) -> str:
+    from emitter_filter.testing import _describe as describe_audit
+
+    where = f"program {number} (methods {', '.join(record.methods) or '-'})"
+    if record.audit is None:
+        return f"{where}: cannot be audited: {record.error}"
+    return describe_audit(dataclasses.replace(record.audit, path=where), max_dead_bytes)
+
+
+class _Session:
+    """The plugin's state for one pytest run: options, the running test, the records."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.max_dead_bytes = config.getoption("emitter_filter_max_dead_bytes")
+        if self.max_dead_bytes is not None and self.max_dead_bytes < 0:
+            raise pytest.UsageError(
+                f"--emitter-filter-max-dead-bytes {self.max_dead_bytes}: expected N >= 0"
+            )
+        self.prune = config.getoption("emitter_filter_prune")
+        self.report_path = config.getoption("emitter_filter_report")
+        self.records: list[ProgramRecord] = []  # every program audited, in order
+        self._audit_all = self.max_dead_bytes is not None or self.report_path is not None
+        self._test: PteBudget | None = None
+        self._observing = False
+        self._enabled_pruning = False
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        if self.prune:
+            from emitter_filter import hook
+
+            if not hook.is_enabled():
+                hook.enable()
+                self._enabled_pruning = True
+        if self._audit_all:
+            self._observe()
+
+    def _observe(self) -> None:
+        if not self._observing:
+            from emitter_filter import hook
+
+            hook.add_observer(self._on_serialized)
+            self._observing = True
+
+    def finish(self) -> None:
+        if self._observing or self._enabled_pruning:
+            from emitter_filter import hook
+
+            if self._observing:
+                hook.remove_observer(self._on_serialized)
+            if self._enabled_pruning:
+                hook.disable()
+        if self.report_path is not None:
+            self._write_report()
+
+    def _write_report(self) -> None:
+        document = {
+            "schema": REPORT_SCHEMA,
+            "prune": self.prune,
+            "max_dead_bytes": self.max_dead_bytes,
+            "programs": [record.to_json() for record in self.records],
+        }
+        self.report_path.parent.mkdir(parents=True, exist_ok=True)
+        self.report_path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+        logger.info("wrote %s: %d programs", self.report_path, len(self.records))
+
+    def budget_of_current_test(self) -> PteBudget:
+        if self._test is None:
+            raise pytest.UsageError("pte_budget is only available inside a test")
+        self._test.audited = True
+        self._observe()
+        return self._test
+
+    def _on_serialized(self, program: SerializedProgram) -> None:
+        test = self._test
+        if not (self._audit_all or (test is not None and test.audited)):
+            return
+        started = time.perf_counter()
+        pte = bytes(program.pte)
+        audit, error = _audit(pte, program.ptd)
+        audit_seconds = time.perf_counter() - started
+        record = ProgramRecord(
+            test=None if test is None else test.test,
+            methods=tuple(plan.name for plan in program.emitter_output.program.execution_plan),
+            exempt=test is not None and test.exempt,
+            pruned=program.prune_report is not None,
+            file_bytes=len(pte) + sum(len(cord) for cord in program.ptd.values()),
+            audit=audit,
+            prune_report=program.prune_report,
+            serialize_seconds=program.serialize_seconds,
+            audit_seconds=audit_seconds,
+            error=error,
+        )
+        with self._lock:
+            self.records.append(record)
+            if test is not None:
+                test.programs.append(record)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
+        exempt = item.get_closest_marker(EXEMPT_MARKER) is not None
+        self._test = PteBudget(item.nodeid, self.max_dead_bytes, exempt=exempt)
+        unforced = exempt and self._enabled_pruning
+        if unforced:
+            from emitter_filter import hook
+
+            hook.disable()
+        try:
+            yield
+        finally:
+            if unforced:
+                hook.enable()
+            self._test = None
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        outcome = yield
+        test = self._test
+        if call.when != "call" or test is None or test.test != item.nodeid:
+            return
+        failing = test.over_budget()
+        report = outcome.get_result()
+        if not failing or report.skipped:
+            return
+        numbers = {id(record): number for number, record in enumerate(test.programs, 1)}
+        message = "\n".join(
+            [
+                f"emitter_filter: {len(failing)} of {len(test.programs)} programs this test "
+                f"serialized carry more than {test.max_dead_bytes:,} dead bytes "
+                "(--emitter-filter-max-dead-bytes or pte_budget; exempt with "
+                f"@pytest.mark.{EXEMPT_MARKER})",
+                *(_describe(numbers[id(r)], r, test.max_dead_bytes) for r in failing),
+            ]
+        )
+        if report.passed:
+            report.outcome = "failed"
+            report.longrepr = message
+        else:
+            report.sections.append(("emitter_filter: dead bytes", message))
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.records:
+            return
+        dead = sum(r.dead_bytes or 0 for r in self.records)
+        line = f"emitter_filter: {len(self.records)} programs audited, {dead:,} dead bytes"
+        if self.report_path is not None:
+            line += f"; report: {self.report_path}"
+        terminalreporter.write_line(line)
