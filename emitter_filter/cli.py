@@ -109,6 +109,18 @@ def _build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--ptd-out", metavar="DIR",
                        help="the directory for the pruned .ptd files, under their input names")
     prune.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    commands.add_parser(
+        "env",
+        help="say whether EMITTER_FILTER_PRUNE would prune in this environment, and why",
+        description=(
+            "Say whether a Python process started from this environment, with this "
+            "interpreter, prunes the programs it serializes without importing "
+            "emitter_filter: the first line is the answer and its reason, then the "
+            "variable's value, where the start-up hook (.pth) is installed, and which "
+            "executorch is installed. Imports neither torch nor ExecuTorch. Exit 0."
+        ),
+    )
     return parser
 
 
@@ -186,6 +198,52 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     finally:
         sys.argv = saved_argv
         hook.disable()
+    return EXIT_OK
+
+
+def _env(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    import importlib.util
+
+    from emitter_filter import _startup
+    from emitter_filter._upstream import check_executorch_version, installed_executorch_version
+    from emitter_filter.errors import EnvironmentVariableError, UnsupportedExecutorchError
+
+    name, raw = _startup.ENV_PRUNE, os.environ.get(_startup.ENV_PRUNE)
+    hook_files = _startup.installed_pth_files()
+    executorch = importlib.util.find_spec("executorch")
+    version = installed_executorch_version()
+    try:
+        requested = _startup.prune_requested()
+        value = "not set" if raw is None else f"{raw!r} ({'on' if requested else 'off'})"
+        answer = None if requested else f"no: {name}" + (
+            " is not set" if raw is None else f"={raw!r} turns it off")
+    except EnvironmentVariableError as error:
+        value, answer = f"{raw!r} (not accepted)", f"no: {error}"
+    try:
+        check_executorch_version(version)
+        supported = True
+    except UnsupportedExecutorchError as error:
+        supported = False
+        answer = answer or f"no: {error}"
+    if answer is None and not hook_files:
+        answer = (
+            f"no: {_startup.PTH_NAME} is in none of this Python's site directories; "
+            "reinstall emitter_filter (a process that imports it still prunes)"
+        )
+    answer = answer or (
+        "yes: every Python process started here prunes the programs it serializes "
+        f"once it imports {_startup.EXPORTER_MODULE}"
+    )
+    # A namespace package (executorch has no __init__.py): its directories, not a file.
+    where = "" if executorch is None else f" at {', '.join(executorch.submodule_search_locations)}"
+    print("\n".join([
+        f"would prune: {answer}",
+        f"python: {sys.executable} ({sys.version.split()[0]})",
+        f"{name}: {value}",
+        f"start-up hook: {', '.join(hook_files) or 'not installed'}",
+        f"executorch: {version or 'not installed'}{where}"
+        + ("" if version is None else " (supported)" if supported else " (not supported)"),
+    ]))
     return EXIT_OK
 
 
@@ -282,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("emitter_filter").setLevel(
         logging.DEBUG if options.verbose > 1 else logging.WARNING if quiet else logging.INFO
     )
-    commands = {"run": _run, "audit": _audit, "prune": _prune}
+    commands = {"run": _run, "audit": _audit, "prune": _prune, "env": _env}
     try:
         return commands[options.command](parser, options)
     except EmitterFilterError as error:
