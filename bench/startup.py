@@ -8,7 +8,9 @@ has them installed would): one bare, one with the wheel installed, so with
 in each, alternating, `--repeat` times, and in the second once more with
 `EMITTER_FILTER_PRUNE=1` (what a process pays when it asks for pruning: importing
 emitter_filter, not ExecuTorch). It reports medians and their ratio to the bare
-environment. Everything is deleted afterwards.
+environment, and the time of the .pth line alone with the variable unset (what
+`site` runs; too small for `python -c pass` to show). Everything is deleted
+afterwards.
 
     python bench/startup.py --repeat 40
 
@@ -94,6 +96,14 @@ def install_wheel(python: Path, wheel: Path) -> None:
     )
 
 
+# Times, in a clean child, what site does with the .pth's code line: exec it as text.
+_TIME_PTH_LINE = """
+import sys, timeit
+line = next(l for l in open(sys.argv[1]).read().splitlines() if l.startswith("import"))
+print(min(timeit.repeat(lambda: exec(line), number=10000, repeat=5)) / 10000)
+"""
+
+
 def _time_once(python: Path, env: dict[str, str]) -> float:
     started = time.perf_counter()
     subprocess.run([str(python), "-c", "pass"], check=True, env=env)
@@ -127,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
             names = list(configurations)
             for name in names[repetition % 3:] + names[: repetition % 3]:
                 times[name].append(_time_once(*configurations[name]))
+        pth_line_seconds = float(subprocess.run(
+            [str(bare), "-c", _TIME_PTH_LINE, str(REPO / "emitter_filter_startup.pth")],
+            check=True, capture_output=True, text=True, env=env,
+        ).stdout)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -137,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         median = statistics.median(values)
         print(f"{name:<46}{median * 1e3:>8.1f}ms{min(values) * 1e3:>8.1f}ms"
               f"{median / baseline:>7.2f}x{(median - baseline) * 1e3:>+8.1f}")
+    print(f"the .pth line alone, variable unset: {pth_line_seconds * 1e6:.1f} us")
     return 0
 
 

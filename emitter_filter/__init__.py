@@ -4,9 +4,9 @@ Three ways to turn pruning on:
 
 - `to_executorch(emitter_filter.ExecutorchBackendConfig(prune_constants=True))`;
 - `with emitter_filter.pruning(): ...` around code you cannot edit;
-- `EMITTER_FILTER_PRUNE=1` in the environment, for any Python process: a start-up
-  hook installed with the package (`_startup`) reads it; or
-  `python -m emitter_filter run ...`.
+- `EMITTER_FILTER_PRUNE=1` in the environment, for any Python process, whether or
+  not it imports emitter_filter (a start-up hook installed with the package, see
+  `_startup`), or `python -m emitter_filter run ...` for one script.
 
 `emitter_filter.report(manager)` tells what was dropped. For files already on
 disk, `emitter_filter.audit_file(path)` tells what is dead and
