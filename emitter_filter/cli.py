@@ -212,28 +212,30 @@ def _env(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     hook_files = _startup.installed_pth_files()
     executorch = importlib.util.find_spec("executorch")
     version = installed_executorch_version()
+    refused = unsupported = None
     try:
         requested = _startup.prune_requested()
-        value = "not set" if raw is None else f"{raw!r} ({'on' if requested else 'off'})"
-        answer = None if requested else f"no: {name}" + (
-            " is not set" if raw is None else f"={raw!r} turns it off")
     except EnvironmentVariableError as error:
-        value, answer = f"{raw!r} (not accepted)", f"no: {error}"
+        requested, refused = None, error
     try:
         check_executorch_version(version)
-        supported = True
     except UnsupportedExecutorchError as error:
-        supported = False
-        answer = answer or f"no: {error}"
-    if answer is None and not hook_files:
-        answer = (
-            f"no: {_startup.PTH_NAME} is in none of this Python's site directories; "
-            "reinstall emitter_filter (a process that imports it still prunes)"
-        )
-    answer = answer or (
+        unsupported = error
+    # The first reason the hook would not prune: the variable, the hook, then executorch.
+    reasons = [
+        (raw is None, f"{name} is not set"),
+        (requested is None, str(refused)),
+        (requested is False and raw is not None, f"{name}={raw!r} turns it off"),
+        (not hook_files, f"{_startup.PTH_NAME} is in none of this Python's site directories; "
+                         "reinstall emitter_filter (a process that imports it still prunes)"),
+        (unsupported is not None, str(unsupported)),
+    ]
+    answer = next((f"no: {reason}" for stops, reason in reasons if stops), (
         "yes: every Python process started here prunes the programs it serializes "
         f"once it imports {_startup.EXPORTER_MODULE}"
-    )
+    ))
+    state = {True: "on", False: "off", None: "not accepted"}[requested]
+    value = "not set" if raw is None else f"{raw!r} ({state})"
     # A namespace package (executorch has no __init__.py): its directories, not a file.
     where = "" if executorch is None else f" at {', '.join(executorch.submodule_search_locations)}"
     print("\n".join([
@@ -242,7 +244,7 @@ def _env(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         f"{name}: {value}",
         f"start-up hook: {', '.join(hook_files) or 'not installed'}",
         f"executorch: {version or 'not installed'}{where}"
-        + ("" if version is None else " (supported)" if supported else " (not supported)"),
+        + ("" if version is None else " (not supported)" if unsupported else " (supported)"),
     ]))
     return EXIT_OK
 
