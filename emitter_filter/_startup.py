@@ -14,11 +14,18 @@ stderr instead of breaking the process (see the .pth file).
 imported, the finder lets the real loader run it, then enables pruning
 (`hook.enable()`) and leaves `sys.meta_path`. If the module is imported already,
 pruning is enabled at once. Either way every program serialized afterwards is
-pruned, and logs its INFO line, as with `emitter-filter run`.
+pruned, and logs its INFO line, shown on stderr if the process configured no
+logging, as with `emitter-filter run`.
+
+In a virtual environment, CPython 3.11's `site` runs the .pth files of
+site-packages twice (`site.venv()` and `site.main()` both add it): the .pth skips
+its second run when `emitter_filter._startup` is loaded already, so that a bad
+value warns once.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -100,7 +107,51 @@ def prune_from_exporter_import() -> None:
 def _enable_pruning() -> None:
     from emitter_filter import hook
 
+    _show_prune_lines()
     hook.enable()
+
+
+def _show_prune_lines() -> None:
+    """Lets each prune's INFO line be seen, as `emitter-filter run` does.
+
+    The process asked for pruning through its environment, often in an exporter that
+    configures no logging, where Python would drop an INFO line. So the
+    `emitter_filter` logger goes to INFO, unless it was given a level, and writes to
+    stderr the records no handler of the process receives; where the process
+    configured logging, its own handlers get the line instead.
+    """
+    logger = logging.getLogger("emitter_filter")
+    with _lock:
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)
+        if not any(isinstance(h, _StderrUnlessHandled) for h in logger.handlers):
+            logger.addHandler(_StderrUnlessHandled())
+
+
+class _StderrUnlessHandled(logging.StreamHandler):
+    """Writes a record to the current `sys.stderr` when no other handler would receive it."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not _other_handlers(logging.getLogger(record.name), self):
+            super().emit(record)
+
+
+def _other_handlers(logger: logging.Logger | None, handler: logging.Handler) -> bool:
+    """Whether a record of `logger` reaches a handler other than `handler` (`callHandlers`)."""
+    while logger is not None:
+        if any(h is not handler for h in logger.handlers):
+            return True
+        if not logger.propagate:
+            return False
+        logger = logger.parent
+    return False
 
 
 class _ImportTrigger:

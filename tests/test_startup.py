@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -31,13 +33,12 @@ from emitter_filter.errors import EmitterFilterError, EnvironmentVariableError
 
 REPO = Path(__file__).resolve().parents[1]
 
-# An exporter that knows nothing of emitter_filter: two programs, each with a 4 KiB
-# buffer nothing reads. It logs at INFO, as exporters do, and says what it saw.
+# An exporter that knows nothing of emitter_filter, nor of logging: two programs, each
+# with a 4 KiB buffer nothing reads. It says what it saw.
 EXPORT_SCRIPT = textwrap.dedent(
     """
-    import json, logging, sys
+    import json, sys
     at_start = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "executorch"))
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     import torch
     from executorch.exir import to_edge
 
@@ -60,7 +61,7 @@ EXPORT_SCRIPT = textwrap.dedent(
     """
 )
 DEAD_BYTES = 1024 * 4
-PRUNE_LOG = "INFO emitter_filter.hook: emitter_filter: dropped 1 constants (4,096 B)"
+PRUNE_LOG = "emitter_filter: dropped 1 constants (4,096 B) and 1 values in "
 
 
 def _run_exporter(python: Path, directory: Path, value: str | None):
@@ -93,13 +94,12 @@ def _check_the_variable_prunes_in_an_exporter(python: Path, tmp_path: Path) -> s
     seen, stderr, dead = runs["on"]
     assert dead == [0, 0]
     assert seen["heavy_at_start"] == [], "the start-up hook imported torch or ExecuTorch"
-    logged = [line for line in stderr if line.startswith("INFO emitter_filter")]
-    assert len(logged) == 2 and all(line.startswith(PRUNE_LOG) for line in logged), logged
+    assert len([line for line in stderr if PRUNE_LOG in line]) == 2, stderr
 
     seen, stderr, dead = runs["unset"]
     assert dead == [DEAD_BYTES, DEAD_BYTES]
     assert seen["emitter_filter"] is None, "the hook imported emitter_filter with the variable unset"
-    assert not [line for line in stderr if line.startswith(("emitter_filter", "INFO emitter_filter"))]
+    assert not [line for line in stderr if line.startswith("emitter_filter") or PRUNE_LOG in line]
 
     seen, stderr, dead = runs["bad"]
     assert dead == [DEAD_BYTES, DEAD_BYTES]
@@ -108,7 +108,7 @@ def _check_the_variable_prunes_in_an_exporter(python: Path, tmp_path: Path) -> s
         "emitter_filter: EMITTER_FILTER_PRUNE='2': expected 1 or 0 "
         "(or true/yes/on and false/no/off; unset or empty means 0); not pruning"
     ]
-    assert not [line for line in stderr if line.startswith("INFO emitter_filter")]
+    assert not [line for line in stderr if PRUNE_LOG in line]
     return runs["on"][0]["emitter_filter"]
 
 
@@ -207,6 +207,55 @@ def test_the_switch_answers_no_other_import(fake_exporter):
 
 def test_the_switch_waits_for_the_module_the_hook_wraps():
     assert _upstream.program_module().__name__ == _startup.EXPORTER_MODULE
+
+
+# --- the INFO line of each prune, seen ---------------------------------------------------
+
+
+def _alone() -> logging.Logger:
+    """A logger whose records reach only its own handlers.
+
+    Made in the test's body: pytest adds its capture handler to every logger that
+    does not propagate when the test starts.
+    """
+    logger = logging.getLogger(f"emitter_filter_test_{uuid.uuid4().hex}")
+    logger.propagate = False
+    return logger
+
+
+def test_a_prune_line_no_handler_receives_goes_to_stderr(capsys):
+    logger = _alone()
+    logger.addHandler(_startup._StderrUnlessHandled())
+    logging.getLogger(f"{logger.name}.hook").warning("dropped 1 constants")
+    assert capsys.readouterr().err == "dropped 1 constants\n"
+
+
+def test_a_prune_line_the_process_handles_is_not_written_twice(capsys):
+    logger, theirs = _alone(), logging.StreamHandler(io.StringIO())
+    logger.addHandler(_startup._StderrUnlessHandled())
+    logger.addHandler(theirs)
+    logging.getLogger(f"{logger.name}.hook").warning("dropped 1 constants")
+    assert capsys.readouterr().err == ""
+    assert theirs.stream.getvalue() == "dropped 1 constants\n"
+
+
+@pytest.fixture
+def package_logger():
+    logger = logging.getLogger("emitter_filter")
+    saved = logger.level, list(logger.handlers)
+    yield logger
+    logger.setLevel(saved[0])
+    logger.handlers[:] = saved[1]
+
+
+@pytest.mark.parametrize("level, expected", [(logging.NOTSET, logging.INFO),
+                                             (logging.ERROR, logging.ERROR)], ids=["unset", "set"])
+def test_pruning_by_the_variable_logs_at_info_unless_told_otherwise(level, expected, package_logger):
+    package_logger.setLevel(level)
+    _startup._show_prune_lines()
+    _startup._show_prune_lines()
+    assert package_logger.level == expected
+    assert [type(h) for h in package_logger.handlers].count(_startup._StderrUnlessHandled) == 1
 
 
 # --- the .pth and its packaging ----------------------------------------------------------
