@@ -1,9 +1,9 @@
 """Puts emitter_filter_startup.pth at the root of site-packages, from wheels and `pip install -e`.
 
-The project's metadata is in pyproject.toml; this file only adds two build commands,
-because setuptools has no setting for a file at the root of a wheel, the only place
-from where an installer puts a file where Python runs it at start-up
-(see emitter_filter/_startup.py):
+The project's metadata is in pyproject.toml; this file only adds two build commands.
+Python runs .pth files found in site-packages at start-up (the hook is described in
+emitter_filter/_startup.py); an installer puts there what is at the root of a wheel,
+and setuptools has no setting for a file at the root of a wheel:
 
 - `build_py` copies the .pth into the build directory's root, which is the root of a
   regular wheel (pytest-cov shipped its .pth this way);

@@ -157,8 +157,8 @@ def _other_handlers(logger: logging.Logger | None, handler: logging.Handler) -> 
 class _ImportTrigger:
     """A `sys.meta_path` finder that calls `callback` right after module `name` has run.
 
-    It finds nothing itself: it asks the finders after it for the spec and wraps
-    the spec's loader. Any other name goes on to the next finder at the cost of one
+    It finds nothing itself: it asks the other finders for the spec and wraps the
+    spec's loader. Any other name goes on to the next finder at the cost of one
     string comparison.
     """
 
@@ -193,6 +193,7 @@ class _ImportTrigger:
         self._callback()
 
     def remove(self) -> None:
+        """Leaves `sys.meta_path` and unarms the switch; a no-op when done already."""
         global _trigger
         with _lock:
             if self in sys.meta_path:
@@ -209,7 +210,9 @@ class _CallbackLoader:
         self._trigger = trigger
 
     def create_module(self, spec):
-        return self._loader.create_module(spec)
+        # None: the import system's default module, as for a loader without the method.
+        create = getattr(self._loader, "create_module", None)
+        return None if create is None else create(spec)
 
     def exec_module(self, module) -> None:
         # The module keeps its real loader, so that inspect, linecache and reload see it.
