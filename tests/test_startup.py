@@ -1,9 +1,10 @@
 """`EMITTER_FILTER_PRUNE=1` in any Python process: the .pth start-up hook, the lazy switch, `env`.
 
 The subprocess tests run an export script that never imports emitter_filter, as
-`optimum-cli` or any exporter does: with the variable its file has no dead bytes
-(audited on disk), without it the dead buffer is there, with a bad value the
-script still runs and stderr carries one warning. Once with the interpreter
+`optimum-cli` or any exporter does: with the variable its files have no dead bytes
+(audited on disk) and are the file of the same model without the dead buffer, byte
+for byte; without it the dead buffer is there; with a bad value the script still
+runs and stderr carries one warning. Once with the interpreter
 running the tests (the README's editable install), and once, in the slow run,
 in a fresh environment where a wheel built from this tree is installed.
 """
@@ -33,8 +34,9 @@ from emitter_filter.errors import EmitterFilterError, EnvironmentVariableError
 
 REPO = Path(__file__).resolve().parents[1]
 
-# An exporter that knows nothing of emitter_filter, nor of logging: two programs, each
-# with a 4 KiB buffer nothing reads. It says what it saw.
+# An exporter that knows nothing of emitter_filter, nor of logging: one program per
+# path, each with a 4 KiB buffer nothing reads, except `clean.pte`: the same seeded
+# model without it. It says what it saw.
 EXPORT_SCRIPT = textwrap.dedent(
     """
     import json, sys
@@ -43,16 +45,19 @@ EXPORT_SCRIPT = textwrap.dedent(
     from executorch.exir import to_edge
 
     class LinearWithUnusedBuffer(torch.nn.Module):
-        def __init__(self):
+        def __init__(self, unused):
             super().__init__()
             self.lin = torch.nn.Linear(4, 3)
-            self.register_buffer("unused", torch.arange(1024, dtype=torch.float32))
+            if unused:
+                self.register_buffer("unused", torch.arange(1024, dtype=torch.float32))
 
         def forward(self, x):
             return self.lin(x)
 
     for path in sys.argv[1:]:
-        exported = torch.export.export(LinearWithUnusedBuffer(), (torch.randn(2, 4),))
+        torch.manual_seed(0)
+        model = LinearWithUnusedBuffer(unused=not path.endswith("clean.pte"))
+        exported = torch.export.export(model, (torch.ones(2, 4),))
         with open(path, "wb") as f:
             to_edge(exported).to_executorch().write_to_file(f)
     loaded = sys.modules.get("emitter_filter")
@@ -65,11 +70,16 @@ PRUNE_LOG = "emitter_filter: dropped 1 constants (4,096 B) and 1 values in "
 
 
 def _run_exporter(python: Path, directory: Path, value: str | None):
-    """Runs EXPORT_SCRIPT under `python` with EMITTER_FILTER_PRUNE=`value` (None: unset)."""
+    """Runs EXPORT_SCRIPT under `python` with EMITTER_FILTER_PRUNE=`value` (None: unset).
+
+    Returns what the script saw, its stderr lines, and the files it wrote, dirty first.
+    """
     directory.mkdir(parents=True)
     script = directory / "export.py"
     script.write_text(EXPORT_SCRIPT)
     outputs = [directory / "first.pte", directory / "second.pte"]
+    if value is None:
+        outputs.append(directory / "clean.pte")
     env = {k: v for k, v in os.environ.items() if k not in (_startup.ENV_PRUNE, "PYTHONPATH")}
     env["PYTHONWARNINGS"] = "ignore"
     if value is not None:
@@ -79,8 +89,11 @@ def _run_exporter(python: Path, directory: Path, value: str | None):
         capture_output=True, text=True, env=env, cwd=directory,
     )
     assert result.returncode == 0, result.stderr
-    dead = [emitter_filter.audit_file(p).dead_bytes for p in outputs]
-    return json.loads(result.stdout), result.stderr.splitlines(), dead
+    return json.loads(result.stdout), result.stderr.splitlines(), outputs
+
+
+def _dead_bytes(paths: list[Path]) -> list[int]:
+    return [emitter_filter.audit_file(p).dead_bytes for p in paths]
 
 
 def _check_the_variable_prunes_in_an_exporter(python: Path, tmp_path: Path) -> str:
@@ -91,18 +104,20 @@ def _check_the_variable_prunes_in_an_exporter(python: Path, tmp_path: Path) -> s
             lambda item: _run_exporter(python, tmp_path / item[0], item[1]), values.items()
         )))
 
-    seen, stderr, dead = runs["on"]
-    assert dead == [0, 0]
+    seen, stderr, pruned = runs["on"]
+    assert _dead_bytes(pruned) == [0, 0]
     assert seen["heavy_at_start"] == [], "the start-up hook imported torch or ExecuTorch"
     assert len([line for line in stderr if PRUNE_LOG in line]) == 2, stderr
 
-    seen, stderr, dead = runs["unset"]
-    assert dead == [DEAD_BYTES, DEAD_BYTES]
+    seen, stderr, (*dirty, clean) = runs["unset"]
+    assert _dead_bytes(dirty) == [DEAD_BYTES, DEAD_BYTES]
+    # Pruned: the file of the same model without the buffer, byte for byte.
+    assert [p.read_bytes() for p in pruned] == [clean.read_bytes()] * 2
     assert seen["emitter_filter"] is None, "the hook imported emitter_filter with the variable unset"
     assert not [line for line in stderr if line.startswith("emitter_filter") or PRUNE_LOG in line]
 
-    seen, stderr, dead = runs["bad"]
-    assert dead == [DEAD_BYTES, DEAD_BYTES]
+    seen, stderr, dirty = runs["bad"]
+    assert _dead_bytes(dirty) == [DEAD_BYTES, DEAD_BYTES]
     warnings = [line for line in stderr if line.startswith("emitter_filter")]
     assert warnings == [
         "emitter_filter: EMITTER_FILTER_PRUNE='2': expected 1 or 0 "
