@@ -15,7 +15,8 @@ imported, the finder lets the real loader run it, then enables pruning
 (`hook.enable()`) and leaves `sys.meta_path`. If the module is imported already,
 pruning is enabled at once. Either way every program serialized afterwards is
 pruned, and logs its INFO line, shown on stderr if the process configured no
-logging, as with `emitter-filter run`.
+logging, as with `emitter-filter run`. An executorch the hook does not support
+is a warning there, not a failed import of the exporter.
 
 In a virtual environment, CPython 3.11's `site` runs the .pth files of
 site-packages twice (`site.venv()` and `site.main()` both add it): the .pth skips
@@ -31,7 +32,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 
-from emitter_filter.errors import EnvironmentVariableError
+from emitter_filter.errors import EmitterFilterError, EnvironmentVariableError
 
 __all__ = [
     "ENV_PRUNE",
@@ -53,6 +54,8 @@ EXPORTER_MODULE = "executorch.exir.program._program"
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
+
+logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _trigger: _ImportTrigger | None = None
@@ -188,9 +191,17 @@ class _ImportTrigger:
         return spec
 
     def fire(self) -> None:
-        """Leaves `sys.meta_path`, then calls the callback: the module has run."""
+        """Leaves `sys.meta_path`, then calls the callback: the module has run.
+
+        An `EmitterFilterError` (an executorch the hook does not know) is logged, not
+        raised: the module has run, and failing its import now would leave the
+        exporter half imported in a process that never asked emitter_filter for more.
+        """
         self.remove()
-        self._callback()
+        try:
+            self._callback()
+        except EmitterFilterError as error:
+            logger.warning("emitter_filter: %s; not pruning", error)
 
     def remove(self) -> None:
         """Leaves `sys.meta_path` and unarms the switch; a no-op when done already."""

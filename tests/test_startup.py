@@ -30,7 +30,11 @@ import pytest
 import emitter_filter
 from emitter_filter import _startup, _upstream
 from emitter_filter.cli import main
-from emitter_filter.errors import EmitterFilterError, EnvironmentVariableError
+from emitter_filter.errors import (
+    EmitterFilterError,
+    EnvironmentVariableError,
+    UnsupportedExecutorchError,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -211,6 +215,23 @@ def test_a_failed_exporter_import_leaves_the_switch_waiting(fake_exporter, tmp_p
     with pytest.raises(RuntimeError, match="broken exporter"):
         __import__(name)
     assert seen == [] and len(_triggers()) == 1
+
+
+def test_an_executorch_the_hook_does_not_know_warns_and_the_import_goes_on(
+    fake_exporter, monkeypatch, caplog
+):
+    name, _ = fake_exporter
+
+    def refuse():
+        raise UnsupportedExecutorchError("emitter_filter supports executorch==1.5.1 only")
+
+    monkeypatch.setattr(_startup, "_enable_pruning", refuse)
+    _startup.prune_from_exporter_import()
+    assert __import__(name).VALUE == 42
+    assert caplog.messages == [
+        "emitter_filter: emitter_filter supports executorch==1.5.1 only; not pruning"
+    ]
+    assert _triggers() == []
 
 
 def test_the_switch_answers_no_other_import(fake_exporter):
