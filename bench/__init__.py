@@ -10,9 +10,10 @@ Run `python -m bench --help`. The modules, by concern:
   (no torch, no ExecuTorch);
 - `cli`: the command line.
 
-Two scripts stand beside the suite, for files on disk: `bench_files.py` times
+Scripts stand beside the suite: for files on disk, `bench_files.py` times
 `emitter-filter audit` and `prune` on a generated 1 GiB `.pte` against `cp` and
-ExecuTorch's own round trip, and `fuzz_files.py` runs mutated files through both.
+ExecuTorch's own round trip, and `fuzz_files.py` runs mutated files through both;
+`startup.py` times `python -c pass` with and without the start-up hook.
 
 Kept out of the default test run: the project's `testpaths` is `tests/`.
 """

@@ -90,8 +90,11 @@ def _measure_llama(mode: str, scratch: Path) -> dict:
     from bench import llama
     from bench.measure import MemoryProbe, describe, warm_up
 
-    # The env switch was read when emitter_filter was imported; make sure it did
-    # what this mode needs, or the comparison would be meaningless.
+    # The env switch was read when emitter_filter was imported, and takes effect when
+    # ExecuTorch's exporter is; make sure it did what this mode needs, or the
+    # comparison would be meaningless.
+    import executorch.exir  # noqa: F401
+
     if hook.is_enabled() != (mode == "pruned"):
         raise RuntimeError(
             f"{PRUNE_ENV}={os.environ.get(PRUNE_ENV)!r} left pruning "

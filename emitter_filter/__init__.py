@@ -4,8 +4,9 @@ Three ways to turn pruning on:
 
 - `to_executorch(emitter_filter.ExecutorchBackendConfig(prune_constants=True))`;
 - `with emitter_filter.pruning(): ...` around code you cannot edit;
-- `EMITTER_FILTER_PRUNE=1` in the environment, for a whole process that imports
-  emitter_filter (or `python -m emitter_filter run ...`).
+- `EMITTER_FILTER_PRUNE=1` in the environment, for any Python process, whether or
+  not it imports emitter_filter (a start-up hook installed with the package, see
+  `_startup`), or `python -m emitter_filter run ...` for one script.
 
 `emitter_filter.report(manager)` tells what was dropped. For files already on
 disk, `emitter_filter.audit_file(path)` tells what is dead and
@@ -20,11 +21,13 @@ and that is where its version is checked (`SUPPORTED_EXECUTORCH`).
 from __future__ import annotations
 
 import importlib
-import os
 
+from emitter_filter._startup import ENV_PRUNE
+from emitter_filter._startup import apply_environment as _apply_environment
 from emitter_filter._upstream import SUPPORTED_EXECUTORCH
 from emitter_filter.errors import (
     EmitterFilterError,
+    EnvironmentVariableError,
     InvariantError,
     OutputFileError,
     ProgramFormatError,
@@ -49,14 +52,12 @@ __all__ = [
     "UnsupportedExecutorchError",
     "ProgramFormatError",
     "OutputFileError",
+    "EnvironmentVariableError",
     "InvariantError",
     "SUPPORTED_EXECUTORCH",
     "ENV_PRUNE",
     "__version__",
 ]
-
-#: Set to 1 to prune every program the process serializes once emitter_filter is imported.
-ENV_PRUNE = "EMITTER_FILTER_PRUNE"
 
 # Public names loaded on first use: most import ExecuTorch's exporter.
 _LAZY = {
@@ -87,16 +88,4 @@ def __dir__() -> list[str]:
     return sorted(__all__)
 
 
-def _env_flag(name: str) -> bool:
-    raw = os.environ.get(name, "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    raise ValueError(f"{name}={os.environ[name]!r}: expected 1 or 0")
-
-
-if _env_flag(ENV_PRUNE):
-    from emitter_filter import hook as _hook
-
-    _hook.enable()
+_apply_environment()

@@ -18,8 +18,6 @@ filter's own invariant checks, still raise before anything is changed.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
-import inspect
 import logging
 import os
 import re
@@ -60,7 +58,12 @@ def installed_executorch_version() -> str | None:
     """The installed executorch distribution's version, without a local tag like `+cpu`.
 
     Looked up once per process: `install()` checks it on every `pruning()` block.
+    `importlib.metadata` is imported here, not at the top: it costs tens of
+    milliseconds, and `import emitter_filter` (which the start-up hook does with
+    `EMITTER_FILTER_PRUNE=1` in every process) should not pay them.
     """
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("executorch").split("+", 1)[0]
     except importlib.metadata.PackageNotFoundError:
@@ -129,6 +132,8 @@ def program_module():
             "executorch.exir.program._program.serialize_for_executorch is missing; "
             f"emitter_filter supports executorch {SUPPORTED_EXECUTORCH}"
         )
+    import inspect
+
     # The original, not our wrapper (whose signature is the partial's).
     original = getattr(serialize, "__emitter_filter_original__", serialize)
     parameters = tuple(inspect.signature(original).parameters)

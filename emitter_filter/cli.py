@@ -130,6 +130,18 @@ def _build_parser() -> argparse.ArgumentParser:
         help="where to write model.pte and model.pruned.pte "
         "(default: a new directory emitter-filter-demo[-N] in the current one)",
     )
+
+    commands.add_parser(
+        "env",
+        help="say whether EMITTER_FILTER_PRUNE would prune in this environment, and why",
+        description=(
+            "Say whether a Python process started from this environment, with this "
+            "interpreter, prunes the programs it serializes without importing "
+            "emitter_filter: the first line is the answer and its reason, then the "
+            "variable's value, where the start-up hook (.pth) is installed, and which "
+            "executorch is installed. Imports neither torch nor ExecuTorch. Exit 0."
+        ),
+    )
     return parser
 
 
@@ -207,6 +219,54 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     finally:
         sys.argv = saved_argv
         hook.disable()
+    return EXIT_OK
+
+
+def _env(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    import importlib.util
+
+    from emitter_filter import _startup
+    from emitter_filter._upstream import check_executorch_version, installed_executorch_version
+    from emitter_filter.errors import EnvironmentVariableError, UnsupportedExecutorchError
+
+    name, raw = _startup.ENV_PRUNE, os.environ.get(_startup.ENV_PRUNE)
+    hook_files = _startup.installed_pth_files()
+    executorch = importlib.util.find_spec("executorch")
+    version = installed_executorch_version()
+    refused = unsupported = None
+    try:
+        requested = _startup.prune_requested()
+    except EnvironmentVariableError as error:
+        requested, refused = None, error
+    try:
+        check_executorch_version(version)
+    except UnsupportedExecutorchError as error:
+        unsupported = error
+    # The first reason the hook would not prune: the variable, the hook, then executorch.
+    reasons = [
+        (raw is None, f"{name} is not set"),
+        (requested is None, str(refused)),
+        (requested is False and raw is not None, f"{name}={raw!r} turns it off"),
+        (not hook_files, f"{_startup.PTH_NAME} is in none of this Python's site directories; "
+                         "reinstall emitter_filter (a process that imports it still prunes)"),
+        (unsupported is not None, str(unsupported)),
+    ]
+    answer = next((f"no: {reason}" for stops, reason in reasons if stops), (
+        "yes: every Python process started here prunes the programs it serializes "
+        f"once it imports {_startup.EXPORTER_MODULE}"
+    ))
+    state = {True: "on", False: "off", None: "not accepted"}[requested]
+    value = "not set" if raw is None else f"{raw!r} ({state})"
+    # A namespace package (executorch has no __init__.py): its directories, not a file.
+    where = "" if executorch is None else f" at {', '.join(executorch.submodule_search_locations)}"
+    print("\n".join([
+        f"would prune: {answer}",
+        f"python: {sys.executable} ({sys.version.split()[0]})",
+        f"{name}: {value}",
+        f"start-up hook: {', '.join(hook_files) or 'not installed'}",
+        f"executorch: {version or 'not installed'}{where}"
+        + ("" if version is None else " (not supported)" if unsupported else " (supported)"),
+    ]))
     return EXIT_OK
 
 
@@ -323,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("emitter_filter").setLevel(
         logging.DEBUG if options.verbose > 1 else logging.WARNING if quiet else logging.INFO
     )
-    commands = {"run": _run, "audit": _audit, "prune": _prune, "demo": _demo}
+    commands = {"run": _run, "audit": _audit, "prune": _prune, "demo": _demo, "env": _env}
     try:
         return commands[options.command](parser, options)
     except EmitterFilterError as error:

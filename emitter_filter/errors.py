@@ -7,6 +7,7 @@ __all__ = [
     "UnsupportedExecutorchError",
     "ProgramFormatError",
     "OutputFileError",
+    "EnvironmentVariableError",
     "InvariantError",
 ]
 
@@ -25,6 +26,10 @@ class ProgramFormatError(EmitterFilterError, ValueError):
 
 class OutputFileError(EmitterFilterError, ValueError):
     """An output cannot be written as asked: it would replace an input, or is unwritable."""
+
+
+class EnvironmentVariableError(EmitterFilterError, ValueError):
+    """`EMITTER_FILTER_PRUNE` has a value emitter_filter does not accept."""
 
 
 class InvariantError(EmitterFilterError, AssertionError):
