@@ -18,7 +18,7 @@ from executorch.exir.program import _program as upstream_program
 import emitter_filter
 from emitter_filter import hook
 from emitter_filter.emitted import prune_emitter_output
-from emitter_filter.errors import ProgramFormatError, UnsupportedExecutorchError
+from emitter_filter.errors import InvariantError, ProgramFormatError, UnsupportedExecutorchError
 from emitter_filter._upstream import check_executorch_version, emitter_output_of
 from tests.builders import CASES
 
@@ -134,14 +134,14 @@ def test_a_bad_program_raises_a_clear_error_and_is_left_as_it_was():
     assert emitter_output == before
 
 
-def test_an_error_inside_the_filter_propagates_out_of_to_executorch(monkeypatch):
+def test_an_invariant_error_inside_the_filter_propagates_out_of_to_executorch(monkeypatch):
     import emitter_filter.emitted
 
-    def broken(emitter_output):
-        raise ProgramFormatError("boom")
+    def broken(emitter_output, **options):
+        raise InvariantError("boom")
 
     monkeypatch.setattr(emitter_filter.emitted, "prune_emitter_output", broken)
-    with pytest.raises(ProgramFormatError, match="boom"):
+    with pytest.raises(InvariantError, match="boom"):
         CASE.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(prune_constants=True))
 
 
