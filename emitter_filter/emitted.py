@@ -1,7 +1,8 @@
 """Prune the in-memory output of `emit_program`, in place, before it is serialized.
 
-`prune_emitter_output` reads each plan's references (`collect_plan_refs`), asks
-`reachability.find_live` what is live, validates, and only then rewrites:
+`prune_emitter_output` reads each plan's references (`collect_plan_refs`, with
+the values of `keep_constants` as more roots), asks `reachability.find_live`
+what is live, validates, and only then rewrites:
 
 - each plan's `values`, compacted in their original order (list items still come
   before their lists) and every value index renumbered (`_remap_values`);
@@ -13,6 +14,10 @@ Data entries are renumbered in the order kept values first refer to them, plan b
 plan, value by value: the order in which the emitter would have allocated them had
 the dead constants never existed. That is what makes a pruned file byte-identical
 to the file of the same model with the dead constants deleted at the source.
+
+The report names each dropped entry after the placeholders of the values that
+used it (`state_names.name_entries`), when it is first read: the prune only
+notes, per dropped entry, which values referred to it.
 
 Never touched: instructions, operators, delegates, `backend_delegate_data`,
 `non_const_buffer_sizes`, the named data, and constant bytes (the `bytes` objects

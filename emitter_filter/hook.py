@@ -101,48 +101,56 @@ def _skipped_report(emitter_output, reason: str, started: float):
     )
 
 
+def _prune(emitter_output, config, named_data_store, methods):
+    """Prunes in place and records the report; returns the named data to serialize.
+
+    Both analyses run before anything is modified, so that a `ProgramFormatError`
+    can still leave the program to be written as it came (see the module docstring).
+    """
+    from emitter_filter.emitted import prune_emitter_output
+    from emitter_filter.errors import ProgramFormatError
+    from emitter_filter.named_data import find_named_data_use, prune_named_data
+    from emitter_filter.reports import record_report
+    from emitter_filter.state_names import PlaceholderNames
+
+    started = time.perf_counter()
+    names = None if methods is None else PlaceholderNames(methods)
+    try:
+        named_data_use = find_named_data_use(emitter_output.program, named_data_store)
+        prune_report = prune_emitter_output(
+            emitter_output, keep_constants=_keep_constants(config), names=names
+        )
+    except ProgramFormatError as error:
+        if _strict(config):
+            raise
+        logger.warning(
+            "emitter_filter: not pruning this program, written as ExecuTorch writes it: "
+            "%s (the filter cannot prove the prune safe; set %s=1 or prune_strict=True "
+            "to raise instead)", error, ENV_STRICT,
+        )
+        record_report(emitter_output, _skipped_report(emitter_output, str(error), started))
+        return named_data_store
+    # After the constants, so that the duplicates reported are the bytes written.
+    named_data_store, named_data_report = prune_named_data(
+        emitter_output, named_data_store, use=named_data_use
+    )
+    prune_report = dataclasses.replace(
+        prune_report,
+        named_data=named_data_report,
+        seconds=time.perf_counter() - started,
+    )
+    record_report(emitter_output, prune_report)
+    # Passed as an object: the summary (its names, its duplicate search) is only built if logged.
+    logger.info("emitter_filter: %s", prune_report)
+    return named_data_store
+
+
 def _serialize_for_executorch(
     original, emitter_output, config, data_serializer, named_data_store=None
 ):
     methods = _take_emitted_methods(emitter_output)
     if _pruning_requested(config):
-        from emitter_filter.emitted import prune_emitter_output
-        from emitter_filter.errors import ProgramFormatError
-        from emitter_filter.named_data import find_named_data_use, prune_named_data
-        from emitter_filter.reports import record_report
-        from emitter_filter.state_names import PlaceholderNames
-
-        started = time.perf_counter()
-        names = None if methods is None else PlaceholderNames(methods)
-        try:
-            # Both analyses run before anything is modified, so a failure can still
-            # write the program as it came.
-            named_data_use = find_named_data_use(emitter_output.program, named_data_store)
-            prune_report = prune_emitter_output(
-                emitter_output, keep_constants=_keep_constants(config), names=names
-            )
-        except ProgramFormatError as error:
-            if _strict(config):
-                raise
-            logger.warning(
-                "emitter_filter: not pruning this program, written as ExecuTorch writes it: "
-                "%s (the filter cannot prove the prune safe; set %s=1 or prune_strict=True "
-                "to raise instead)", error, ENV_STRICT,
-            )
-            record_report(emitter_output, _skipped_report(emitter_output, str(error), started))
-            return original(emitter_output, config, data_serializer, named_data_store)
-        # After the constants, so that the duplicates reported are the bytes written.
-        named_data_store, named_data_report = prune_named_data(
-            emitter_output, named_data_store, use=named_data_use
-        )
-        prune_report = dataclasses.replace(
-            prune_report,
-            named_data=named_data_report,
-            seconds=time.perf_counter() - started,
-        )
-        record_report(emitter_output, prune_report)
-        # Passed as an object: the summary (its names, its duplicate search) is only built if logged.
-        logger.info("emitter_filter: %s", prune_report)
+        named_data_store = _prune(emitter_output, config, named_data_store, methods)
     return original(emitter_output, config, data_serializer, named_data_store)
 
 

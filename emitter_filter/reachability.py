@@ -17,7 +17,10 @@ Roots, per execution plan (this list is the only place they are named):
   `MoveCall.move_from`/`move_to`, `JumpFalseCall.cond_value_index`,
   `FreeCall.value_index`;
 - tensors that are both mutable and named (`fully_qualified_name`), which the
-  runtime's attribute and training APIs can read by name.
+  runtime's attribute and training APIs can read by name;
+- tensors the user keeps by name (`keep_constants`, `--keep`): callers add each
+  Tensor value whose FQN matches a pattern to `PlanRefs.roots` (in memory
+  `emitted._kept_values`, on disk `audit.analyse_file`).
 
 A value is kept if a root reaches it, directly or through the items of an
 `IntList`, `TensorList` or `OptionalTensorList` (`-1` is None). A data entry is

@@ -215,6 +215,7 @@ def test_the_public_api_is_what_we_mean_it_to_be():
         "ExecutorchBackendConfig", "pruning", "report", "PruneReport", "DroppedConstant",
         "install", "uninstall", "EmitterFilterError", "UnsupportedExecutorchError",
         "ProgramFormatError", "InvariantError", "SUPPORTED_EXECUTORCH", "ENV_PRUNE",
+        "ConstantName", "ENV_STRICT",
     }
     for name in emitter_filter.__all__:
         assert getattr(emitter_filter, name) is not None, name
