@@ -118,3 +118,21 @@ def test_a_plain_audit_from_the_command_line_does_not_import_torch(built):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             cwd=REPO)
     assert result.returncode == 0, result.stderr
+
+
+def test_keep_with_names_keeps_a_constant_segment_entry_as_in_process(built, pt2, tmp_path):
+    import dataclasses
+
+    import emitter_filter
+    from tests.conftest import _config, _lower
+
+    config = dataclasses.replace(
+        _config("plain", emitter_filter.ExecutorchBackendConfig),
+        prune_constants=True, keep_constants=("unused",),
+    )
+    kept = _lower(_model("plain"), "plain").to_executorch(config).buffer
+    out = tmp_path / "model.pte"
+    assert main(["prune", str(built["plain"].pte), "-o", str(out), "--names", str(pt2["plain"]),
+                 "--keep", "unused"]) == 0
+    assert out.read_bytes() == kept
+    assert kept not in (built["plain"].pte.read_bytes(), built["plain"].pruned_pte.read_bytes())

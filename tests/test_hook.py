@@ -62,9 +62,11 @@ def test_install_is_idempotent_and_uninstall_restores_executorch(expected):
     hook.install()
     assert upstream_program.serialize_for_executorch is wrapped
     original = wrapped.__emitter_filter_original__
+    original_emit = upstream_program.emit_program.__emitter_filter_original__
     hook.uninstall()
     try:
         assert upstream_program.serialize_for_executorch is original
+        assert upstream_program.emit_program is original_emit
         assert not hook.installed()
         assert CASE.build(dead=True, config=UpstreamConfig()).buffer == expected["dirty"]
         # Asking for pruning puts the hook back: never a silent no-op.
