@@ -32,12 +32,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fnmatch
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from emitter_filter.duplicates import DuplicateGroup, StoredCopy, group_duplicates
 from emitter_filter.named_data import NamedDataUse
@@ -50,11 +48,10 @@ from emitter_filter.pte_file import (
     classify_file_named_data,
     read_pte,
 )
-from emitter_filter.reachability import DataRef, DataSpace, Liveness, find_live
+from emitter_filter.reachability import DataRef, DataSpace, KeepList, Liveness, find_live
 from emitter_filter.reports import ConstantName, DroppedConstant
 
-if TYPE_CHECKING:
-    from emitter_filter.state_names import StateFile
+from emitter_filter.state_names import StateFile, state_file
 
 __all__ = [
     "SPACES",
@@ -322,24 +319,19 @@ def _keep_roots(
     pte: PteFile,
     users: Mapping[DataRef, Sequence[TensorEntry]],
     namer: _DeadNamer,
-    keep_constants: Sequence[str],
+    keep: KeepList,
 ) -> PteFile:
-    """`pte` with the dead values whose names match `keep_constants` as more roots."""
-    matched: set[str] = set()
+    """`pte` with the dead values whose names match `keep` as more roots."""
     extra: dict[str, list[int]] = {}
     for tensors in users.values():
         for tensor in tensors:
-            hits = {p for p in keep_constants for n in namer.value_names(tensor)
-                    if fnmatch.fnmatchcase(n.name, p)}
-            if hits:
-                matched.update(hits)
+            if keep.matches(n.name for n in namer.value_names(tensor)):
                 extra.setdefault(tensor.plan, []).append(tensor.value_index)
-    for pattern in keep_constants:
-        if pattern not in matched:
-            logger.warning(
-                "%s: --keep %r matched no dead constant (constant-segment entries have "
-                "names only with --names)", pte.path, pattern,
-            )
+    for pattern in keep.unmatched():
+        logger.warning(
+            "%s: --keep %r matched no dead constant (constant-segment entries have "
+            "names only with --names)", pte.path, pattern,
+        )
     plans = tuple(
         dataclasses.replace(plan, roots=[*plan.roots, *extra[plan.name]])
         if plan.name in extra else plan
@@ -366,7 +358,7 @@ def analyse_file(
     liveness = find_live(pte.plans)
     namer = _DeadNamer(pte, sources, state)
     if keep_constants:
-        pte = _keep_roots(pte, _dead_users(pte, liveness), namer, keep_constants)
+        pte = _keep_roots(pte, _dead_users(pte, liveness), namer, KeepList(keep_constants))
         liveness = find_live(pte.plans)
     use = classify_file_named_data(pte)
     dead = find_dead_entries(pte, liveness, use)
@@ -428,7 +420,7 @@ def audit_pte(
             read only for entries whose size another entry shares, and (with
             `state`) dead entries.
         keep_constants: See `audit_file`.
-        state: See `audit_file`.
+        state: See `audit_file`'s `names`.
     """
     analysis = analyse_file(pte, sources, keep_constants, state)
     pte, liveness, use, dead = analysis.pte, analysis.liveness, analysis.use, analysis.dead
@@ -479,7 +471,7 @@ def audit_file(
     ptd_paths: Sequence[str | os.PathLike] = (),
     *,
     keep_constants: Sequence[str] = (),
-    state: StateFile | None = None,
+    names: str | os.PathLike | StateFile | None = None,
 ) -> AuditReport:
     """Reports the bytes of a `.pte` file (and its `.ptd` files) that no program can reach.
 
@@ -492,13 +484,15 @@ def audit_file(
             Without them, external entries are sized from the tensors' shapes.
         keep_constants: `fnmatch` patterns of FQNs: a matching constant is a
             root (not dead), as `ExecutorchBackendConfig(keep_constants=...)` makes it.
-        state: `state_names.read_state_file` of the model's `.pt2` or ETRecord,
-            to name constant-segment entries (and match `keep_constants` on them).
+        names: A `torch.export` `.pt2` or an ETRecord of the same model (read
+            with torch), or what `state_names.read_state_file` returned for one:
+            names constant-segment entries, and lets `keep_constants` match them.
 
     Raises:
         PteFormatError: A file is malformed or the `.ptd` does not match the `.pte`.
         ProgramFormatError: The program refers to something that does not exist.
     """
+    state = state_file(names)
     pte = read_pte(path, ptd_paths)
     with contextlib.ExitStack() as stack:
         opened = [stack.enter_context(ByteSource(p)) for p in (path, *ptd_paths)]

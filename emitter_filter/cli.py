@@ -129,14 +129,6 @@ def _add_naming_arguments(command: argparse.ArgumentParser) -> None:
     )
 
 
-def _read_names(options: argparse.Namespace):
-    if options.names is None:
-        return None
-    from emitter_filter.state_names import read_state_file
-
-    return read_state_file(options.names)
-
-
 def _dead_json(d) -> dict:
     from emitter_filter.audit import names_json
 
@@ -169,7 +161,7 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         return EXIT_USAGE
     report = prune_file(
         options.pte, options.output, options.ptd, options.ptd_out,
-        progress=_progress_printer(), keep_constants=options.keep, state=_read_names(options),
+        progress=_progress_printer(), keep_constants=options.keep, names=options.names,
     )
     if options.json:
         print(json.dumps({
@@ -278,7 +270,7 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.audit import audit_file
 
     report = audit_file(
-        options.pte, options.ptd, keep_constants=options.keep, state=_read_names(options)
+        options.pte, options.ptd, keep_constants=options.keep, names=options.names
     )
     if options.json:
         print(json.dumps(report.to_json(), indent=2))

@@ -26,7 +26,6 @@ are moved between lists, never copied).
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import logging
 import time
@@ -51,6 +50,7 @@ from emitter_filter.errors import InvariantError, ProgramFormatError
 from emitter_filter.reachability import (
     DataRef,
     DataSpace,
+    KeepList,
     Liveness,
     PlanRefs,
     classify_tensor_data,
@@ -163,16 +163,11 @@ def _validate_data_refs(emitter_output: EmitterOutput, plans: Sequence[PlanRefs]
                 )
 
 
-def _kept_values(
-    plan: ExecutionPlan,
-    patterns: Sequence[str],
-    names: PlaceholderNames | None,
-    matched: set[str],
-) -> list[int]:
+def _kept_values(plan: ExecutionPlan, keep: KeepList, names: PlaceholderNames | None) -> list[int]:
     """The Tensor values with data whose name matches a `keep_constants` pattern.
 
     A value's names are the one the program carries and, with `names`, the FQN
-    of the placeholder it was emitted from. Adds each pattern that matched to `matched`.
+    of the placeholder it was emitted from.
     """
     kept = []
     for index, evalue in enumerate(plan.values):
@@ -181,13 +176,10 @@ def _kept_values(
             continue
         info = tensor.extra_tensor_info
         candidates = [info.fully_qualified_name] if info and info.fully_qualified_name else []
-        if names is not None:
-            name = names.name_value(plan.name, index, tensor.sizes)
-            if name is not None:
-                candidates.append(name.name)
-        hits = {p for p in patterns for c in candidates if fnmatch.fnmatchcase(c, p)}
-        if hits:
-            matched.update(hits)
+        name = None if names is None else names.name_value(plan.name, index, tensor.sizes)
+        if name is not None:
+            candidates.append(name.name)
+        if candidates and keep.matches(candidates):
             kept.append(index)
     return kept
 
@@ -366,15 +358,14 @@ def prune_emitter_output(
     """
     started = time.perf_counter()
     program = emitter_output.program
-    matched: set[str] = set()
+    keep = KeepList(keep_constants)
     plans = [
-        collect_plan_refs(plan, _kept_values(plan, keep_constants, names, matched))
-        if keep_constants else collect_plan_refs(plan)
+        collect_plan_refs(plan, _kept_values(plan, keep, names)) if keep
+        else collect_plan_refs(plan)
         for plan in program.execution_plan
     ]
-    for pattern in keep_constants:
-        if pattern not in matched:
-            logger.warning("emitter_filter: keep_constants pattern %r matched no constant", pattern)
+    for pattern in keep.unmatched():
+        logger.warning("emitter_filter: keep_constants pattern %r matched no constant", pattern)
     liveness = find_live(plans)
     _validate_data_refs(emitter_output, plans)
     bytes_before = space_nbytes(emitter_output)

@@ -48,7 +48,6 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import flatbuffers
 
@@ -87,8 +86,7 @@ from emitter_filter.reachability import (
 )
 from emitter_filter.reports import DroppedConstant
 
-if TYPE_CHECKING:
-    from emitter_filter.state_names import StateFile
+from emitter_filter.state_names import StateFile, state_file
 
 __all__ = ["FilePruneReport", "prune_file"]
 
@@ -798,7 +796,7 @@ def prune_file(
     *,
     progress: ProgressFn | None = None,
     keep_constants: Sequence[str] = (),
-    state: StateFile | None = None,
+    names: str | os.PathLike | StateFile | None = None,
 ) -> FilePruneReport:
     """Writes `src` without the constants and named data its program cannot reach.
 
@@ -817,8 +815,8 @@ def prune_file(
             input names (required with `ptd_paths`). A `.ptd` left with no live
             key is not written, as ExecuTorch writes none for such a tag.
         progress: Called with (bytes written, bytes to write) as data is copied.
-        keep_constants: `fnmatch` patterns of FQNs to keep (`audit.analyse_file`).
-        state: The model's state, to name (and keep) constant-segment entries.
+        keep_constants: `fnmatch` patterns of FQNs to keep, as `audit_file` takes them.
+        names: The model's `.pt2` or ETRecord, as `audit_file` takes it.
 
     Returns:
         What was written and dropped.
@@ -838,7 +836,7 @@ def prune_file(
 
     pte, program = read_pte_program(src, ptd_paths)
     with ByteSource(src) as source:
-        analysis = analyse_file(pte, {pte.path: source}, keep_constants, state)
+        analysis = analyse_file(pte, {pte.path: source}, keep_constants, state_file(names))
     pte, liveness, use = analysis.pte, analysis.liveness, analysis.use
     # Unused inline delegate blobs stay: the rewrite never touches backend_delegate_data.
     dropped = tuple(d for d in analysis.dead if d.space != "delegate")

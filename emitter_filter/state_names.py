@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from emitter_filter.errors import InvariantError, ProgramFormatError
 from emitter_filter.reports import ConstantName
 
-__all__ = ["PlaceholderNames", "StateFile", "read_state_file"]
+__all__ = ["PlaceholderNames", "StateFile", "read_state_file", "state_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -243,3 +243,10 @@ def read_state_file(path: str | os.PathLike) -> StateFile:
     tensors = [t for plan, program in programs for t in _program_state(plan, program)]
     logger.debug("%s: %d state tensors in %d programs", path, len(tensors), len(programs))
     return StateFile(path, tensors)
+
+
+def state_file(names: str | os.PathLike | StateFile | None) -> StateFile | None:
+    """`names` as `audit_file` and `prune_file` take it: a path is read, once."""
+    if names is None or isinstance(names, StateFile):
+        return names
+    return read_state_file(names)

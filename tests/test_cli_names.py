@@ -36,7 +36,7 @@ def pt2(tmp_path_factory) -> dict[str, Path]:
 @pytest.mark.parametrize("case", CASES)
 def test_names_from_a_pt2_are_the_in_process_reports(built, pt2, case):
     state = read_state_file(pt2[case])
-    report = audit_file(built[case].pte, built[case].ptds, state=state)
+    report = audit_file(built[case].pte, built[case].ptds, names=state)
     assert _names(report.dead) == _names(built[case].report.dropped)
     assert all(d.names for d in report.dead)
 
@@ -60,7 +60,7 @@ def test_names_from_an_etrecord_are_the_same(tmp_path):
     manager = edge.to_executorch()
     manager.save(str(tmp_path / "model.pte"))
     manager.get_etrecord().save(str(tmp_path / "etrecord.bin"))
-    report = audit_file(tmp_path / "model.pte", state=read_state_file(tmp_path / "etrecord.bin"))
+    report = audit_file(tmp_path / "model.pte", names=tmp_path / "etrecord.bin")
     assert {n.name for d in report.dead for n in d.names} == {"unused", "odd"}
     pruned = torch.export.export(_model("plain"), _inputs("plain"))
     in_process = emitter_filter.report(
