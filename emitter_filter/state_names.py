@@ -39,16 +39,25 @@ _ETRECORD_IDENTIFIER = "ETRECORD_V0"
 
 
 def _signature_names(exported_program) -> dict[str, tuple[str, str]]:
-    """Placeholder target -> (FQN, kind), from the graph signature's input specs."""
+    """Placeholder target -> (FQN, kind), in one pass over the graph signature's input specs.
+
+    The same as its `inputs_to_parameters`, `inputs_to_buffers` and
+    `inputs_to_lifted_tensor_constants`, which each build a dict per access.
+    """
+    from torch.export.graph_signature import InputKind
+
     signature = exported_program.graph_signature
     mutated = set(signature.buffers_to_mutate.values())
+    kinds = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
+             InputKind.CONSTANT_TENSOR: "constant"}
     names: dict[str, tuple[str, str]] = {}
-    for target, fqn in signature.inputs_to_parameters.items():
-        names[target] = (fqn, "parameter")
-    for target, fqn in signature.inputs_to_buffers.items():
-        names[target] = (fqn, "mutable_buffer" if fqn in mutated else "buffer")
-    for target, fqn in signature.inputs_to_lifted_tensor_constants.items():
-        names[target] = (fqn, "constant")
+    for spec in signature.input_specs:
+        kind = kinds.get(spec.kind)
+        if kind is None or spec.target is None:
+            continue
+        if kind == "buffer" and spec.target in mutated:
+            kind = "mutable_buffer"
+        names[spec.arg.name] = (spec.target, kind)
     return names
 
 
@@ -62,9 +71,10 @@ class PlaceholderNames:
 
     def __init__(self, programs: Mapping[str, object]) -> None:
         self._programs = programs
-        self._plans: dict[str, list[tuple[ConstantName | None, tuple[int, ...] | None]]] = {}
+        self._plans: dict[str, list[tuple[ConstantName | None, object]]] = {}
 
-    def _placeholders(self, plan: str) -> list[tuple[ConstantName | None, tuple[int, ...] | None]]:
+    def _placeholders(self, plan: str) -> list[tuple[ConstantName | None, object]]:
+        """(name, node) of each placeholder of `plan`'s graph, in graph order."""
         found = self._plans.get(plan)
         if found is None:
             program = self._programs.get(plan)
@@ -75,10 +85,7 @@ class PlaceholderNames:
                     if node.op != "placeholder":
                         break
                     fqn_kind = names.get(node.target)
-                    spec = node.meta.get("spec")
-                    shape = tuple(spec.shape) if hasattr(spec, "shape") else None
-                    name = None if fqn_kind is None else ConstantName(*fqn_kind, plan)
-                    found.append((name, shape))
+                    found.append((None if fqn_kind is None else ConstantName(*fqn_kind, plan), node))
             self._plans[plan] = found
         return found
 
@@ -92,8 +99,11 @@ class PlaceholderNames:
         placeholders = self._placeholders(plan)
         if value_index >= len(placeholders):
             return None
-        name, shape = placeholders[value_index]
-        if name is not None and shape is not None and tuple(sizes) != shape:
+        name, node = placeholders[value_index]
+        if name is None:
+            return None
+        shape = getattr(node.meta.get("spec"), "shape", None)
+        if shape is not None and tuple(sizes) != tuple(shape):
             raise InvariantError(
                 f"plan {plan!r} value {value_index}: sizes {list(sizes)} are not those of "
                 f"placeholder {name.name!r} {list(shape)}: values no longer follow placeholders"
