@@ -108,3 +108,24 @@ def test_strict_environment_value_must_be_a_flag(monkeypatch):
     monkeypatch.setenv(ENV_STRICT, "perhaps")
     with pytest.raises(ValueError, match="EMITTER_FILTER_STRICT='perhaps'"):
         _build(emitter_filter.ExecutorchBackendConfig(prune_constants=True))
+
+
+def test_a_named_data_inconsistency_also_leaves_the_program_as_executorch_writes_it(
+    monkeypatch, caplog
+):
+    import emitter_filter.named_data
+    from tests.builders import CASES
+
+    case = next(c for c in CASES if c.name == "unused_buffer_xnnpack")
+    plain = case.build(dead=True, config=UpstreamConfig()).buffer
+
+    def unreadable(program, named_data):
+        raise ProgramFormatError("plan 'forward' delegate 0: XNNPACK blob: bad header")
+
+    monkeypatch.setattr(emitter_filter.named_data, "find_named_data_use", unreadable)
+    with caplog.at_level(logging.WARNING, logger="emitter_filter"):
+        manager = case.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(
+            prune_constants=True))
+    assert manager.buffer == plain
+    assert emitter_filter.report(manager).skipped.endswith("XNNPACK blob: bad header")
+    assert len([r for r in caplog.records if r.name.startswith("emitter_filter")]) == 1
