@@ -208,7 +208,9 @@ def _dead_tensor_data(pte: PteFile, liveness: Liveness) -> list[DroppedConstant]
                     dtype=user.dtype if user else None,
                     shape=user.shape if user else None,
                     name=user.name if user else None,
-                    names=(ConstantName(user.name, None, user.plan),) if user and user.name else (),
+                    names=(
+                        (ConstantName(user.name, None, user.plan),) if user and user.name else ()
+                    ),
                 )
             )
     return dead
@@ -290,11 +292,12 @@ class _DeadNamer:
     def _read(self, ref: DataRef) -> bytes:
         if ref not in self._data:
             entry = self._pte.entries[ref.space][ref.index]
-            self._data[ref] = self._sources[entry.file].read(entry.offset, entry.nbytes, "stored data")
+            source = self._sources[entry.file]
+            self._data[ref] = source.read(entry.offset, entry.nbytes, "stored data")
         return self._data[ref]
 
     def value_names(self, tensor: TensorEntry) -> tuple[ConstantName, ...]:
-        """The names of one dead value: its FQN, else the state tensors with its shape and bytes."""
+        """A dead value's names: its FQN, else the state tensors with its shape and bytes."""
         if tensor.name is not None:
             known = self._state.name_of(tensor.name) if self._state else None
             return (dataclasses.replace(known, plan=tensor.plan) if known else
@@ -369,7 +372,9 @@ def analyse_file(
             ref = DataRef(DataSpace(entry.space), entry.index) if entry.space in (
                 "constant", "mutable", "external") else None
             found = {n.name: n for t in users.get(ref, ()) for n in namer.value_names(t)}
-            named.append(dataclasses.replace(entry, names=tuple(found.values())) if found else entry)
+            named.append(
+                dataclasses.replace(entry, names=tuple(found.values())) if found else entry
+            )
         dead = named
     return FileAnalysis(pte, liveness, use, tuple(dead))
 

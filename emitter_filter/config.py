@@ -1,4 +1,4 @@
-"""`ExecutorchBackendConfig` with the filter's fields: `prune_constants`, `keep_constants`, `prune_strict`."""
+"""`ExecutorchBackendConfig` with the filter's fields: `prune_constants` and its options."""
 
 from __future__ import annotations
 
@@ -42,5 +42,7 @@ class ExecutorchBackendConfig(_UpstreamExecutorchBackendConfig):
         if name == "prune_constants" and value:
             hook.install()
         if name == "keep_constants" and isinstance(value, str):
-            raise TypeError(f"keep_constants={value!r}: expected a sequence of patterns, not a str")
+            raise TypeError(
+                f"keep_constants={value!r}: expected a sequence of patterns, not a str"
+            )
         super().__setattr__(name, value)

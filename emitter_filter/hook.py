@@ -37,7 +37,14 @@ from collections.abc import Iterator, Sequence
 from emitter_filter import _upstream
 
 __all__ = [
-    "ENV_STRICT", "install", "uninstall", "installed", "pruning", "enable", "disable", "is_enabled",
+    "ENV_STRICT",
+    "install",
+    "uninstall",
+    "installed",
+    "pruning",
+    "enable",
+    "disable",
+    "is_enabled",
 ]
 
 logger = logging.getLogger(__name__)

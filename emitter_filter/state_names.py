@@ -85,12 +85,13 @@ class PlaceholderNames:
                     if node.op != "placeholder":
                         break
                     fqn_kind = names.get(node.target)
-                    found.append((None if fqn_kind is None else ConstantName(*fqn_kind, plan), node))
+                    name = None if fqn_kind is None else ConstantName(*fqn_kind, plan)
+                    found.append((name, node))
             self._plans[plan] = found
         return found
 
     def name_value(self, plan: str, value_index: int, sizes: Sequence[int]) -> ConstantName | None:
-        """The state value `value_index` of `plan` was emitted from, or None (an input, a temporary).
+        """The state that value `value_index` of `plan` was emitted from; None for an input.
 
         Raises:
             InvariantError: The value's shape is not its placeholder's: the
@@ -112,7 +113,8 @@ class PlaceholderNames:
 
 
 def name_entries(
-    names: PlaceholderNames, users: Mapping[tuple[str, int], Sequence[tuple[str, int, Sequence[int]]]]
+    names: PlaceholderNames,
+    users: Mapping[tuple[str, int], Sequence[tuple[str, int, Sequence[int]]]],
 ) -> dict[tuple[str, int], tuple[ConstantName, ...]]:
     """Names each data entry after the placeholders of the values that used it.
 
@@ -142,9 +144,11 @@ class _StateTensor:
 
 
 def _stored_bytes(tensor) -> bytes:
-    """The bytes the emitter writes for a state tensor (mirrors `placeholder` in
-    `exir/emit/_emitter.py`: contiguous or channels-last as is, else made
-    contiguous; a view is cloned to its own storage)."""
+    """The bytes the emitter writes for a state tensor.
+
+    Mirrors `placeholder` in `exir/emit/_emitter.py` (keep in sync): contiguous
+    or channels-last as is, else made contiguous; a view is cloned to its own storage.
+    """
     import torch
 
     tensor = tensor.detach()
@@ -181,7 +185,10 @@ class StateFile:
             shapes: The shapes of the values that refer to it.
             read: Returns the entry's bytes; called only if some tensor has its size.
         """
-        candidates = [s for shape in dict.fromkeys(shapes) for s in self._by_size.get((nbytes, shape), ())]
+        candidates = [
+            state for shape in dict.fromkeys(shapes)
+            for state in self._by_size.get((nbytes, shape), ())
+        ]
         if not candidates:
             return ()
         data = read()
