@@ -184,3 +184,21 @@ def test_a_mutable_buffer_with_initial_state_in_a_live_program_is_never_dropped(
         dead=True, config=config))
     assert [d.space for d in report.dropped] == ["constant"]
     assert report.bytes_after["mutable"] == report.bytes_before["mutable"] > 0
+
+
+def test_the_report_does_not_keep_the_manager_or_its_programs_alive():
+    import gc
+    import weakref
+
+    from emitter_filter import reports
+
+    manager = _builder_case("unused_buffer_portable")(PRUNE(prune_constants=True))
+    assert emitter_filter.report(manager).dropped[0].names
+    emitter_output, program = weakref.ref(manager._emitter_output), weakref.ref(
+        manager.exported_program()
+    )
+    key = id(manager._emitter_output)
+    del manager
+    gc.collect()
+    assert emitter_output() is None and program() is None
+    assert key not in reports._reports
