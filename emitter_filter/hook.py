@@ -109,7 +109,7 @@ def _skipped_report(emitter_output, reason: str, started: float):
 
 
 def _prune(emitter_output, config, named_data_store, methods):
-    """Prunes in place and records the report; returns the named data to serialize.
+    """Prunes in place and records the report; returns the named data to serialize and it.
 
     Both analyses run before anything is modified, so that a `ProgramFormatError`
     can still leave the program to be written as it came (see the module docstring).
@@ -135,8 +135,9 @@ def _prune(emitter_output, config, named_data_store, methods):
             "%s (the filter cannot prove the prune safe; set %s=1 or prune_strict=True "
             "to raise instead)", error, ENV_STRICT,
         )
-        record_report(emitter_output, _skipped_report(emitter_output, str(error), started))
-        return named_data_store
+        skipped = _skipped_report(emitter_output, str(error), started)
+        record_report(emitter_output, skipped)
+        return named_data_store, skipped
     # After the constants, so that the duplicates reported are the bytes written.
     named_data_store, named_data_report = prune_named_data(
         emitter_output, named_data_store, use=named_data_use
@@ -149,7 +150,7 @@ def _prune(emitter_output, config, named_data_store, methods):
     record_report(emitter_output, prune_report)
     # Passed as an object: the summary (its names, its duplicate search) is only built if logged.
     logger.info("emitter_filter: %s", prune_report)
-    return named_data_store
+    return named_data_store, prune_report
 
 
 def _serialize_for_executorch(
@@ -157,7 +158,7 @@ def _serialize_for_executorch(
 ):
     methods = _take_emitted_methods(emitter_output)
     if _pruning_requested(config):
-        named_data_store = _prune(emitter_output, config, named_data_store, methods)
+        named_data_store, _ = _prune(emitter_output, config, named_data_store, methods)
     return original(emitter_output, config, data_serializer, named_data_store)
 
 
