@@ -42,6 +42,7 @@ __all__ = [
     "report",
     "PruneReport",
     "DroppedConstant",
+    "ConstantName",
     "audit_file",
     "AuditReport",
     "prune_file",
@@ -56,6 +57,7 @@ __all__ = [
     "InvariantError",
     "SUPPORTED_EXECUTORCH",
     "ENV_PRUNE",
+    "ENV_STRICT",
     "__version__",
 ]
 
@@ -72,6 +74,8 @@ _LAZY = {
     "report": "emitter_filter.reports",
     "PruneReport": "emitter_filter.reports",
     "DroppedConstant": "emitter_filter.reports",
+    "ConstantName": "emitter_filter.reports",
+    "ENV_STRICT": "emitter_filter.hook",
 }
 
 

@@ -37,6 +37,7 @@ from emitter_filter.errors import EmitterFilterError, EnvironmentVariableError
 __all__ = [
     "ENV_PRUNE",
     "PTH_NAME",
+    "env_flag",
     "EXPORTER_MODULE",
     "prune_requested",
     "apply_environment",
@@ -61,22 +62,27 @@ _lock = threading.Lock()
 _trigger: _ImportTrigger | None = None
 
 
-def prune_requested(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether `EMITTER_FILTER_PRUNE` asks for pruning; unset or empty means no.
+def env_flag(name: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether a boolean variable of ours is on; unset or empty means off.
 
     Raises:
         EnvironmentVariableError: the value is neither a true nor a false one.
     """
-    raw = environ.get(ENV_PRUNE, "")
+    raw = environ.get(name, "")
     value = raw.strip().lower()
     if value in _FALSE:
         return False
     if value in _TRUE:
         return True
     raise EnvironmentVariableError(
-        f"{ENV_PRUNE}={raw!r}: expected 1 or 0 "
+        f"{name}={raw!r}: expected 1 or 0 "
         f"(or {'/'.join(_TRUE[1:])} and {'/'.join(_FALSE[2:])}; unset or empty means 0)"
     )
+
+
+def prune_requested(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether `EMITTER_FILTER_PRUNE` asks for pruning (see `env_flag`)."""
+    return env_flag(ENV_PRUNE, environ)
 
 
 def apply_environment() -> None:

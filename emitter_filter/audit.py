@@ -18,11 +18,20 @@ The first three and `named_data` are exactly what `prune_constants=True` and
 `emitter-filter prune` drop. Identical contents stored more than once are listed
 in `duplicates` (not dead): only entries whose size another entry shares are
 read, and hashed only when their first bytes match too.
+
+Names (`analyse_file`): a dead entry is named by what the file carries (an
+external constant's FQN, a named-data key) and, given the model's state
+(`state_names.read_state_file` of a `.pt2` or ETRecord), after every state
+tensor with a dead value's shape and exactly the entry's bytes: only dead
+entries are read for that. `keep_constants` patterns make the values of a
+matching constant roots, as in process; a constant-segment value is known only
+by content, so every dead value of that shape referring to a matching entry is kept.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,11 +44,14 @@ from emitter_filter.pte_file import (
     PteFile,
     Segment,
     StoredSpan,
+    TensorEntry,
     classify_file_named_data,
     read_pte,
 )
-from emitter_filter.reachability import DataRef, DataSpace, Liveness, find_live
-from emitter_filter.reports import DroppedConstant
+from emitter_filter.reachability import DataRef, DataSpace, KeepList, Liveness, find_live
+from emitter_filter.reports import ConstantName, DroppedConstant
+
+from emitter_filter.state_names import StateFile, state_file
 
 __all__ = [
     "SPACES",
@@ -47,8 +59,10 @@ __all__ = [
     "SpaceBytes",
     "UnprovableNamedData",
     "AuditReport",
+    "FileAnalysis",
     "audit_file",
     "audit_pte",
+    "analyse_file",
     "find_dead_entries",
 ]
 
@@ -145,6 +159,8 @@ class AuditReport:
                     "dtype": d.dtype,
                     "shape": None if d.shape is None else list(d.shape),
                     "name": d.name,
+                    "names": names_json(d),
+                    "readable_by_name": d.readable_by_name,
                 }
                 for d in self.dead
             ],
@@ -164,6 +180,11 @@ class AuditReport:
                 for group in self.duplicates
             ],
         }
+
+
+def names_json(entry: DroppedConstant) -> list[dict]:
+    """`entry.names` in the JSON form of `audit --json` and `prune --json`."""
+    return [{"name": n.name, "kind": n.kind, "plan": n.plan} for n in entry.names]
 
 
 def _dead_tensor_data(pte: PteFile, liveness: Liveness) -> list[DroppedConstant]:
@@ -187,13 +208,17 @@ def _dead_tensor_data(pte: PteFile, liveness: Liveness) -> list[DroppedConstant]
                     dtype=user.dtype if user else None,
                     shape=user.shape if user else None,
                     name=user.name if user else None,
+                    names=(
+                        (ConstantName(user.name, None, user.plan),) if user and user.name else ()
+                    ),
                 )
             )
     return dead
 
 
 def _bare(space: str, index: int, nbytes: int, name: str | None = None) -> DroppedConstant:
-    return DroppedConstant(space, index, nbytes, None, None, None, None, name)
+    names = () if name is None else (ConstantName(name, "named_data", None),)
+    return DroppedConstant(space, index, nbytes, None, None, None, None, name, names)
 
 
 def _dead_named_data(pte: PteFile, use: NamedDataUse) -> list[DroppedConstant]:
@@ -240,6 +265,120 @@ def find_dead_entries(pte: PteFile, liveness: Liveness, use: NamedDataUse) -> li
     return sorted(dead, key=lambda d: (SPACES.index(d.space), d.index))
 
 
+@dataclass(frozen=True)
+class FileAnalysis:
+    """What `analyse_file` found; shared by `audit` and `prune`.
+
+    Attributes:
+        pte: The file as read, with the values of kept constants added to its plans' roots.
+        liveness: `find_live(pte.plans)`.
+        use: `classify_file_named_data(pte)`.
+        dead: `find_dead_entries`, each named as the module docstring says.
+    """
+
+    pte: PteFile
+    liveness: Liveness
+    use: NamedDataUse
+    dead: tuple[DroppedConstant, ...]
+
+
+class _DeadNamer:
+    """Names dead tensor entries from the file, and by content from a state file."""
+
+    def __init__(self, pte: PteFile, sources: Mapping[str, ByteSource], state: StateFile | None):
+        self._pte, self._sources, self._state = pte, sources, state
+        self._data: dict[DataRef, bytes] = {}
+
+    def _read(self, ref: DataRef) -> bytes:
+        if ref not in self._data:
+            entry = self._pte.entries[ref.space][ref.index]
+            source = self._sources[entry.file]
+            self._data[ref] = source.read(entry.offset, entry.nbytes, "stored data")
+        return self._data[ref]
+
+    def value_names(self, tensor: TensorEntry) -> tuple[ConstantName, ...]:
+        """A dead value's names: its FQN, else the state tensors with its shape and bytes."""
+        if tensor.name is not None:
+            known = self._state.name_of(tensor.name) if self._state else None
+            return (dataclasses.replace(known, plan=tensor.plan) if known else
+                    ConstantName(tensor.name, None, tensor.plan),)
+        entry = self._pte.entries[tensor.ref.space].get(tensor.ref.index)
+        if self._state is None or entry is None or entry.offset < 0:
+            return ()
+        found = self._state.match(entry.nbytes, [tensor.shape], lambda: self._read(tensor.ref))
+        kind = "mutable_buffer" if tensor.ref.space is DataSpace.MUTABLE else None
+        return tuple(dataclasses.replace(n, kind=kind or n.kind, plan=tensor.plan) for n in found)
+
+
+def _dead_users(pte: PteFile, liveness: Liveness) -> dict[DataRef, list[TensorEntry]]:
+    users: dict[DataRef, list[TensorEntry]] = {}
+    for tensor in pte.tensors:
+        if tensor.ref.index not in liveness.live_data[tensor.ref.space]:
+            users.setdefault(tensor.ref, []).append(tensor)
+    return users
+
+
+def _keep_roots(
+    pte: PteFile,
+    users: Mapping[DataRef, Sequence[TensorEntry]],
+    namer: _DeadNamer,
+    keep: KeepList,
+) -> PteFile:
+    """`pte` with the dead values whose names match `keep` as more roots."""
+    extra: dict[str, list[int]] = {}
+    for tensors in users.values():
+        for tensor in tensors:
+            if keep.matches(n.name for n in namer.value_names(tensor)):
+                extra.setdefault(tensor.plan, []).append(tensor.value_index)
+    for pattern in keep.unmatched():
+        logger.warning(
+            "%s: --keep %r matched no dead constant (constant-segment entries have "
+            "names only with --names)", pte.path, pattern,
+        )
+    plans = tuple(
+        dataclasses.replace(plan, roots=[*plan.roots, *extra[plan.name]])
+        if plan.name in extra else plan
+        for plan in pte.plans
+    )
+    return dataclasses.replace(pte, plans=plans)
+
+
+def analyse_file(
+    pte: PteFile,
+    sources: Mapping[str, ByteSource],
+    keep_constants: Sequence[str] = (),
+    state: StateFile | None = None,
+) -> FileAnalysis:
+    """Finds what no program of a file can reach, keeping and naming as asked.
+
+    Args:
+        pte: What `read_pte` returned. Not modified.
+        sources: The files `pte` was read from, open, by the names it gives them;
+            read only for dead entries, and only with `state`.
+        keep_constants: `fnmatch` patterns of FQNs whose constants are roots.
+        state: The model's state tensors, to name constant-segment entries by content.
+    """
+    liveness = find_live(pte.plans)
+    namer = _DeadNamer(pte, sources, state)
+    if keep_constants:
+        pte = _keep_roots(pte, _dead_users(pte, liveness), namer, KeepList(keep_constants))
+        liveness = find_live(pte.plans)
+    use = classify_file_named_data(pte)
+    dead = find_dead_entries(pte, liveness, use)
+    if state is not None:
+        users = _dead_users(pte, liveness)
+        named = []
+        for entry in dead:
+            ref = DataRef(DataSpace(entry.space), entry.index) if entry.space in (
+                "constant", "mutable", "external") else None
+            found = {n.name: n for t in users.get(ref, ()) for n in namer.value_names(t)}
+            named.append(
+                dataclasses.replace(entry, names=tuple(found.values())) if found else entry
+            )
+        dead = named
+    return FileAnalysis(pte, liveness, use, tuple(dead))
+
+
 def _stored_copies(
     pte: PteFile, sources: Mapping[str, ByteSource]
 ) -> Iterator[tuple[StoredCopy, StoredSpan]]:
@@ -272,17 +411,24 @@ def _keys_by_segment(entries) -> dict[Segment, tuple[str, ...]]:
     return {segment: tuple(names) for segment, names in keys.items()}
 
 
-def audit_pte(pte: PteFile, sources: Mapping[str, ByteSource]) -> AuditReport:
+def audit_pte(
+    pte: PteFile,
+    sources: Mapping[str, ByteSource],
+    keep_constants: Sequence[str] = (),
+    state: StateFile | None = None,
+) -> AuditReport:
     """Audits what `read_pte` returned; `audit_file` is the usual entry point.
 
     Args:
         pte: Not modified.
         sources: The files `pte` was read from, open, by the names it gives them;
-            read only for entries whose size another entry shares.
+            read only for entries whose size another entry shares, and (with
+            `state`) dead entries.
+        keep_constants: See `audit_file`.
+        state: See `audit_file`'s `names`.
     """
-    liveness = find_live(pte.plans)
-    use = classify_file_named_data(pte)
-    dead = find_dead_entries(pte, liveness, use)
+    analysis = analyse_file(pte, sources, keep_constants, state)
+    pte, liveness, use, dead = analysis.pte, analysis.liveness, analysis.use, analysis.dead
 
     totals = {
         space.value: sum(e.nbytes for e in pte.entries[space].values()) for space in DataSpace
@@ -326,7 +472,11 @@ def audit_pte(pte: PteFile, sources: Mapping[str, ByteSource]) -> AuditReport:
 
 
 def audit_file(
-    path: str | os.PathLike | bytes, ptd_paths: Sequence[str | os.PathLike] = ()
+    path: str | os.PathLike | bytes,
+    ptd_paths: Sequence[str | os.PathLike] = (),
+    *,
+    keep_constants: Sequence[str] = (),
+    names: str | os.PathLike | StateFile | None = None,
 ) -> AuditReport:
     """Reports the bytes of a `.pte` file (and its `.ptd` files) that no program can reach.
 
@@ -337,12 +487,18 @@ def audit_file(
         path: The `.pte` file, or its bytes. Not modified.
         ptd_paths: The `.ptd` files with its external constants. Not modified.
             Without them, external entries are sized from the tensors' shapes.
+        keep_constants: `fnmatch` patterns of FQNs: a matching constant is a
+            root (not dead), as `ExecutorchBackendConfig(keep_constants=...)` makes it.
+        names: A `torch.export` `.pt2` or an ETRecord of the same model (read
+            with torch), or what `state_names.read_state_file` returned for one:
+            names constant-segment entries, and lets `keep_constants` match them.
 
     Raises:
         PteFormatError: A file is malformed or the `.ptd` does not match the `.pte`.
         ProgramFormatError: The program refers to something that does not exist.
     """
+    state = state_file(names)
     pte = read_pte(path, ptd_paths)
     with contextlib.ExitStack() as stack:
         opened = [stack.enter_context(ByteSource(p)) for p in (path, *ptd_paths)]
-        return audit_pte(pte, {source.name: source for source in opened})
+        return audit_pte(pte, {source.name: source for source in opened}, keep_constants, state)

@@ -93,6 +93,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--max-dead-bytes", type=_byte_count, default=None, metavar="N",
         help="exit 1 if more than N bytes are dead (a CI gate; 0 means none allowed)",
     )
+    _add_naming_arguments(audit)
 
     prune = commands.add_parser(
         "prune",
@@ -114,6 +115,7 @@ def _build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--ptd-out", metavar="DIR",
                        help="the directory for the pruned .ptd files, under their input names")
     prune.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_naming_arguments(prune)
 
     demo = commands.add_parser(
         "demo",
@@ -145,6 +147,28 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_naming_arguments(command: argparse.ArgumentParser) -> None:
+    """--keep and --names, shared by audit and prune."""
+    command.add_argument(
+        "--keep", action="append", default=[], metavar="PATTERN",
+        help="keep the constants whose fully qualified name matches PATTERN (fnmatch; "
+        "repeatable), as ExecutorchBackendConfig(keep_constants=...) does; constant-segment "
+        "entries have names only with --names",
+    )
+    command.add_argument(
+        "--names", metavar="FILE",
+        help="a torch.export .pt2 or an ETRecord of the same model: name constant-segment "
+        "entries after the state tensors with their shape and bytes (imports torch)",
+    )
+
+
+def _dead_json(d) -> dict:
+    from emitter_filter.audit import names_json
+
+    return {"space": d.space, "index": d.index, "bytes": d.nbytes, "name": d.name,
+            "names": names_json(d), "readable_by_name": d.readable_by_name}
+
+
 def _progress_printer():
     """Progress on stderr for long copies, only where a person watches (a terminal)."""
     if not sys.stderr.isatty():
@@ -170,7 +194,7 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         return EXIT_USAGE
     report = prune_file(
         options.pte, options.output, options.ptd, options.ptd_out,
-        progress=_progress_printer(),
+        progress=_progress_printer(), keep_constants=options.keep, names=options.names,
     )
     if options.json:
         print(json.dumps({
@@ -180,8 +204,7 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
             "bytes_before": report.bytes_before,
             "bytes_after": report.bytes_after,
             "dropped_bytes": sum(d.nbytes for d in report.dropped),
-            "dropped": [{"space": d.space, "index": d.index, "bytes": d.nbytes,
-                         "name": d.name} for d in report.dropped],
+            "dropped": [_dead_json(d) for d in report.dropped],
             "dropped_values": report.dropped_values,
             "dropped_named_data": list(report.dropped_named_data),
             "kept_unprovable": list(report.kept_unprovable),
@@ -292,7 +315,7 @@ def _format_audit(report) -> str:
             value = "-" if d.value_index is None else str(d.value_index)
             lines.append(
                 f"{d.nbytes:>14,}  {d.space:<10}{d.index:>6}  {d.plan or '-':<12}{value:>6}  "
-                f"{d.dtype or '-':<8}{shape:<16}{d.name or '-'}"
+                f"{d.dtype or '-':<8}{shape:<16}{_entry_name(d)}"
             )
     if report.kept_unprovable_named_data:
         lines.append("named data kept because an opaque delegate may read it (not dead):")
@@ -309,6 +332,13 @@ def _format_audit(report) -> str:
     return "\n".join(lines)
 
 
+def _entry_name(entry) -> str:
+    """Its names (`-` for none), marked where a runtime could read it by name."""
+    if not entry.names and entry.name is None:
+        return "-"
+    return entry.label() + (" (readable by name)" if entry.readable_by_name else "")
+
+
 def _copy_location(copy) -> str:
     """`space[index]`, with the .ptd tag and the keys where the copy has them."""
     where = copy.space if copy.tag is None else f"{copy.space}:{copy.tag}"
@@ -319,11 +349,16 @@ def _copy_location(copy) -> str:
 
 def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.audit import audit_file
+    from emitter_filter.state_names import state_file
 
     if options.ptd and len(options.pte) > 1:
         print("emitter-filter audit: --ptd needs a single MODEL.pte", file=sys.stderr)
         return EXIT_USAGE
-    reports = [audit_file(pte, options.ptd) for pte in options.pte]
+    names = state_file(options.names)
+    reports = [
+        audit_file(pte, options.ptd, keep_constants=options.keep, names=names)
+        for pte in options.pte
+    ]
     if options.json:
         # One file: its report; several: a list of them.
         documents = [report.to_json() for report in reports]

@@ -1,7 +1,8 @@
-"""`ExecutorchBackendConfig` with one more field, `prune_constants`."""
+"""`ExecutorchBackendConfig` with the filter's fields: `prune_constants` and its options."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from emitter_filter import _upstream
@@ -20,7 +21,7 @@ __all__ = ["ExecutorchBackendConfig"]
 
 @dataclass
 class ExecutorchBackendConfig(_UpstreamExecutorchBackendConfig):
-    """ExecuTorch's `ExecutorchBackendConfig`, plus `prune_constants`.
+    """ExecuTorch's `ExecutorchBackendConfig`, plus `prune_constants` and its options.
 
     A drop-in replacement: every upstream field works as before, and
     `to_executorch` returns an ordinary `ExecutorchProgramManager`.
@@ -30,12 +31,25 @@ class ExecutorchBackendConfig(_UpstreamExecutorchBackendConfig):
             reach: dead weights, buffers, mutable initial data and external
             (`.ptd`) constants are dropped from every output. Setting it installs
             the hook into `to_executorch` (see `emitter_filter.hook`).
+        keep_constants: `fnmatch` patterns of fully qualified names (`"unused"`,
+            `"metadata.*"`): a constant whose parameter, buffer or lifted-constant
+            name matches one is kept although no instruction reads it, for a
+            runtime that reads it by name (`Method.get_attribute`).
+        prune_strict: Raise `ProgramFormatError` where the filter cannot prove a
+            program safe to prune, instead of writing it unpruned with a warning
+            (also `EMITTER_FILTER_STRICT=1`).
     """
 
     prune_constants: bool = False
+    keep_constants: Sequence[str] = ()
+    prune_strict: bool = False
 
     def __setattr__(self, name: str, value) -> None:
         # Covers both the constructor and a later `config.prune_constants = True`.
         if name == "prune_constants" and value:
             hook.install()
+        if name == "keep_constants" and isinstance(value, str):
+            raise TypeError(
+                f"keep_constants={value!r}: expected a sequence of patterns, not a str"
+            )
         super().__setattr__(name, value)

@@ -1,7 +1,8 @@
 """Prune the in-memory output of `emit_program`, in place, before it is serialized.
 
-`prune_emitter_output` reads each plan's references (`collect_plan_refs`), asks
-`reachability.find_live` what is live, validates, and only then rewrites:
+`prune_emitter_output` reads each plan's references (`collect_plan_refs`, with
+the values of `keep_constants` as more roots), asks `reachability.find_live`
+what is live, validates, and only then rewrites:
 
 - each plan's `values`, compacted in their original order (list items still come
   before their lists) and every value index renumbered (`_remap_values`);
@@ -14,6 +15,10 @@ plan, value by value: the order in which the emitter would have allocated them h
 the dead constants never existed. That is what makes a pruned file byte-identical
 to the file of the same model with the dead constants deleted at the source.
 
+The report names each dropped entry after the placeholders of the values that
+used it (`state_names.name_entries`), when it is first read: the prune only
+notes, per dropped entry, which values referred to it.
+
 Never touched: instructions, operators, delegates, `backend_delegate_data`,
 `non_const_buffer_sizes`, the named data, and constant bytes (the `bytes` objects
 are moved between lists, never copied).
@@ -21,6 +26,7 @@ are moved between lists, never copied).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -44,6 +50,7 @@ from emitter_filter.errors import InvariantError, ProgramFormatError
 from emitter_filter.reachability import (
     DataRef,
     DataSpace,
+    KeepList,
     Liveness,
     PlanRefs,
     classify_tensor_data,
@@ -53,7 +60,8 @@ from emitter_filter.reachability import (
     order_live_data,
     value_remapper,
 )
-from emitter_filter.reports import DroppedConstant, PruneReport
+from emitter_filter.reports import ConstantName, DroppedConstant, PruneReport
+from emitter_filter.state_names import PlaceholderNames, name_entries
 
 __all__ = ["collect_plan_refs", "prune_emitter_output"]
 
@@ -84,9 +92,14 @@ def _instruction_value_indices(args) -> Sequence[int]:
     raise ProgramFormatError(f"unknown instruction kind {type(args).__name__}")
 
 
-def collect_plan_refs(plan: ExecutionPlan) -> PlanRefs:
-    """Describes one `exir.schema.ExecutionPlan` for `find_live`. Not modified."""
-    roots: list[int] = [*plan.inputs, *plan.outputs]
+def collect_plan_refs(plan: ExecutionPlan, kept: Sequence[int] = ()) -> PlanRefs:
+    """Describes one `exir.schema.ExecutionPlan` for `find_live`. Not modified.
+
+    Args:
+        plan: The plan.
+        kept: More roots: the values of constants the user keeps by name.
+    """
+    roots: list[int] = [*plan.inputs, *plan.outputs, *kept]
     for chain in plan.chains:
         roots.extend(chain.inputs)
         roots.extend(chain.outputs)
@@ -130,7 +143,8 @@ def _entry_nbytes(entry) -> int:
     return len(entry) if isinstance(entry, bytes) else len(entry.storage)
 
 
-def _space_nbytes(emitter_output: EmitterOutput) -> dict[str, int]:
+def space_nbytes(emitter_output: EmitterOutput) -> dict[str, int]:
+    """Bytes per data space; package-internal (the hook reports a skipped prune with it)."""
     return {
         space.value: sum(_entry_nbytes(e) for e in _space_entries(emitter_output, space))
         for space in DataSpace
@@ -149,20 +163,52 @@ def _validate_data_refs(emitter_output: EmitterOutput, plans: Sequence[PlanRefs]
                 )
 
 
+def _kept_values(plan: ExecutionPlan, keep: KeepList, names: PlaceholderNames | None) -> list[int]:
+    """The Tensor values with data whose name matches a `keep_constants` pattern.
+
+    A value's names are the one the program carries and, with `names`, the FQN
+    of the placeholder it was emitted from.
+    """
+    kept = []
+    for index, evalue in enumerate(plan.values):
+        tensor = evalue.val
+        if not isinstance(tensor, Tensor) or tensor_data_ref(tensor) is None:
+            continue
+        info = tensor.extra_tensor_info
+        candidates = [info.fully_qualified_name] if info and info.fully_qualified_name else []
+        name = None if names is None else names.name_value(plan.name, index, tensor.sizes)
+        if name is not None:
+            candidates.append(name.name)
+        if candidates and keep.matches(candidates):
+            kept.append(index)
+    return kept
+
+
 def _dropped_constants(
     emitter_output: EmitterOutput,
     plans: Sequence[PlanRefs],
     liveness: Liveness,
-) -> tuple[DroppedConstant, ...]:
-    """One entry per dropped data entry, named after the first value that referred to it."""
+) -> tuple[tuple[DroppedConstant, ...], dict[tuple[str, int], list[tuple[str, int, list[int]]]]]:
+    """One entry per dropped data entry, named after the first value that referred to it.
+
+    Also returns, per dropped (space, index), every (plan, value index, sizes)
+    that referred to it: what `state_names.name_entries` names it from later.
+    """
     dropped: dict[DataRef, DroppedConstant] = {}
+    users: dict[tuple[str, int], list[tuple[str, int, list[int]]]] = {}
     for plan_index, plan in enumerate(plans):
         values = emitter_output.program.execution_plan[plan_index].values
         for index, ref in plan.data_refs.items():
-            if ref in dropped or ref.index in liveness.live_data[ref.space]:
+            if ref.index in liveness.live_data[ref.space]:
                 continue
             tensor = values[index].val
+            users.setdefault((ref.space.value, ref.index), []).append(
+                (plan.name, index, tensor.sizes)
+            )
+            if ref in dropped:
+                continue
             info = tensor.extra_tensor_info
+            name = info.fully_qualified_name if info is not None else None
             dropped[ref] = DroppedConstant(
                 space=ref.space.value,
                 index=ref.index,
@@ -171,7 +217,8 @@ def _dropped_constants(
                 value_index=index,
                 dtype=tensor.scalar_type.name,
                 shape=tuple(tensor.sizes),
-                name=info.fully_qualified_name if info is not None else None,
+                name=name,
+                names=(ConstantName(name, None, plan.name),) if name else (),
             )
     for space in DataSpace:
         entries = _space_entries(emitter_output, space)
@@ -190,7 +237,7 @@ def _dropped_constants(
                     shape=None,
                     name=None,
                 )
-    return tuple(sorted(dropped.values(), key=lambda d: (d.space, d.index)))
+    return tuple(sorted(dropped.values(), key=lambda d: (d.space, d.index))), users
 
 
 def _remap_values(plan: ExecutionPlan, live: Sequence[int]) -> None:
@@ -284,27 +331,45 @@ def _remap_data(
         emitter_output.external_constant_map = pruned_map
 
 
-def prune_emitter_output(emitter_output: EmitterOutput) -> PruneReport:
+def prune_emitter_output(
+    emitter_output: EmitterOutput,
+    *,
+    keep_constants: Sequence[str] = (),
+    names: PlaceholderNames | None = None,
+) -> PruneReport:
     """Drops every value and constant that no plan, chain, instruction or list reaches.
 
     Args:
         emitter_output: The output of `emit_program`. Modified in place: its program's
             values and `constant_buffer`, its `mutable_data`, `external_constant_buffer`
             and `external_constant_map`. Left as it was if an error is raised.
+        keep_constants: `fnmatch` patterns of FQNs: a Tensor value with data whose
+            name matches one is a root, so its constant is kept.
+        names: The placeholder names of the methods emitted, to match
+            `keep_constants` against constants the program does not name and to
+            name the dropped entries in the report (on first use of `dropped`).
 
     Returns:
         What was dropped, and the bytes of each data space before and after.
 
     Raises:
         ProgramFormatError: The program refers to a value or data entry that does not exist.
+        InvariantError: `names` does not describe these plans' values.
     """
     started = time.perf_counter()
     program = emitter_output.program
-    plans = [collect_plan_refs(plan) for plan in program.execution_plan]
+    keep = KeepList(keep_constants)
+    plans = [
+        collect_plan_refs(plan, _kept_values(plan, keep, names)) if keep
+        else collect_plan_refs(plan)
+        for plan in program.execution_plan
+    ]
+    for pattern in keep.unmatched():
+        logger.warning("emitter_filter: keep_constants pattern %r matched no constant", pattern)
     liveness = find_live(plans)
     _validate_data_refs(emitter_output, plans)
-    bytes_before = _space_nbytes(emitter_output)
-    dropped = _dropped_constants(emitter_output, plans, liveness)
+    bytes_before = space_nbytes(emitter_output)
+    dropped, users = _dropped_constants(emitter_output, plans, liveness)
     dropped_values = liveness.dead_value_count(plans)
 
     if dropped or dropped_values:
@@ -316,10 +381,12 @@ def prune_emitter_output(emitter_output: EmitterOutput) -> PruneReport:
 
     report = PruneReport(
         bytes_before=bytes_before,
-        bytes_after=_space_nbytes(emitter_output),
-        dropped=dropped,
+        bytes_after=space_nbytes(emitter_output),
+        found=dropped,
         dropped_values=dropped_values,
         seconds=time.perf_counter() - started,
+        **({"find_names": functools.partial(name_entries, names, users)}
+           if names is not None and users else {}),
     )
     logger.debug("pruned %s", report)
     return report

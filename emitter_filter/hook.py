@@ -8,6 +8,18 @@ looks it up (see `_upstream`). The wrapper prunes the constants
 context, or process-wide by `enable()` (what `EMITTER_FILTER_PRUNE=1` calls).
 Otherwise it calls the original with the same arguments and changes nothing.
 
+It also wraps `emit_program`, which `ExecutorchProgramManager` calls just before,
+only to hand the serializer wrapper the `ExportedProgram`s it emitted (held in
+a per-thread slot until that call takes it): their graph signatures name the
+constants for `keep_constants` and the report.
+
+Fail-safe: when the analysis finds the emitted program inconsistent
+(`ProgramFormatError`: an index that points nowhere, which ExecuTorch's own
+serializer does not check), nothing has been modified yet; the program is
+written as ExecuTorch writes it, with one WARNING, and its report says why it
+was skipped. Strict mode (`prune_strict=True`, or `EMITTER_FILTER_STRICT=1`)
+raises instead. An `InvariantError` (a bug of ours) always raises.
+
 Installing is idempotent, thread-safe and reversible with `uninstall()`.
 
 Observers (`add_observer`) see every program the installed hook serializes,
@@ -23,11 +35,12 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from emitter_filter import _upstream
 
 __all__ = [
+    "ENV_STRICT",
     "install",
     "uninstall",
     "installed",
@@ -42,39 +55,117 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: Set to 1 to raise, not write unpruned, when a program cannot be proven safe to prune.
+ENV_STRICT = "EMITTER_FILTER_STRICT"
+
 _lock = threading.Lock()
 _original = None
+_original_emit = None
 _process_wide = False
 _pruning_depth: contextvars.ContextVar[int] = contextvars.ContextVar(
     "emitter_filter_pruning_depth", default=0
 )
+# The keep_constants patterns of every enclosing pruning() block.
+_pruning_keep: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "emitter_filter_pruning_keep", default=()
+)
+# (emitter output, its methods) from the last emit_program of this thread.
+_emitted = threading.local()
 
 
 def _pruning_requested(config) -> bool:
     return bool(getattr(config, "prune_constants", False)) or is_enabled()
 
 
+def _strict(config) -> bool:
+    from emitter_filter._startup import env_flag
+
+    return bool(getattr(config, "prune_strict", False)) or env_flag(ENV_STRICT)
+
+
+def _keep_constants(config) -> tuple[str, ...]:
+    return (*(getattr(config, "keep_constants", ()) or ()), *_pruning_keep.get())
+
+
+def _emit_program(original, methods, *args, **kwargs):
+    emitter_output = original(methods, *args, **kwargs)
+    _emitted.last = (emitter_output, methods)
+    return emitter_output
+
+
+def _take_emitted_methods(emitter_output) -> dict | None:
+    """The methods `emitter_output` was emitted from, if this thread's last emit made it."""
+    last = getattr(_emitted, "last", None)
+    _emitted.last = None
+    if last is None or last[0] is not emitter_output:
+        return None
+    methods = last[1]
+    return dict(methods) if isinstance(methods, dict) else {"forward": methods}
+
+
+def _skipped_report(emitter_output, reason: str, started: float):
+    from emitter_filter.emitted import space_nbytes
+    from emitter_filter.reports import PruneReport
+
+    nbytes = space_nbytes(emitter_output)
+    return PruneReport(
+        bytes_before=nbytes, bytes_after=nbytes, found=(), dropped_values=0,
+        seconds=time.perf_counter() - started, skipped=reason,
+    )
+
+
+def _prune(emitter_output, config, named_data_store, methods):
+    """Prunes in place and records the report; returns the named data to serialize and it.
+
+    Both analyses run before anything is modified, so that a `ProgramFormatError`
+    can still leave the program to be written as it came (see the module docstring).
+    """
+    from emitter_filter.emitted import prune_emitter_output
+    from emitter_filter.errors import ProgramFormatError
+    from emitter_filter.named_data import find_named_data_use, prune_named_data
+    from emitter_filter.reports import record_report
+    from emitter_filter.state_names import PlaceholderNames
+
+    started = time.perf_counter()
+    names = None if methods is None else PlaceholderNames(methods)
+    try:
+        named_data_use = find_named_data_use(emitter_output.program, named_data_store)
+        prune_report = prune_emitter_output(
+            emitter_output, keep_constants=_keep_constants(config), names=names
+        )
+    except ProgramFormatError as error:
+        if _strict(config):
+            raise
+        logger.warning(
+            "emitter_filter: not pruning this program, written as ExecuTorch writes it: "
+            "%s (the filter cannot prove the prune safe; set %s=1 or prune_strict=True "
+            "to raise instead)", error, ENV_STRICT,
+        )
+        skipped = _skipped_report(emitter_output, str(error), started)
+        record_report(emitter_output, skipped)
+        return named_data_store, skipped
+    # After the constants, so that the duplicates reported are the bytes written.
+    named_data_store, named_data_report = prune_named_data(
+        emitter_output, named_data_store, use=named_data_use
+    )
+    prune_report = dataclasses.replace(
+        prune_report,
+        named_data=named_data_report,
+        seconds=time.perf_counter() - started,
+    )
+    record_report(emitter_output, prune_report)
+    # Passed as an object: the summary (its names, its duplicate search) is only built if logged.
+    logger.info("emitter_filter: %s", prune_report)
+    return named_data_store, prune_report
+
+
 def _serialize_for_executorch(
     original, emitter_output, config, data_serializer, named_data_store=None
 ):
+    methods = _take_emitted_methods(emitter_output)
     prune_report = None
     if _pruning_requested(config):
-        from emitter_filter.emitted import prune_emitter_output
-        from emitter_filter.named_data import prune_named_data
-        from emitter_filter.reports import record_report
-
-        started = time.perf_counter()
-        prune_report = prune_emitter_output(emitter_output)
-        # After the constants, so that the duplicates reported are the bytes written.
-        named_data_store, named_data_report = prune_named_data(emitter_output, named_data_store)
-        prune_report = dataclasses.replace(
-            prune_report,
-            named_data=named_data_report,
-            seconds=time.perf_counter() - started,
-        )
-        record_report(emitter_output, prune_report)
-        # Passed as an object: the summary (and its duplicate search) is only built if logged.
-        logger.info("emitter_filter: %s", prune_report)
+        named_data_store, prune_report = _prune(emitter_output, config, named_data_store, methods)
     serialize_started = time.perf_counter()
     serialized = original(emitter_output, config, data_serializer, named_data_store)
     _notify_observers(
@@ -89,7 +180,7 @@ def install() -> None:
     Raises:
         UnsupportedExecutorchError: executorch is not the supported version.
     """
-    global _original
+    global _original, _original_emit
     module = _upstream.program_module()
     with _lock:
         if _original is not None:
@@ -99,19 +190,27 @@ def install() -> None:
             functools.partial(_serialize_for_executorch, original)
         )
         wrapper.__emitter_filter_original__ = original
+        original_emit = module.emit_program
+        emit_wrapper = functools.wraps(original_emit)(
+            functools.partial(_emit_program, original_emit)
+        )
+        emit_wrapper.__emitter_filter_original__ = original_emit
         module.serialize_for_executorch = wrapper
-        _original = original
+        module.emit_program = emit_wrapper
+        _original, _original_emit = original, original_emit
     logger.debug("installed the emitter_filter hook")
 
 
 def uninstall() -> None:
     """Restores ExecuTorch's own `serialize_for_executorch`; a no-op when not installed."""
-    global _original
+    global _original, _original_emit
     with _lock:
         if _original is None:
             return
-        _upstream.program_module().serialize_for_executorch = _original
-        _original = None
+        module = _upstream.program_module()
+        module.serialize_for_executorch = _original
+        module.emit_program = _original_emit
+        _original = _original_emit = None
     logger.debug("uninstalled the emitter_filter hook")
 
 
@@ -139,19 +238,30 @@ def is_enabled() -> bool:
 
 
 @contextlib.contextmanager
-def pruning() -> Iterator[None]:
+def pruning(keep_constants: Sequence[str] = ()) -> Iterator[None]:
     """Prunes every program serialized inside the block, in this thread or task.
+
+    Args:
+        keep_constants: `fnmatch` patterns of FQNs to keep although no
+            instruction reads them (see `ExecutorchBackendConfig.keep_constants`);
+            added to the config's and any enclosing block's.
 
     Example::
 
-        with emitter_filter.pruning():
+        with emitter_filter.pruning(keep_constants=["metadata.*"]):
             manager = edge.to_executorch()   # any config, any third-party code
     """
+    if isinstance(keep_constants, str):
+        raise TypeError(
+            f"keep_constants={keep_constants!r}: expected a sequence of patterns, not a str"
+        )
     install()
     token = _pruning_depth.set(_pruning_depth.get() + 1)
+    keep_token = _pruning_keep.set((*_pruning_keep.get(), *keep_constants))
     try:
         yield
     finally:
+        _pruning_keep.reset(keep_token)
         _pruning_depth.reset(token)
 
 

@@ -311,7 +311,9 @@ def _bytes_per_file(named_data: NamedDataStoreOutput | None) -> dict[str | None,
 
 
 def prune_named_data(
-    emitter_output: EmitterOutput, named_data: NamedDataStoreOutput | None
+    emitter_output: EmitterOutput,
+    named_data: NamedDataStoreOutput | None,
+    use: NamedDataUse | None = None,
 ) -> tuple[NamedDataStoreOutput | None, NamedDataReport]:
     """Drops the named data no delegate can reach; reports it and the duplicated bytes.
 
@@ -322,6 +324,8 @@ def prune_named_data(
         emitter_output: The output of `emit_program`. Not modified.
         named_data: The named data `to_executorch` passes to the serializer. Not
             modified (see `drop_dead_named_data`).
+        use: `find_named_data_use` of this program and store, when the caller
+            already ran it (the hook does, before modifying anything).
 
     Returns:
         The named data to serialize (`named_data` itself when nothing is dead)
@@ -330,7 +334,8 @@ def prune_named_data(
     Raises:
         ProgramFormatError: See `find_named_data_use`.
     """
-    use = find_named_data_use(emitter_output.program, named_data)
+    if use is None:
+        use = find_named_data_use(emitter_output.program, named_data)
     entries = list(_store_entries(named_data))
     pruned = drop_dead_named_data(named_data, use) if use.dead else named_data
     dead, unprovable = frozenset(use.dead), frozenset(use.kept_unprovable)

@@ -17,7 +17,10 @@ Roots, per execution plan (this list is the only place they are named):
   `MoveCall.move_from`/`move_to`, `JumpFalseCall.cond_value_index`,
   `FreeCall.value_index`;
 - tensors that are both mutable and named (`fully_qualified_name`), which the
-  runtime's attribute and training APIs can read by name.
+  runtime's attribute and training APIs can read by name;
+- tensors the user keeps by name (`keep_constants`, `--keep`): callers add each
+  Tensor value whose FQN matches a pattern to `PlanRefs.roots` (in memory
+  `emitted._kept_values`, on disk `audit.analyse_file`).
 
 A value is kept if a root reaches it, directly or through the items of an
 `IntList`, `TensorList` or `OptionalTensorList` (`-1` is None). A data entry is
@@ -31,7 +34,9 @@ the kept entries in.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+import fnmatch
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.errors import InvariantError, ProgramFormatError
@@ -43,6 +48,7 @@ __all__ = [
     "Liveness",
     "classify_tensor_data",
     "is_attribute_root",
+    "KeepList",
     "find_live",
     "value_remapper",
     "order_live_data",
@@ -98,6 +104,34 @@ def classify_tensor_data(
 def is_attribute_root(*, mutable: bool, fully_qualified_name: str | bytes | None) -> bool:
     """Whether a Tensor value is a root because the attribute and training APIs read it by name."""
     return mutable and fully_qualified_name is not None
+
+
+class KeepList:
+    """The `keep_constants` patterns (`fnmatch`, case-sensitive), matched against FQNs.
+
+    Both sides (in memory and on disk) make a Tensor value a root when one of its
+    names matches; `unmatched` lists the patterns that never did, to warn about.
+    """
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.patterns = tuple(patterns)
+        self._any = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in self.patterns))
+        self._matched: set[str] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns)
+
+    def matches(self, names: Iterable[str]) -> bool:
+        """Whether any of `names` matches a pattern; notes which patterns did."""
+        if not self.patterns:
+            return False
+        hits = [name for name in names if self._any.match(name)]
+        for name in hits:
+            self._matched.update(p for p in self.patterns if fnmatch.fnmatchcase(name, p))
+        return bool(hits)
+
+    def unmatched(self) -> tuple[str, ...]:
+        return tuple(p for p in self.patterns if p not in self._matched)
 
 
 @dataclass(frozen=True)

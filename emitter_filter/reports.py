@@ -1,17 +1,43 @@
-"""What one prune did: bytes per data space before and after, and each dropped entry."""
+"""What one prune did: bytes per data space before and after, and each dropped entry, by name."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from emitter_filter.named_data import NamedDataReport
 
-__all__ = ["DroppedConstant", "PruneReport", "report"]
+__all__ = ["ConstantName", "DroppedConstant", "PruneReport", "report"]
+
+#: The spaces that hold tensor data; a tensor there with a name is readable by name.
+TENSOR_SPACES = ("constant", "mutable", "external")
+#: Dropped entries the one-line summary names, largest first.
+_SUMMARY_NAMES = 10
+
+
+@dataclass(frozen=True)
+class ConstantName:
+    """One name a data entry is known by.
+
+    Attributes:
+        name: The fully qualified name of the model state (`bn.num_batches_tracked`),
+            or the key of named data.
+        kind: "parameter", "buffer", "constant" (a lifted tensor constant),
+            "mutable_buffer" (a mutable buffer's initial state), "named_data", or
+            None where only the name is known (an external constant's name, read
+            from a file without `--names`).
+        plan: The method whose graph gives the name; None where unknown.
+    """
+
+    name: str
+    kind: str | None
+    plan: str | None
 
 
 @dataclass(frozen=True)
@@ -21,8 +47,11 @@ class DroppedConstant:
     `plan`, `value_index`, `dtype` and `shape` describe the first dead value that
     referred to it (all None for an entry no value referred to); `name` is its
     `fully_qualified_name` where the program carries one (external constants,
-    named buffers), or the key of named data. Indices are those before pruning:
-    a file's own indices on disk.
+    named buffers), or the key of named data. `names` are every name the entry is
+    known by: the state it was built from (in process, from the manager's
+    `ExportedProgram`s; on disk, from `--names`), several where the emitter stored
+    identical tensors once, else the name the program carries. Indices are those
+    before pruning: a file's own indices on disk.
     """
 
     space: str
@@ -33,6 +62,33 @@ class DroppedConstant:
     dtype: str | None
     shape: tuple[int, ...] | None
     name: str | None
+    names: tuple[ConstantName, ...] = ()
+
+    @property
+    def readable_by_name(self) -> bool:
+        """Whether a runtime could read it by name before: `Method.get_attribute(name)`.
+
+        True for a tensor the program names (external constants, named mutable
+        buffers); named data is looked up by delegates, not by the attribute API.
+        """
+        return self.name is not None and self.space in TENSOR_SPACES
+
+    def label(self) -> str:
+        """Its names joined by " = ", else `space[index]`."""
+        names = dict.fromkeys(n.name for n in self.names) or ([self.name] if self.name else [])
+        return " = ".join(names) if names else f"{self.space}[{self.index}]"
+
+    def describe(self) -> str:
+        """`label (kind, bytes[, was readable by name])`, as the summary lists it."""
+        kind = next((n.kind for n in self.names if n.kind), None)
+        details = [*([kind] if kind else []), f"{self.nbytes:,} B"]
+        if self.readable_by_name:
+            details.append("was readable by name")
+        return f"{self.label()} ({', '.join(details)})"
+
+
+def _no_names() -> Mapping[tuple[str, int], tuple[ConstantName, ...]]:
+    return {}
 
 
 @dataclass(frozen=True)
@@ -42,19 +98,38 @@ class PruneReport:
     Attributes:
         bytes_before: Constant bytes per space ("constant", "mutable", "external"), before.
         bytes_after: The same, after.
-        dropped: The dropped data entries, by space then index.
+        found: The dropped data entries, by space then index, as the prune found
+            them: named only by what the program carries. Read `dropped` instead.
         dropped_values: How many values were removed from the plans' value tables.
         seconds: Wall time spent in the filter.
         named_data: The delegates' named data dropped, kept because unprovable, and
             the bytes written more than once; None where it was not analysed.
+        skipped: Why the program was written unpruned (the filter could not prove
+            the prune safe), or None when it was pruned.
+        find_names: Names the dropped entries after the model state, by (space,
+            index); called once, on first use of `dropped`, not in the hook.
     """
 
     bytes_before: Mapping[str, int]
     bytes_after: Mapping[str, int]
-    dropped: tuple[DroppedConstant, ...]
+    found: tuple[DroppedConstant, ...]
     dropped_values: int
     seconds: float
     named_data: NamedDataReport | None = None
+    skipped: str | None = None
+    find_names: Callable[[], Mapping[tuple[str, int], tuple[ConstantName, ...]]] = (
+        dataclasses.field(default=_no_names, repr=False, compare=False)
+    )
+
+    @functools.cached_property
+    def dropped(self) -> tuple[DroppedConstant, ...]:
+        """The dropped data entries, by space then index, each with every name it is known by."""
+        names = self.find_names()
+        return tuple(
+            dataclasses.replace(d, names=names[(d.space, d.index)])
+            if (d.space, d.index) in names else d
+            for d in self.found
+        )
 
     @property
     def dropped_bytes(self) -> int:
@@ -65,18 +140,27 @@ class PruneReport:
         return self.summary()
 
     def summary(self) -> str:
-        """One line, as logged at INFO after each prune."""
+        """One line, as logged at INFO after each prune; it names the largest dropped entries."""
+        if self.skipped is not None:
+            return f"skipped, written unpruned: {self.skipped}"
         spaces = ", ".join(
             f"{space} {self.bytes_before[space]:,} -> {self.bytes_after[space]:,} B"
             for space in self.bytes_before
             if self.bytes_before[space]
         )
         line = (
-            f"dropped {len(self.dropped)} constants ({self.dropped_bytes:,} B) and "
+            f"dropped {len(self.found)} constants ({self.dropped_bytes:,} B) and "
             f"{self.dropped_values} values in {self.seconds * 1000:.1f} ms"
             + (f"; {spaces}" if spaces else "")
         )
-        return line if self.named_data is None else f"{line}; {self.named_data.summary()}"
+        if self.named_data is not None:
+            line = f"{line}; {self.named_data.summary()}"
+        if self.found:
+            largest = sorted(self.dropped, key=lambda d: (-d.nbytes, d.space, d.index))
+            listed = ", ".join(d.describe() for d in largest[:_SUMMARY_NAMES])
+            more = len(largest) - _SUMMARY_NAMES
+            line = f"{line}; dropped: {listed}" + (f" and {more} more" if more > 0 else "")
+        return line
 
 
 # Reports are keyed by the identity of the manager's EmitterOutput, the object the

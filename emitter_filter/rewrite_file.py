@@ -66,13 +66,13 @@ from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import (
     DataSegmentT as FlatTensorDataSegmentT,
 )
-from emitter_filter.audit import find_dead_entries
+from emitter_filter.audit import analyse_file
 from emitter_filter.errors import InvariantError, OutputFileError, UnsupportedExecutorchError
 from emitter_filter.named_data import NamedDataUse
 from emitter_filter.pte_file import (
+    ByteSource,
     PteFile,
     PteFormatError,
-    classify_file_named_data,
     read_ptd_flat_tensor,
     read_pte_program,
 )
@@ -80,12 +80,13 @@ from emitter_filter.reachability import (
     DataSpace,
     Liveness,
     PlanRefs,
-    find_live,
     new_data_indices,
     order_live_data,
     value_remapper,
 )
 from emitter_filter.reports import DroppedConstant
+
+from emitter_filter.state_names import StateFile, state_file
 
 __all__ = ["FilePruneReport", "prune_file"]
 
@@ -794,6 +795,8 @@ def prune_file(
     ptd_out: str | os.PathLike | None = None,
     *,
     progress: ProgressFn | None = None,
+    keep_constants: Sequence[str] = (),
+    names: str | os.PathLike | StateFile | None = None,
 ) -> FilePruneReport:
     """Writes `src` without the constants and named data its program cannot reach.
 
@@ -812,6 +815,8 @@ def prune_file(
             input names (required with `ptd_paths`). A `.ptd` left with no live
             key is not written, as ExecuTorch writes none for such a tag.
         progress: Called with (bytes written, bytes to write) as data is copied.
+        keep_constants: `fnmatch` patterns of FQNs to keep, as `audit_file` takes them.
+        names: The model's `.pt2` or ETRecord, as `audit_file` takes it.
 
     Returns:
         What was written and dropped.
@@ -830,10 +835,11 @@ def prune_file(
     _check_outputs([src, *ptd_paths], [dst, *ptd_outputs])
 
     pte, program = read_pte_program(src, ptd_paths)
-    liveness = find_live(pte.plans)
-    use = classify_file_named_data(pte)
+    with ByteSource(src) as source:
+        analysis = analyse_file(pte, {pte.path: source}, keep_constants, state_file(names))
+    pte, liveness, use = analysis.pte, analysis.liveness, analysis.use
     # Unused inline delegate blobs stay: the rewrite never touches backend_delegate_data.
-    dropped = tuple(d for d in find_dead_entries(pte, liveness, use) if d.space != "delegate")
+    dropped = tuple(d for d in analysis.dead if d.space != "delegate")
     dropped_values = liveness.dead_value_count(pte.plans)
 
     opened: list[int] = []

@@ -18,8 +18,8 @@ from executorch.exir.program import _program as upstream_program
 import emitter_filter
 from emitter_filter import hook
 from emitter_filter.emitted import prune_emitter_output
-from emitter_filter.errors import ProgramFormatError, UnsupportedExecutorchError
 from emitter_filter import _upstream
+from emitter_filter.errors import InvariantError, ProgramFormatError, UnsupportedExecutorchError
 from emitter_filter._upstream import check_executorch_version, emitter_output_of
 from tests.builders import CASES
 
@@ -63,9 +63,11 @@ def test_install_is_idempotent_and_uninstall_restores_executorch(expected):
     hook.install()
     assert upstream_program.serialize_for_executorch is wrapped
     original = wrapped.__emitter_filter_original__
+    original_emit = upstream_program.emit_program.__emitter_filter_original__
     hook.uninstall()
     try:
         assert upstream_program.serialize_for_executorch is original
+        assert upstream_program.emit_program is original_emit
         assert not hook.installed()
         assert CASE.build(dead=True, config=UpstreamConfig()).buffer == expected["dirty"]
         # Asking for pruning puts the hook back: never a silent no-op.
@@ -135,14 +137,14 @@ def test_a_bad_program_raises_a_clear_error_and_is_left_as_it_was():
     assert emitter_output == before
 
 
-def test_an_error_inside_the_filter_propagates_out_of_to_executorch(monkeypatch):
+def test_an_invariant_error_inside_the_filter_propagates_out_of_to_executorch(monkeypatch):
     import emitter_filter.emitted
 
-    def broken(emitter_output):
-        raise ProgramFormatError("boom")
+    def broken(emitter_output, **options):
+        raise InvariantError("boom")
 
     monkeypatch.setattr(emitter_filter.emitted, "prune_emitter_output", broken)
-    with pytest.raises(ProgramFormatError, match="boom"):
+    with pytest.raises(InvariantError, match="boom"):
         CASE.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(prune_constants=True))
 
 
@@ -265,6 +267,7 @@ def test_the_public_api_is_what_we_mean_it_to_be():
         "ExecutorchBackendConfig", "pruning", "report", "PruneReport", "DroppedConstant",
         "install", "uninstall", "EmitterFilterError", "UnsupportedExecutorchError",
         "ProgramFormatError", "InvariantError", "SUPPORTED_EXECUTORCH", "ENV_PRUNE",
+        "ConstantName", "ENV_STRICT",
     }
     for name in emitter_filter.__all__:
         assert getattr(emitter_filter, name) is not None, name

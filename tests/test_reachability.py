@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from emitter_filter.errors import ProgramFormatError
-from emitter_filter.reachability import DataRef, DataSpace, PlanRefs, find_live
+from emitter_filter.reachability import DataRef, DataSpace, KeepList, PlanRefs, find_live
 
 C, M, E = DataSpace.CONSTANT, DataSpace.MUTABLE, DataSpace.EXTERNAL
 
@@ -84,3 +84,16 @@ def test_an_index_outside_values_is_a_format_error_naming_the_plan(plans):
 def test_a_cycle_through_lists_terminates():
     liveness = find_live([plan(2, [0], lists={0: [1], 1: [0]})])
     assert liveness.live_values == ((0, 1),)
+
+
+def test_keep_list_matches_fnmatch_patterns_case_sensitively_and_notes_the_unmatched():
+    keep = KeepList(["metadata.*", "unused", "[ab]ias"])
+    assert keep.matches(["linear.weight", "metadata.version"])
+    assert not keep.matches(["Unused", "metadata"])
+    assert keep.matches(["bias"])
+    assert keep.unmatched() == ("unused",)
+
+
+def test_an_empty_keep_list_matches_nothing():
+    keep = KeepList([])
+    assert not keep and not keep.matches(["anything"])
