@@ -9,6 +9,7 @@ reads the same files from `tests/golden/`, and only test modules marked
 from __future__ import annotations
 
 import importlib.util
+import logging
 import re
 from pathlib import Path
 
@@ -25,6 +26,22 @@ if not HAVE_EXECUTORCH:
         for path in Path(__file__).parent.glob("test_*.py")
         if not _MARKED.search(path.read_text(encoding="utf-8"))
     ]
+
+
+@pytest.fixture(autouse=True)
+def _emitter_filter_logger_as_it_was():
+    """Undoes what a test's `cli.main` or start-up hook did to the `emitter_filter` logger.
+
+    Left at INFO, every later prune would format its report for the log line
+    (names, the duplicate search) and a capturing handler would keep the report
+    alive: tests of laziness and of memory would then depend on the order.
+    """
+    logger = logging.getLogger("emitter_filter")
+    saved = logger.level, list(logger.handlers), logger.propagate
+    yield
+    logger.setLevel(saved[0])
+    logger.handlers[:] = saved[1]
+    logger.propagate = saved[2]
 
 
 @pytest.fixture(scope="session")
