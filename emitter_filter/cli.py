@@ -36,6 +36,13 @@ def _byte_count(text: str) -> int:
     return value
 
 
+def _add_verbose(parser: argparse.ArgumentParser, dest: str, default) -> None:
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=default, dest=dest,
+        help="log more (-v: INFO, -vv: DEBUG) and show tracebacks",
+    )
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="emitter-filter",
@@ -43,10 +50,7 @@ def _build_parser() -> argparse.ArgumentParser:
             "Keep ExecuTorch .pte/.ptd files to the constants their program can reach."
         ),
     )
-    parser.add_argument(
-        "-v", "--verbose", action="count", default=0,
-        help="log more (-v: INFO, -vv: DEBUG) and show tracebacks",
-    )
+    _add_verbose(parser, "verbose", 0)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser(
@@ -79,6 +83,8 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
     )
     audit.add_argument("pte", metavar="MODEL.pte", help="the program file")
+    # -v also after the subcommand; counted apart, since a subparser overwrites its parent's value.
+    _add_verbose(audit, "verbose_after", argparse.SUPPRESS)
     audit.add_argument(
         "--ptd", action="append", default=[], metavar="FILE.ptd",
         help="a .ptd file with the program's external constants (repeatable)",
@@ -100,6 +106,7 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
     )
     prune.add_argument("pte", metavar="IN.pte", help="the program file to prune")
+    _add_verbose(prune, "verbose_after", argparse.SUPPRESS)
     prune.add_argument("-o", "--output", required=True, metavar="OUT.pte",
                        help="where to write the pruned program (not IN.pte)")
     prune.add_argument(
@@ -272,6 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE if exit_.code else EXIT_OK
     if target is not None:
         options.target = target
+    options.verbose += getattr(options, "verbose_after", 0)
     logging.basicConfig(
         level=logging.DEBUG if options.verbose > 1 else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

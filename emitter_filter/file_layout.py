@@ -1,0 +1,413 @@
+"""How ExecuTorch lays out `.pte` and `.ptd` files: headers, alignments, padding, in one place.
+
+    .pte  [root | "ET12" | eh00 header, padded | program flatbuffer | pad | segments]
+    .ptd  [root | "FT01" | FH01 header, padded | FlatTensor flatbuffer | pad | segments]
+
+`pte_file` reads the headers with the structs defined here; `rewrite_file` asks
+`infer_pte_layout` / `infer_ptd_layout` which serializer options wrote a file,
+and lays the pruned file out with the same ones (`pack_program`,
+`program_prefix`, `place_segments`, `ptd_prefix`).
+
+The options of `ExecutorchBackendConfig` (`segment_alignment`,
+`constant_tensor_alignment`, `delegate_alignment`) and the named data's own
+alignments are not stored in the file; they are read back from what they did
+to it:
+- `segment_alignment`: the segment base offset and every segment offset are
+  the previous end rounded up to it (`lcm` with a named-data alignment);
+- `constant_tensor_alignment`: each constant but the last is padded to it;
+- `delegate_alignment`: the force_align of inline delegate data
+  (`BackendDelegateInlineData.data`), so the position of each inline blob;
+- both: the extended header is padded to the larger of them (at least 32).
+Where several values fit, the defaults (128, 16, 16) win when they fit. The
+program flatbuffer of the input is then packed again with the layout found; if
+that gives back the input's bytes (`PteLayout.reproduced`), the file was
+written by this serializer with these options, and the pruned file is the one
+it writes for the pruned program. Mirrors exir/_serialize/_program.py
+(`serialize_pte_binary`), exir/_serialize/_flatbuffer_program.py and
+extension/flat_tensor/serialize/serialize.py of ExecuTorch 1.5.1; keep in sync.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import flatbuffers
+
+from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program, ProgramT
+
+__all__ = [
+    "PROGRAM_IDENTIFIER",
+    "EH_OFFSET",
+    "EH_MAGIC",
+    "EH",
+    "EH_SEGMENT_DATA_SIZE",
+    "EH_MINIMUM_LENGTH",
+    "NUM_HEAD_BYTES",
+    "FH_MAGIC",
+    "FH",
+    "FLAT_TENSOR_IDENTIFIER",
+    "PteLayout",
+    "PtdLayout",
+    "aligned",
+    "infer_pte_layout",
+    "infer_ptd_layout",
+    "pack_program",
+    "place_segments",
+    "program_prefix",
+    "ptd_prefix",
+]
+
+logger = logging.getLogger(__name__)
+
+PROGRAM_IDENTIFIER = b"ET12"  # schema/program.fbs file_identifier
+
+# Extended header, inserted after the file identifier when the file has segment
+# data. `_ExtendedHeader` in exir/_serialize/_program.py (and
+# schema/extended_header.cpp). Little-endian:
+#   [8:12] b"eh00"  [12:16] u32 header length  [16:24] u64 program size
+#   [24:32] u64 segment base offset  [32:40] u64 segment data size (length >= 32 only;
+#   files from before it existed have length 24)
+EH_OFFSET = 8
+EH_MAGIC = b"eh00"
+EH = struct.Struct("<4sIQQ")
+EH_SEGMENT_DATA_SIZE = struct.Struct("<Q")
+EH_MINIMUM_LENGTH = EH.size
+_EH_LENGTH = EH.size + EH_SEGMENT_DATA_SIZE.size  # _ExtendedHeader.EXPECTED_LENGTH
+# kNumHeadBytes in schema/extended_header.cpp: enough for any extended header.
+NUM_HEAD_BYTES = 64
+
+# FlatTensorHeader, inserted after the `.ptd` file identifier
+# (extension/flat_tensor/serialize/serialize.py):
+#   [8:12] b"FH01"  [12:16] u32 header length  [16:24] u64 flatbuffer offset
+#   [24:32] u64 flatbuffer size  [32:40] u64 segment base offset
+#   [40:48] u64 segment data size
+FLAT_TENSOR_IDENTIFIER = b"FT01"  # extension/flat_tensor/serialize/flat_tensor.fbs
+FH_MAGIC = b"FH01"
+FH = struct.Struct("<4sIQQQQ")
+_FH_LENGTH = FH.size  # FlatTensorHeader.EXPECTED_LENGTH
+_FLAT_TENSOR_FLATBUFFER_ALIGNMENT = 16  # _FLATBUFFER_ALIGNMENT in serialize.py
+
+_DEFAULT_SEGMENT_ALIGNMENT = 128  # serialize_pte_binary, FlatTensorConfig
+_DEFAULT_TENSOR_ALIGNMENT = 16  # exir.tensor.ALIGNMENT
+# program.fbs: force_align of Buffer.storage (@executorch-tensor-alignment) and of
+# BackendDelegateInlineData.data (@executorch-delegate-alignment), unless patched.
+_SCHEMA_FORCE_ALIGN = 16
+_MAX_ALIGNMENT = 1 << 16
+_POWERS_OF_TWO = tuple(1 << k for k in range(_MAX_ALIGNMENT.bit_length()))
+
+
+def aligned(size: int, alignment: int) -> int:
+    """`padding.aligned_size`: `size` rounded up to a multiple of `alignment`."""
+    return (size + alignment - 1) // alignment * alignment
+
+
+def _preferring(default: int, candidates: Sequence[int]) -> list[int]:
+    return sorted(candidates, key=lambda a: (a != default, a))
+
+
+def _insert_header(flatbuffer: bytes, header: bytes) -> bytes:
+    """`_insert_flatbuffer_header`: the header goes after the identifier, the root offset moves."""
+    root = int.from_bytes(flatbuffer[0:4], "little") + len(header)
+    return root.to_bytes(4, "little") + flatbuffer[4:8] + header + flatbuffer[8:]
+
+
+# --- the program flatbuffer -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _AlignedBytesTable:
+    """A `Buffer` or `BackendDelegateInlineData`: one [ubyte] field, force-aligned.
+
+    Packs as `_pack_buffer` / `_pack_backend_delegate_inline_data` in
+    exir/_serialize/_flatbuffer_program.py do, with the schema's force_align as
+    patched by the serializer's options; the generated `Pack` knows neither.
+    """
+
+    data: bytes | None
+    alignment: int
+
+    def Pack(self, builder: flatbuffers.Builder) -> int:  # noqa: N802 (the object API's name)
+        vector = 0
+        if self.data is not None:
+            builder.StartVector(1, len(self.data), self.alignment)
+            builder.head = builder.Head() - len(self.data)
+            builder.Bytes[builder.Head() : builder.Head() + len(self.data)] = self.data
+            vector = builder.EndVector()
+        builder.StartObject(1)
+        if vector:
+            builder.PrependUOffsetTRelativeSlot(0, vector, 0)
+        return builder.EndObject()
+
+
+def _blob(table, field: str, alignment: int) -> _AlignedBytesTable:
+    data = getattr(table, field)
+    return _AlignedBytesTable(None if data is None else bytes(bytearray(data)), alignment)
+
+
+def pack_program(program: ProgramT, tensor_alignment: int, delegate_alignment: int) -> bytes:
+    """The program flatbuffer `_program_to_flatbuffer` writes, without the extended header.
+
+    Args:
+        program: The unpacked program. Not modified.
+        tensor_alignment: The force_align of inline `Buffer.storage`.
+        delegate_alignment: The force_align of inline delegate data.
+    """
+    constant_buffer, inline = program.constantBuffer, program.backendDelegateData
+    try:
+        if constant_buffer:
+            program.constantBuffer = [_blob(b, "storage", tensor_alignment) for b in constant_buffer]
+        if inline:
+            program.backendDelegateData = [_blob(d, "data", delegate_alignment) for d in inline]
+        builder = flatbuffers.Builder(1024)
+        builder.Finish(program.Pack(builder), file_identifier=PROGRAM_IDENTIFIER)
+        return bytes(builder.Output())
+    finally:
+        program.constantBuffer, program.backendDelegateData = constant_buffer, inline
+
+
+@dataclass(frozen=True)
+class PteLayout:
+    """The serializer options a `.pte` was written with, as far as the file shows them.
+
+    Attributes:
+        segment_alignment: `segment_alignment`.
+        tensor_alignment: `constant_tensor_alignment` (16 by default).
+        delegate_alignment: `delegate_alignment` (16 by default).
+        header_length: The extended header's length field: 32, or 24 for files
+            from releases without the segment data size.
+        header_padded_length: The bytes the header takes, padded to the largest
+            force_align of the schema the serializer used.
+        segment_alignments: Per input segment, its own alignment (named data
+            can ask for one; 1 for the rest).
+        reproduced: Packing the input's own program with this layout gives its
+            bytes back: the file was written by ExecuTorch's serializer.
+    """
+
+    segment_alignment: int
+    tensor_alignment: int
+    delegate_alignment: int
+    header_length: int
+    header_padded_length: int
+    segment_alignments: tuple[int, ...]
+    reproduced: bool
+
+
+def _tensor_alignments(offsets: Sequence[int], nbytes: dict[int, int]) -> list[int]:
+    """Every `constant_tensor_alignment` the constant offsets allow, the default first.
+
+    Each entry but the last was padded to it; entries whose storage is longer
+    than their tensor hide it, so they are not asked.
+    """
+
+    def consistent(alignment: int) -> bool:
+        if any(o % alignment for o in offsets):
+            return False
+        return all(
+            offsets[i + 1] - offsets[i] == aligned(n, alignment)
+            for i, n in nbytes.items()
+            if i + 1 < len(offsets)
+        )
+
+    return _preferring(_DEFAULT_TENSOR_ALIGNMENT, [a for a in _POWERS_OF_TWO if consistent(a)])
+
+
+def _segment_alignment(
+    base: int, header_end: int, segments: Sequence[tuple[int, int]], plain: Sequence[bool]
+) -> tuple[int, tuple[int, ...]]:
+    """(`segment_alignment`, each segment's own alignment) from the segment offsets.
+
+    Args:
+        base: The segment base offset.
+        header_end: Where the data before the segments ends (program or flatbuffer).
+        segments: (offset relative to `base`, size), in index order.
+        plain: Whether each segment has no alignment of its own (constant,
+            mutable, delegate) as opposed to named data (`DataEntry.alignment`).
+    """
+
+    def own_alignments(alignment: int) -> tuple[int, ...] | None:
+        if aligned(header_end, alignment) != base:
+            return None
+        result, end = [], 0
+        for (offset, size), is_plain in zip(segments, plain):
+            if offset % alignment or offset < aligned(end, alignment):
+                return None
+            if is_plain:
+                if offset != aligned(end, alignment):
+                    return None
+                result.append(1)
+            else:
+                # The smallest own alignment that puts the segment where it is.
+                fits = (
+                    p for p in _POWERS_OF_TWO
+                    if aligned(end, math.lcm(alignment, p)) == offset
+                )
+                result.append(next(fits, 1))
+            end = offset + size
+        return tuple(result)
+
+    for alignment in _preferring(_DEFAULT_SEGMENT_ALIGNMENT, _POWERS_OF_TWO):
+        found = own_alignments(alignment)
+        if found is not None:
+            return alignment, found
+    logger.info("segment offsets fit no alignment; using %d", _DEFAULT_SEGMENT_ALIGNMENT)
+    return _DEFAULT_SEGMENT_ALIGNMENT, (1,) * len(segments)
+
+
+def _inline_data_positions(program_data: bytes) -> list[int]:
+    """Where in the file each non-empty inline delegate blob starts."""
+    program = Program.GetRootAs(program_data, 0)
+    positions = []
+    for index in range(program.BackendDelegateDataLength()):
+        blob = program.BackendDelegateData(index)
+        if blob is not None and blob.DataLength():
+            # The generated accessors expose only elements; the vector's start is in _tab.
+            positions.append(blob._tab.Vector(blob._tab.Offset(4)))
+    return positions
+
+
+def _header_padded_length(tensor_alignment: int, delegate_alignment: int) -> int:
+    """`aligned_size(EXPECTED_LENGTH, max_alignment)`: the schema's largest force_align."""
+    return aligned(_EH_LENGTH, max(tensor_alignment, delegate_alignment))
+
+
+def infer_pte_layout(
+    program: ProgramT,
+    program_data: bytes,
+    header_length: int,
+    segment_base_offset: int,
+    segments: Sequence[tuple[int, int]],
+    named_segments: frozenset[int],
+    constant_offsets: Sequence[int],
+    constant_nbytes: dict[int, int],
+) -> PteLayout:
+    """Reads the serializer options back from a `.pte` (module docstring).
+
+    Args:
+        program: The unpacked program. Not modified.
+        program_data: The file's bytes up to the end of the program (header included).
+        header_length: The extended header's length field; 0 when there is none.
+        segment_base_offset: Where segment data starts; 0 when there is none.
+        segments: `Program.segments` as (offset relative to the base, size).
+        named_segments: Indices of the segments `named_data` refers to.
+        constant_offsets: `constant_segment.offsets`.
+        constant_nbytes: The tensor size of each constant entry a tensor uses.
+    """
+    if segment_base_offset:
+        segment_alignment, own = _segment_alignment(
+            segment_base_offset, len(program_data), segments,
+            [i not in named_segments for i in range(len(segments))],
+        )
+    else:
+        # Without segment data every segment is empty: nothing to read.
+        segment_alignment, own = _DEFAULT_SEGMENT_ALIGNMENT, (1,) * len(segments)
+    tensor_candidates = _tensor_alignments(constant_offsets, constant_nbytes) or [
+        _DEFAULT_TENSOR_ALIGNMENT
+    ]
+    positions = _inline_data_positions(program_data)
+    delegate_candidates = _preferring(
+        _SCHEMA_FORCE_ALIGN, [a for a in _POWERS_OF_TWO if not any(p % a for p in positions)]
+    ) if positions else [_SCHEMA_FORCE_ALIGN]
+
+    def layout(tensor: int, delegate: int, padded: int, reproduced: bool) -> PteLayout:
+        return PteLayout(
+            segment_alignment, tensor, delegate, header_length or _EH_LENGTH, padded, own,
+            reproduced,
+        )
+
+    tensor = tensor_candidates[0]
+    for delegate in delegate_candidates:
+        flatbuffer = pack_program(program, tensor, delegate)
+        if not header_length:
+            if flatbuffer == program_data:
+                return layout(tensor, delegate, _header_padded_length(tensor, delegate), True)
+            continue
+        padded = len(program_data) - len(flatbuffer)
+        if padded < header_length:
+            continue
+        header = program_data[EH_OFFSET : EH_OFFSET + header_length].ljust(padded, b"\0")
+        if _insert_header(flatbuffer, header) != program_data:
+            continue
+        # The padding is the larger alignment of the two: find a tensor alignment that gives it.
+        fits = [t for t in tensor_candidates if _header_padded_length(t, delegate) == padded]
+        if fits:
+            return layout(fits[0], delegate, padded, True)
+    delegate = delegate_candidates[0]
+    logger.info(
+        "the program is not laid out as ExecuTorch's serializer lays it out: "
+        "the pruned file is the same program in that layout"
+    )
+    return layout(tensor, delegate, _header_padded_length(tensor, delegate), False)
+
+
+def program_prefix(
+    flatbuffer: bytes, layout: PteLayout, segment_data_size: int
+) -> tuple[bytes, int]:
+    """(header and program flatbuffer, segment base offset), as `serialize_pte_binary` writes them.
+
+    No segment data, no extended header (and a base offset of 0).
+    """
+    if segment_data_size == 0:
+        return flatbuffer, 0
+    padded = layout.header_padded_length
+    program_size = padded + len(flatbuffer)
+    base = aligned(program_size, layout.segment_alignment)
+    fields = EH.pack(EH_MAGIC, layout.header_length, program_size, base)
+    if layout.header_length >= _EH_LENGTH:
+        fields += EH_SEGMENT_DATA_SIZE.pack(segment_data_size)
+    return _insert_header(flatbuffer, fields.ljust(padded, b"\0")), base
+
+
+def place_segments(
+    segments: Sequence[tuple[int, int]], segment_alignment: int
+) -> tuple[list[int], int]:
+    """(offset of each segment relative to the base, segment data size).
+
+    Args:
+        segments: (size, own alignment) of each segment, in order; each starts
+            at the previous end rounded up to `lcm(segment_alignment, own)`.
+    """
+    offsets, end = [], 0
+    for size, own in segments:
+        offsets.append(aligned(end, math.lcm(segment_alignment, own)))
+        end = offsets[-1] + size
+    return offsets, end
+
+
+# --- the .ptd -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PtdLayout:
+    """The `FlatTensorConfig` a `.ptd` was written with: its segment alignments."""
+
+    segment_alignment: int
+    segment_alignments: tuple[int, ...]
+
+
+def infer_ptd_layout(
+    flatbuffer_end: int, segment_base_offset: int, segments: Sequence[tuple[int, int]]
+) -> PtdLayout:
+    """Reads `segment_alignment` and the named data's own alignments back from a `.ptd`.
+
+    Args:
+        flatbuffer_end: Where the header and FlatTensor flatbuffer end.
+        segment_base_offset: Where segment data starts.
+        segments: `FlatTensor.segments` as (offset relative to the base, size).
+    """
+    alignment, own = _segment_alignment(
+        segment_base_offset, flatbuffer_end, segments, [False] * len(segments)
+    )
+    return PtdLayout(alignment, own)
+
+
+def ptd_prefix(flatbuffer: bytes, layout: PtdLayout, segment_data_size: int) -> tuple[bytes, int]:
+    """(header, flatbuffer and padding, segment base offset), as `FlatTensorSerializer` writes them."""
+    padded = aligned(_FH_LENGTH, _FLAT_TENSOR_FLATBUFFER_ALIGNMENT)
+    base = aligned(len(flatbuffer) + padded, layout.segment_alignment)
+    header = FH.pack(FH_MAGIC, _FH_LENGTH, padded, len(flatbuffer), base, segment_data_size)
+    data = _insert_header(flatbuffer, header.ljust(padded, b"\0"))
+    return data.ljust(base, b"\0"), base
