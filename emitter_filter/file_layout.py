@@ -18,7 +18,11 @@ to it:
 - `delegate_alignment`: the force_align of inline delegate data
   (`BackendDelegateInlineData.data`), so the position of each inline blob;
 - both: the extended header is padded to the larger of them (at least 32).
-Where several values fit, the defaults (128, 16, 16) win when they fit. The
+Where several values fit, the segment alignment that leaves the fewest
+named-data segments needing an alignment of their own wins, then the defaults
+(128, 16, 16), then the largest segment and tensor alignment (the most padding
+explained), and the smallest delegate alignment that packs the program to the
+input's bytes. The
 program flatbuffer of the input is then packed again with the layout found; if
 that gives back the input's bytes (`PteLayout.reproduced`), the file was
 written by this serializer with these options, and the pruned file is the one
@@ -29,6 +33,7 @@ extension/flat_tensor/serialize/serialize.py of ExecuTorch 1.5.1; keep in sync.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import struct
@@ -56,6 +61,7 @@ __all__ = [
     "infer_pte_layout",
     "infer_ptd_layout",
     "pack_program",
+    "segment_alignments",
     "place_segments",
     "program_prefix",
     "ptd_prefix",
@@ -105,8 +111,9 @@ def aligned(size: int, alignment: int) -> int:
     return (size + alignment - 1) // alignment * alignment
 
 
-def _preferring(default: int, candidates: Sequence[int]) -> list[int]:
-    return sorted(candidates, key=lambda a: (a != default, a))
+def _preferring(default: int, candidates: Sequence[int], largest: bool = False) -> list[int]:
+    """`candidates`, the default first, then the smallest (or the largest) first."""
+    return sorted(candidates, key=lambda a: (a != default, -a if largest else a))
 
 
 def _insert_header(flatbuffer: bytes, header: bytes) -> bytes:
@@ -212,16 +219,21 @@ def _tensor_alignments(offsets: Sequence[int], nbytes: dict[int, int]) -> list[i
             if i + 1 < len(offsets)
         )
 
-    return _preferring(_DEFAULT_TENSOR_ALIGNMENT, [a for a in _POWERS_OF_TWO if consistent(a)])
+    return _preferring(
+        _DEFAULT_TENSOR_ALIGNMENT, [a for a in _POWERS_OF_TWO if consistent(a)], largest=True
+    )
 
 
-def _segment_alignment(
+def segment_alignments(
     base: int, header_end: int, segments: Sequence[tuple[int, int]], plain: Sequence[bool]
-) -> tuple[int, tuple[int, ...]]:
-    """(`segment_alignment`, each segment's own alignment) from the segment offsets.
+) -> dict[int, tuple[int, ...]]:
+    """Every `segment_alignment` the offsets allow, preferred first, with each segment's own.
+
+    A `.pte` and its `.ptd` files are written with one `segment_alignment`:
+    `rewrite_file` takes the first that every file allows.
 
     Args:
-        base: The segment base offset.
+        base: The segment base offset; 0 when there is no segment data (any fits).
         header_end: Where the data before the segments ends (program or flatbuffer).
         segments: (offset relative to `base`, size), in index order.
         plain: Whether each segment has no alignment of its own (constant,
@@ -229,6 +241,8 @@ def _segment_alignment(
     """
 
     def own_alignments(alignment: int) -> tuple[int, ...] | None:
+        if not base:
+            return (1,) * len(segments)
         if aligned(header_end, alignment) != base:
             return None
         result, end = [], 0
@@ -249,24 +263,48 @@ def _segment_alignment(
             end = offset + size
         return tuple(result)
 
-    for alignment in _preferring(_DEFAULT_SEGMENT_ALIGNMENT, _POWERS_OF_TWO):
-        found = own_alignments(alignment)
-        if found is not None:
-            return alignment, found
+    found = {}
+    for alignment in _preferring(_DEFAULT_SEGMENT_ALIGNMENT, _POWERS_OF_TWO, largest=True):
+        own = own_alignments(alignment)
+        if own is not None:
+            found[alignment] = own
+    # Named data rarely asks for more than the segment alignment: prefer the
+    # values that need the fewest own alignments to explain the offsets.
+    order = sorted(found, key=lambda a: sum(o > 1 for o in found[a]))
+    return {a: found[a] for a in order}
+
+
+def _chosen(candidates: dict[int, tuple[int, ...]], preferred: int | None, count: int):
+    if preferred in candidates:
+        return preferred, candidates[preferred]
+    if candidates:
+        return next(iter(candidates.items()))
     logger.info("segment offsets fit no alignment; using %d", _DEFAULT_SEGMENT_ALIGNMENT)
-    return _DEFAULT_SEGMENT_ALIGNMENT, (1,) * len(segments)
+    return _DEFAULT_SEGMENT_ALIGNMENT, (1,) * count
 
 
-def _inline_data_positions(program_data: bytes) -> list[int]:
-    """Where in the file each non-empty inline delegate blob starts."""
+def _vector_positions(program_data: bytes) -> tuple[list[int], list[int]]:
+    """Where each inline `Buffer.storage` and each non-empty inline delegate blob starts."""
     program = Program.GetRootAs(program_data, 0)
-    positions = []
+    # The generated accessors expose only elements; a vector's start is in `_tab`.
+    storage = []
+    for index in range(program.ConstantBufferLength()):
+        buffer = program.ConstantBuffer(index)
+        if buffer is not None and not buffer.StorageIsNone():
+            storage.append(buffer._tab.Vector(buffer._tab.Offset(4)))
+    delegate = []
     for index in range(program.BackendDelegateDataLength()):
         blob = program.BackendDelegateData(index)
         if blob is not None and blob.DataLength():
-            # The generated accessors expose only elements; the vector's start is in _tab.
-            positions.append(blob._tab.Vector(blob._tab.Offset(4)))
-    return positions
+            delegate.append(blob._tab.Vector(blob._tab.Offset(4)))
+    return storage, delegate
+
+
+def _dividing(positions: Sequence[int]) -> list[int]:
+    """The force_align values that put a vector at each of `positions`, the default first."""
+    return _preferring(
+        _SCHEMA_FORCE_ALIGN, [a for a in _POWERS_OF_TWO if not any(p % a for p in positions)]
+    ) if positions else [_SCHEMA_FORCE_ALIGN]
 
 
 def _header_padded_length(tensor_alignment: int, delegate_alignment: int) -> int:
@@ -278,9 +316,8 @@ def infer_pte_layout(
     program: ProgramT,
     program_data: bytes,
     header_length: int,
-    segment_base_offset: int,
-    segments: Sequence[tuple[int, int]],
-    named_segments: frozenset[int],
+    segment_candidates: dict[int, tuple[int, ...]],
+    segment_alignment: int | None,
     constant_offsets: Sequence[int],
     constant_nbytes: dict[int, int],
 ) -> PteLayout:
@@ -290,27 +327,25 @@ def infer_pte_layout(
         program: The unpacked program. Not modified.
         program_data: The file's bytes up to the end of the program (header included).
         header_length: The extended header's length field; 0 when there is none.
-        segment_base_offset: Where segment data starts; 0 when there is none.
-        segments: `Program.segments` as (offset relative to the base, size).
-        named_segments: Indices of the segments `named_data` refers to.
+        segment_candidates: `segment_alignments` of the file.
+        segment_alignment: The one to take if the file allows it (what its
+            `.ptd` files allow too).
         constant_offsets: `constant_segment.offsets`.
         constant_nbytes: The tensor size of each constant entry a tensor uses.
     """
-    if segment_base_offset:
-        segment_alignment, own = _segment_alignment(
-            segment_base_offset, len(program_data), segments,
-            [i not in named_segments for i in range(len(segments))],
-        )
-    else:
-        # Without segment data every segment is empty: nothing to read.
-        segment_alignment, own = _DEFAULT_SEGMENT_ALIGNMENT, (1,) * len(segments)
+    segment_alignment, own = _chosen(
+        segment_candidates, segment_alignment, len(program.segments or ())
+    )
     tensor_candidates = _tensor_alignments(constant_offsets, constant_nbytes) or [
         _DEFAULT_TENSOR_ALIGNMENT
     ]
-    positions = _inline_data_positions(program_data)
-    delegate_candidates = _preferring(
-        _SCHEMA_FORCE_ALIGN, [a for a in _POWERS_OF_TWO if not any(p % a for p in positions)]
-    ) if positions else [_SCHEMA_FORCE_ALIGN]
+    storage, positions = _vector_positions(program_data)
+    # Only inline vectors change the flatbuffer; try each alignment their positions allow.
+    packing = list(itertools.product(
+        [t for t in tensor_candidates if not any(p % t for p in storage)]
+        if storage else tensor_candidates[:1],
+        _dividing(positions),
+    ))
 
     def layout(tensor: int, delegate: int, padded: int, reproduced: bool) -> PteLayout:
         return PteLayout(
@@ -318,8 +353,7 @@ def infer_pte_layout(
             reproduced,
         )
 
-    tensor = tensor_candidates[0]
-    for delegate in delegate_candidates:
+    for tensor, delegate in packing:
         flatbuffer = pack_program(program, tensor, delegate)
         if not header_length:
             if flatbuffer == program_data:
@@ -331,11 +365,14 @@ def infer_pte_layout(
         header = program_data[EH_OFFSET : EH_OFFSET + header_length].ljust(padded, b"\0")
         if _insert_header(flatbuffer, header) != program_data:
             continue
-        # The padding is the larger alignment of the two: find a tensor alignment that gives it.
-        fits = [t for t in tensor_candidates if _header_padded_length(t, delegate) == padded]
-        if fits:
-            return layout(fits[0], delegate, padded, True)
-    delegate = delegate_candidates[0]
+        # The padding is the larger of the two alignments; without inline blobs,
+        # the delegate alignment shows nowhere else, so any value may explain it.
+        tensors = [tensor] if storage else tensor_candidates
+        delegates = [delegate] if positions else _preferring(_SCHEMA_FORCE_ALIGN, _POWERS_OF_TWO)
+        for t, d in itertools.product(tensors, delegates):
+            if _header_padded_length(t, d) == padded:
+                return layout(t, d, padded, True)
+    tensor, delegate = packing[0] if packing else (tensor_candidates[0], _SCHEMA_FORCE_ALIGN)
     logger.info(
         "the program is not laid out as ExecuTorch's serializer lays it out: "
         "the pruned file is the same program in that layout"
@@ -389,19 +426,15 @@ class PtdLayout:
 
 
 def infer_ptd_layout(
-    flatbuffer_end: int, segment_base_offset: int, segments: Sequence[tuple[int, int]]
+    segment_candidates: dict[int, tuple[int, ...]], segment_alignment: int | None, count: int
 ) -> PtdLayout:
-    """Reads `segment_alignment` and the named data's own alignments back from a `.ptd`.
+    """The `segment_alignment` and named data alignments of a `.ptd` with `count` segments.
 
     Args:
-        flatbuffer_end: Where the header and FlatTensor flatbuffer end.
-        segment_base_offset: Where segment data starts.
-        segments: `FlatTensor.segments` as (offset relative to the base, size).
+        segment_candidates: `segment_alignments` of the file.
+        segment_alignment: The one to take if the file allows it.
     """
-    alignment, own = _segment_alignment(
-        segment_base_offset, flatbuffer_end, segments, [False] * len(segments)
-    )
-    return PtdLayout(alignment, own)
+    return PtdLayout(*_chosen(segment_candidates, segment_alignment, count))
 
 
 def ptd_prefix(flatbuffer: bytes, layout: PtdLayout, segment_data_size: int) -> tuple[bytes, int]:

@@ -187,7 +187,8 @@ class PtdFile:
     """A `.ptd` file: its named blobs, with tensor layouts where it has them.
 
     `flatbuffer_end` is where the header and FlatTensor flatbuffer end,
-    `segment_base_offset` where the segment data starts.
+    `segment_base_offset` where the segment data starts, `segments` are
+    `FlatTensor.segments` with absolute offsets.
     """
 
     path: str
@@ -196,6 +197,7 @@ class PtdFile:
     layouts: Mapping[str, tuple[int, tuple[int, ...]]]
     flatbuffer_end: int
     segment_base_offset: int
+    segments: tuple[Segment, ...]
 
 
 @dataclass(frozen=True)
@@ -690,7 +692,9 @@ def read_ptd_flat_tensor(path: str | os.PathLike) -> tuple[PtdFile, FlatTensorT]
             if entry.tensorLayout is not None:
                 layout = entry.tensorLayout
                 layouts[key] = (layout.scalarType, tuple(vector_ints(layout.sizes)))
-        ptd = PtdFile(source.name, source.size, named, layouts, fb_offset + fb_size, base)
+        ptd = PtdFile(
+            source.name, source.size, named, layouts, fb_offset + fb_size, base, tuple(segments)
+        )
         return ptd, flat_tensor
     finally:
         source.close()
@@ -789,7 +793,7 @@ def read_pte_program(
                 reader, DataSpace.CONSTANT, segment, offsets,
                 _first_nbytes(tensors, DataSpace.CONSTANT),
             )
-        elif any(len(buffer.storage or ()) for buffer in program.constantBuffer or ()):
+        elif any(len(vector_ints(b.storage)) for b in program.constantBuffer or ()):
             # Only the empty placeholder entry is a program without constants: accepted.
             raise PteFormatError(
                 reader.name,

@@ -68,6 +68,7 @@ from emitter_filter.file_layout import (
     place_segments,
     program_prefix,
     ptd_prefix,
+    segment_alignments,
 )
 from emitter_filter.file_output import (
     OutputFile,
@@ -79,6 +80,7 @@ from emitter_filter.file_output import (
 )
 from emitter_filter.flat_tensor_writer import pack_flat_tensor
 from emitter_filter.pte_file import (  # noqa: F401 (PteFormatError: raised through here)
+    PtdFile,
     PteFile,
     PteFormatError,
     classify_file_named_data,
@@ -284,17 +286,48 @@ def _live_external_names(program, liveness: Liveness) -> set[str]:
     return names
 
 
-def _pte_layout(pte: PteFile, program, program_data: bytes) -> PteLayout:
+def _pte_segment_alignments(pte: PteFile, program) -> dict[int, tuple[int, ...]]:
     base = pte.segment_base_offset
+    named = {e.segmentIndex for e in program.namedData or ()}
+    return segment_alignments(
+        base, pte.program_size, [(s.offset - base, s.size) for s in pte.segments],
+        [s.index not in named for s in pte.segments],
+    )
+
+
+def _ptd_segment_alignments(ptd: PtdFile) -> dict[int, tuple[int, ...]]:
+    base = ptd.segment_base_offset
+    return segment_alignments(
+        base, ptd.flatbuffer_end, [(s.offset - base, s.size) for s in ptd.segments],
+        [False] * len(ptd.segments),
+    )
+
+
+def _shared_segment_alignment(pte: PteFile, program) -> int | None:
+    """The first `segment_alignment` the `.pte` and all its `.ptd` files allow, if any.
+
+    One serializer call writes them all with one value: a `.ptd` may show what
+    the `.pte`'s offsets leave open.
+    """
+    candidates = [_ptd_segment_alignments(ptd) for ptd in pte.ptd_files]
+    return next(
+        (a for a in _pte_segment_alignments(pte, program) if all(a in c for c in candidates)),
+        None,
+    )
+
+
+def _pte_layout(
+    pte: PteFile, program, program_data: bytes, segment_alignment: int | None
+) -> PteLayout:
+    """What `infer_pte_layout` reads back from the file (before `program` is rewritten)."""
     constant = program.constantSegment
     offsets = vector_ints(constant.offsets) if constant is not None else []
     return infer_pte_layout(
         program,
         program_data,
         pte.header_length,
-        base,
-        [(s.offset - base, s.size) for s in pte.segments],
-        frozenset(e.segmentIndex for e in program.namedData or ()),
+        _pte_segment_alignments(pte, program),
+        segment_alignment,
         offsets,
         {i: e.nbytes for i, e in pte.entries[DataSpace.CONSTANT].items()},
     )
@@ -306,11 +339,12 @@ def _pruned_pte(
     program_data: bytes,
     liveness: Liveness,
     dead_keys: frozenset[str],
+    segment_alignment: int | None,
     fd: int,
     output: str,
 ) -> OutputFile:
     """Decides every byte of the pruned `.pte`; rewrites `program` (our own copy) in place."""
-    layout = _pte_layout(pte, program, program_data)
+    layout = _pte_layout(pte, program, program_data, segment_alignment)
     order = order_live_data(pte.plans, liveness)
     data_index = new_data_indices(order)
     out: list[_OutSegment] = []
@@ -368,7 +402,9 @@ def _pruned_pte(
     offsets, data_size = place_segments(
         [(s.size, s.alignment) for s in out], layout.segment_alignment
     )
-    program.segments = [_program_segment(o, s.size) for o, s in zip(offsets, out)]
+    if out or program.segments is not None:
+        # ExecuTorch always writes the list; a file without it keeps it absent.
+        program.segments = [_program_segment(o, s.size) for o, s in zip(offsets, out)]
     flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
     prefix, base = program_prefix(flatbuffer, layout, data_size)
     result = OutputFile(output, fd, prefix)
@@ -383,16 +419,16 @@ def _program_segment(offset: int, size: int) -> DataSegmentT:
     return segment
 
 
-def _pruned_ptd(path: str, output: str, fd: int, keep: Callable[[str], bool]) -> OutputFile | None:
+def _pruned_ptd(
+    path: str, output: str, fd: int, keep: Callable[[str], bool], segment_alignment: int | None
+) -> OutputFile | None:
     """The pruned `.ptd` (as `FlatTensorSerializer` writes it); None when no key is kept."""
     ptd, flat_tensor = read_ptd_flat_tensor(path)
     segments = list(flat_tensor.segments or ())
     named = [e for e in (flat_tensor.namedData or ()) if keep(table_text(e.key) or "")]
     if not named:
         return None
-    layout = infer_ptd_layout(
-        ptd.flatbuffer_end, ptd.segment_base_offset, [(s.offset, s.size) for s in segments]
-    )
+    layout = infer_ptd_layout(_ptd_segment_alignments(ptd), segment_alignment, len(segments))
     new_index: dict[int, int] = {}
     out: list[_OutSegment] = []
     for entry in named:
@@ -490,6 +526,8 @@ def prune_file(
         d.space in ("constant", "mutable", "segments") for d in dropped
     ) and not any(e.key in dead_keys for e in pte.named_data if e.file == pte.path)
 
+    segment_alignment = _shared_segment_alignment(pte, program)
+
     opened: list[int] = []
     try:
         # Decide.
@@ -497,14 +535,18 @@ def prune_file(
         if pte_unchanged:
             outputs = [_verbatim(dst, fd, pte.file_bytes)]
         else:
-            outputs = [_pruned_pte(pte, program, program_data, liveness, dead_keys, fd, dst)]
+            outputs = [
+                _pruned_pte(
+                    pte, program, program_data, liveness, dead_keys, segment_alignment, fd, dst
+                )
+            ]
         ptd_written: dict[str, str] = {}
         for path, output, ptd in zip(ptd_paths, ptd_outputs, pte.ptd_files):
             ptd_fd = open_input(path, opened)
             if all(keep_ptd_key(key) for key in ptd.named_data):
                 written = _verbatim(output, ptd_fd, ptd.file_bytes)
             else:
-                written = _pruned_ptd(path, output, ptd_fd, keep_ptd_key)
+                written = _pruned_ptd(path, output, ptd_fd, keep_ptd_key, segment_alignment)
             if written is not None:
                 outputs.append(written)
                 ptd_written[path] = output
