@@ -18,15 +18,16 @@ to it:
 - `delegate_alignment`: the force_align of inline delegate data
   (`BackendDelegateInlineData.data`), so the position of each inline blob;
 - both: the extended header is padded to the larger of them (at least 32).
-Where several values fit, the segment alignment that leaves the fewest
-named-data segments needing an alignment of their own wins, then the defaults
-(128, 16, 16), then the largest segment and tensor alignment (the most padding
-explained), and the smallest delegate alignment that packs the program to the
-input's bytes. The
-program flatbuffer of the input is then packed again with the layout found; if
-that gives back the input's bytes (`PteLayout.reproduced`), the file was
-written by this serializer with these options, and the pruned file is the one
-it writes for the pruned program. Mirrors exir/_serialize/_program.py
+Where several values fit: for the segment alignment, the one that leaves the
+fewest named-data segments needing an alignment of their own, then the default
+(128), then the largest (the most padding explained); for the tensor alignment
+the default (16), then the largest; for the delegate alignment the default
+(16), then the smallest with which the input's own program packs to the
+input's bytes. Packing the input's program again with the layout found and
+getting its bytes back (`PteLayout.reproduced`) shows the file was written by
+this serializer with these options (or with others that write the same file),
+so the pruned file is the one it writes for the pruned program.
+Mirrors exir/_serialize/_program.py
 (`serialize_pte_binary`), exir/_serialize/_flatbuffer_program.py and
 extension/flat_tensor/serialize/serialize.py of ExecuTorch 1.5.1; keep in sync.
 """
