@@ -354,6 +354,9 @@ def infer_pte_layout(
             reproduced,
         )
 
+    # The flatbuffer packs as the input's, but its header padding fits no options:
+    # keep that padding (no ExecuTorch release wrote such a file).
+    packs_alike = None
     for tensor, delegate in packing:
         flatbuffer = pack_program(program, tensor, delegate)
         if not header_length:
@@ -373,6 +376,9 @@ def infer_pte_layout(
         for t, d in itertools.product(tensors, delegates):
             if _header_padded_length(t, d) == padded:
                 return layout(t, d, padded, True)
+        packs_alike = packs_alike or layout(tensor, delegate, padded, False)
+    if packs_alike is not None:
+        return packs_alike
     tensor, delegate = packing[0] if packing else (tensor_candidates[0], _SCHEMA_FORCE_ALIGN)
     logger.info(
         "the program is not laid out as ExecuTorch's serializer lays it out: "

@@ -86,9 +86,9 @@ logger = logging.getLogger(__name__)
 
 # Bytes per read when hashing stored data: bounds memory whatever the entry's size.
 _HASH_CHUNK = 1 << 20
-# flat_tensor.fbs has three FlatTensor fields; the early-2025 layout (ExecuTorch
-# 0.5 and 0.6, same identifier and version) had five: tensor_alignment and
-# tensors before segments (and named_data after them).
+# flat_tensor.fbs has three FlatTensor fields; the layout of ExecuTorch 0.6
+# (early 2025, same identifier and version) had five: tensor_alignment and
+# tensors before segments and named_data.
 _FLAT_TENSOR_FIELDS = 3
 _FLAT_TENSOR_VERSION = 0  # _FLAT_TENSOR_VERSION in serialize.py: the newest the runtime loads
 
@@ -637,8 +637,8 @@ def _check_flat_tensor_fields(source: ByteSource, buffer: bytes) -> None:
         raise PteFormatError(
             source.name,
             f"FlatTensor table with {fields} fields (flat_tensor.fbs has {_FLAT_TENSOR_FIELDS}): "
-            "the .ptd layout of ExecuTorch before 0.7 (tensor_alignment, tensors) "
-            "is not supported; export it again with a current release",
+            "the .ptd layout of ExecuTorch 0.6 (FlatTensor.tensor_alignment, tensors) "
+            "is not supported; export it again with ExecuTorch 0.7 or later",
             vtable,
         )
 

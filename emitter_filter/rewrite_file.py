@@ -522,9 +522,12 @@ def prune_file(
             return key in live_fqns
         return key not in dead_keys
 
-    pte_unchanged = dropped_values == 0 and not any(
-        d.space in ("constant", "mutable", "segments") for d in dropped
-    ) and not any(e.key in dead_keys for e in pte.named_data if e.file == pte.path)
+    # Dead values, data entries, segments or named data of the .pte itself change it.
+    pte_unchanged = (
+        dropped_values == 0
+        and not any(d.space in ("constant", "mutable", "segments") for d in dropped)
+        and not any(e.key in dead_keys for e in pte.named_data if e.file == pte.path)
+    )
 
     segment_alignment = _shared_segment_alignment(pte, program)
 

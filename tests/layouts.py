@@ -9,7 +9,7 @@ Imports neither torch nor executorch, so that the file-tool tests run where only
 - `relayout` writes an existing `.pte` again as another producer might: every
   default-valued field written out (other vtables), the 24-byte extended
   header of older releases, other segment alignment, extra padding;
-- `old_flat_tensor` writes a `.ptd` in the early-2025 schema.
+- `old_flat_tensor` writes a `.ptd` in the schema of ExecuTorch 0.6 (early 2025).
 """
 
 from __future__ import annotations
@@ -95,11 +95,29 @@ def _plan(values: list[EValueT]) -> ExecutionPlanT:
     return plan
 
 
-def _pack(program: ProgramT, force_defaults: bool = False) -> bytes:
+def pack(program: ProgramT, force_defaults: bool = False) -> bytes:
+    """The program flatbuffer as the generated object API packs it."""
     builder = flatbuffers.Builder(1024)
     builder.ForceDefaults(force_defaults)
     builder.Finish(program.Pack(builder), file_identifier=PROGRAM_IDENTIFIER)
     return bytes(builder.Output())
+
+
+def _insert_header(flatbuffer: bytes, header: bytes) -> bytes:
+    """The header after the file identifier, the root offset moved past it."""
+    root = int.from_bytes(flatbuffer[0:4], "little") + len(header)
+    return root.to_bytes(4, "little") + flatbuffer[4:8] + header + flatbuffer[8:]
+
+
+def ptd_file(flatbuffer: bytes, blobs: list[bytes], offsets: list[int], base: int) -> bytes:
+    """A `.ptd`: FH01 header padded to 48 bytes, the flatbuffer, `blobs` at `base + offsets`."""
+    end = offsets[-1] + len(blobs[-1]) if blobs else 0
+    header = FH.pack(FH_MAGIC, 40, 48, len(flatbuffer), base, end).ljust(48, b"\0")
+    out = bytearray(_insert_header(flatbuffer, header))
+    for offset, blob in zip(offsets, blobs):
+        out.extend(bytes(base + offset - len(out)))
+        out.extend(blob)
+    return bytes(out.ljust(base, b"\0"))
 
 
 def _with_header(
@@ -113,10 +131,7 @@ def _with_header(
     fields = EH.pack(EH_MAGIC, header_length, program_size, base)
     if header_length >= 32:
         fields += EH_SEGMENT_DATA_SIZE.pack(data_size)
-    root = int.from_bytes(flatbuffer[0:4], "little") + padded
-    out = bytearray(
-        root.to_bytes(4, "little") + flatbuffer[4:8] + fields.ljust(padded, b"\0") + flatbuffer[8:]
-    )
+    out = bytearray(_insert_header(flatbuffer, fields.ljust(padded, b"\0")))
     for offset, data in zip(offsets, segments):
         out.extend(bytes(base + offset - len(out)))
         out.extend(data)
@@ -151,7 +166,7 @@ def build_program(*, dead: bool, where: str = "segment") -> Files:
         placeholder = BufferT()
         placeholder.storage = b""
         program.constantBuffer = [placeholder]
-        return Files(_pack(program), None)
+        return Files(pack(program), None)
     if where == "external":
         values = [_tensor(), _tensor(0, fqn="w"), _tensor()]
         if dead:
@@ -161,7 +176,7 @@ def build_program(*, dead: bool, where: str = "segment") -> Files:
         program.constantSegment.segmentIndex, program.constantSegment.offsets = 0, [0]
         program.segments = [_segment(0, 0)]
         keys = [("w", LIVE, 4)] + ([("unused", DEAD, 6)] if dead else [])
-        return Files(_pack(program), flat_tensor(keys))
+        return Files(pack(program), flat_tensor(keys))
     values = [_tensor(), _tensor(1), _tensor()]
     constants = [LIVE]
     if dead:
@@ -176,7 +191,7 @@ def build_program(*, dead: bool, where: str = "segment") -> Files:
     program.constantSegment = SubsegmentOffsetsT()
     program.constantSegment.segmentIndex, program.constantSegment.offsets = 0, offsets
     program.segments = [_segment(0, len(data))]
-    return Files(_with_header(_pack(program), [data], [0]), None)
+    return Files(_with_header(pack(program), [data], [0]), None)
 
 
 def _segment(offset: int, size: int) -> DataSegmentT:
@@ -205,17 +220,11 @@ def flat_tensor(keys: list[tuple[str, bytes, int]], segment_alignment: int = 128
         table.namedData.append(entry)
     flatbuffer = pack_flat_tensor(table)
     base = aligned(len(flatbuffer) + 48, segment_alignment)
-    header = FH.pack(FH_MAGIC, 40, 48, len(flatbuffer), base, end).ljust(48, b"\0")
-    root = int.from_bytes(flatbuffer[0:4], "little") + 48
-    out = bytearray(root.to_bytes(4, "little") + flatbuffer[4:8] + header + flatbuffer[8:])
-    for (_, data, _), segment in zip(keys, table.segments):
-        out.extend(bytes(base + segment.offset - len(out)))
-        out.extend(data)
-    return bytes(out)
+    return ptd_file(flatbuffer, [d for _, d, _ in keys], [s.offset for s in table.segments], base)
 
 
 def old_flat_tensor() -> bytes:
-    """A `.ptd` in the schema of ExecuTorch before 0.7: FlatTensor{version,
+    """A `.ptd` in the schema of ExecuTorch 0.6: FlatTensor{version,
     tensor_alignment, tensors: [TensorMetadata], segments}, same identifier."""
     builder = flatbuffers.Builder(256)
     name = builder.CreateString("w")
@@ -238,11 +247,7 @@ def old_flat_tensor() -> bytes:
     builder.PrependUOffsetTRelativeSlot(3, segments, 0)
     builder.Finish(builder.EndObject(), file_identifier=b"FT01")
     flatbuffer = bytes(builder.Output())
-    base = aligned(len(flatbuffer) + 48, 128)
-    header = FH.pack(FH_MAGIC, 40, 48, len(flatbuffer), base, 16).ljust(48, b"\0")
-    root = int.from_bytes(flatbuffer[0:4], "little") + 48
-    data = root.to_bytes(4, "little") + flatbuffer[4:8] + header + flatbuffer[8:]
-    return data.ljust(base, b"\0") + LIVE
+    return ptd_file(flatbuffer, [LIVE], [0], aligned(len(flatbuffer) + 48, 128))
 
 
 def relayout(
@@ -267,10 +272,62 @@ def relayout(
         offsets.append(aligned(end, segment_alignment))
         end = offsets[-1] + len(blob)
     program.segments = [_segment(o, len(b)) for o, b in zip(offsets, segments)]
-    flatbuffer = _pack(program, force_defaults)
+    flatbuffer = pack(program, force_defaults)
     if not end:
         return flatbuffer
     return _with_header(
         flatbuffer, segments, offsets, segment_alignment=segment_alignment,
         header_length=header_length, padded=padded,
     )
+
+
+def build_constants(
+    constants: list[bytes], dead: frozenset[int], *, tensor_alignment: int = 16,
+    segment_alignment: int = 128, header_length: int = 32, padded: int = 32,
+    force_defaults: bool = False,
+) -> bytes:
+    """A program reading each constant but those in `dead` once, laid out as asked.
+
+    Values are [x, one tensor per constant, out], one `add` per live constant;
+    the dead constants' values are in the plan and nothing reads them. With no
+    dead constant, it is the program `prune` must write for one with them.
+    """
+    values = [_tensor()]
+    for index, constant in enumerate(constants):
+        values.append(_tensor(index + 1, sizes=(len(constant) // 4,)))
+    values.append(_tensor())
+    out = len(values) - 1
+    instructions = []
+    for index in range(len(constants)):
+        if index in dead:
+            continue
+        call = KernelCallT()
+        call.opIndex, call.args = 0, [0, index + 1, out]
+        instruction = InstructionT()
+        instruction.instrArgsType, instruction.instrArgs = InstructionArguments.KernelCall, call
+        instructions.append(instruction)
+    plan = _plan(values)
+    plan.outputs = plan.chains[0].outputs = [out]
+    plan.chains[0].instructions = instructions
+    offsets, data = [0], b""
+    for index, constant in enumerate(constants):
+        if index:
+            data = data.ljust(aligned(len(data), tensor_alignment), b"\0")
+        offsets.append(len(data))
+        data += constant
+    program = ProgramT()
+    program.executionPlan = [plan]
+    program.constantSegment = SubsegmentOffsetsT()
+    program.constantSegment.segmentIndex, program.constantSegment.offsets = 0, offsets
+    program.segments = [_segment(0, len(data))]
+    flatbuffer = pack(program, force_defaults)
+    if not data:
+        return flatbuffer
+    return _with_header(
+        flatbuffer, [data], [0], segment_alignment=segment_alignment,
+        header_length=header_length, padded=padded,
+    )
+
+
+def without(constants: list[bytes], dead: frozenset[int]) -> list[bytes]:
+    return [c for i, c in enumerate(constants) if i not in dead]

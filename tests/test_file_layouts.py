@@ -5,7 +5,7 @@ writes, and the same programs written as other producers write them (every
 default field written out, the 24-byte extended header of older releases,
 other segment alignments and header padding, no extended header with a
 placeholder-only `constant_buffer`), plus `.ptd` files of the early-2025 schema.
-Nothing here imports torch or executorch; `test_prune_layouts_run.py` runs the
+Nothing here imports torch or executorch; `test_prune_file_layouts_run.py` runs the
 same kind of files in ExecuTorch's runtime.
 """
 
@@ -16,13 +16,28 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from emitter_filter._program_fbs.executorch_flatbuffer.Buffer import BufferT
+from emitter_filter._program_fbs.executorch_flatbuffer.Program import ProgramT
+from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter.audit import audit_file
 from emitter_filter.cli import main
-from emitter_filter.pte_file import PteFormatError, read_pte
+from emitter_filter.flat_tensor_writer import pack_flat_tensor
+from emitter_filter.pte_file import PteFormatError, read_pte, read_pte_program
 from emitter_filter.reachability import DataSpace
 from emitter_filter.rewrite_file import prune_file
-from tests.layouts import LIVE, build_program, old_flat_tensor, relayout
+from tests.layouts import (
+    LIVE,
+    build_constants,
+    build_program,
+    old_flat_tensor,
+    pack,
+    ptd_file,
+    relayout,
+    without,
+)
 
 pytestmark = pytest.mark.filetools
 
@@ -66,13 +81,9 @@ def _prune(tmp_path: Path, pte: Path, ptds, name: str):
 
 def _canonical(pte: bytes) -> bytes:
     """The program flatbuffer packed again by the generated object API: equal iff same program."""
-    from emitter_filter._program_fbs.executorch_flatbuffer.Program import ProgramT
-    from emitter_filter.pte_file import read_pte_program
-    from tests.layouts import _pack
-
     _, program, _ = read_pte_program(pte)
     program.segments = None
-    return _pack(ProgramT.InitFromPackedBuf(_pack(program), 0))
+    return pack(ProgramT.InitFromPackedBuf(pack(program), 0))
 
 
 def _bytes(*paths: Path) -> list[bytes]:
@@ -132,6 +143,56 @@ def test_prune_of_its_own_output_changes_nothing(tmp_path, where, producer):
     assert _bytes(again, *again_ptds) == _bytes(out, *out_ptds)
 
 
+programs = st.lists(
+    st.binary(min_size=1, max_size=24).map(lambda b: b * 4), min_size=1, max_size=6
+).flatmap(lambda constants: st.tuples(
+    st.just(constants),
+    st.frozensets(st.integers(0, len(constants) - 1)),
+    st.fixed_dictionaries({
+        "tensor_alignment": st.sampled_from([1, 4, 16, 64]),
+        "segment_alignment": st.sampled_from([1, 8, 16, 128, 4096]),
+        "header_length": st.sampled_from([24, 32]),
+        "padded": st.sampled_from([32, 64]),
+        "force_defaults": st.booleans(),
+    }),
+))
+
+
+@settings(max_examples=200, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(programs)
+def test_random_programs_in_random_layouts_prune_to_the_clean_program(tmp_path_factory, program):
+    """Written by a producer (`build_constants`) with any layout, pruned: what it writes without
+    the dead constants, with the layout read back, which writes the very same input."""
+    from emitter_filter.rewrite_file import _pte_layout
+
+    constants, dead, layout = program
+    directory = tmp_path_factory.mktemp("random")
+    dirty = directory / "dirty.pte"
+    dirty.write_bytes(build_constants(constants, dead, **layout))
+    out, _, report = _prune(directory, dirty, [], "out")
+    assert report.dropped_values == len(dead)
+    if not dead:
+        assert out.read_bytes() == dirty.read_bytes()
+    assert audit_file(out).dead_bytes == 0
+    clean = dict(layout, force_defaults=False)
+    if layout["force_defaults"]:
+        # Every default written is no layout ExecuTorch's serializer writes: same program.
+        expected = build_constants(without(constants, dead), frozenset(), **clean)
+        assert _canonical(out.read_bytes()) == _canonical(expected)
+    elif dead:
+        read = _pte_layout(*read_pte_program(dirty), None)
+        read_back = dict(
+            clean, tensor_alignment=read.tensor_alignment, header_length=read.header_length,
+            segment_alignment=read.segment_alignment, padded=read.header_padded_length,
+        )
+        assert build_constants(constants, dead, **read_back) == dirty.read_bytes()
+        expected = build_constants(without(constants, dead), frozenset(), **read_back)
+        assert out.read_bytes() == expected
+    again, _, _ = _prune(directory, out, [], "again")
+    assert again.read_bytes() == out.read_bytes()
+
+
 def test_a_placeholder_only_constant_buffer_is_a_program_without_constants(tmp_path):
     pte, _ = _files(tmp_path, "p", "placeholder", "executorch-1.5.1", dead=False)
     audit = audit_file(pte)
@@ -139,22 +200,18 @@ def test_a_placeholder_only_constant_buffer_is_a_program_without_constants(tmp_p
 
 
 def test_real_inline_constants_are_refused_in_one_line_naming_the_file(tmp_path):
-    from emitter_filter._program_fbs.executorch_flatbuffer.Buffer import BufferT
-    from emitter_filter.pte_file import read_pte_program
-    from tests.layouts import _pack
-
     _, program, _ = read_pte_program(build_program(dead=False, where="placeholder").pte)
     inline = BufferT()
     inline.storage = LIVE
     program.constantBuffer.append(inline)
     path = tmp_path / "inline.pte"
-    path.write_bytes(_pack(program))
+    path.write_bytes(pack(program))
     with pytest.raises(PteFormatError, match="constants inline in Program.constant_buffer") as e:
         read_pte(path)
     assert str(path) in str(e.value) and "\n" not in str(e.value)
 
 
-def test_an_early_2025_ptd_is_refused_naming_the_file_offset_and_layout(tmp_path):
+def test_a_ptd_of_executorch_0_6_is_refused_naming_the_file_offset_and_layout(tmp_path):
     pte, _ = _files(tmp_path, "x", "external", "executorch-1.5.1", dead=False)
     ptd = tmp_path / "old.ptd"
     ptd.write_bytes(old_flat_tensor())
@@ -162,23 +219,15 @@ def test_an_early_2025_ptd_is_refused_naming_the_file_offset_and_layout(tmp_path
         audit_file(pte, [ptd])
     message = str(error.value)
     assert message.startswith(f"{ptd}: offset ") and "\n" not in message
-    assert "FlatTensor table with 4 fields" in message and "before 0.7" in message
+    assert "FlatTensor table with 4 fields" in message and "ExecuTorch 0.6" in message
     assert error.value.offset is not None and 0 < error.value.offset < ptd.stat().st_size
 
 
 def test_a_ptd_of_a_newer_version_is_refused(tmp_path):
-    from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
-    from emitter_filter.flat_tensor_writer import pack_flat_tensor
-
     table = FlatTensorT()
     table.version = 1
     path = tmp_path / "new.ptd"
-    flatbuffer = pack_flat_tensor(table)
-    from emitter_filter.file_layout import FH, FH_MAGIC
-
-    header = FH.pack(FH_MAGIC, 40, 48, len(flatbuffer), 128, 0).ljust(48, b"\0")
-    root = int.from_bytes(flatbuffer[:4], "little") + 48
-    path.write_bytes((root.to_bytes(4, "little") + flatbuffer[4:8] + header + flatbuffer[8:]).ljust(128, b"\0"))
+    path.write_bytes(ptd_file(pack_flat_tensor(table), [], [], 128))
     pte, _ = _files(tmp_path, "x", "external", "executorch-1.5.1", dead=False)
     with pytest.raises(PteFormatError, match="FlatTensor version 1 is newer than the supported 0"):
         audit_file(pte, [path])
@@ -199,9 +248,6 @@ FLATC_OUTPUT = bytes.fromhex(
 
 
 def test_the_ptd_writer_writes_what_flatc_writes():
-    from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
-    from emitter_filter.flat_tensor_writer import pack_flat_tensor
-
     assert pack_flat_tensor(FlatTensorT.InitFromPackedBuf(FLATC_OUTPUT, 0)) == FLATC_OUTPUT
 
 

@@ -83,7 +83,8 @@ def _table(version, segments, named) -> FlatTensorT:
     return table
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(tables)
 def test_the_writer_packs_what_flatc_packs_from_executorchs_json(table):
     expected = bytes(serialize._serialize_to_flatbuffer(_dataclass(*table)))
@@ -102,7 +103,8 @@ payloads = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(payloads, st.sampled_from([1, 16, 128, 4096]))
 def test_a_ptd_executorch_wrote_is_rebuilt_byte_for_byte(tmp_path_factory, payload, alignment):
     """What `prune` writes for a `.ptd` it keeps whole is ExecuTorch's own file."""
