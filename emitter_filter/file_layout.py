@@ -167,7 +167,9 @@ def pack_program(program: ProgramT, tensor_alignment: int, delegate_alignment: i
     constant_buffer, inline = program.constantBuffer, program.backendDelegateData
     try:
         if constant_buffer:
-            program.constantBuffer = [_blob(b, "storage", tensor_alignment) for b in constant_buffer]
+            program.constantBuffer = [
+                _blob(b, "storage", tensor_alignment) for b in constant_buffer
+            ]
         if inline:
             program.backendDelegateData = [_blob(d, "data", delegate_alignment) for d in inline]
         builder = flatbuffers.Builder(1024)
@@ -445,7 +447,7 @@ def infer_ptd_layout(
 
 
 def ptd_prefix(flatbuffer: bytes, layout: PtdLayout, segment_data_size: int) -> tuple[bytes, int]:
-    """(header, flatbuffer and padding, segment base offset), as `FlatTensorSerializer` writes them."""
+    """(header, flatbuffer and padding, segment base offset), as `FlatTensorSerializer` writes."""
     padded = aligned(_FH_LENGTH, _FLAT_TENSOR_FLATBUFFER_ALIGNMENT)
     base = aligned(len(flatbuffer) + padded, layout.segment_alignment)
     header = FH.pack(FH_MAGIC, _FH_LENGTH, padded, len(flatbuffer), base, segment_data_size)

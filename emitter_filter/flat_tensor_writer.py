@@ -76,7 +76,8 @@ def _pack_tensor_layout(builder: flatbuffers.Builder, layout) -> int:
 def _pack_named_data(builder: flatbuffers.Builder, entry) -> int:
     # The key's bytes as stored: never re-encoded.
     key = builder.CreateString(entry.key if entry.key is not None else b"")
-    layout = None if entry.tensorLayout is None else _pack_tensor_layout(builder, entry.tensorLayout)
+    layout = entry.tensorLayout
+    layout = None if layout is None else _pack_tensor_layout(builder, layout)
     builder.StartObject(3)
     if layout is not None:
         builder.PrependUOffsetTRelativeSlot(_NAMED_DATA_TENSOR_LAYOUT, layout, 0)

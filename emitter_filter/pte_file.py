@@ -371,7 +371,9 @@ def _tensor_nbytes(tensor, where: str) -> int | None:
         return None
     for dim in vector_ints(tensor.sizes):
         if dim < 0:
-            raise ProgramFormatError(f"{where}: size {dim} < 0 in sizes {vector_ints(tensor.sizes)}")
+            raise ProgramFormatError(
+                f"{where}: size {dim} < 0 in sizes {vector_ints(tensor.sizes)}"
+            )
         size *= dim
     return size
 
@@ -628,10 +630,14 @@ def _check_flat_tensor_fields(source: ByteSource, buffer: bytes) -> None:
     """
     root = int.from_bytes(buffer[0:4], "little")
     if not 8 <= root <= len(buffer) - 4:
-        raise PteFormatError(source.name, f"flatbuffer: root offset {root} outside 8..{len(buffer)}", 0)
+        raise PteFormatError(
+            source.name, f"flatbuffer: root offset {root} outside 8..{len(buffer)}", 0
+        )
     vtable = root - int.from_bytes(buffer[root : root + 4], "little", signed=True)
     if not 0 <= vtable <= len(buffer) - 4:
-        raise PteFormatError(source.name, f"flatbuffer: vtable at {vtable} outside the buffer", root)
+        raise PteFormatError(
+            source.name, f"flatbuffer: vtable at {vtable} outside the buffer", root
+        )
     fields = (int.from_bytes(buffer[vtable : vtable + 2], "little") - 4) // 2
     if fields > _FLAT_TENSOR_FIELDS:
         raise PteFormatError(
@@ -653,7 +659,9 @@ def read_ptd_flat_tensor(path: str | os.PathLike) -> tuple[PtdFile, FlatTensorT]
             raise PteFormatError(source.name, f"missing {FH_MAGIC!r} header", 8)
         _, length, fb_offset, fb_size, base, data_size = FH.unpack_from(head, 8)
         if length < FH.size:
-            raise PteFormatError(source.name, f"{FH_MAGIC!r} header length {length} < {FH.size}", 12)
+            raise PteFormatError(
+                source.name, f"{FH_MAGIC!r} header length {length} < {FH.size}", 12
+            )
         if fb_offset + fb_size > source.size or base + data_size > source.size:
             raise PteFormatError(
                 source.name,

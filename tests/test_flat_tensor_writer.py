@@ -1,4 +1,4 @@
-"""The pure-Python `.ptd` writer writes ExecuTorch's bytes: compared with its flatc over many inputs.
+"""The pure-Python `.ptd` writer writes ExecuTorch's bytes: compared with its flatc, many inputs.
 
 ExecuTorch writes the FlatTensor flatbuffer with the wheel's flatc from JSON
 (`_serialize_to_flatbuffer`); `flat_tensor_writer.pack_flat_tensor` must give
