@@ -2,9 +2,13 @@
 
 Every combination of the serializer options of `ExecutorchBackendConfig`
 (`extract_delegate_segments`, `segment_alignment`, `constant_tensor_alignment`,
-`delegate_alignment`, `external_constants`) is written by upstream ExecuTorch,
-pruned on disk, and compared byte for byte with the same model pruned in
-process; the output pruned again must not change. Each model is exported and
+`delegate_alignment`, `external_constants`) is written by upstream ExecuTorch
+for six models (portable and XNNPACK, with dead buffers or nothing dead, and
+XNNPACK with named data a pass orphaned, in the `.pte` or in a `.ptd`), pruned
+on disk, and compared byte for byte with the same model pruned in process; the
+output pruned again must not change. Where they differ, the file must be one
+that other options write too (`_layout_options`), and the output what those
+options write: the file cannot tell them apart. Each model is exported and
 lowered once per session: `to_executorch` runs once per option set (tens of ms).
 The default run takes every option away from its default one at a time, and
 the combinations that once failed; `-m slow` runs the whole product.
@@ -80,13 +84,18 @@ DEFAULT_OPTIONS = [
     Options(extract_delegate_segments=False, segment_alignment=16, constant_tensor_alignment=64,
             delegate_alignment=8, external_constants=True),
 ]
-MODELS = [(backend, dead) for backend in ("portable", "xnnpack") for dead in (True, False)]
+# (backend, what is dead): the dead buffers, nothing, or the named data of an XNNPACK
+# call a pass removed (in the .pte, or in a .ptd).
+MODELS = [
+    *((backend, dead) for backend in ("portable", "xnnpack") for dead in ("buffers", "nothing")),
+    ("xnnpack", "named_data"),
+    ("xnnpack", "named_data_in_ptd"),
+]
 
 
 def _cases(options_list, marks=()):
     return [
-        pytest.param(backend, dead, options, marks=marks,
-                     id=f"{backend}-{'dead' if dead else 'clean'}-{options.id}")
+        pytest.param(backend, dead, options, marks=marks, id=f"{backend}-{dead}-{options.id}")
         for backend, dead in MODELS
         for options in options_list
         # Without a delegate, extract_delegate_segments changes nothing.
@@ -103,9 +112,16 @@ def edges():
     """One lowered program per (backend, dead), shared by every option set."""
     from executorch.exir import to_edge, to_edge_transform_and_lower
 
+    from tests.test_named_data import TwoLinears, _two_delegates
+
     result = {}
     for backend, dead in MODELS:
-        exported = torch.export.export(Model(dead), INPUTS)
+        if dead.startswith("named_data"):
+            torch.manual_seed(0)
+            tag = "weights" if dead == "named_data_in_ptd" else None
+            result[backend, dead] = _two_delegates(TwoLinears(), external_tag=tag)
+            continue
+        exported = torch.export.export(Model(dead == "buffers"), INPUTS)
         if backend == "xnnpack":
             from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
                 XnnpackPartitioner,
@@ -156,6 +172,10 @@ def _check(edges, tmp_path, backend, dead, options):
     def write(options, directory, **prune):
         # to_executorch rewrites the graph it is given: each call gets its own copy.
         config_type = emitter_filter.ExecutorchBackendConfig if prune else ExecutorchBackendConfig
+        if dead.startswith("named_data"):
+            from tests.test_named_data import RemoveLastXnnpackCall
+
+            prune["passes"] = [RemoveLastXnnpackCall()]
         config = config_type(**dataclasses.asdict(options), **prune)
         return _save(copy.deepcopy(edges[backend, dead]).to_executorch(config), directory)
 
@@ -168,6 +188,8 @@ def _check(edges, tmp_path, backend, dead, options):
     assert audit_file(ours[0], ours[1:]).dead_bytes == 0
     if not report.dropped and not report.dropped_values:
         assert _contents(ours) == _contents([dirty, *dirty_ptds])
+    assert bool(report.dropped) == (dead != "nothing")
+    assert bool(report.dropped_named_data) == dead.startswith("named_data")
 
     if _contents(ours) != _contents([pruned, *pruned_ptds]):
         # Allowed only where other options write this very input: then the file
