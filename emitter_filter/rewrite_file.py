@@ -316,6 +316,18 @@ def _shared_segment_alignment(pte: PteFile, program) -> int | None:
     )
 
 
+def read_layout(
+    src: str | os.PathLike | bytes, ptd_paths: Sequence[str | os.PathLike] = ()
+) -> PteLayout:
+    """The serializer options `prune_file` reads back from a `.pte` and its `.ptd` files.
+
+    What the pruned file is laid out with; `PteLayout.reproduced` says whether
+    they write the input back. Package-internal: for tests and diagnosis.
+    """
+    pte, program, program_data = read_pte_program(src, ptd_paths)
+    return _pte_layout(pte, program, program_data, _shared_segment_alignment(pte, program))
+
+
 def _pte_layout(
     pte: PteFile, program, program_data: bytes, segment_alignment: int | None
 ) -> PteLayout:

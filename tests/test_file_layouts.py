@@ -27,7 +27,7 @@ from emitter_filter.cli import main
 from emitter_filter.flat_tensor_writer import pack_flat_tensor
 from emitter_filter.pte_file import PteFormatError, read_pte, read_pte_program
 from emitter_filter.reachability import DataSpace
-from emitter_filter.rewrite_file import prune_file
+from emitter_filter.rewrite_file import prune_file, read_layout
 from tests.layouts import (
     LIVE,
     build_constants,
@@ -164,8 +164,6 @@ programs = st.lists(
 def test_random_programs_in_random_layouts_prune_to_the_clean_program(tmp_path_factory, program):
     """Written by a producer (`build_constants`) with any layout, pruned: what it writes without
     the dead constants, with the layout read back, which writes the very same input."""
-    from emitter_filter.rewrite_file import _pte_layout
-
     constants, dead, layout = program
     directory = tmp_path_factory.mktemp("random")
     dirty = directory / "dirty.pte"
@@ -181,7 +179,7 @@ def test_random_programs_in_random_layouts_prune_to_the_clean_program(tmp_path_f
         expected = build_constants(without(constants, dead), frozenset(), **clean)
         assert _canonical(out.read_bytes()) == _canonical(expected)
     elif dead:
-        read = _pte_layout(*read_pte_program(dirty), None)
+        read = read_layout(dirty)
         read_back = dict(
             clean, tensor_alignment=read.tensor_alignment, header_length=read.header_length,
             segment_alignment=read.segment_alignment, padded=read.header_padded_length,
@@ -289,6 +287,12 @@ def test_audit_and_prune_with_a_ptd_need_neither_torch_nor_executorch(tmp_path):
     audit = _without_torch("audit", str(dirty), *ptd_args, "--max-dead-bytes", "0")
     assert audit.returncode == 1, audit.stderr
     assert "24 dead" in audit.stdout
+    # The same report as where torch and executorch can be imported.
+    full = subprocess.run(
+        [sys.executable, "-m", "emitter_filter", "audit", str(dirty), *ptd_args, "--json"],
+        capture_output=True, text=True,
+    )
+    assert _without_torch("audit", str(dirty), *ptd_args, "--json").stdout == full.stdout
     out = tmp_path / "out"
     out.mkdir()
     prune = _without_torch("prune", str(dirty), "-o", str(out / "model.pte"), *ptd_args,

@@ -103,44 +103,55 @@ payloads = st.lists(
 )
 
 
-@settings(max_examples=60, derandomize=True, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(payloads, st.sampled_from([1, 16, 128, 4096]))
-def test_a_ptd_executorch_wrote_is_rebuilt_byte_for_byte(tmp_path_factory, payload, alignment):
-    """What `prune` writes for a `.ptd` it keeps whole is ExecuTorch's own file."""
+def _serialized(payload, alignments, segment_alignment: int, dropped: int | None) -> bytes:
+    """The `.ptd` ExecuTorch writes for `payload`, each key with its alignment, less `dropped`."""
     from executorch.exir._serialize.data_serializer import DataEntry, DataPayload
     from executorch.exir.scalar_type import ScalarType
     from executorch.exir.tensor_layout import TensorLayout
 
-    from emitter_filter.file_layout import infer_ptd_layout, place_segments, ptd_prefix
-    from emitter_filter.pte_file import read_ptd_flat_tensor
-    from emitter_filter.rewrite_file import _ptd_segment_alignments
-
-    buffers = [data for data, _, _ in payload]
     named = {
         f"key{i}": DataEntry(
-            buffer_index=i, alignment=align or 1,
+            buffer_index=i, alignment=alignment,
             tensor_layout=TensorLayout(ScalarType.BYTE, [len(data)], [0]) if tensor else None,
         )
-        for i, (data, align, tensor) in enumerate(payload)
+        for i, ((data, _, tensor), alignment) in enumerate(zip(payload, alignments))
+        if i != dropped
     }
-    written = bytes(
-        serialize.FlatTensorSerializer(serialize.FlatTensorConfig(alignment)).serialize(
-            DataPayload(buffers=buffers, named_data=named)
+    config = serialize.FlatTensorConfig(segment_alignment)
+    return bytes(serialize.FlatTensorSerializer(config).serialize(
+        DataPayload(buffers=[data for data, _, _ in payload], named_data=named)
+    ))
+
+
+@settings(max_examples=60, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(payloads, st.sampled_from([1, 16, 128, 4096]), st.data())
+def test_a_ptd_executorch_wrote_prunes_to_what_it_writes_without_the_key(
+    tmp_path_factory, payload, segment_alignment, data
+):
+    """The `.ptd` side of `prune` (`_pruned_ptd`): byte for byte ExecuTorch's file."""
+    from emitter_filter.file_output import write_outputs
+    from emitter_filter.pte_file import read_ptd
+    from emitter_filter.rewrite_file import _ptd_segment_alignments, _pruned_ptd
+
+    alignments = [alignment or 1 for _, alignment, _ in payload]
+    dropped = data.draw(st.integers(0, len(payload) - 1))
+    directory = tmp_path_factory.mktemp("ptd")
+    path = directory / "data.ptd"
+    path.write_bytes(_serialized(payload, alignments, segment_alignment, None))
+    with open(path, "rb") as source:
+        output = _pruned_ptd(
+            str(path), str(directory / "out.ptd"), source.fileno(),
+            lambda key: key != f"key{dropped}", None,
         )
-    )
-    path = tmp_path_factory.mktemp("ptd") / "data.ptd"
-    path.write_bytes(written)
-    ptd, table = read_ptd_flat_tensor(path)
-    layout = infer_ptd_layout(_ptd_segment_alignments(ptd), None, len(ptd.segments))
-    offsets, size = place_segments(
-        [(s.size, own) for s, own in zip(ptd.segments, layout.segment_alignments)],
-        layout.segment_alignment,
-    )
-    assert offsets == [s.offset for s in table.segments]
-    prefix, base = ptd_prefix(pack_flat_tensor(table), layout, size)
-    rebuilt = bytearray(prefix)
-    for offset, data in zip(offsets, buffers):
-        rebuilt.extend(bytes(base + offset - len(rebuilt)))
-        rebuilt.extend(data)
-    assert bytes(rebuilt) == written
+        if len(payload) == 1:
+            assert output is None
+            return
+        write_outputs([output])
+    # Where the offsets leave the alignments open, the file is one that the options
+    # read back write too; the output must be what they write.
+    ptd = read_ptd(path)
+    read_alignment, own = next(iter(_ptd_segment_alignments(ptd).items()))
+    assert _serialized(payload, own, read_alignment, None) == path.read_bytes()
+    expected = _serialized(payload, own, read_alignment, dropped)
+    assert (directory / "out.ptd").read_bytes() == expected

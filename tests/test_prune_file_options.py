@@ -149,11 +149,9 @@ def _contents(paths) -> list[tuple[str, bytes]]:
 
 def _layout_options(pte: Path, ptds, options: Options) -> Options:
     """The options `prune` read back from the file it was given."""
-    from emitter_filter.pte_file import read_pte_program
-    from emitter_filter.rewrite_file import _pte_layout, _shared_segment_alignment
+    from emitter_filter.rewrite_file import read_layout
 
-    pte_file, program, data = read_pte_program(pte, ptds)
-    layout = _pte_layout(pte_file, program, data, _shared_segment_alignment(pte_file, program))
+    layout = read_layout(pte, ptds)
     return dataclasses.replace(
         options,
         segment_alignment=layout.segment_alignment,
