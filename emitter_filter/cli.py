@@ -83,8 +83,6 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
     )
     audit.add_argument("pte", metavar="MODEL.pte", help="the program file")
-    # -v also after the subcommand; counted apart, since a subparser overwrites its parent's value.
-    _add_verbose(audit, "verbose_after", argparse.SUPPRESS)
     audit.add_argument(
         "--ptd", action="append", default=[], metavar="FILE.ptd",
         help="a .ptd file with the program's external constants (repeatable)",
@@ -106,7 +104,6 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
     )
     prune.add_argument("pte", metavar="IN.pte", help="the program file to prune")
-    _add_verbose(prune, "verbose_after", argparse.SUPPRESS)
     prune.add_argument("-o", "--output", required=True, metavar="OUT.pte",
                        help="where to write the pruned program (not IN.pte)")
     prune.add_argument(
@@ -116,6 +113,9 @@ def _build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--ptd-out", metavar="DIR",
                        help="the directory for the pruned .ptd files, under their input names")
     prune.add_argument("--json", action="store_true", help="print the report as JSON")
+    # -v also after the subcommand; counted apart, since a subparser overwrites its parent's value.
+    for subcommand in (audit, prune):
+        _add_verbose(subcommand, "verbose_after", argparse.SUPPRESS)
     return parser
 
 

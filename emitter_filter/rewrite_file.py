@@ -357,6 +357,7 @@ def _pruned_pte(
 ) -> OutputFile:
     """Decides every byte of the pruned `.pte`; rewrites `program` (our own copy) in place."""
     layout = _pte_layout(pte, program, program_data, segment_alignment)
+    logger.debug("%s: %s", pte.path, layout)
     order = order_live_data(pte.plans, liveness)
     data_index = new_data_indices(order)
     out: list[_OutSegment] = []

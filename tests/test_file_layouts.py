@@ -263,10 +263,10 @@ _WITHOUT_TORCH = """
 import importlib.machinery, sys
 ABSENT = ("torch", "executorch", "numpy")
 find_spec = importlib.machinery.PathFinder.find_spec
-def absent(name, *args, **kwargs):
+def absent(cls, name, *args, **kwargs):
     return None if name.split(".")[0] in ABSENT else find_spec(name, *args, **kwargs)
 # What import and flatbuffers' own numpy probe consult.
-importlib.machinery.PathFinder.find_spec = absent
+importlib.machinery.PathFinder.find_spec = classmethod(absent)
 from emitter_filter.cli import main
 code = main(sys.argv[1:])
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ABSENT)
