@@ -271,7 +271,8 @@ def relayout(
     for blob in segments:
         offsets.append(aligned(end, segment_alignment))
         end = offsets[-1] + len(blob)
-    program.segments = [_segment(o, len(b)) for o, b in zip(offsets, segments)]
+    if program.segments is not None:
+        program.segments = [_segment(o, len(b)) for o, b in zip(offsets, segments)]
     flatbuffer = pack(program, force_defaults)
     if not end:
         return flatbuffer
