@@ -350,10 +350,13 @@ def infer_pte_layout(
         _dividing(positions),
     ))
 
+    # The header written: the 24-byte one of older releases where the input has it,
+    # else the one this serializer writes (the fields of a longer one are unknown).
+    written_length = EH_MINIMUM_LENGTH if 0 < header_length < _EH_LENGTH else _EH_LENGTH
+
     def layout(tensor: int, delegate: int, padded: int, reproduced: bool) -> PteLayout:
         return PteLayout(
-            segment_alignment, tensor, delegate, header_length or _EH_LENGTH, padded, own,
-            reproduced,
+            segment_alignment, tensor, delegate, written_length, padded, own, reproduced
         )
 
     # The flatbuffer packs as the input's, but its header padding fits no options:
