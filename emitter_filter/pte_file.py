@@ -379,7 +379,7 @@ def _tensor_nbytes(tensor, where: str) -> int | None:
 
 
 def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
-    """Describes a generated `ExecutionPlanT` for `find_live`, as `emitted.collect_plan_refs` does."""
+    """Describes a generated `ExecutionPlanT` for `find_live`, as `emitted.collect_plan_refs`."""
     name = table_text(plan.name) or ""
     roots: list[int] = [*vector_ints(plan.inputs), *vector_ints(plan.outputs)]
     for chain in plan.chains or ():

@@ -121,7 +121,8 @@ def test_a_file_with_something_dead_is_the_clean_file_in_the_layout_read_back(
         padded=read.header_padded_length,
     )
     if where != "placeholder":
-        assert relayout(build_program(dead=True, where=where).pte, **read_back) == dirty.read_bytes()
+        written = relayout(build_program(dead=True, where=where).pte, **read_back)
+        assert written == dirty.read_bytes()
     clean = build_program(dead=False, where=where)
     expected = relayout(clean.pte, **dict(read_back, force_defaults=False))
     assert _canonical(out.read_bytes()) == _canonical(expected)
