@@ -38,6 +38,13 @@ def _byte_count(text: str) -> int:
     return value
 
 
+def _add_verbose(parser: argparse.ArgumentParser, dest: str, default) -> None:
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=default, dest=dest,
+        help="log more (-v: INFO, -vv: DEBUG) and show tracebacks",
+    )
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="emitter-filter",
@@ -45,10 +52,7 @@ def _build_parser() -> argparse.ArgumentParser:
             "Keep ExecuTorch .pte/.ptd files to the constants their program can reach."
         ),
     )
-    parser.add_argument(
-        "-v", "--verbose", action="count", default=0,
-        help="log more (-v: INFO, -vv: DEBUG) and show tracebacks",
-    )
+    _add_verbose(parser, "verbose", 0)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser(
@@ -133,7 +137,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "(default: a new directory emitter-filter-demo[-N] in the current one)",
     )
 
-    commands.add_parser(
+    env = commands.add_parser(
         "env",
         help="say whether EMITTER_FILTER_PRUNE would prune in this environment, and why",
         description=(
@@ -144,6 +148,10 @@ def _build_parser() -> argparse.ArgumentParser:
             "executorch is installed. Imports neither torch nor ExecuTorch. Exit 0."
         ),
     )
+
+    # -v also after the subcommand; counted apart, since a subparser overwrites its parent's value.
+    for subcommand in (audit, prune, demo, env):
+        _add_verbose(subcommand, "verbose_after", argparse.SUPPRESS)
     return parser
 
 
@@ -408,6 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE if exit_.code else EXIT_OK
     if target is not None:
         options.target = target
+    options.verbose += getattr(options, "verbose_after", 0)
     logging.basicConfig(
         level=logging.DEBUG if options.verbose > 1 else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

@@ -43,6 +43,18 @@ from emitter_filter.delegates import (
     xnnpack_named_keys,
 )
 from emitter_filter.errors import ProgramFormatError
+from emitter_filter.file_layout import (
+    EH,
+    EH_MAGIC,
+    EH_MINIMUM_LENGTH,
+    EH_OFFSET,
+    EH_SEGMENT_DATA_SIZE,
+    FH,
+    FH_MAGIC,
+    FLAT_TENSOR_IDENTIFIER,
+    NUM_HEAD_BYTES,
+    PROGRAM_IDENTIFIER,
+)
 from emitter_filter.named_data import DelegateRef, NamedDataUse, classify_named_keys
 from emitter_filter.reachability import (
     DataRef,
@@ -72,32 +84,13 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# The flatbuffer starts with a u32 root offset and the schema's file_identifier.
-_PROGRAM_IDENTIFIER = b"ET12"  # schema/program.fbs
-_FLAT_TENSOR_IDENTIFIER = b"FT01"  # extension/flat_tensor/serialize/flat_tensor.fbs
-
-# Extended header, inserted after the file identifier when the file has segments.
-# Mirrors `_ExtendedHeader` in exir/_serialize/_program.py (and
-# schema/extended_header.cpp); keep in sync. Little-endian:
-#   [8:12] b"eh00"  [12:16] u32 header length  [16:24] u64 program size
-#   [24:32] u64 segment base offset  [32:40] u64 segment data size (length >= 32 only)
-_EH_OFFSET = 8
-_EH_MAGIC = b"eh00"
-_EH = struct.Struct("<4sIQQ")
-_EH_SEGMENT_DATA_SIZE = struct.Struct("<Q")
-_EH_MINIMUM_LENGTH = _EH.size
-# kNumHeadBytes in schema/extended_header.cpp: enough for any extended header.
-_NUM_HEAD_BYTES = 64
 # Bytes per read when hashing stored data: bounds memory whatever the entry's size.
 _HASH_CHUNK = 1 << 20
-
-# FlatTensorHeader, inserted after the `.ptd` file identifier. Mirrors
-# `FlatTensorHeader` in extension/flat_tensor/serialize/serialize.py; keep in sync:
-#   [8:12] b"FH01"  [12:16] u32 header length  [16:24] u64 flatbuffer offset
-#   [24:32] u64 flatbuffer size  [32:40] u64 segment base offset
-#   [40:48] u64 segment data size
-_FH_MAGIC = b"FH01"
-_FH = struct.Struct("<4sIQQQQ")
+# flat_tensor.fbs has three FlatTensor fields; the layout of ExecuTorch 0.6
+# (early 2025, same identifier and version) had five: tensor_alignment and
+# tensors before segments and named_data.
+_FLAT_TENSOR_FIELDS = 3
+_FLAT_TENSOR_VERSION = 0  # _FLAT_TENSOR_VERSION in serialize.py: the newest the runtime loads
 
 # Bytes per element for each ScalarType, as the runtime's elementSize() has them.
 _ELEMENT_SIZE = {
@@ -191,12 +184,20 @@ class DelegateData:
 
 @dataclass(frozen=True)
 class PtdFile:
-    """A `.ptd` file: its named blobs, with tensor layouts where it has them."""
+    """A `.ptd` file: its named blobs, with tensor layouts where it has them.
+
+    `flatbuffer_end` is where the header and FlatTensor flatbuffer end,
+    `segment_base_offset` where the segment data starts, `segments` are
+    `FlatTensor.segments` with absolute offsets.
+    """
 
     path: str
     file_bytes: int
     named_data: Mapping[str, NamedData]
     layouts: Mapping[str, tuple[int, tuple[int, ...]]]
+    flatbuffer_end: int
+    segment_base_offset: int
+    segments: tuple[Segment, ...]
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,7 @@ class PteFile:
         path: The file's path, or "<bytes>".
         file_bytes: Its size.
         program_size: Bytes of the program flatbuffer, extended header included.
+        header_length: The extended header's length field; 0 when there is none.
         segment_base_offset: Where segment data starts; 0 when there is none.
         segments: `Program.segments`, with absolute offsets.
         plans: One `PlanRefs` per execution plan, for `find_live`.
@@ -223,6 +225,7 @@ class PteFile:
     path: str
     file_bytes: int
     program_size: int
+    header_length: int
     segment_base_offset: int
     segments: tuple[Segment, ...]
     plans: tuple[PlanRefs, ...]
@@ -314,12 +317,16 @@ class StoredSpan:
         return self.source.sha256(self.offset, self.nbytes, "stored data")
 
 
-def _text(value: bytes | str | None) -> str | None:
+def table_text(value: bytes | str | None) -> str | None:
+    """A generated string field as text. Package-internal (the file side's readers)."""
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
 
 
-def _ints(vector) -> list[int]:
-    """A generated vector field as a list; the object API leaves absent vectors None."""
+def vector_ints(vector) -> list[int]:
+    """A generated vector field as a list; the object API leaves absent vectors None.
+
+    Package-internal, like `table_text`: shared by the file side's readers and writers.
+    """
     return [] if vector is None else [int(i) for i in vector]
 
 
@@ -362,20 +369,22 @@ def _tensor_nbytes(tensor, where: str) -> int | None:
     size = _ELEMENT_SIZE.get(tensor.scalarType)
     if size is None:
         return None
-    for dim in _ints(tensor.sizes):
+    for dim in vector_ints(tensor.sizes):
         if dim < 0:
-            raise ProgramFormatError(f"{where}: size {dim} < 0 in sizes {_ints(tensor.sizes)}")
+            raise ProgramFormatError(
+                f"{where}: size {dim} < 0 in sizes {vector_ints(tensor.sizes)}"
+            )
         size *= dim
     return size
 
 
 def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
-    """Describes a generated `ExecutionPlanT` for `find_live`, as `emitted.collect_plan_refs` does."""
-    name = _text(plan.name) or ""
-    roots: list[int] = [*_ints(plan.inputs), *_ints(plan.outputs)]
+    """Describes a generated `ExecutionPlanT` for `find_live`, as `emitted.collect_plan_refs`."""
+    name = table_text(plan.name) or ""
+    roots: list[int] = [*vector_ints(plan.inputs), *vector_ints(plan.outputs)]
     for chain in plan.chains or ():
-        roots.extend(_ints(chain.inputs))
-        roots.extend(_ints(chain.outputs))
+        roots.extend(vector_ints(chain.inputs))
+        roots.extend(vector_ints(chain.outputs))
         for instruction in chain.instructions or ():
             kind, args = instruction.instrArgsType, instruction.instrArgs
             if args is None:
@@ -384,7 +393,7 @@ def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
                     f"plan {name!r}: instruction of kind {kind} has no arguments"
                 )
             if kind in (InstructionArguments.KernelCall, InstructionArguments.DelegateCall):
-                roots.extend(_ints(args.args))
+                roots.extend(vector_ints(args.args))
             elif kind == InstructionArguments.MoveCall:
                 roots.extend((args.moveFrom, args.moveTo))
             elif kind == InstructionArguments.JumpFalseCall:
@@ -400,10 +409,10 @@ def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
         if val is None and kind != KernelTypes.NONE:
             raise ProgramFormatError(f"plan {name!r}: value {index} of kind {kind} has no table")
         if kind in (KernelTypes.IntList, KernelTypes.TensorList, KernelTypes.OptionalTensorList):
-            list_items[index] = _ints(val.items)
+            list_items[index] = vector_ints(val.items)
         elif kind == KernelTypes.Tensor:
             info = val.extraTensorInfo
-            fqn = _text(info.fullyQualifiedName) if info is not None else None
+            fqn = table_text(info.fullyQualifiedName) if info is not None else None
             mutable = val.allocationInfo is not None
             ref = classify_tensor_data(
                 val.dataBufferIdx,
@@ -418,7 +427,7 @@ def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
                         value_index=index,
                         ref=ref,
                         dtype=_SCALAR_TYPE_NAMES.get(val.scalarType, str(val.scalarType)),
-                        shape=tuple(_ints(val.sizes)),
+                        shape=tuple(vector_ints(val.sizes)),
                         nbytes=_tensor_nbytes(val, f"plan {name!r} value {index}"),
                         name=fqn,
                     )
@@ -434,44 +443,44 @@ def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
     )
 
 
-def _read_header(source: ByteSource) -> tuple[int, int]:
-    """Returns (program size, segment base offset) from the extended header, if any."""
-    head = source.read(0, min(_NUM_HEAD_BYTES, source.size), "file header")
-    _check_identifier(source, head, _PROGRAM_IDENTIFIER, "PTE")
-    if head[_EH_OFFSET : _EH_OFFSET + 4] != _EH_MAGIC:
-        return source.size, 0
-    if len(head) < _EH_OFFSET + _EH.size:
-        raise PteFormatError(source.name, "truncated extended header", _EH_OFFSET)
-    _, length, program_size, segment_base_offset = _EH.unpack_from(head, _EH_OFFSET)
-    if length < _EH_MINIMUM_LENGTH:
+def _read_header(source: ByteSource) -> tuple[int, int, int]:
+    """(program size, header length, segment base offset) from the extended header, if any."""
+    head = source.read(0, min(NUM_HEAD_BYTES, source.size), "file header")
+    _check_identifier(source, head, PROGRAM_IDENTIFIER, "PTE")
+    if head[EH_OFFSET : EH_OFFSET + 4] != EH_MAGIC:
+        return source.size, 0, 0
+    if len(head) < EH_OFFSET + EH.size:
+        raise PteFormatError(source.name, "truncated extended header", EH_OFFSET)
+    _, length, program_size, segment_base_offset = EH.unpack_from(head, EH_OFFSET)
+    if length < EH_MINIMUM_LENGTH:
         raise PteFormatError(
-            source.name, f"extended header length {length} < {_EH_MINIMUM_LENGTH}", _EH_OFFSET + 4
+            source.name, f"extended header length {length} < {EH_MINIMUM_LENGTH}", EH_OFFSET + 4
         )
-    if not _EH_OFFSET + length <= program_size <= source.size:
+    if not EH_OFFSET + length <= program_size <= source.size:
         raise PteFormatError(
             source.name,
             f"truncated: program size {program_size} > file size {source.size}"
             if program_size > source.size
             else f"program size {program_size} smaller than its header",
-            _EH_OFFSET + 8,
+            EH_OFFSET + 8,
         )
     if segment_base_offset and not program_size <= segment_base_offset <= source.size:
         raise PteFormatError(
             source.name,
             f"segment base offset {segment_base_offset} outside "
             f"{program_size}..{source.size} (file size)",
-            _EH_OFFSET + 16,
+            EH_OFFSET + 16,
         )
-    if length >= _EH_MINIMUM_LENGTH + _EH_SEGMENT_DATA_SIZE.size:
-        (segment_data_size,) = _EH_SEGMENT_DATA_SIZE.unpack_from(head, _EH_OFFSET + _EH.size)
+    if length >= EH_MINIMUM_LENGTH + EH_SEGMENT_DATA_SIZE.size:
+        (segment_data_size,) = EH_SEGMENT_DATA_SIZE.unpack_from(head, EH_OFFSET + EH.size)
         if segment_base_offset + segment_data_size > source.size:
             raise PteFormatError(
                 source.name,
                 f"truncated: segment data ends at {segment_base_offset + segment_data_size}, "
                 f"file has {source.size} bytes",
-                _EH_OFFSET + _EH.size,
+                EH_OFFSET + EH.size,
             )
-    return program_size, segment_base_offset
+    return program_size, length, segment_base_offset
 
 
 def _read_segments(source: ByteSource, program, base: int) -> tuple[Segment, ...]:
@@ -557,7 +566,7 @@ def _read_delegates(
     inline = program.backendDelegateData or []
     users: dict[tuple[str, int], list[DelegateRef]] = {}
     for plan in program.executionPlan or ():
-        plan_name = _text(plan.name) or ""
+        plan_name = table_text(plan.name) or ""
         for number, delegate in enumerate(plan.delegates or ()):
             where = f"plan {plan_name!r} delegate {number}"
             if delegate.processed is None:
@@ -576,7 +585,7 @@ def _read_delegates(
             else:
                 raise PteFormatError(source.name, f"{where}: unknown data location {location}")
             users.setdefault(key, []).append(
-                DelegateRef(plan_name, number, _text(delegate.id) or "")
+                DelegateRef(plan_name, number, table_text(delegate.id) or "")
             )
     for index in range(len(inline)):
         users.setdefault(("inline", index), [])
@@ -612,15 +621,47 @@ def read_ptd(path: str | os.PathLike) -> PtdFile:
     return read_ptd_flat_tensor(path)[0]
 
 
-def read_ptd_flat_tensor(path: str | os.PathLike) -> tuple[PtdFile, FlatTensorT, int]:
-    """`read_ptd`, plus the unpacked `FlatTensor` and the segment base offset, for a rewrite."""
+def _check_flat_tensor_fields(source: ByteSource, buffer: bytes) -> None:
+    """Refuses a FlatTensor whose table has more fields than flat_tensor.fbs.
+
+    The early-2025 schema kept the identifier and version but had
+    `tensor_alignment` and `tensors` where `segments` and `named_data` are now,
+    so reading it with today's schema would misread every field.
+    """
+    root = int.from_bytes(buffer[0:4], "little")
+    if not 8 <= root <= len(buffer) - 4:
+        raise PteFormatError(
+            source.name, f"flatbuffer: root offset {root} outside 8..{len(buffer)}", 0
+        )
+    vtable = root - int.from_bytes(buffer[root : root + 4], "little", signed=True)
+    if not 0 <= vtable <= len(buffer) - 4:
+        raise PteFormatError(
+            source.name, f"flatbuffer: vtable at {vtable} outside the buffer", root
+        )
+    fields = (int.from_bytes(buffer[vtable : vtable + 2], "little") - 4) // 2
+    if fields > _FLAT_TENSOR_FIELDS:
+        raise PteFormatError(
+            source.name,
+            f"FlatTensor table with {fields} fields (flat_tensor.fbs has {_FLAT_TENSOR_FIELDS}): "
+            "the .ptd layout of ExecuTorch 0.6 (FlatTensor.tensor_alignment, tensors) "
+            "is not supported; export it again with ExecuTorch 0.7 or later",
+            vtable,
+        )
+
+
+def read_ptd_flat_tensor(path: str | os.PathLike) -> tuple[PtdFile, FlatTensorT]:
+    """`read_ptd`, plus the unpacked `FlatTensor`, for a rewrite."""
     source = ByteSource(path)
     try:
-        head = source.read(0, min(_NUM_HEAD_BYTES, source.size), "file header")
-        _check_identifier(source, head, _FLAT_TENSOR_IDENTIFIER, "PTD")
-        if len(head) < 8 + _FH.size or head[8:12] != _FH_MAGIC:
-            raise PteFormatError(source.name, f"missing {_FH_MAGIC!r} header", 8)
-        _, _, fb_offset, fb_size, base, data_size = _FH.unpack_from(head, 8)
+        head = source.read(0, min(NUM_HEAD_BYTES, source.size), "file header")
+        _check_identifier(source, head, FLAT_TENSOR_IDENTIFIER, "PTD")
+        if len(head) < 8 + FH.size or head[8:12] != FH_MAGIC:
+            raise PteFormatError(source.name, f"missing {FH_MAGIC!r} header", 8)
+        _, length, fb_offset, fb_size, base, data_size = FH.unpack_from(head, 8)
+        if length < FH.size:
+            raise PteFormatError(
+                source.name, f"{FH_MAGIC!r} header length {length} < {FH.size}", 12
+            )
         if fb_offset + fb_size > source.size or base + data_size > source.size:
             raise PteFormatError(
                 source.name,
@@ -628,9 +669,16 @@ def read_ptd_flat_tensor(path: str | os.PathLike) -> tuple[PtdFile, FlatTensorT,
                 f"{base + data_size}, file has {source.size} bytes",
                 16,
             )
-        flat_tensor = _unpack(
-            source, FlatTensorT, source.read(0, fb_offset + fb_size, "flatbuffer"), "flatbuffer"
-        )
+        buffer = source.read(0, fb_offset + fb_size, "flatbuffer")
+        _check_flat_tensor_fields(source, buffer)
+        flat_tensor = _unpack(source, FlatTensorT, buffer, "flatbuffer")
+        if flat_tensor.version > _FLAT_TENSOR_VERSION:
+            raise PteFormatError(
+                source.name,
+                f"FlatTensor version {flat_tensor.version} is newer than the supported "
+                f"{_FLAT_TENSOR_VERSION}",
+                int.from_bytes(buffer[0:4], "little"),
+            )
         segments = []
         for index, segment in enumerate(flat_tensor.segments or ()):
             if segment.offset + segment.size > data_size:
@@ -644,15 +692,18 @@ def read_ptd_flat_tensor(path: str | os.PathLike) -> tuple[PtdFile, FlatTensorT,
         named: dict[str, NamedData] = {}
         layouts: dict[str, tuple[int, tuple[int, ...]]] = {}
         for entry in flat_tensor.namedData or ():
-            key = _text(entry.key) or ""
+            key = table_text(entry.key) or ""
             segment = _segment(source, segments, entry.segmentIndex, f"named data {key!r}")
             named[key] = NamedData(
                 key, source.name, segment.index, segment.offset, segment.size
             )
             if entry.tensorLayout is not None:
                 layout = entry.tensorLayout
-                layouts[key] = (layout.scalarType, tuple(_ints(layout.sizes)))
-        return PtdFile(source.name, source.size, named, layouts), flat_tensor, base
+                layouts[key] = (layout.scalarType, tuple(vector_ints(layout.sizes)))
+        ptd = PtdFile(
+            source.name, source.size, named, layouts, fb_offset + fb_size, base, tuple(segments)
+        )
+        return ptd, flat_tensor
     finally:
         source.close()
 
@@ -723,16 +774,14 @@ def read_pte(
 
 def read_pte_program(
     source: str | os.PathLike | bytes, ptd_paths: Sequence[str | os.PathLike] = ()
-) -> tuple[PteFile, ProgramT]:
-    """`read_pte`, plus the unpacked program flatbuffer, for a rewrite."""
+) -> tuple[PteFile, ProgramT, bytes]:
+    """`read_pte`, plus the unpacked program and the file's bytes up to its end, for a rewrite."""
     ptds = tuple(read_ptd(path) for path in ptd_paths)
     reader = ByteSource(source)
     try:
-        program_size, base = _read_header(reader)
-        program = _unpack(
-            reader, ProgramT, reader.read(0, program_size, "program flatbuffer"),
-            "program flatbuffer",
-        )
+        program_size, header_length, base = _read_header(reader)
+        program_data = reader.read(0, program_size, "program flatbuffer")
+        program = _unpack(reader, ProgramT, program_data, "program flatbuffer")
         segments = _read_segments(reader, program, base)
         tensors: list[TensorEntry] = []
         try:
@@ -744,7 +793,7 @@ def read_pte_program(
         entries: dict[DataSpace, dict[int, DataEntry]] = {space: {} for space in DataSpace}
         referenced: set[int] = set()
         constant_segment = mutable_segment = None
-        offsets = _ints(program.constantSegment.offsets) if program.constantSegment else []
+        offsets = vector_ints(program.constantSegment.offsets) if program.constantSegment else []
         if offsets:
             constant_segment = program.constantSegment.segmentIndex
             segment = _segment(reader, segments, constant_segment, "constant_segment")
@@ -752,7 +801,8 @@ def read_pte_program(
                 reader, DataSpace.CONSTANT, segment, offsets,
                 _first_nbytes(tensors, DataSpace.CONSTANT),
             )
-        elif program.constantBuffer:
+        elif any(len(vector_ints(b.storage)) for b in program.constantBuffer or ()):
+            # Only the empty placeholder entry is a program without constants: accepted.
             raise PteFormatError(
                 reader.name,
                 "constants inline in Program.constant_buffer (the deprecated layout) "
@@ -763,7 +813,7 @@ def read_pte_program(
             mutable_segment = mutable.segmentIndex
             segment = _segment(reader, segments, mutable_segment, "mutable_data_segments[0]")
             entries[DataSpace.MUTABLE] = _subsegment_entries(
-                reader, DataSpace.MUTABLE, segment, _ints(mutable.offsets),
+                reader, DataSpace.MUTABLE, segment, vector_ints(mutable.offsets),
                 _first_nbytes(tensors, DataSpace.MUTABLE),
             )
         for tensor in tensors:
@@ -779,7 +829,7 @@ def read_pte_program(
 
         named_data = []
         for entry in program.namedData or ():
-            key = _text(entry.key) or ""
+            key = table_text(entry.key) or ""
             segment = _segment(reader, segments, entry.segmentIndex, f"named data {key!r}")
             referenced.add(segment.index)
             named_data.append(
@@ -794,6 +844,7 @@ def read_pte_program(
             path=reader.name,
             file_bytes=reader.size,
             program_size=program_size,
+            header_length=header_length,
             segment_base_offset=base,
             segments=segments,
             plans=plans,
@@ -805,7 +856,7 @@ def read_pte_program(
             delegates=delegates,
             unreferenced_segments=tuple(s for s in segments if s.index not in referenced),
             ptd_files=ptds,
-        ), program
+        ), program, program_data
     finally:
         reader.close()
 

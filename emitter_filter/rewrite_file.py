@@ -1,34 +1,34 @@
 """Prune a `.pte` file (and its `.ptd` files) on disk, streaming the constant bytes.
 
-`prune_file` writes the file `to_executorch(prune_constants=True)` writes for the
-same model, without importing torch or `executorch.exir`:
+`prune_file` reads, decides, then writes, as the in-memory filter analyses, then
+rewrites:
 
     in.pte   [header | program | constant: P W UB | delegate | named: k0 k1]
     out.pte  [header | program'| constant: P W    | delegate | named: k0   ]
 
-1. Analyse: `pte_file.read_pte_program` reads headers and the program flatbuffer;
-   `reachability.find_live` finds the kept values and data entries, and
-   `reachability.order_live_data` renumbers them in first-reference order, the
-   rule `emitted.py` uses in memory; `pte_file.classify_file_named_data` decides
-   which named data no delegate reaches, as the hook does and as `audit` counts.
-2. Validate and lay out every output byte before anything is written.
-3. Rewrite the unpacked program (values compacted in order, every value and
-   `data_buffer_idx` renumbered in `_remap_plan`), pack it with the generated
-   object API as `exir/_serialize/_flatbuffer_program.py` does, and stream the
-   kept segment bytes from the input into a temporary file beside the output,
-   renamed over it only once complete.
+1. Read: `pte_file.read_pte_program` reads headers and the program flatbuffer;
+   `audit.analyse_file` finds the kept values and data entries, the named data
+   no delegate reaches and what is dead, as `audit` counts it (with the
+   `keep_constants` roots and `names`).
+2. Decide every output byte before any is written. A file with nothing dead is
+   its own output, byte for byte. Otherwise `file_layout.infer_pte_layout` reads
+   the serializer options back from the file; the unpacked program is
+   rewritten (values compacted in order and renumbered in `_remap_plan`, data
+   entries renumbered in first-reference order by `reachability.order_live_data`,
+   the rule `emitted.py` uses in memory) and packed with that layout; a `.ptd`
+   with something dead is rebuilt the same way (`flat_tensor_writer`).
+3. Write: `file_output.write_outputs` streams the kept bytes from the inputs
+   into temporary files beside the outputs, renamed over them once complete.
 
-Byte identity. The program flatbuffer, header and segment layout follow
-`exir/_serialize/_program.py:serialize_pte_binary`; the alignments it was given
-(`segment_alignment`, `constant_tensor_alignment`, named-data alignments) are not
-stored in the file, so they are inferred from its offsets, preferring
-ExecuTorch's defaults (128, 16) when the offsets allow them. Where the offsets
-cannot tell (an alignment no entry's padding reveals, a constant whose storage is
-longer than its tensor and that becomes the segment's last entry, a
-`delegate_alignment` above 32) the output is the same program with the same
-bytes but may be laid out differently. A `.ptd` flatbuffer is written, as
-ExecuTorch writes it, by the wheel's `flatc` from JSON (one short subprocess
-per `.ptd`).
+Byte identity: for a file ExecuTorch's serializer wrote, the layout read back
+reproduces the input (`PteLayout.reproduced`), and the pruned file is the one
+`to_executorch(prune_constants=True)` writes with the same options. What the
+file cannot tell (`file_layout`): an alignment no padding shows, such as a
+`delegate_alignment` that inline blobs happen to satisfy at a smaller value,
+or the padding of the input's last constant once another entry follows it.
+There the output is the same program with the same bytes, laid out with the
+default that fits. Files from other writers (older releases, other tools) are
+written in ExecuTorch 1.5.1's layout: the same program, not the same bytes.
 
 Never touched: the input files (opened read-only), instructions, operators,
 delegates and their blobs, and constant bytes (copied, never reinterpreted).
@@ -36,20 +36,11 @@ delegates and their blobs, and constant bytes (copied, never reinterpreted).
 
 from __future__ import annotations
 
-import errno
-import importlib.util
-import json
 import logging
 import os
-import shutil
-import stat
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-import flatbuffers
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
 from emitter_filter._program_fbs.executorch_flatbuffer.DataSegment import DataSegmentT
@@ -67,14 +58,36 @@ from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import (
     DataSegmentT as FlatTensorDataSegmentT,
 )
 from emitter_filter.audit import analyse_file
-from emitter_filter.errors import InvariantError, OutputFileError, UnsupportedExecutorchError
-from emitter_filter.named_data import NamedDataUse
-from emitter_filter.pte_file import (
+from emitter_filter.errors import InvariantError, OutputFileError
+from emitter_filter.file_layout import (
+    PteLayout,
+    aligned,
+    infer_ptd_layout,
+    infer_pte_layout,
+    pack_program,
+    place_segments,
+    program_prefix,
+    ptd_prefix,
+    segment_alignments,
+)
+from emitter_filter.file_output import (
+    OutputFile,
+    Piece,
+    ProgressFn,
+    check_outputs,
+    open_input,
+    write_outputs,
+)
+from emitter_filter.flat_tensor_writer import pack_flat_tensor
+from emitter_filter.pte_file import (  # noqa: F401 (PteFormatError: raised through here)
     ByteSource,
+    PtdFile,
     PteFile,
     PteFormatError,
     read_ptd_flat_tensor,
     read_pte_program,
+    table_text,
+    vector_ints,
 )
 from emitter_filter.reachability import (
     DataSpace,
@@ -85,29 +98,11 @@ from emitter_filter.reachability import (
     value_remapper,
 )
 from emitter_filter.reports import DroppedConstant
-
 from emitter_filter.state_names import StateFile, state_file
 
 __all__ = ["FilePruneReport", "prune_file"]
 
 logger = logging.getLogger(__name__)
-
-# Layout constants of exir/_serialize/_program.py and
-# extension/flat_tensor/serialize/serialize.py; keep in sync.
-_PROGRAM_IDENTIFIER = b"ET12"
-_EH_MAGIC = b"eh00"
-_EH_LENGTH = 32  # _ExtendedHeader.EXPECTED_LENGTH
-_FH_MAGIC = b"FH01"
-_FH_LENGTH = 40  # FlatTensorHeader.EXPECTED_LENGTH
-_FH_PADDED_LENGTH = 48  # aligned to _FLATBUFFER_ALIGNMENT (16)
-_DEFAULT_SEGMENT_ALIGNMENT = 128  # serialize_pte_binary, FlatTensorConfig
-_DEFAULT_TENSOR_ALIGNMENT = 16  # exir.tensor.ALIGNMENT
-_SCHEMA_FORCE_ALIGN = 16  # program.fbs force_align of Buffer.storage and inline delegate data
-_MAX_ALIGNMENT = 1 << 16
-# Bytes per copy call: bounds memory on the fallback path and paces progress reports.
-_COPY_CHUNK = 64 << 20
-
-ProgressFn = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -153,106 +148,7 @@ class FilePruneReport:
         return line + f" in {self.seconds * 1e3:.1f} ms"
 
 
-@dataclass(frozen=True)
-class _Piece:
-    """`nbytes` bytes at absolute `offset` of an input file, then `pad` zero bytes."""
-
-    fd: int
-    offset: int
-    nbytes: int
-    pad: int
-
-
-@dataclass
-class _OutSegment:
-    """One segment of an output: its own alignment, its pieces, and (once laid out) its offset."""
-
-    alignment: int
-    pieces: list[_Piece]
-    offset: int = 0
-
-    @property
-    def size(self) -> int:
-        return sum(p.nbytes + p.pad for p in self.pieces)
-
-
-def _aligned(size: int, alignment: int) -> int:
-    return (size + alignment - 1) // alignment * alignment
-
-
-def _powers_of_two() -> list[int]:
-    return [1 << k for k in range(_MAX_ALIGNMENT.bit_length())]
-
-
-# --- inferring the alignments the serializer was given ---------------------------------
-
-
-def _infer_tensor_alignment(offsets: Sequence[int], known: dict[int, int]) -> int:
-    """`constant_tensor_alignment`: each entry but the last is padded to it."""
-
-    def consistent(alignment: int) -> bool:
-        if any(o % alignment for o in offsets):
-            return False
-        return all(
-            offsets[i + 1] - offsets[i] == _aligned(n, alignment)
-            for i, n in known.items()
-            if i + 1 < len(offsets)
-        )
-
-    if consistent(_DEFAULT_TENSOR_ALIGNMENT):
-        return _DEFAULT_TENSOR_ALIGNMENT
-    for alignment in _powers_of_two():
-        if consistent(alignment):
-            return alignment
-    # A storage longer than its tensor hides the padding: keep the offsets' alignment.
-    fallback = max((a for a in _powers_of_two() if not any(o % a for o in offsets)), default=1)
-    logger.warning("constant offsets fit no tensor alignment; using %d", fallback)
-    return fallback
-
-
-def _infer_segment_alignment(
-    base: int, header_end: int, segments: Sequence[tuple[int, int]], plain: Sequence[bool]
-) -> tuple[int, list[int]]:
-    """(`segment_alignment`, each segment's own alignment) from the segment offsets.
-
-    Args:
-        base: The segment base offset.
-        header_end: Where the data before the segments ends (program or flatbuffer).
-        segments: (offset relative to `base`, size), in index order.
-        plain: Whether each segment has no alignment of its own (constant,
-            mutable, delegate) as opposed to named data (`DataEntry.alignment`).
-    """
-
-    def own_alignments(alignment: int) -> list[int] | None:
-        if _aligned(header_end, alignment) != base:
-            return None
-        result, end = [], 0
-        for (offset, size), is_plain in zip(segments, plain):
-            if offset % alignment or offset < _aligned(end, alignment):
-                return None
-            if is_plain:
-                if offset != _aligned(end, alignment):
-                    return None
-                result.append(alignment)
-            else:
-                fits = (p for p in _powers_of_two() if p >= alignment and _aligned(end, p) == offset)
-                result.append(next(fits, alignment))
-            end = offset + size
-        return result
-
-    for alignment in (_DEFAULT_SEGMENT_ALIGNMENT, *_powers_of_two()):
-        found = own_alignments(alignment)
-        if found is not None:
-            return alignment, found
-    logger.warning("segment offsets fit no alignment; using %d", _DEFAULT_SEGMENT_ALIGNMENT)
-    return _DEFAULT_SEGMENT_ALIGNMENT, [_DEFAULT_SEGMENT_ALIGNMENT] * len(segments)
-
-
-# --- the rewrite of the unpacked program ---------------------------------------------
-
-
-def _ints(vector) -> list[int]:
-    return [] if vector is None else [int(i) for i in vector]
+# --- decide: the rewrite of the unpacked program --------------------------------------
 
 
 def _remap_plan(
@@ -268,7 +164,7 @@ def _remap_plan(
     remap = value_remapper(refs.name, refs.num_values, live)
 
     def remap_all(indices) -> list[int]:
-        return [remap(i) for i in _ints(indices)]
+        return [remap(i) for i in vector_ints(indices)]
 
     values = plan.values or []
     plan.values = [values[old] for old in live]
@@ -291,7 +187,7 @@ def _remap_plan(
         evalue = plan.values[new_value]
         kind, val = evalue.valType, evalue.val
         if kind == KernelTypes.OptionalTensorList:
-            val.items = [-1 if i == -1 else remap(i) for i in _ints(val.items)]
+            val.items = [-1 if i == -1 else remap(i) for i in vector_ints(val.items)]
         elif kind in (KernelTypes.IntList, KernelTypes.TensorList):
             val.items = remap_all(val.items)
         ref = refs.data_refs.get(old_value)
@@ -305,25 +201,16 @@ def _remap_plan(
                 ) from None
 
 
-@dataclass(frozen=True)
-class _PtdPlan:
-    """A pruned `.ptd`: its kept named data and segments, laid out by `_pack_ptd`."""
-
-    path: str
-    output: str
-    flat_tensor: object
-    segments: list[_OutSegment]
-    segment_alignment: int
-
-
 @dataclass
-class _Plan:
-    """Every byte of the outputs, decided before any is written."""
+class _OutSegment:
+    """One segment of an output: its own alignment and its pieces."""
 
-    program_data: bytes
-    segment_base_offset: int
-    segments: list[_OutSegment]
-    ptds: list[_PtdPlan]
+    alignment: int
+    pieces: list[Piece]
+
+    @property
+    def size(self) -> int:
+        return sum(p.nbytes + p.pad for p in self.pieces)
 
 
 def _subsegment_spans(offsets: Sequence[int], segment_size: int) -> list[int]:
@@ -334,14 +221,13 @@ def _subsegment_spans(offsets: Sequence[int], segment_size: int) -> list[int]:
 
 
 def _constant_segment(
-    pte: PteFile, program, fd: int, order: Sequence[int]
-) -> tuple[_OutSegment, list[int], int]:
-    """The new constant segment, its offsets, and the tensor alignment used."""
-    offsets = _ints(program.constantSegment.offsets)
+    pte: PteFile, program, fd: int, order: Sequence[int], alignment: int
+) -> tuple[_OutSegment, list[int]]:
+    """The new constant segment and its offsets (`_extract_constant_segment`)."""
+    offsets = vector_ints(program.constantSegment.offsets)
     segment = pte.segments[program.constantSegment.segmentIndex]
     spans = _subsegment_spans(offsets, segment.size)
     entries = pte.entries[DataSpace.CONSTANT]
-    alignment = _infer_tensor_alignment(offsets, {i: e.nbytes for i, e in entries.items()})
     last = len(offsets) - 1
     kept = [0, *order]
     pieces, new_offsets, at = [], [], 0
@@ -349,16 +235,16 @@ def _constant_segment(
         # A span holds the entry padded to the alignment, except for the last
         # entry, which the serializer leaves unpadded.
         nbytes = entries[index].nbytes
-        if index != last and _aligned(nbytes, alignment) == spans[index]:
+        if index != last and aligned(nbytes, alignment) == spans[index]:
             raw = nbytes
         else:
             # Never fewer bytes than the tensor reads, even where entries overlap.
             raw = max(nbytes, spans[index])
-        pad = 0 if position == len(kept) - 1 else _aligned(raw, alignment) - raw
+        pad = 0 if position == len(kept) - 1 else aligned(raw, alignment) - raw
         new_offsets.append(at)
-        pieces.append(_Piece(fd, segment.offset + offsets[index], raw, pad))
+        pieces.append(Piece(fd, segment.offset + offsets[index], raw, pad))
         at += raw + pad
-    return _OutSegment(1, pieces), new_offsets, alignment
+    return _OutSegment(1, pieces), new_offsets
 
 
 def _mutable_segment(
@@ -366,7 +252,7 @@ def _mutable_segment(
 ) -> tuple[_OutSegment, list[int]] | None:
     """The new mutable data segment and its offsets; None when no data is left."""
     subsegment = program.mutableDataSegments[0]
-    offsets = _ints(subsegment.offsets)
+    offsets = vector_ints(subsegment.offsets)
     if not offsets:
         # Not even the placeholder: no tensor can refer to mutable data (read_pte checked).
         return None
@@ -379,189 +265,106 @@ def _mutable_segment(
         # Never fewer bytes than the tensor reads, even where entries overlap.
         size = max(spans[index], entries[index].nbytes)
         new_offsets.append(at)
-        pieces.append(_Piece(fd, segment.offset + offsets[index], size, 0))
+        pieces.append(Piece(fd, segment.offset + offsets[index], size))
         at += size
     if at == 0:
         return None
     return _OutSegment(1, pieces), new_offsets
 
 
-def _layout_segments(
-    out: list[_OutSegment], alignment: int
-) -> tuple[list[tuple[int, int]], int]:
-    """(offset, size) of each segment relative to the base, and the data size."""
-    placed, end = [], 0
-    for segment in out:
-        offset = _aligned(end, max(alignment, segment.alignment))
-        placed.append((offset, segment.size))
-        end = offset + segment.size
-    return placed, end
+def _live_external_names(program, liveness: Liveness) -> set[str]:
+    """`fully_qualified_name` of every live EXTERNAL tensor: the `.ptd` keys still read."""
+    names = set()
+    for plan, live in zip(program.executionPlan or (), liveness.live_values):
+        values = plan.values or []
+        for index in live:
+            evalue = values[index]
+            if evalue.valType != KernelTypes.Tensor or evalue.val.extraTensorInfo is None:
+                continue
+            info = evalue.val.extraTensorInfo
+            if info.location == TensorDataLocation.EXTERNAL and info.fullyQualifiedName:
+                names.add(table_text(info.fullyQualifiedName))
+    return names
 
 
-def _plan_ptd(
-    path: str,
-    output: str,
-    fd: int,
-    keep: Callable[[str], bool],
-) -> _PtdPlan | None:
-    _, flat_tensor, base = read_ptd_flat_tensor(path)
-    segments = list(flat_tensor.segments or ())
-    named = [e for e in (flat_tensor.namedData or ()) if keep(_text(e.key))]
-    if not named:
-        return None
-    # FlatTensorHeader (read_ptd checked it): the flatbuffer's offset and size at [16:32].
-    head = os.pread(fd, 32, 0)
-    fb_offset = int.from_bytes(head[16:24], "little")
-    fb_size = int.from_bytes(head[24:32], "little")
-    alignment, own = _infer_segment_alignment(
-        base, fb_offset + fb_size, [(s.offset, s.size) for s in segments], [False] * len(segments)
+def _pte_segment_alignments(pte: PteFile, program) -> dict[int, tuple[int, ...]]:
+    base = pte.segment_base_offset
+    named = {e.segmentIndex for e in program.namedData or ()}
+    return segment_alignments(
+        base, pte.program_size, [(s.offset - base, s.size) for s in pte.segments],
+        [s.index not in named for s in pte.segments],
     )
-    new_index: dict[int, int] = {}
-    out: list[_OutSegment] = []
-    for entry in named:
-        old = entry.segmentIndex
-        if old not in new_index:
-            new_index[old] = len(out)
-            source = segments[old]
-            out.append(_OutSegment(own[old], [_Piece(fd, base + source.offset, source.size, 0)]))
-        entry.segmentIndex = new_index[old]
-    flat_tensor.namedData = named
-    return _PtdPlan(path, output, flat_tensor, out, alignment)
 
 
-def _pack_ptd(plan: _PtdPlan) -> tuple[bytes, int, int, list[tuple[int, int]]]:
-    """(header and flatbuffer, segment base offset, data size, placed segments) of a `.ptd`."""
-    placed, data_size = _layout_segments(plan.segments, plan.segment_alignment)
-    plan.flat_tensor.segments = [
-        _flat_tensor_segment(offset, size) for offset, size in placed
-    ]
-    flatbuffer = _compile_flat_tensor(plan.flat_tensor)
-    base = _aligned(len(flatbuffer) + _FH_PADDED_LENGTH, plan.segment_alignment)
-    header = (
-        _FH_MAGIC
-        + _FH_LENGTH.to_bytes(4, "little")
-        + _FH_PADDED_LENGTH.to_bytes(8, "little")
-        + len(flatbuffer).to_bytes(8, "little")
-        + base.to_bytes(8, "little")
-        + data_size.to_bytes(8, "little")
-    ).ljust(_FH_PADDED_LENGTH, b"\0")
-    data = _insert_header(flatbuffer, header)
-    return data, base, data_size, placed
+def _ptd_segment_alignments(ptd: PtdFile) -> dict[int, tuple[int, ...]]:
+    base = ptd.segment_base_offset
+    return segment_alignments(
+        base, ptd.flatbuffer_end, [(s.offset - base, s.size) for s in ptd.segments],
+        [False] * len(ptd.segments),
+    )
 
 
-def _flat_tensor_json(flat_tensor) -> str:
-    """The JSON `FlatTensorSerializer` hands flatc: its dataclasses' fields, in their order."""
+def _shared_segment_alignment(pte: PteFile, program) -> int | None:
+    """The first `segment_alignment` the `.pte` and all its `.ptd` files allow, if any.
 
-    def layout(value):
-        if value is None:
-            return None
-        return {
-            "scalar_type": value.scalarType,
-            "sizes": _ints(value.sizes),
-            "dim_order": _ints(value.dimOrder),
-        }
-
-    return json.dumps({
-        "version": flat_tensor.version,
-        "segments": [{"offset": s.offset, "size": s.size} for s in flat_tensor.segments or ()],
-        "named_data": [
-            {
-                "key": _text(entry.key),
-                "segment_index": entry.segmentIndex,
-                "tensor_layout": layout(entry.tensorLayout),
-            }
-            for entry in flat_tensor.namedData or ()
-        ],
-    })
-
-
-def _executorch_file(*parts: str) -> str:
-    """A file shipped in the executorch wheel, found without importing executorch."""
-    spec = importlib.util.find_spec("executorch")
-    if spec is None or not spec.submodule_search_locations:
-        raise UnsupportedExecutorchError("executorch is not installed")
-    return os.path.join(list(spec.submodule_search_locations)[0], *parts)
-
-
-def _compile_flat_tensor(flat_tensor) -> bytes:
-    """Packs a `.ptd` flatbuffer with the wheel's flatc, from JSON, as ExecuTorch does.
-
-    `extension/flat_tensor/serialize/serialize.py:_serialize_to_flatbuffer` writes
-    it this way; flatc lays tables out in its own order, which the Python
-    builder does not reproduce, so this is what keeps the `.ptd` byte-identical.
+    One serializer call writes them all with one value: a `.ptd` may show what
+    the `.pte`'s offsets leave open.
     """
-    flatc = _executorch_file("data", "bin", "flatc")
-    schemas = _executorch_file("extension", "flat_tensor", "serialize")
-    with tempfile.TemporaryDirectory(prefix="emitter-filter-") as directory:
-        for name in ("flat_tensor.fbs", "scalar_type.fbs"):
-            shutil.copyfile(os.path.join(schemas, name), os.path.join(directory, name))
-        json_path = os.path.join(directory, "flat_tensor.json")
-        with open(json_path, "w", encoding="ascii") as f:
-            f.write(_flat_tensor_json(flat_tensor))
-        try:
-            subprocess.run(
-                [flatc, "--binary", "-o", directory,
-                 os.path.join(directory, "flat_tensor.fbs"), json_path],
-                check=True, capture_output=True,
-            )
-        except (OSError, subprocess.CalledProcessError) as error:
-            detail = getattr(error, "stderr", b"") or b""
-            raise UnsupportedExecutorchError(
-                f"{flatc} could not write the .ptd flatbuffer: {error}; "
-                f"{detail.decode(errors='replace').strip()}"
-            ) from error
-        with open(os.path.join(directory, "flat_tensor.ptd"), "rb") as f:
-            return f.read()
+    candidates = [_ptd_segment_alignments(ptd) for ptd in pte.ptd_files]
+    return next(
+        (a for a in _pte_segment_alignments(pte, program) if all(a in c for c in candidates)),
+        None,
+    )
 
 
-def _flat_tensor_segment(offset: int, size: int):
-    segment = FlatTensorDataSegmentT()
-    segment.offset, segment.size = offset, size
-    return segment
+def read_layout(
+    src: str | os.PathLike | bytes, ptd_paths: Sequence[str | os.PathLike] = ()
+) -> PteLayout:
+    """The serializer options `prune_file` reads back from a `.pte` and its `.ptd` files.
+
+    What the pruned file is laid out with; `PteLayout.reproduced` says whether
+    they write the input back. Package-internal: for tests and diagnosis.
+    """
+    pte, program, program_data = read_pte_program(src, ptd_paths)
+    return _pte_layout(pte, program, program_data, _shared_segment_alignment(pte, program))
 
 
-def _insert_header(flatbuffer: bytes, header: bytes) -> bytes:
-    """`_insert_flatbuffer_header`: the header goes after the identifier, the root offset moves."""
-    root = int.from_bytes(flatbuffer[0:4], "little") + len(header)
-    return root.to_bytes(4, "little") + flatbuffer[4:8] + header + flatbuffer[8:]
+def _pte_layout(
+    pte: PteFile, program, program_data: bytes, segment_alignment: int | None
+) -> PteLayout:
+    """What `infer_pte_layout` reads back from the file (before `program` is rewritten)."""
+    constant = program.constantSegment
+    offsets = vector_ints(constant.offsets) if constant is not None else []
+    return infer_pte_layout(
+        program,
+        program_data,
+        pte.header_length,
+        _pte_segment_alignments(pte, program),
+        segment_alignment,
+        offsets,
+        {i: e.nbytes for i, e in pte.entries[DataSpace.CONSTANT].items()},
+    )
 
 
-def _plan_pte(
+def _pruned_pte(
     pte: PteFile,
     program,
+    program_data: bytes,
     liveness: Liveness,
-    use: NamedDataUse,
+    dead_keys: frozenset[str],
+    segment_alignment: int | None,
     fd: int,
-    ptd_inputs: Sequence[tuple[str, str, int]],
-) -> _Plan:
-    """Decides every output byte; rewrites `program` (our own unpacked copy) in place."""
+    output: str,
+) -> OutputFile:
+    """Decides every byte of the pruned `.pte`; rewrites `program` (our own copy) in place."""
+    layout = _pte_layout(pte, program, program_data, segment_alignment)
+    logger.debug("%s: %s", pte.path, layout)
     order = order_live_data(pte.plans, liveness)
-
     data_index = new_data_indices(order)
-
-    external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
-    dead_keys = frozenset(use.dead)
-    live_fqns = _live_external_names(program, liveness)
-
-    segments = [(s.offset - pte.segment_base_offset, s.size) for s in pte.segments]
     out: list[_OutSegment] = []
-    alignment = _DEFAULT_SEGMENT_ALIGNMENT
-    tensor_alignment = _DEFAULT_TENSOR_ALIGNMENT
-    if pte.segment_base_offset:
-        named_segments = {e.segmentIndex for e in program.namedData or ()}
-        alignment, own = _infer_segment_alignment(
-            pte.segment_base_offset,
-            pte.program_size,
-            segments,
-            [i not in named_segments for i in range(len(segments))],
-        )
-    else:
-        # No extended header: every segment is empty; nothing to infer.
-        own = [_DEFAULT_SEGMENT_ALIGNMENT] * len(segments)
-
-    if program.constantSegment is not None and _ints(program.constantSegment.offsets):
-        constant, offsets, tensor_alignment = _constant_segment(
-            pte, program, fd, order[DataSpace.CONSTANT]
+    if program.constantSegment is not None and vector_ints(program.constantSegment.offsets):
+        constant, offsets = _constant_segment(
+            pte, program, fd, order[DataSpace.CONSTANT], layout.tensor_alignment
         )
         program.constantSegment = SubsegmentOffsetsT()
         program.constantSegment.segmentIndex = len(out)
@@ -588,18 +391,20 @@ def _plan_pte(
             if old not in delegate_segment:
                 delegate_segment[old] = len(out)
                 source = pte.segments[old]
-                out.append(_OutSegment(1, [_Piece(fd, source.offset, source.size, 0)]))
+                out.append(_OutSegment(1, [Piece(fd, source.offset, source.size)]))
             delegate.processed.index = delegate_segment[old]
     named_segment: dict[int, int] = {}
     kept_named = []
     for entry in program.namedData or ():
-        if _text(entry.key) in dead_keys:
+        if table_text(entry.key) in dead_keys:
             continue
         old = entry.segmentIndex
         if old not in named_segment:
             named_segment[old] = len(out)
             source = pte.segments[old]
-            out.append(_OutSegment(own[old], [_Piece(fd, source.offset, source.size, 0)]))
+            out.append(
+                _OutSegment(layout.segment_alignments[old], [Piece(fd, source.offset, source.size)])
+            )
         entry.segmentIndex = named_segment[old]
         kept_named.append(entry)
     if program.namedData is not None:
@@ -608,67 +413,18 @@ def _plan_pte(
     for plan, refs, live in zip(program.executionPlan or (), pte.plans, liveness.live_values):
         _remap_plan(plan, refs, live, data_index)
 
-    placed, data_size = _layout_segments(out, alignment)
-    program.segments = [_program_segment(offset, size) for offset, size in placed]
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(program.Pack(builder), file_identifier=_PROGRAM_IDENTIFIER)
-    flatbuffer = bytes(builder.Output())
-    if data_size == 0:
-        # Like serialize_pte_binary: no segment data, no extended header.
-        program_data, base = flatbuffer, 0
-    else:
-        max_alignment = max(_SCHEMA_FORCE_ALIGN, tensor_alignment)
-        padded = _aligned(_EH_LENGTH, max_alignment)
-        program_size = padded + len(flatbuffer)
-        base = _aligned(program_size, alignment)
-        header = (
-            _EH_MAGIC
-            + _EH_LENGTH.to_bytes(4, "little")
-            + program_size.to_bytes(8, "little")
-            + base.to_bytes(8, "little")
-            + data_size.to_bytes(8, "little")
-        ).ljust(padded, b"\0")
-        program_data = _insert_header(flatbuffer, header)
-    for segment, (offset, _) in zip(out, placed):
-        segment.offset = offset
-
-    def keep_ptd_key(key: str) -> bool:
-        if key in external_fqns:
-            return key in live_fqns
-        return key not in dead_keys
-
-    ptds = []
-    for path, output, ptd_fd in ptd_inputs:
-        ptd_plan = _plan_ptd(path, output, ptd_fd, keep_ptd_key)
-        if ptd_plan is not None:
-            ptds.append(ptd_plan)
-    return _Plan(
-        program_data=program_data,
-        segment_base_offset=base,
-        segments=out,
-        ptds=ptds,
+    offsets, data_size = place_segments(
+        [(s.size, s.alignment) for s in out], layout.segment_alignment
     )
-
-
-def _live_external_names(program, liveness) -> set[str]:
-    """`fully_qualified_name` of every live EXTERNAL tensor: the `.ptd` keys still read."""
-    names = set()
-    for plan, live in zip(program.executionPlan or (), liveness.live_values):
-        values = plan.values or []
-        for index in live:
-            evalue = values[index]
-            if evalue.valType != KernelTypes.Tensor or evalue.val.extraTensorInfo is None:
-                continue
-            info = evalue.val.extraTensorInfo
-            if info.location == TensorDataLocation.EXTERNAL and info.fullyQualifiedName:
-                names.add(_text(info.fullyQualifiedName))
-    return names
-
-
-def _text(value: bytes | str | None) -> str:
-    if value is None:
-        return ""
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+    if out or program.segments is not None:
+        # ExecuTorch always writes the list; a file without it keeps it absent.
+        program.segments = [_program_segment(o, s.size) for o, s in zip(offsets, out)]
+    flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
+    prefix, base = program_prefix(flatbuffer, layout, data_size)
+    result = OutputFile(output, fd, prefix)
+    if data_size:
+        result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out)]
+    return result
 
 
 def _program_segment(offset: int, size: int) -> DataSegmentT:
@@ -677,115 +433,47 @@ def _program_segment(offset: int, size: int) -> DataSegmentT:
     return segment
 
 
-# --- writing --------------------------------------------------------------------------
+def _pruned_ptd(
+    path: str, output: str, fd: int, keep: Callable[[str], bool], segment_alignment: int | None
+) -> OutputFile | None:
+    """The pruned `.ptd` (as `FlatTensorSerializer` writes it); None when no key is kept."""
+    ptd, flat_tensor = read_ptd_flat_tensor(path)
+    segments = list(flat_tensor.segments or ())
+    named = [e for e in (flat_tensor.namedData or ()) if keep(table_text(e.key) or "")]
+    if not named:
+        return None
+    layout = infer_ptd_layout(_ptd_segment_alignments(ptd), segment_alignment, len(segments))
+    new_index: dict[int, int] = {}
+    out: list[_OutSegment] = []
+    for entry in named:
+        old = entry.segmentIndex
+        if old not in new_index:
+            new_index[old] = len(out)
+            source = segments[old]
+            piece = Piece(fd, ptd.segment_base_offset + source.offset, source.size)
+            out.append(_OutSegment(layout.segment_alignments[old], [piece]))
+        entry.segmentIndex = new_index[old]
+    offsets, data_size = place_segments(
+        [(s.size, s.alignment) for s in out], layout.segment_alignment
+    )
+    flat_tensor.namedData = named
+    flat_tensor.segments = [_flat_tensor_segment(o, s.size) for o, s in zip(offsets, out)]
+    prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), layout, data_size)
+    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out)])
 
 
-class _Writer:
-    """Appends to an output file descriptor, copying input ranges in the kernel where it can."""
-
-    def __init__(self, fd: int, total: int, progress: ProgressFn | None) -> None:
-        self.fd = fd
-        self.position = 0
-        self.total = total
-        self.progress = progress
-        self._kernel_copy = hasattr(os, "copy_file_range")
-
-    def write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            written = os.write(self.fd, view)
-            view = view[written:]
-        self.position += len(data)
-
-    def zeros(self, count: int) -> None:
-        if count:
-            self.write(bytes(count))
-
-    def copy(self, src: int, offset: int, count: int) -> None:
-        end = offset + count
-        while offset < end:
-            chunk = min(_COPY_CHUNK, end - offset)
-            copied = self._copy_chunk(src, offset, chunk)
-            if copied == 0:
-                raise PteFormatError(
-                    _fd_name(src), f"input ended while copying {count} bytes", offset
-                )
-            offset += copied
-            self.position += copied
-            if self.progress is not None:
-                self.progress(self.position, self.total)
-
-    def _copy_chunk(self, src: int, offset: int, count: int) -> int:
-        if self._kernel_copy:
-            try:
-                return os.copy_file_range(src, self.fd, count, offset)
-            except OSError as error:
-                # Filesystems without in-kernel copy: fall back to read and write, as cp does.
-                if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                    raise
-                self._kernel_copy = False
-        data = os.pread(src, min(count, 1 << 20), offset)
-        self.write(data)
-        self.position -= len(data)
-        return len(data)
+def _flat_tensor_segment(offset: int, size: int) -> FlatTensorDataSegmentT:
+    segment = FlatTensorDataSegmentT()
+    segment.offset, segment.size = offset, size
+    return segment
 
 
-def _fd_name(fd: int) -> str:
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return f"fd {fd}"
+def _verbatim(path: str, fd: int, size: int) -> OutputFile:
+    """An output that is its input, byte for byte."""
+    return OutputFile(path, fd, b"", [(0, [Piece(fd, 0, size)])])
 
 
-def _write_segments(writer: _Writer, base: int, segments: Sequence[_OutSegment]) -> None:
-    writer.zeros(base - writer.position)
-    for segment in segments:
-        writer.zeros(base + segment.offset - writer.position)
-        for piece in segment.pieces:
-            writer.copy(piece.fd, piece.offset, piece.nbytes)
-            writer.zeros(piece.pad)
-
-
-def _open_temp(dst: str, mode: int) -> tuple[int, str]:
-    directory = os.path.dirname(os.path.abspath(dst))
-    try:
-        fd, temp = tempfile.mkstemp(
-            dir=directory, prefix=f".{os.path.basename(dst)}.", suffix=".tmp"
-        )
-        os.fchmod(fd, mode)
-    except OSError as error:
-        raise OutputFileError(f"{dst}: cannot write: {error.strerror}") from error
-    return fd, temp
-
-
-def _open_input(path: str, opened: list[int]) -> int:
-    """Opens an input read-only (it is never written) and records it for closing."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as error:
-        raise PteFormatError(path, f"cannot open: {error.strerror}") from error
-    opened.append(fd)
-    return fd
-
-
-def _same_file(a: str, b: str) -> bool:
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def _check_outputs(inputs: Sequence[str], outputs: Sequence[str]) -> None:
-    for output in outputs:
-        for source in inputs:
-            if _same_file(source, output):
-                raise OutputFileError(
-                    f"{output}: is the input {source}; prune never overwrites its input"
-                )
-    if len({os.path.realpath(o) for o in outputs}) != len(outputs):
-        raise OutputFileError(f"two outputs would be written to the same file: {list(outputs)}")
+# --- the entry point ------------------------------------------------------------------
 
 
 def prune_file(
@@ -800,9 +488,11 @@ def prune_file(
 ) -> FilePruneReport:
     """Writes `src` without the constants and named data its program cannot reach.
 
-    The output is the program `to_executorch(prune_constants=True)` writes for
-    the same model (see the module docstring for where its layout may differ).
-    Segment bytes are streamed, so memory stays flat whatever the file size.
+    A file with nothing dead is written byte for byte as it is (each `.ptd` on
+    its own). Otherwise the output is the program
+    `to_executorch(prune_constants=True)` writes for the same model (see the
+    module docstring for where its layout may differ). Segment bytes are
+    streamed, so memory stays flat whatever the file size.
 
     Args:
         src: The `.pte` to prune. Not modified.
@@ -832,72 +522,59 @@ def prune_file(
     if ptd_paths and ptd_out is None:
         raise OutputFileError(f"{dst}: .ptd inputs given without a directory for their outputs")
     ptd_outputs = [os.path.join(os.fspath(ptd_out), os.path.basename(p)) for p in ptd_paths]
-    _check_outputs([src, *ptd_paths], [dst, *ptd_outputs])
+    check_outputs([src, *ptd_paths], [dst, *ptd_outputs])
 
-    pte, program = read_pte_program(src, ptd_paths)
+    # Read.
+    pte, program, program_data = read_pte_program(src, ptd_paths)
     with ByteSource(src) as source:
         analysis = analyse_file(pte, {pte.path: source}, keep_constants, state_file(names))
     pte, liveness, use = analysis.pte, analysis.liveness, analysis.use
     # Unused inline delegate blobs stay: the rewrite never touches backend_delegate_data.
     dropped = tuple(d for d in analysis.dead if d.space != "delegate")
     dropped_values = liveness.dead_value_count(pte.plans)
+    dead_keys = frozenset(use.dead)
+    external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
+    live_fqns = _live_external_names(program, liveness)
+
+    def keep_ptd_key(key: str) -> bool:
+        if key in external_fqns:
+            return key in live_fqns
+        return key not in dead_keys
+
+    # Dead values, data entries, segments or named data of the .pte itself change it.
+    pte_unchanged = (
+        dropped_values == 0
+        and not any(d.space in ("constant", "mutable", "segments") for d in dropped)
+        and not any(e.key in dead_keys for e in pte.named_data if e.file == pte.path)
+    )
+
+    segment_alignment = _shared_segment_alignment(pte, program)
 
     opened: list[int] = []
-    # [fd or None once closed, temporary path, final path], one per output.
-    temps: list[list] = []
     try:
-        fd = _open_input(src, opened)
-        ptd_inputs = [
-            (path, output, _open_input(path, opened))
-            for path, output in zip(ptd_paths, ptd_outputs)
-        ]
-        plan = _plan_pte(pte, program, liveness, use, fd, ptd_inputs)
-        packed_ptds = [(p, *_pack_ptd(p)) for p in plan.ptds]
-        total = plan.segment_base_offset + sum(s.size for s in plan.segments) + sum(
-            base + size for _, _, base, size, _ in packed_ptds
-        )
-        mode = stat.S_IMODE(os.fstat(fd).st_mode)
-        writer_total = max(total, 1)
-
-        out_fd, temp = _open_temp(dst, mode)
-        temps.append([out_fd, temp, dst])
-        writer = _Writer(out_fd, writer_total, progress)
-        writer.write(plan.program_data)
-        if plan.segments and plan.segment_base_offset:
-            _write_segments(writer, plan.segment_base_offset, plan.segments)
-        written_bytes = writer.position
+        # Decide.
+        fd = open_input(src, opened)
+        if pte_unchanged:
+            outputs = [_verbatim(dst, fd, pte.file_bytes)]
+        else:
+            outputs = [
+                _pruned_pte(
+                    pte, program, program_data, liveness, dead_keys, segment_alignment, fd, dst
+                )
+            ]
         ptd_written: dict[str, str] = {}
-        for ptd_plan, data, base, _, placed in packed_ptds:
-            for segment, (offset, _) in zip(ptd_plan.segments, placed):
-                segment.offset = offset
-            ptd_fd, ptd_temp = _open_temp(ptd_plan.output, mode)
-            temps.append([ptd_fd, ptd_temp, ptd_plan.output])
-            ptd_writer = _Writer(ptd_fd, writer_total, progress)
-            ptd_writer.write(data)
-            _write_segments(ptd_writer, base, ptd_plan.segments)
-            ptd_written[ptd_plan.path] = ptd_plan.output
-            written_bytes += ptd_writer.position
-        for entry in temps:
-            os.close(entry[0])
-            entry[0] = None
-        # The .ptd files first: a new .pte must never sit beside stale .ptd files.
-        for index in [*range(1, len(temps)), 0]:
-            _, temp, final = temps[index]
-            try:
-                os.replace(temp, final)
-            except OSError as error:
-                raise OutputFileError(f"{final}: cannot write: {error.strerror}") from error
-        temps.clear()
-    except OSError as error:
-        raise OutputFileError(f"{dst}: {error.strerror or error}") from error
+        for path, output, ptd in zip(ptd_paths, ptd_outputs, pte.ptd_files):
+            ptd_fd = open_input(path, opened)
+            if all(keep_ptd_key(key) for key in ptd.named_data):
+                written = _verbatim(output, ptd_fd, ptd.file_bytes)
+            else:
+                written = _pruned_ptd(path, output, ptd_fd, keep_ptd_key, segment_alignment)
+            if written is not None:
+                outputs.append(written)
+                ptd_written[path] = output
+        # Write.
+        bytes_after = write_outputs(outputs, progress)
     finally:
-        for out_fd, temp, _ in temps:
-            if out_fd is not None:
-                os.close(out_fd)
-            try:
-                os.unlink(temp)
-            except FileNotFoundError:
-                pass  # Renamed into place before a later output failed.
         for input_fd in opened:
             os.close(input_fd)
 
@@ -906,7 +583,7 @@ def prune_file(
         output=dst,
         ptd_outputs=tuple((p, ptd_written.get(p)) for p in ptd_paths),
         bytes_before=pte.file_bytes + sum(p.file_bytes for p in pte.ptd_files),
-        bytes_after=written_bytes,
+        bytes_after=bytes_after,
         dropped=dropped,
         dropped_values=dropped_values,
         dropped_named_data=use.dead,

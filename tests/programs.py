@@ -10,7 +10,6 @@ file side must find dead. `tests/golden/` holds these files as executorch
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import sys
 from pathlib import Path

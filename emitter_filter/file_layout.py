@@ -1,0 +1,458 @@
+"""How ExecuTorch lays out `.pte` and `.ptd` files: headers, alignments, padding, in one place.
+
+    .pte  [root | "ET12" | eh00 header, padded | program flatbuffer | pad | segments]
+    .ptd  [root | "FT01" | FH01 header, padded | FlatTensor flatbuffer | pad | segments]
+
+`pte_file` reads the headers with the structs defined here; `rewrite_file` asks
+`infer_pte_layout` / `infer_ptd_layout` which serializer options wrote a file,
+and lays the pruned file out with the same ones (`pack_program`,
+`program_prefix`, `place_segments`, `ptd_prefix`).
+
+The options of `ExecutorchBackendConfig` (`segment_alignment`,
+`constant_tensor_alignment`, `delegate_alignment`) and the named data's own
+alignments are not stored in the file; they are read back from what they did
+to it:
+- `segment_alignment`: the segment base offset and every segment offset are
+  the previous end rounded up to it (`lcm` with a named-data alignment);
+- `constant_tensor_alignment`: each constant but the last is padded to it;
+- `delegate_alignment`: the force_align of inline delegate data
+  (`BackendDelegateInlineData.data`), so the position of each inline blob;
+- both: the extended header is padded to the larger of them (at least 32).
+Where several values fit: for the segment alignment, the one that leaves the
+fewest named-data segments needing an alignment of their own, then the default
+(128), then the largest (the most padding explained); for the tensor alignment
+the default (16), then the largest; for the delegate alignment the default
+(16), then the smallest with which the input's own program packs to the
+input's bytes. Packing the input's program again with the layout found and
+getting its bytes back (`PteLayout.reproduced`) shows the file was written by
+this serializer with these options (or with others that write the same file),
+so the pruned file is the one it writes for the pruned program.
+Mirrors exir/_serialize/_program.py
+(`serialize_pte_binary`), exir/_serialize/_flatbuffer_program.py and
+extension/flat_tensor/serialize/serialize.py of ExecuTorch 1.5.1; keep in sync.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import flatbuffers
+
+from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program, ProgramT
+
+__all__ = [
+    "PROGRAM_IDENTIFIER",
+    "EH_OFFSET",
+    "EH_MAGIC",
+    "EH",
+    "EH_SEGMENT_DATA_SIZE",
+    "EH_MINIMUM_LENGTH",
+    "NUM_HEAD_BYTES",
+    "FH_MAGIC",
+    "FH",
+    "FLAT_TENSOR_IDENTIFIER",
+    "PteLayout",
+    "PtdLayout",
+    "aligned",
+    "infer_pte_layout",
+    "infer_ptd_layout",
+    "pack_program",
+    "segment_alignments",
+    "place_segments",
+    "program_prefix",
+    "ptd_prefix",
+]
+
+logger = logging.getLogger(__name__)
+
+PROGRAM_IDENTIFIER = b"ET12"  # schema/program.fbs file_identifier
+
+# Extended header, inserted after the file identifier when the file has segment
+# data. `_ExtendedHeader` in exir/_serialize/_program.py (and
+# schema/extended_header.cpp). Little-endian:
+#   [8:12] b"eh00"  [12:16] u32 header length  [16:24] u64 program size
+#   [24:32] u64 segment base offset  [32:40] u64 segment data size (length >= 32 only;
+#   files from before it existed have length 24)
+EH_OFFSET = 8
+EH_MAGIC = b"eh00"
+EH = struct.Struct("<4sIQQ")
+EH_SEGMENT_DATA_SIZE = struct.Struct("<Q")
+EH_MINIMUM_LENGTH = EH.size
+_EH_LENGTH = EH.size + EH_SEGMENT_DATA_SIZE.size  # _ExtendedHeader.EXPECTED_LENGTH
+# kNumHeadBytes in schema/extended_header.cpp: enough for any extended header.
+NUM_HEAD_BYTES = 64
+
+# FlatTensorHeader, inserted after the `.ptd` file identifier
+# (extension/flat_tensor/serialize/serialize.py):
+#   [8:12] b"FH01"  [12:16] u32 header length  [16:24] u64 flatbuffer offset
+#   [24:32] u64 flatbuffer size  [32:40] u64 segment base offset
+#   [40:48] u64 segment data size
+FLAT_TENSOR_IDENTIFIER = b"FT01"  # extension/flat_tensor/serialize/flat_tensor.fbs
+FH_MAGIC = b"FH01"
+FH = struct.Struct("<4sIQQQQ")
+_FH_LENGTH = FH.size  # FlatTensorHeader.EXPECTED_LENGTH
+_FLAT_TENSOR_FLATBUFFER_ALIGNMENT = 16  # _FLATBUFFER_ALIGNMENT in serialize.py
+
+_DEFAULT_SEGMENT_ALIGNMENT = 128  # serialize_pte_binary, FlatTensorConfig
+_DEFAULT_TENSOR_ALIGNMENT = 16  # exir.tensor.ALIGNMENT
+# program.fbs: force_align of Buffer.storage (@executorch-tensor-alignment) and of
+# BackendDelegateInlineData.data (@executorch-delegate-alignment), unless patched.
+_SCHEMA_FORCE_ALIGN = 16
+_MAX_ALIGNMENT = 1 << 16
+_POWERS_OF_TWO = tuple(1 << k for k in range(_MAX_ALIGNMENT.bit_length()))
+
+
+def aligned(size: int, alignment: int) -> int:
+    """`padding.aligned_size`: `size` rounded up to a multiple of `alignment`."""
+    return (size + alignment - 1) // alignment * alignment
+
+
+def _preferring(default: int, candidates: Sequence[int], largest: bool = False) -> list[int]:
+    """`candidates`, the default first, then the smallest (or the largest) first."""
+    return sorted(candidates, key=lambda a: (a != default, -a if largest else a))
+
+
+def _insert_header(flatbuffer: bytes, header: bytes) -> bytes:
+    """`_insert_flatbuffer_header`: the header goes after the identifier, the root offset moves."""
+    root = int.from_bytes(flatbuffer[0:4], "little") + len(header)
+    return root.to_bytes(4, "little") + flatbuffer[4:8] + header + flatbuffer[8:]
+
+
+# --- the program flatbuffer -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _AlignedBytesTable:
+    """A `Buffer` or `BackendDelegateInlineData`: one [ubyte] field, force-aligned.
+
+    Packs as `_pack_buffer` / `_pack_backend_delegate_inline_data` in
+    exir/_serialize/_flatbuffer_program.py do, with the schema's force_align as
+    patched by the serializer's options; the generated `Pack` knows neither.
+    """
+
+    data: bytes | None
+    alignment: int
+
+    def Pack(self, builder: flatbuffers.Builder) -> int:  # noqa: N802 (the object API's name)
+        vector = 0
+        if self.data is not None:
+            builder.StartVector(1, len(self.data), self.alignment)
+            builder.head = builder.Head() - len(self.data)
+            builder.Bytes[builder.Head() : builder.Head() + len(self.data)] = self.data
+            vector = builder.EndVector()
+        builder.StartObject(1)
+        if vector:
+            builder.PrependUOffsetTRelativeSlot(0, vector, 0)
+        return builder.EndObject()
+
+
+def _blob(table, field: str, alignment: int) -> _AlignedBytesTable:
+    data = getattr(table, field)
+    return _AlignedBytesTable(None if data is None else bytes(bytearray(data)), alignment)
+
+
+def pack_program(program: ProgramT, tensor_alignment: int, delegate_alignment: int) -> bytes:
+    """The program flatbuffer `_program_to_flatbuffer` writes, without the extended header.
+
+    Args:
+        program: The unpacked program. Not modified.
+        tensor_alignment: The force_align of inline `Buffer.storage`.
+        delegate_alignment: The force_align of inline delegate data.
+    """
+    constant_buffer, inline = program.constantBuffer, program.backendDelegateData
+    try:
+        if constant_buffer:
+            program.constantBuffer = [
+                _blob(b, "storage", tensor_alignment) for b in constant_buffer
+            ]
+        if inline:
+            program.backendDelegateData = [_blob(d, "data", delegate_alignment) for d in inline]
+        builder = flatbuffers.Builder(1024)
+        builder.Finish(program.Pack(builder), file_identifier=PROGRAM_IDENTIFIER)
+        return bytes(builder.Output())
+    finally:
+        program.constantBuffer, program.backendDelegateData = constant_buffer, inline
+
+
+@dataclass(frozen=True)
+class PteLayout:
+    """The serializer options a `.pte` was written with, as far as the file shows them.
+
+    Attributes:
+        segment_alignment: `segment_alignment`.
+        tensor_alignment: `constant_tensor_alignment` (16 by default).
+        delegate_alignment: `delegate_alignment` (16 by default).
+        header_length: The extended header's length field: 32, or 24 for files
+            from releases without the segment data size.
+        header_padded_length: The bytes the header takes, padded to the largest
+            force_align of the schema the serializer used.
+        segment_alignments: Per input segment, its own alignment (named data
+            can ask for one; 1 for the rest).
+        reproduced: Packing the input's own program with this layout gives its
+            bytes back: the file was written by ExecuTorch's serializer.
+    """
+
+    segment_alignment: int
+    tensor_alignment: int
+    delegate_alignment: int
+    header_length: int
+    header_padded_length: int
+    segment_alignments: tuple[int, ...]
+    reproduced: bool
+
+
+def _tensor_alignments(offsets: Sequence[int], nbytes: dict[int, int]) -> list[int]:
+    """Every `constant_tensor_alignment` the constant offsets allow, the default first.
+
+    Each entry but the last was padded to it; entries whose storage is longer
+    than their tensor hide it, so they are not asked.
+    """
+
+    def consistent(alignment: int) -> bool:
+        if any(o % alignment for o in offsets):
+            return False
+        return all(
+            offsets[i + 1] - offsets[i] == aligned(n, alignment)
+            for i, n in nbytes.items()
+            if i + 1 < len(offsets)
+        )
+
+    return _preferring(
+        _DEFAULT_TENSOR_ALIGNMENT, [a for a in _POWERS_OF_TWO if consistent(a)], largest=True
+    )
+
+
+def segment_alignments(
+    base: int, header_end: int, segments: Sequence[tuple[int, int]], plain: Sequence[bool]
+) -> dict[int, tuple[int, ...]]:
+    """Every `segment_alignment` the offsets allow, preferred first, with each segment's own.
+
+    A `.pte` and its `.ptd` files are written with one `segment_alignment`:
+    `rewrite_file` takes the first that every file allows.
+
+    Args:
+        base: The segment base offset; 0 when there is no segment data (any fits).
+        header_end: Where the data before the segments ends (program or flatbuffer).
+        segments: (offset relative to `base`, size), in index order.
+        plain: Whether each segment has no alignment of its own (constant,
+            mutable, delegate) as opposed to named data (`DataEntry.alignment`).
+    """
+
+    def own_alignments(alignment: int) -> tuple[int, ...] | None:
+        if not base:
+            return (1,) * len(segments)
+        if aligned(header_end, alignment) != base:
+            return None
+        result, end = [], 0
+        for (offset, size), is_plain in zip(segments, plain):
+            if offset % alignment or offset < aligned(end, alignment):
+                return None
+            if is_plain:
+                if offset != aligned(end, alignment):
+                    return None
+                result.append(1)
+            else:
+                # The smallest own alignment that puts the segment where it is.
+                fits = (
+                    p for p in _POWERS_OF_TWO
+                    if aligned(end, math.lcm(alignment, p)) == offset
+                )
+                result.append(next(fits, 1))
+            end = offset + size
+        return tuple(result)
+
+    found = {}
+    for alignment in _preferring(_DEFAULT_SEGMENT_ALIGNMENT, _POWERS_OF_TWO, largest=True):
+        own = own_alignments(alignment)
+        if own is not None:
+            found[alignment] = own
+    # Named data rarely asks for more than the segment alignment: prefer the
+    # values that need the fewest own alignments to explain the offsets.
+    order = sorted(found, key=lambda a: sum(o > 1 for o in found[a]))
+    return {a: found[a] for a in order}
+
+
+def _chosen(candidates: dict[int, tuple[int, ...]], preferred: int | None, count: int):
+    if preferred in candidates:
+        return preferred, candidates[preferred]
+    if candidates:
+        return next(iter(candidates.items()))
+    logger.info("segment offsets fit no alignment; using %d", _DEFAULT_SEGMENT_ALIGNMENT)
+    return _DEFAULT_SEGMENT_ALIGNMENT, (1,) * count
+
+
+def _vector_positions(program_data: bytes) -> tuple[list[int], list[int]]:
+    """Where each inline `Buffer.storage` and each non-empty inline delegate blob starts."""
+    program = Program.GetRootAs(program_data, 0)
+    # The generated accessors expose only elements; a vector's start is in `_tab`.
+    storage = []
+    for index in range(program.ConstantBufferLength()):
+        buffer = program.ConstantBuffer(index)
+        if buffer is not None and not buffer.StorageIsNone():
+            storage.append(buffer._tab.Vector(buffer._tab.Offset(4)))
+    delegate = []
+    for index in range(program.BackendDelegateDataLength()):
+        blob = program.BackendDelegateData(index)
+        if blob is not None and blob.DataLength():
+            delegate.append(blob._tab.Vector(blob._tab.Offset(4)))
+    return storage, delegate
+
+
+def _dividing(positions: Sequence[int]) -> list[int]:
+    """The force_align values that put a vector at each of `positions`, the default first."""
+    return _preferring(
+        _SCHEMA_FORCE_ALIGN, [a for a in _POWERS_OF_TWO if not any(p % a for p in positions)]
+    ) if positions else [_SCHEMA_FORCE_ALIGN]
+
+
+def _header_padded_length(tensor_alignment: int, delegate_alignment: int) -> int:
+    """`aligned_size(EXPECTED_LENGTH, max_alignment)`: the schema's largest force_align."""
+    return aligned(_EH_LENGTH, max(tensor_alignment, delegate_alignment))
+
+
+def infer_pte_layout(
+    program: ProgramT,
+    program_data: bytes,
+    header_length: int,
+    segment_candidates: dict[int, tuple[int, ...]],
+    segment_alignment: int | None,
+    constant_offsets: Sequence[int],
+    constant_nbytes: dict[int, int],
+) -> PteLayout:
+    """Reads the serializer options back from a `.pte` (module docstring).
+
+    Args:
+        program: The unpacked program. Not modified.
+        program_data: The file's bytes up to the end of the program (header included).
+        header_length: The extended header's length field; 0 when there is none.
+        segment_candidates: `segment_alignments` of the file.
+        segment_alignment: The one to take if the file allows it (what its
+            `.ptd` files allow too).
+        constant_offsets: `constant_segment.offsets`.
+        constant_nbytes: The tensor size of each constant entry a tensor uses.
+    """
+    segment_alignment, own = _chosen(
+        segment_candidates, segment_alignment, len(program.segments or ())
+    )
+    tensor_candidates = _tensor_alignments(constant_offsets, constant_nbytes) or [
+        _DEFAULT_TENSOR_ALIGNMENT
+    ]
+    storage, positions = _vector_positions(program_data)
+    # Only inline vectors change the flatbuffer; try each alignment their positions allow.
+    packing = list(itertools.product(
+        [t for t in tensor_candidates if not any(p % t for p in storage)]
+        if storage else tensor_candidates[:1],
+        _dividing(positions),
+    ))
+
+    # The header written: the 24-byte one of older releases where the input has it,
+    # else the one this serializer writes (the fields of a longer one are unknown).
+    written_length = EH_MINIMUM_LENGTH if 0 < header_length < _EH_LENGTH else _EH_LENGTH
+
+    def layout(tensor: int, delegate: int, padded: int, reproduced: bool) -> PteLayout:
+        return PteLayout(
+            segment_alignment, tensor, delegate, written_length, padded, own, reproduced
+        )
+
+    # The flatbuffer packs as the input's, but its header padding fits no options:
+    # keep that padding (no ExecuTorch release wrote such a file).
+    packs_alike = None
+    for tensor, delegate in packing:
+        flatbuffer = pack_program(program, tensor, delegate)
+        if not header_length:
+            if flatbuffer == program_data:
+                return layout(tensor, delegate, _header_padded_length(tensor, delegate), True)
+            continue
+        padded = len(program_data) - len(flatbuffer)
+        if padded < header_length:
+            continue
+        header = program_data[EH_OFFSET : EH_OFFSET + header_length].ljust(padded, b"\0")
+        if _insert_header(flatbuffer, header) != program_data:
+            continue
+        # The padding is the larger of the two alignments; without inline blobs,
+        # the delegate alignment shows nowhere else, so any value may explain it.
+        tensors = [tensor] if storage else tensor_candidates
+        delegates = [delegate] if positions else _preferring(_SCHEMA_FORCE_ALIGN, _POWERS_OF_TWO)
+        for t, d in itertools.product(tensors, delegates):
+            if _header_padded_length(t, d) == padded:
+                return layout(t, d, padded, True)
+        packs_alike = packs_alike or layout(tensor, delegate, padded, False)
+    if packs_alike is not None:
+        return packs_alike
+    tensor, delegate = packing[0] if packing else (tensor_candidates[0], _SCHEMA_FORCE_ALIGN)
+    logger.info(
+        "the program is not laid out as ExecuTorch's serializer lays it out: "
+        "the pruned file is the same program in that layout"
+    )
+    return layout(tensor, delegate, _header_padded_length(tensor, delegate), False)
+
+
+def program_prefix(
+    flatbuffer: bytes, layout: PteLayout, segment_data_size: int
+) -> tuple[bytes, int]:
+    """(header and program flatbuffer, segment base offset), as `serialize_pte_binary` writes them.
+
+    No segment data, no extended header (and a base offset of 0).
+    """
+    if segment_data_size == 0:
+        return flatbuffer, 0
+    padded = layout.header_padded_length
+    program_size = padded + len(flatbuffer)
+    base = aligned(program_size, layout.segment_alignment)
+    fields = EH.pack(EH_MAGIC, layout.header_length, program_size, base)
+    if layout.header_length >= _EH_LENGTH:
+        fields += EH_SEGMENT_DATA_SIZE.pack(segment_data_size)
+    return _insert_header(flatbuffer, fields.ljust(padded, b"\0")), base
+
+
+def place_segments(
+    segments: Sequence[tuple[int, int]], segment_alignment: int
+) -> tuple[list[int], int]:
+    """(offset of each segment relative to the base, segment data size).
+
+    Args:
+        segments: (size, own alignment) of each segment, in order; each starts
+            at the previous end rounded up to `lcm(segment_alignment, own)`.
+    """
+    offsets, end = [], 0
+    for size, own in segments:
+        offsets.append(aligned(end, math.lcm(segment_alignment, own)))
+        end = offsets[-1] + size
+    return offsets, end
+
+
+# --- the .ptd -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PtdLayout:
+    """The `FlatTensorConfig` a `.ptd` was written with: its segment alignments."""
+
+    segment_alignment: int
+    segment_alignments: tuple[int, ...]
+
+
+def infer_ptd_layout(
+    segment_candidates: dict[int, tuple[int, ...]], segment_alignment: int | None, count: int
+) -> PtdLayout:
+    """The `segment_alignment` and named data alignments of a `.ptd` with `count` segments.
+
+    Args:
+        segment_candidates: `segment_alignments` of the file.
+        segment_alignment: The one to take if the file allows it.
+    """
+    return PtdLayout(*_chosen(segment_candidates, segment_alignment, count))
+
+
+def ptd_prefix(flatbuffer: bytes, layout: PtdLayout, segment_data_size: int) -> tuple[bytes, int]:
+    """(header, flatbuffer and padding, segment base offset), as `FlatTensorSerializer` writes."""
+    padded = aligned(_FH_LENGTH, _FLAT_TENSOR_FLATBUFFER_ALIGNMENT)
+    base = aligned(len(flatbuffer) + padded, layout.segment_alignment)
+    header = FH.pack(FH_MAGIC, _FH_LENGTH, padded, len(flatbuffer), base, segment_data_size)
+    data = _insert_header(flatbuffer, header.ljust(padded, b"\0"))
+    return data.ljust(base, b"\0"), base
