@@ -7,6 +7,10 @@ Three ways to turn pruning on:
 - `EMITTER_FILTER_PRUNE=1` in the environment, for a whole process that imports
   emitter_filter (or `python -m emitter_filter run ...`).
 
+`dedupe_constants=True` (also `pruning(dedupe_constants=True)` and
+`EMITTER_FILTER_DEDUPE=1`) also stores once the named data that repeats a
+constant, such as a tied embedding lowered to XNNPACK.
+
 `emitter_filter.report(manager)` tells what was dropped. For files already on
 disk, `emitter_filter.audit_file(path)` tells what is dead and
 `emitter_filter.prune_file(src, dst)` writes the file without it, neither
@@ -43,6 +47,8 @@ __all__ = [
     "AuditReport",
     "prune_file",
     "FilePruneReport",
+    "dedupe_file",
+    "DedupeReport",
     "install",
     "uninstall",
     "EmitterFilterError",
@@ -52,11 +58,14 @@ __all__ = [
     "InvariantError",
     "SUPPORTED_EXECUTORCH",
     "ENV_PRUNE",
+    "ENV_DEDUPE",
     "__version__",
 ]
 
 #: Set to 1 to prune every program the process serializes once emitter_filter is imported.
 ENV_PRUNE = "EMITTER_FILTER_PRUNE"
+#: Set to 1 to deduplicate every program the process serializes (pruned or not).
+ENV_DEDUPE = "EMITTER_FILTER_DEDUPE"
 
 # Public names loaded on first use: most import ExecuTorch's exporter.
 _LAZY = {
@@ -64,6 +73,8 @@ _LAZY = {
     "AuditReport": "emitter_filter.audit",
     "prune_file": "emitter_filter.rewrite_file",
     "FilePruneReport": "emitter_filter.rewrite_file",
+    "dedupe_file": "emitter_filter.dedupe",
+    "DedupeReport": "emitter_filter.dedupe",
     "ExecutorchBackendConfig": "emitter_filter.config",
     "pruning": "emitter_filter.hook",
     "install": "emitter_filter.hook",
@@ -100,3 +111,7 @@ if _env_flag(ENV_PRUNE):
     from emitter_filter import hook as _hook
 
     _hook.enable()
+if _env_flag(ENV_DEDUPE):
+    from emitter_filter import hook as _hook
+
+    _hook.enable_dedupe()

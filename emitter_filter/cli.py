@@ -17,7 +17,7 @@ import runpy
 import sys
 from collections.abc import Sequence
 
-from emitter_filter.errors import EmitterFilterError
+from emitter_filter.errors import EmitterFilterError, OutputFileError
 
 __all__ = ["main"]
 
@@ -111,6 +111,11 @@ def _build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--ptd-out", metavar="DIR",
                        help="the directory for the pruned .ptd files, under their input names")
     prune.add_argument("--json", action="store_true", help="print the report as JSON")
+    prune.add_argument(
+        "--dedupe", action="store_true",
+        help="also store named data that repeats a constant once (dedupe_constants=True); "
+        "the .ptd files are left as pruned",
+    )
 
     demo = commands.add_parser(
         "demo",
@@ -153,10 +158,13 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     if options.ptd and options.ptd_out is None:
         print("emitter-filter prune: --ptd needs --ptd-out DIR", file=sys.stderr)
         return EXIT_USAGE
-    report = prune_file(
-        options.pte, options.output, options.ptd, options.ptd_out,
-        progress=_progress_printer(),
-    )
+    if options.dedupe:
+        report, dedupe_report = _prune_and_dedupe(options)
+    else:
+        report, dedupe_report = prune_file(
+            options.pte, options.output, options.ptd, options.ptd_out,
+            progress=_progress_printer(),
+        ), None
     if options.json:
         print(json.dumps({
             "path": report.path,
@@ -170,10 +178,54 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
             "dropped_values": report.dropped_values,
             "dropped_named_data": list(report.dropped_named_data),
             "kept_unprovable": list(report.kept_unprovable),
+            **({} if dedupe_report is None else {"dedupe": {
+                "bytes_before": dedupe_report.bytes_before,
+                "bytes_after": dedupe_report.bytes_after,
+                "saved_bytes": dedupe_report.saved_bytes,
+                "shared": [shared.to_json() for shared in dedupe_report.shared],
+            }}),
         }, indent=2))
     else:
         print(report.summary())
+        if dedupe_report is not None:
+            print(f"{report.output}: {dedupe_report.summary()}")
     return EXIT_OK
+
+
+def _prune_and_dedupe(options: argparse.Namespace):
+    """`prune`, then `dedupe.dedupe_file` of its output: the order the hook applies them in.
+
+    The pruned `.pte` goes to a temporary directory beside the output, so that a
+    failure leaves no output, as `prune` alone does.
+    """
+    import dataclasses
+    import tempfile
+
+    from emitter_filter.dedupe import dedupe_file
+    from emitter_filter.rewrite_file import prune_file
+
+    if os.path.exists(options.output) and os.path.samefile(options.pte, options.output):
+        raise OutputFileError(
+            f"{options.output}: is the input {options.pte}; prune never overwrites its input"
+        )
+    directory = os.path.dirname(os.path.abspath(options.output))
+    try:
+        temp = tempfile.TemporaryDirectory(dir=directory, prefix=".emitter-filter-")
+    except OSError as error:
+        raise OutputFileError(f"{options.output}: cannot write: {error.strerror}") from error
+    with temp:
+        pruned = os.path.join(temp.name, os.path.basename(options.output))
+        report = prune_file(
+            options.pte, pruned, options.ptd, options.ptd_out, progress=_progress_printer()
+        )
+        dedupe_report = dedupe_file(pruned, options.output)
+    report = dataclasses.replace(
+        report,
+        output=options.output,
+        bytes_after=report.bytes_after - dedupe_report.saved_bytes,
+        seconds=report.seconds + dedupe_report.seconds,
+    )
+    return report, dedupe_report
 
 
 def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
@@ -243,6 +295,14 @@ def _format_audit(report) -> str:
         for group in report.duplicates:
             copies = ", ".join(_copy_location(c) for c in group.copies)
             lines.append(f"{group.nbytes:>14,}  x{len(group.copies)}  {copies}")
+    if report.shared:
+        lines.append(
+            f"shared: {report.shared_bytes:,} bytes saved by {len(report.shared)} range(s) "
+            "stored once for several entries:"
+        )
+        for shared in report.shared:
+            copies = ", ".join(_copy_location(c) for c in shared.copies)
+            lines.append(f"{shared.nbytes:>14,}  x{len(shared.copies)}  {copies}  at {shared.offset:,}")
     return "\n".join(lines)
 
 

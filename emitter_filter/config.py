@@ -1,4 +1,4 @@
-"""`ExecutorchBackendConfig` with one more field, `prune_constants`."""
+"""`ExecutorchBackendConfig` with two more fields, `prune_constants` and `dedupe_constants`."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ __all__ = ["ExecutorchBackendConfig"]
 
 @dataclass
 class ExecutorchBackendConfig(_UpstreamExecutorchBackendConfig):
-    """ExecuTorch's `ExecutorchBackendConfig`, plus `prune_constants`.
+    """ExecuTorch's `ExecutorchBackendConfig`, plus `prune_constants` and `dedupe_constants`.
 
     A drop-in replacement: every upstream field works as before, and
     `to_executorch` returns an ordinary `ExecutorchProgramManager`.
@@ -30,12 +30,17 @@ class ExecutorchBackendConfig(_UpstreamExecutorchBackendConfig):
             reach: dead weights, buffers, mutable initial data and external
             (`.ptd`) constants are dropped from every output. Setting it installs
             the hook into `to_executorch` (see `emitter_filter.hook`).
+        dedupe_constants: Store once the named data that repeats a constant (a
+            tied embedding lowered to XNNPACK): its segment points into the
+            constant segment (`emitter_filter.dedupe`). Applied to the `.pte`
+            bytes, after pruning when both are on; `.ptd` files are left alone.
     """
 
     prune_constants: bool = False
+    dedupe_constants: bool = False
 
     def __setattr__(self, name: str, value) -> None:
         # Covers both the constructor and a later `config.prune_constants = True`.
-        if name == "prune_constants" and value:
+        if name in ("prune_constants", "dedupe_constants") and value:
             hook.install()
         super().__setattr__(name, value)

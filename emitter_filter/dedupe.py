@@ -100,6 +100,18 @@ class SharedRange:
         """Bytes the file would hold more if each reference had its own copy."""
         return self.nbytes * (len(self.copies) - 1)
 
+    def to_json(self) -> dict:
+        """The form `audit --json` and `prune --dedupe --json` print."""
+        return {
+            "file": self.file,
+            "offset": self.offset,
+            "bytes": self.nbytes,
+            "copies": [
+                {"space": c.space, "tag": c.tag, "index": c.index, "names": list(c.names)}
+                for c in self.copies
+            ],
+        }
+
 
 @dataclass(frozen=True)
 class DedupeReport:
@@ -336,7 +348,7 @@ def _header_length(head: bytes) -> int:
     return length
 
 
-def _plan(pte: PteFile, program, source: ByteSource) -> _Output | None:
+def _plan(pte: PteFile, program, source: ByteSource, output_name: str) -> _Output | None:
     """Decides every output byte; rewrites `program` (our own unpacked copy) in place."""
     if pte.constant_segment is None or not pte.segment_base_offset:
         return None
@@ -470,7 +482,7 @@ def _plan(pte: PteFile, program, source: ByteSource) -> _Output | None:
             StoredCopy("constant", None, target.index, ()),
             *(StoredCopy("named_data", None, i, tuple(keys.get(i, ()))) for i in indices),
         )
-        shared.append(SharedRange(pte.path, base + at, size, copies_out))
+        shared.append(SharedRange(output_name, base + at, size, copies_out))
     logger.debug(
         "%s: segment alignment %d, base %d -> %d, %d new aliases",
         pte.path, alignment, base_in, base, len(new_aliases),
@@ -551,7 +563,7 @@ def dedupe_pte(data: bytes) -> tuple[bytes, DedupeReport]:
     started = time.perf_counter()
     pte, program = read_pte_program(data)
     with ByteSource(data) as source:
-        output = _plan(pte, program, source)
+        output = _plan(pte, program, source, pte.path)
     result = data if output is None else _join(data, output)
     report = DedupeReport(
         bytes_before=len(data),
@@ -603,7 +615,7 @@ def dedupe_file(src: str | os.PathLike, dst: str | os.PathLike) -> DedupeReport:
         raise OutputFileError(f"{dst}: is the input {src}; dedupe never overwrites its input")
     pte, program = read_pte_program(src)
     with ByteSource(src) as source:
-        output = _plan(pte, program, source)
+        output = _plan(pte, program, source, dst)
     if output is None:
         output = _Output(b"", ((0, 0, pte.file_bytes),), pte.file_bytes, ())
     try:

@@ -7,6 +7,9 @@ looks it up (see `_upstream`). The wrapper prunes the constants
 `config.prune_constants`, by an enclosing `pruning()` block in the same thread or
 context, or process-wide by `enable()` (what `EMITTER_FILTER_PRUNE=1` calls).
 Otherwise it calls the original with the same arguments and changes nothing.
+Independently, `config.dedupe_constants`, `pruning(dedupe_constants=True)` or
+`enable_dedupe()` (what `EMITTER_FILTER_DEDUPE=1` calls) pass the `.pte` bytes the
+original returns through `dedupe.dedupe_pte`, after pruning when both are on.
 
 Installing is idempotent, thread-safe and reversible with `uninstall()`.
 """
@@ -24,7 +27,17 @@ from collections.abc import Iterator
 
 from emitter_filter import _upstream
 
-__all__ = ["install", "uninstall", "installed", "pruning", "enable", "disable", "is_enabled"]
+__all__ = [
+    "install",
+    "uninstall",
+    "installed",
+    "pruning",
+    "enable",
+    "disable",
+    "is_enabled",
+    "enable_dedupe",
+    "disable_dedupe",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -34,10 +47,22 @@ _process_wide = False
 _pruning_depth: contextvars.ContextVar[int] = contextvars.ContextVar(
     "emitter_filter_pruning_depth", default=0
 )
+_dedupe_process_wide = False
+_dedupe_depth: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "emitter_filter_dedupe_depth", default=0
+)
 
 
 def _pruning_requested(config) -> bool:
     return bool(getattr(config, "prune_constants", False)) or is_enabled()
+
+
+def _dedupe_requested(config) -> bool:
+    return (
+        bool(getattr(config, "dedupe_constants", False))
+        or _dedupe_process_wide
+        or _dedupe_depth.get() > 0
+    )
 
 
 def _serialize_for_executorch(
@@ -60,7 +85,25 @@ def _serialize_for_executorch(
         record_report(emitter_output, prune_report)
         # Passed as an object: the summary (and its duplicate search) is only built if logged.
         logger.info("emitter_filter: %s", prune_report)
-    return original(emitter_output, config, data_serializer, named_data_store)
+    serialized = original(emitter_output, config, data_serializer, named_data_store)
+    if _dedupe_requested(config):
+        serialized = _dedupe_serialized(emitter_output, serialized)
+    return serialized
+
+
+def _dedupe_serialized(emitter_output, serialized):
+    """Deduplicates the serialized `.pte` (`.ptd` files are left alone) and records the report."""
+    from executorch.exir._serialize._cord import Cord
+
+    from emitter_filter.dedupe import dedupe_pte
+    from emitter_filter.reports import record_dedupe_report
+
+    pte, ptd_files = serialized
+    data = bytes(pte)
+    deduplicated, dedupe_report = dedupe_pte(data)
+    record_dedupe_report(emitter_output, dedupe_report)
+    logger.info("emitter_filter: %s", dedupe_report)
+    return (pte if deduplicated is data else Cord(deduplicated)), ptd_files
 
 
 def install() -> None:
@@ -118,9 +161,26 @@ def is_enabled() -> bool:
     return _process_wide or _pruning_depth.get() > 0
 
 
+def enable_dedupe() -> None:
+    """Deduplicates every program serialized from now on, in every thread (pruned or not)."""
+    global _dedupe_process_wide
+    install()
+    _dedupe_process_wide = True
+
+
+def disable_dedupe() -> None:
+    """Stops what `enable_dedupe()` started."""
+    global _dedupe_process_wide
+    _dedupe_process_wide = False
+
+
 @contextlib.contextmanager
-def pruning() -> Iterator[None]:
+def pruning(*, dedupe_constants: bool = False) -> Iterator[None]:
     """Prunes every program serialized inside the block, in this thread or task.
+
+    Args:
+        dedupe_constants: Also store named data that repeats a constant once
+            (`ExecutorchBackendConfig.dedupe_constants`).
 
     Example::
 
@@ -129,7 +189,10 @@ def pruning() -> Iterator[None]:
     """
     install()
     token = _pruning_depth.set(_pruning_depth.get() + 1)
+    dedupe_token = _dedupe_depth.set(_dedupe_depth.get() + 1) if dedupe_constants else None
     try:
         yield
     finally:
+        if dedupe_token is not None:
+            _dedupe_depth.reset(dedupe_token)
         _pruning_depth.reset(token)

@@ -1,7 +1,8 @@
-"""What one prune did: bytes per data space before and after, and each dropped entry."""
+"""What one prune did: bytes per data space before and after, each dropped entry, and the dedupe."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import weakref
 from collections.abc import Mapping
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from emitter_filter.dedupe import DedupeReport
     from emitter_filter.named_data import NamedDataReport
 
 __all__ = ["DroppedConstant", "PruneReport", "report"]
@@ -47,6 +49,9 @@ class PruneReport:
         seconds: Wall time spent in the filter.
         named_data: The delegates' named data dropped, kept because unprovable, and
             the bytes written more than once; None where it was not analysed.
+        dedupe: What `dedupe_constants` saved on top of pruning (bytes of the
+            `.pte`), or None when it was off. With `dedupe_constants` alone the
+            prune fields are empty: nothing was pruned.
     """
 
     bytes_before: Mapping[str, int]
@@ -55,6 +60,7 @@ class PruneReport:
     dropped_values: int
     seconds: float
     named_data: NamedDataReport | None = None
+    dedupe: DedupeReport | None = None
 
     @property
     def dropped_bytes(self) -> int:
@@ -66,6 +72,8 @@ class PruneReport:
 
     def summary(self) -> str:
         """One line, as logged at INFO after each prune."""
+        if not self.bytes_before:
+            return "not pruned" if self.dedupe is None else self.dedupe.summary()
         spaces = ", ".join(
             f"{space} {self.bytes_before[space]:,} -> {self.bytes_after[space]:,} B"
             for space in self.bytes_before
@@ -76,7 +84,9 @@ class PruneReport:
             f"{self.dropped_values} values in {self.seconds * 1000:.1f} ms"
             + (f"; {spaces}" if spaces else "")
         )
-        return line if self.named_data is None else f"{line}; {self.named_data.summary()}"
+        if self.named_data is not None:
+            line = f"{line}; {self.named_data.summary()}"
+        return line if self.dedupe is None else f"{line}; {self.dedupe.summary()}"
 
 
 # Reports are keyed by the identity of the manager's EmitterOutput, the object the
@@ -98,6 +108,15 @@ def record_report(emitter_output: object, prune_report: PruneReport) -> None:
     weakref.finalize(emitter_output, _forget_report, key)
 
 
+def record_dedupe_report(emitter_output: object, dedupe_report: DedupeReport) -> None:
+    """Adds `dedupe_report` to the prune's report, or records it alone when nothing was pruned."""
+    with _reports_lock:
+        found = _reports.get(id(emitter_output))
+    if found is None:
+        found = PruneReport({}, {}, (), 0, 0.0)
+    record_report(emitter_output, dataclasses.replace(found, dedupe=dedupe_report))
+
+
 def report(manager) -> PruneReport:
     """Returns what the prune did for an `ExecutorchProgramManager`.
 
@@ -114,6 +133,7 @@ def report(manager) -> PruneReport:
     if found is None:
         raise LookupError(
             "this program was serialized without pruning: pass "
-            "ExecutorchBackendConfig(prune_constants=True) or use emitter_filter.pruning()"
+            "ExecutorchBackendConfig(prune_constants=True) (or dedupe_constants=True) "
+            "or use emitter_filter.pruning()"
         )
     return found
