@@ -17,7 +17,7 @@ same input by construction.
 Rules:
 
 - Aliased: a named-data segment of the `.pte` whose bytes equal a constant
-  entry's bytes (the tensor's size, compared by `duplicates.group_duplicates`).
+  entry's bytes (the tensor's size, compared in full: `_find_repeated_constants`).
   Its `Program.segments` slot is rewritten in place to the constant's range, so no
   index changes; the keys sharing that segment follow it.
 - Never aliased: mutable data (the runtime copies it into its arena at load, and
@@ -49,15 +49,9 @@ from dataclasses import dataclass
 
 import flatbuffers
 
-from emitter_filter.duplicates import StoredCopy, group_duplicates
+from emitter_filter.duplicates import StoredCopy
 from emitter_filter.errors import InvariantError, OutputFileError
-from emitter_filter.pte_file import (
-    ByteSource,
-    PteFile,
-    PteFormatError,
-    StoredSpan,
-    read_pte_program,
-)
+from emitter_filter.pte_file import ByteSource, PteFile, PteFormatError, read_pte_program
 from emitter_filter.reachability import DataSpace
 
 __all__ = ["SharedRange", "DedupeReport", "find_shared_ranges", "dedupe_pte", "dedupe_file"]
@@ -71,8 +65,10 @@ _EH_MAGIC = b"eh00"
 _EH_LENGTH = 32
 _DEFAULT_SEGMENT_ALIGNMENT = 128
 _MAX_ALIGNMENT = 1 << 16
-# Bytes per read when a file is streamed to its output.
+# Bytes per read when a file is streamed to its output or two ranges are compared.
 _COPY_CHUNK = 1 << 20
+# Bytes of each candidate read before any is compared in full, as duplicates.py groups them.
+_PREFIX = 32
 
 _SEGMENT_SPACES = ("named_data", "delegate", "segments")
 
@@ -348,6 +344,59 @@ def _header_length(head: bytes) -> int:
     return length
 
 
+def _same_bytes(source: ByteSource, a: int, b: int, nbytes: int) -> bool:
+    """Whether `nbytes` at `a` and at `b` are equal, reading a chunk of each at a time."""
+    for start in range(0, nbytes, _COPY_CHUNK):
+        count = min(_COPY_CHUNK, nbytes - start)
+        if source.read(a + start, count, "constant") != source.read(b + start, count, "named data"):
+            return False
+    return True
+
+
+def _find_repeated_constants(
+    pte: PteFile, source: ByteSource, segments: Sequence[int]
+) -> dict[int, int]:
+    """Which of the named-data `segments` hold exactly a constant entry's bytes: {segment: entry}.
+
+    Candidates are the constants of the segment's length and first 32 bytes (read
+    only for lengths a segment has). One candidate is compared byte for byte,
+    which reads what hashing would but costs a memcmp instead of a sha256; where
+    several share length and prefix, digests (each computed once) decide, so
+    the cost never grows with the number of look-alikes. The first equal entry
+    in index order wins.
+    """
+    constants: dict[int, list[tuple[int, int]]] = {}
+    for index, entry in sorted(pte.entries[DataSpace.CONSTANT].items()):
+        if index and entry.nbytes:
+            constants.setdefault(entry.nbytes, []).append((index, entry.offset))
+    prefixes: dict[int, bytes] = {}
+    digests: dict[int, bytes] = {}
+    found = {}
+    for number in segments:
+        segment = pte.segments[number]
+        same_length = constants.get(segment.size, ())
+        if number in (pte.constant_segment, pte.mutable_segment) or not same_length:
+            continue
+        prefix = source.read(segment.offset, min(_PREFIX, segment.size), "named data")
+        for index, offset in same_length:
+            if index not in prefixes:
+                prefixes[index] = source.read(offset, min(_PREFIX, segment.size), "constant")
+        matching = [(i, o) for i, o in same_length if prefixes[i] == prefix]
+        if len(matching) == 1:
+            index, offset = matching[0]
+            if _same_bytes(source, offset, segment.offset, segment.size):
+                found[number] = index
+        elif matching:
+            digest = source.sha256(segment.offset, segment.size, "named data")
+            for index, offset in matching:
+                if index not in digests:
+                    digests[index] = source.sha256(offset, segment.size, "constant")
+                if digests[index] == digest:
+                    found[number] = index
+                    break
+    return found
+
+
 def _plan(pte: PteFile, program, source: ByteSource, output_name: str) -> _Output | None:
     """Decides every output byte; rewrites `program` (our own unpacked copy) in place."""
     if pte.constant_segment is None or not pte.segment_base_offset:
@@ -379,27 +428,12 @@ def _plan(pte: PteFile, program, source: ByteSource, output_name: str) -> _Outpu
         for index in alias
     }
 
-    copies = [
-        (StoredCopy("constant", None, index, ()), StoredSpan(source, entry.offset, entry.nbytes))
-        for index, entry in sorted(constant.items())
-        if index
-    ]
-    copies += [
-        (StoredCopy("named_data", None, index, ()),
-         StoredSpan(source, pte.segments[index].offset, pte.segments[index].size))
-        for index in sorted(named)
-        if index not in alias and index not in (pte.constant_segment, pte.mutable_segment)
-    ]
     new_aliases = []
-    for group in group_duplicates(copies):
-        constants = [c.index for c in group.copies if c.space == "constant"]
-        segments = [c.index for c in group.copies if c.space == "named_data"]
-        if not constants or not segments:
-            continue
-        for index in segments:
-            alias[index] = _Target("constant", constants[0])
-            need[index] = own[index]
-            new_aliases.append(index)
+    candidates = [i for i in sorted(named) if i not in alias]
+    for index, target in _find_repeated_constants(pte, source, candidates).items():
+        alias[index] = _Target("constant", target)
+        need[index] = own[index]
+        new_aliases.append(index)
     if not new_aliases:
         return None
 

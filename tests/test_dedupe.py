@@ -212,6 +212,61 @@ class Untied(torch.nn.Module):
         return self.head(self.embedding(tokens))
 
 
+class LookAlike(torch.nn.Module):
+    """A head whose weight equals the embedding's but for its last float (same length, prefix).
+
+    With `tied`, the head is the embedding's weight after all and the look-alike is
+    a second portable constant: the named data then has two candidates.
+    """
+
+    def __init__(self, tied: bool) -> None:
+        super().__init__()
+        self.embedding = torch.nn.Embedding(VOCAB, DIM)
+        self.head = torch.nn.Linear(DIM, VOCAB, bias=False)
+        with torch.no_grad():
+            look_alike = self.embedding.weight.detach().clone()
+            look_alike[-1, -1] += 1.0
+        if tied:
+            self.head.weight = self.embedding.weight
+            self.other = torch.nn.Parameter(look_alike)
+        else:
+            self.head.weight = torch.nn.Parameter(look_alike)
+            self.other = None
+
+    def forward(self, tokens):
+        outputs = [self.head(self.embedding(tokens))]
+        if self.other is not None:
+            outputs.append(torch.cumsum(self.other, 0)[tokens])
+        return tuple(outputs)
+
+
+def test_bytes_that_differ_only_at_the_end_are_not_aliased():
+    torch.manual_seed(0)
+    model = LookAlike(tied=False).eval()
+    plain = _export(model).buffer
+    assert audit_file(plain).duplicated_bytes == 0
+    deduped, report = dedupe_pte(plain)
+    assert deduped is plain and report.shared == ()
+
+
+def test_among_look_alike_constants_the_equal_one_is_aliased(tmp_path):
+    torch.manual_seed(0)
+    model = LookAlike(tied=True).eval()
+    plain = _export(model).buffer
+    deduped, report = dedupe_pte(plain)
+    (shared,) = report.shared
+    pte = read_pte(plain)
+    weight = model.embedding.weight.detach().numpy().tobytes()
+    constant = pte.entries[next(iter(pte.entries))][shared.copies[0].index]
+    assert plain[constant.offset : constant.offset + constant.nbytes] == weight
+    path = tmp_path / "model.pte"
+    path.write_bytes(deduped)
+    reference = _load_for_executorch_from_buffer(plain).forward((TOKENS,))
+    for loader, outputs in _outputs_by_loader(path, deduped).items():
+        for got, want in zip(outputs, reference):
+            assert torch.equal(got, want), loader
+
+
 @pytest.mark.parametrize("prune", [False, True], ids=["unpruned", "pruned"])
 def test_a_model_with_nothing_duplicated_is_written_byte_for_byte(prune):
     torch.manual_seed(0)
