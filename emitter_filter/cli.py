@@ -74,8 +74,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="report the constant bytes of a .pte (and its .ptd files) no program can reach",
         description=(
             "Report what MODEL.pte holds per data space, which entries no program can "
-            "reach (the bytes prune_constants=True and prune drop, named data included) "
-            "and which contents are stored more than once. Reads headers and flatbuffers, "
+            "reach (the bytes prune_constants=True and prune drop, named data included), "
+            "which contents are stored more than once and which ranges several entries "
+            "share (dedupe_constants=True). Reads headers and flatbuffers, "
             "and only the data entries whose size another entry shares. Exit 1 if the "
             "dead bytes exceed --max-dead-bytes, 2 if a file is malformed."
         ),
