@@ -197,7 +197,9 @@ def _prune_and_dedupe(options: argparse.Namespace):
     """`prune`, then `dedupe.dedupe_file` of its output: the order the hook applies them in.
 
     The pruned `.pte` goes to a temporary directory beside the output, so that a
-    failure leaves no output, as `prune` alone does.
+    failure leaves no `.pte`, as `prune` alone does; `.ptd` files (never
+    deduplicated) are written by `prune_file` into `--ptd-out` first, and stay
+    if the deduplication then fails (an I/O error: its input is `prune`'s output).
     """
     import dataclasses
     import tempfile

@@ -40,3 +40,16 @@ def test_prune_dedupe_writes_what_prune_writes_when_nothing_is_shared(case, tmp_
     assert main(["prune", str(pte), "-o", str(deduped), "--dedupe"]) == 0
     assert deduped.read_bytes() == pruned.read_bytes()
     assert not list(tmp_path.glob(".*")), "a temporary file was left behind"
+
+
+def test_prune_dedupe_with_ptd_files_writes_what_prune_writes(tmp_path):
+    pte, ptds = saved(GOLDEN / "external" / "dirty")
+    runs = {}
+    for name, extra in (("pruned", []), ("deduped", ["--dedupe"])):
+        out = tmp_path / name
+        out.mkdir()
+        ptd_args = [a for p in ptds for a in ("--ptd", str(p))]
+        argv = ["prune", str(pte), "-o", str(out / "model.pte"), *ptd_args, "--ptd-out", str(out)]
+        assert main(argv + extra) == 0
+        runs[name] = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+    assert runs["deduped"] == runs["pruned"] and len(runs["pruned"]) == 2
