@@ -15,6 +15,10 @@ its `to_executorch` time is in `extra_info`.
 - ``worker``: the same model measured once more in a fresh process, for peak
   memory (``memory``) untouched by the models measured before it.
 
+Zoo models with `dedupe` get a third benchmark, mode ``deduped``: pruned with
+`dedupe_constants=True`, with ``dedupe_seconds``, ``dedupe_share`` (of the same
+call's `to_executorch`) and ``dedupe_saved_bytes`` besides the figures above.
+
 Nothing here asserts on time: the figures are recorded, never judged.
 """
 
@@ -70,10 +74,12 @@ class _Rounds:
     dropped at once so that a large model's bytes are not kept across rounds.
     """
 
-    def __init__(self, case: ModelCase, mode: str) -> None:
+    def __init__(self, case: ModelCase, mode: str, extra_config: dict | None = None) -> None:
         self.case = case
         self.mode = mode
+        self.config = {**case.config, **(extra_config or {})}
         self.measurements = []
+        self.dedupe_reports = []
         self._manager = None
         self._seconds = 0.0
 
@@ -87,7 +93,7 @@ class _Rounds:
             self.case.name, self.mode, len(self.measurements) + 1, time.perf_counter() - started,
         )
         ensure_mode(self.mode)
-        return (edge, backend_config(self.mode, self.case.config)), {}
+        return (edge, backend_config(self.mode, self.config)), {}
 
     def to_executorch(self, edge, config):
         started = time.perf_counter()
@@ -96,6 +102,10 @@ class _Rounds:
 
     def teardown(self, edge, config):
         self.measurements.append(describe(self._manager, self.mode, self._seconds))
+        if getattr(config, "dedupe_constants", False):
+            import emitter_filter
+
+            self.dedupe_reports.append(emitter_filter.report(self._manager).dedupe)
         self._manager = None
 
 
@@ -128,6 +138,39 @@ def test_to_executorch(benchmark, case: ModelCase, mode: str, bench_workdir, ben
             constant_bytes_after=last.constant_bytes_after,
         )
     _add_worker(info, case.name, mode, bench_workdir, bench_workers)
+    benchmark.extra_info.update(info)
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in ZOO if c.dedupe], ids=[f"{c.name}-deduped" for c in ZOO if c.dedupe]
+)
+def test_dedupe(benchmark, case: ModelCase):
+    """`prune_constants` and `dedupe_constants` together: bytes, and the dedupe's share."""
+    benchmark.group = case.name
+    warm_up(Mode.PRUNED)
+    rounds = _Rounds(case, Mode.PRUNED, {"dedupe_constants": True})
+    benchmark.pedantic(
+        rounds.to_executorch, setup=rounds.setup, teardown=rounds.teardown,
+        rounds=case.rounds, iterations=1,
+    )
+    last, dedupe = rounds.measurements[-1], rounds.dedupe_reports[-1]
+    info = _base_info(case.name, case.description, "deduped", case.nominal_constant_bytes)
+    info.update(
+        timed="to_executorch",
+        to_executorch_seconds=[m.to_executorch_seconds for m in rounds.measurements],
+        pte_bytes=last.pte_bytes,
+        ptd_bytes=last.ptd_bytes,
+        total_bytes=last.pte_bytes + last.ptd_bytes,
+        filter_seconds=[m.filter_seconds for m in rounds.measurements],
+        dropped_bytes=last.dropped_bytes,
+        dedupe_seconds=[d.seconds for d in rounds.dedupe_reports],
+        dedupe_share=[
+            d.seconds / m.to_executorch_seconds
+            for d, m in zip(rounds.dedupe_reports, rounds.measurements)
+        ],
+        dedupe_saved_bytes=dedupe.saved_bytes,
+        worker=None,
+    )
     benchmark.extra_info.update(info)
 
 

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.compare import Thresholds, compare
-from bench.results import ResultsError, load_results, summarize
-from bench.table import COLUMNS, format_table
+from bench.results import ResultsError, load_results, summarize, summarize_dedupe
+from bench.table import COLUMNS, format_dedupe_table, format_table
 
 __all__ = ["main"]
 
@@ -197,12 +197,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         results = load_results(results_path)
         summaries = summarize(results)
+        dedupe_summaries = summarize_dedupe(results)
         baseline = summarize(load_results(options.compare)) if options.compare else None
     except ResultsError as error:
         print(f"bench: {error}", file=sys.stderr)
         return EXIT_USAGE
 
     print(format_table(summaries, markdown=options.markdown))
+    if dedupe_summaries:
+        print()
+        print(format_dedupe_table(dedupe_summaries, markdown=options.markdown))
     if options.out is not None:
         from bench.dashboard import write_dashboard
 

@@ -94,6 +94,55 @@ def _memory(info: Mapping, key: str) -> int | None:
     return int(value) if isinstance(value, (int, float)) else None
 
 
+@dataclass(frozen=True)
+class DedupeSummary:
+    """One `dedupe` model's bytes plain, pruned and pruned + deduplicated, and the dedupe's cost."""
+
+    model: str
+    bytes_plain: int
+    bytes_pruned: int
+    bytes_deduped: int
+    dedupe_seconds: float
+    dedupe_share: float
+
+    @property
+    def deduped_share(self) -> float:
+        """Deduplicated bytes over plain bytes."""
+        return self.bytes_deduped / self.bytes_plain if self.bytes_plain else 0.0
+
+
+def summarize_dedupe(results: Mapping) -> list[DedupeSummary]:
+    """One `DedupeSummary` per model with a ``deduped`` benchmark, in results order.
+
+    Raises:
+        ResultsError: Such a model lacks its upstream or pruned benchmark, or a figure.
+    """
+    by_model: dict[str, dict[str, Mapping]] = {}
+    for benchmark in results["benchmarks"]:
+        info = benchmark.get("extra_info") or {}
+        by_model.setdefault(info.get("model"), {})[info.get("mode")] = info
+    summaries = []
+    for model, modes in by_model.items():
+        if "deduped" not in modes:
+            continue
+        where = f"model {model!r}"
+        missing = {"upstream", "pruned"} - modes.keys()
+        if missing:
+            raise ResultsError(f"{where}: no {' or '.join(sorted(missing))} benchmark")
+        deduped = modes["deduped"]
+        summaries.append(
+            DedupeSummary(
+                model=model,
+                bytes_plain=_required(modes["upstream"], "total_bytes", where),
+                bytes_pruned=_required(modes["pruned"], "total_bytes", where),
+                bytes_deduped=_required(deduped, "total_bytes", where),
+                dedupe_seconds=_median(_required(deduped, "dedupe_seconds", where), where),
+                dedupe_share=_median(_required(deduped, "dedupe_share", where), where),
+            )
+        )
+    return summaries
+
+
 def summarize(results: Mapping) -> list[ModelSummary]:
     """One `ModelSummary` per model that has both an upstream and a pruned benchmark.
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bench.results import ModelSummary
+from bench.results import DedupeSummary, ModelSummary
 
-__all__ = ["format_bytes", "format_table", "COLUMNS"]
+__all__ = ["format_bytes", "format_table", "format_dedupe_table", "COLUMNS"]
 
 #: (header, what it means): printed under the table by `--help` and the dashboard.
 COLUMNS = (
@@ -63,8 +63,32 @@ def _row(s: ModelSummary) -> list[str]:
 
 def format_table(summaries: Sequence[ModelSummary], *, markdown: bool = False) -> str:
     """The table of `summaries`, one row per model, in their order."""
-    headers = [name for name, _ in COLUMNS]
-    rows = [_row(s) for s in summaries]
+    return _format([name for name, _ in COLUMNS], [_row(s) for s in summaries], markdown)
+
+
+#: Columns of the `dedupe_constants` table (`bench_models.test_dedupe`).
+DEDUPE_COLUMNS = (
+    "model", "plain", "pruned", "pruned + deduplicated", "dedupe", "dedupe share",
+)
+
+
+def format_dedupe_table(summaries: Sequence[DedupeSummary], *, markdown: bool = False) -> str:
+    """Bytes plain / pruned / deduplicated and the dedupe's share of `to_executorch`."""
+    rows = [
+        [
+            s.model,
+            format_bytes(s.bytes_plain),
+            format_bytes(s.bytes_pruned),
+            f"{format_bytes(s.bytes_deduped)} ({s.deduped_share:.1%} of plain)",
+            _seconds(s.dedupe_seconds),
+            f"{s.dedupe_share:.2%}",
+        ]
+        for s in summaries
+    ]
+    return _format(list(DEDUPE_COLUMNS), rows, markdown)
+
+
+def _format(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
     if markdown:
         lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
         lines += ["| " + " | ".join(row) + " |" for row in rows]

@@ -21,6 +21,10 @@ Cases, and why each is here:
   constants, a fixed quarter of which is dead buffers, to show how the filter's
   cost grows with size. Values and instructions grow with size too (fixed width,
   more blocks), because the filter is linear in those, not in bytes.
+- ``tied_embedding_32000x288``: a stories15M-sized vocabulary (32000 x 288,
+  35 MiB fp32) whose embedding is tied to the output head, lowered to XNNPACK:
+  the weight is written twice (portable constant, XNNPACK named data), nothing
+  is dead. Also measured with `dedupe_constants=True` (`ModelCase.dedupe`).
 - ``shared_prefix_128MiB``: ``scaled_128MiB`` with the first 8 floats of every
   weight zeroed. The prune report looks for duplicated constants by length and
   first 32 bytes, and hashes only the candidates that match: random weights
@@ -64,6 +68,8 @@ class ModelCase:
             and the size axis; the measured figures come from the run.
         quick: Part of `--quick`.
         rounds: Timed rounds of `to_executorch` per mode (fewer for big models).
+        dedupe: Also measured pruned with `dedupe_constants=True`
+            (`bench_models.test_dedupe`).
     """
 
     name: str
@@ -73,6 +79,7 @@ class ModelCase:
     config: dict = field(default_factory=dict)
     quick: bool = True
     rounds: int = 5
+    dedupe: bool = False
 
 
 def _seed_model():
@@ -197,6 +204,30 @@ def _build_external_constants():
     return _build_unused_buffer()
 
 
+_TIED_VOCAB, _TIED_DIM = 32000, 288
+
+
+def _build_tied_embedding():
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    class TiedEmbedding(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = torch.nn.Embedding(_TIED_VOCAB, _TIED_DIM)
+            self.head = torch.nn.Linear(_TIED_DIM, _TIED_VOCAB, bias=False)
+            self.head.weight = self.embedding.weight
+
+        def forward(self, tokens):
+            return self.head(self.embedding(tokens))
+
+    torch.manual_seed(SEED)
+    with torch.no_grad():
+        exported = torch.export.export(TiedEmbedding().eval(), (torch.tensor([[1, 2, 3]]),))
+    return to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+
+
 def _scaled_module(blocks: int, *, zero_prefix: bool = False):
     import torch
 
@@ -290,6 +321,14 @@ ZOO: tuple[ModelCase, ...] = (
         _build_external_constants,
         nominal_constant_bytes=256 * 320 * 4 + 64 * 65 * 4,
         config={"external_constants": True},
+    ),
+    ModelCase(
+        "tied_embedding_32000x288",
+        "Embedding(32000, 288) tied to the output head, fp32, XNNPACK: the weight twice",
+        _build_tied_embedding,
+        nominal_constant_bytes=_TIED_VOCAB * _TIED_DIM * 4,
+        rounds=3,
+        dedupe=True,
     ),
     ModelCase(
         "shared_prefix_128MiB",

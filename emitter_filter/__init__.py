@@ -8,6 +8,10 @@ Three ways to turn pruning on:
   not it imports emitter_filter (a start-up hook installed with the package, see
   `_startup`), or `python -m emitter_filter run ...` for one script.
 
+`dedupe_constants=True` (also `pruning(dedupe_constants=True)` and
+`EMITTER_FILTER_DEDUPE=1`) also stores once the named data that repeats a
+constant, such as a tied embedding lowered to XNNPACK.
+
 `emitter_filter.report(manager)` tells what was dropped. For files already on
 disk, `emitter_filter.audit_file(path)` tells what is dead and
 `emitter_filter.prune_file(src, dst)` writes the file without it, neither
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import importlib
 
-from emitter_filter._startup import ENV_PRUNE
+from emitter_filter._startup import ENV_DEDUPE, ENV_PRUNE
 from emitter_filter._startup import apply_environment as _apply_environment
 from emitter_filter._upstream import SUPPORTED_EXECUTORCH
 from emitter_filter.errors import (
@@ -47,6 +51,8 @@ __all__ = [
     "AuditReport",
     "prune_file",
     "FilePruneReport",
+    "dedupe_file",
+    "DedupeReport",
     "install",
     "uninstall",
     "EmitterFilterError",
@@ -58,6 +64,7 @@ __all__ = [
     "SUPPORTED_EXECUTORCH",
     "ENV_PRUNE",
     "ENV_STRICT",
+    "ENV_DEDUPE",
     "__version__",
 ]
 
@@ -67,6 +74,8 @@ _LAZY = {
     "AuditReport": "emitter_filter.audit",
     "prune_file": "emitter_filter.rewrite_file",
     "FilePruneReport": "emitter_filter.rewrite_file",
+    "dedupe_file": "emitter_filter.dedupe",
+    "DedupeReport": "emitter_filter.dedupe",
     "ExecutorchBackendConfig": "emitter_filter.config",
     "pruning": "emitter_filter.hook",
     "install": "emitter_filter.hook",

@@ -36,6 +36,7 @@ from emitter_filter.errors import EmitterFilterError, EnvironmentVariableError
 
 __all__ = [
     "ENV_PRUNE",
+    "ENV_DEDUPE",
     "PTH_NAME",
     "env_flag",
     "EXPORTER_MODULE",
@@ -47,6 +48,8 @@ __all__ = [
 
 #: Set to 1 to prune every program a process serializes (read at start-up and at import).
 ENV_PRUNE = "EMITTER_FILTER_PRUNE"
+#: Set to 1 to deduplicate every program a process serializes, pruned or not (likewise).
+ENV_DEDUPE = "EMITTER_FILTER_DEDUPE"
 #: The start-up hook's file name; sorted after setuptools' `__editable__.*.pth`, which
 #: must run first in an editable install for emitter_filter to be importable.
 PTH_NAME = "emitter_filter_startup.pth"
@@ -60,6 +63,8 @@ logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _trigger: _ImportTrigger | None = None
+# What the exporter's import turns on: (prune, dedupe); `apply_environment` sets it.
+_requested = (True, False)
 
 
 def env_flag(name: str, environ: Mapping[str, str] = os.environ) -> bool:
@@ -86,12 +91,16 @@ def prune_requested(environ: Mapping[str, str] = os.environ) -> bool:
 
 
 def apply_environment() -> None:
-    """What `import emitter_filter` does with the variable: prune from the exporter's import on.
+    """What `import emitter_filter` does with the variables: prune (or deduplicate) from the
+    exporter's import on.
 
     Raises:
-        EnvironmentVariableError: the variable has a value `prune_requested` rejects.
+        EnvironmentVariableError: a variable has a value `env_flag` rejects.
     """
-    if prune_requested():
+    global _requested
+    requested = (prune_requested(), env_flag(ENV_DEDUPE))
+    if any(requested):
+        _requested = requested
         prune_from_exporter_import()
 
 
@@ -117,7 +126,11 @@ def _enable_pruning() -> None:
     from emitter_filter import hook
 
     _show_prune_lines()
-    hook.enable()
+    prune, dedupe = _requested
+    if prune:
+        hook.enable()
+    if dedupe:
+        hook.enable_dedupe()
 
 
 def _show_prune_lines() -> None:

@@ -32,6 +32,7 @@ __all__ = [
     "check_executorch_version",
     "installed_executorch_version",
     "program_module",
+    "cord",
     "emitter_output_of",
 ]
 
@@ -144,6 +145,13 @@ def program_module():
             f"{SUPPORTED_EXECUTORCH}"
         )
     return _program
+
+
+def cord(data: bytes):
+    """ExecuTorch's `Cord` around `data`: what `serialize_for_executorch` returns a `.pte` as."""
+    from executorch.exir._serialize._cord import Cord
+
+    return Cord(data)
 
 
 def emitter_output_of(manager):

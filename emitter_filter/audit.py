@@ -17,7 +17,10 @@ per space:
 The first three and `named_data` are exactly what `prune_constants=True` and
 `emitter-filter prune` drop. Identical contents stored more than once are listed
 in `duplicates` (not dead): only entries whose size another entry shares are
-read, and hashed only when their first bytes match too.
+read, and hashed only when their first bytes match too. A range several entries
+share (what `dedupe_constants` writes) is stored once: it is listed in `shared`,
+not in `duplicates`; ranges that overlap without being the same range make the
+file malformed (`dedupe.find_shared_ranges`).
 
 Names (`analyse_file`): a dead entry is named by what the file carries (an
 external constant's FQN, a named-data key) and, given the model's state
@@ -37,6 +40,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from emitter_filter.dedupe import SharedRange, find_shared_ranges
 from emitter_filter.duplicates import DuplicateGroup, StoredCopy, group_duplicates
 from emitter_filter.named_data import NamedDataUse
 from emitter_filter.pte_file import (
@@ -112,6 +116,8 @@ class AuditReport:
             (not dead) because an opaque delegate may read them.
         duplicates: Contents stored more than once, over every data space and
             file, the most duplicated bytes first. Not dead: never dropped.
+        shared: Ranges of the `.pte` that several entries share (stored once),
+            by offset.
     """
 
     path: str
@@ -124,6 +130,12 @@ class AuditReport:
     dead: tuple[DroppedConstant, ...]
     kept_unprovable_named_data: tuple[UnprovableNamedData, ...]
     duplicates: tuple[DuplicateGroup, ...]
+    shared: tuple[SharedRange, ...] = ()
+
+    @property
+    def shared_bytes(self) -> int:
+        """Bytes saved by sharing: each shared range's size times its extra references."""
+        return sum(shared.saved_bytes for shared in self.shared)
 
     @property
     def duplicated_bytes(self) -> int:
@@ -179,6 +191,8 @@ class AuditReport:
                 }
                 for group in self.duplicates
             ],
+            "shared_bytes": self.shared_bytes,
+            "shared": [shared.to_json() for shared in self.shared],
         }
 
 
@@ -403,6 +417,18 @@ def _stored_copies(
             yield StoredCopy("external", tag, segment.index, keys), span
 
 
+def _one_copy_per_range(
+    copies: Iterator[tuple[StoredCopy, StoredSpan]],
+) -> Iterator[tuple[StoredCopy, StoredSpan]]:
+    """Drops the copies that read a range an earlier copy reads: shared bytes are stored once."""
+    seen: set[tuple[str, int, int]] = set()
+    for copy, span in copies:
+        where = (span.source.name, span.offset, span.nbytes)
+        if where not in seen:
+            seen.add(where)
+            yield copy, span
+
+
 def _keys_by_segment(entries) -> dict[Segment, tuple[str, ...]]:
     keys: dict[Segment, list[str]] = {}
     for entry in entries:
@@ -427,6 +453,7 @@ def audit_pte(
         keep_constants: See `audit_file`.
         state: See `audit_file`'s `names`.
     """
+    shared = find_shared_ranges(pte)
     analysis = analyse_file(pte, sources, keep_constants, state)
     pte, liveness, use, dead = analysis.pte, analysis.liveness, analysis.use, analysis.dead
 
@@ -462,7 +489,8 @@ def audit_pte(
             for e in pte.named_data
             if e.key in unprovable
         ),
-        duplicates=group_duplicates(_stored_copies(pte, sources)),
+        duplicates=group_duplicates(_one_copy_per_range(_stored_copies(pte, sources))),
+        shared=shared,
     )
     logger.debug(
         "%s: %d of %d constant bytes dead, %d duplicated",
@@ -494,7 +522,8 @@ def audit_file(
             names constant-segment entries, and lets `keep_constants` match them.
 
     Raises:
-        PteFormatError: A file is malformed or the `.ptd` does not match the `.pte`.
+        PteFormatError: A file is malformed (ranges that overlap without being the
+            same range included) or the `.ptd` does not match the `.pte`.
         ProgramFormatError: The program refers to something that does not exist.
     """
     state = state_file(names)

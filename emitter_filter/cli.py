@@ -78,8 +78,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="report the constant bytes of a .pte (and its .ptd files) no program can reach",
         description=(
             "Report what MODEL.pte holds per data space, which entries no program can "
-            "reach (the bytes prune_constants=True and prune drop, named data included) "
-            "and which contents are stored more than once. Reads headers and flatbuffers, "
+            "reach (the bytes prune_constants=True and prune drop, named data included), "
+            "which contents are stored more than once and which ranges several entries "
+            "share (dedupe_constants=True). Reads headers and flatbuffers, "
             "and only the data entries whose size another entry shares. Exit 1 if the "
             "dead bytes exceed --max-dead-bytes, 2 if a file is malformed."
         ),
@@ -119,6 +120,11 @@ def _build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--ptd-out", metavar="DIR",
                        help="the directory for the pruned .ptd files, under their input names")
     prune.add_argument("--json", action="store_true", help="print the report as JSON")
+    prune.add_argument(
+        "--dedupe", action="store_true",
+        help="also store named data that repeats a constant once (dedupe_constants=True); "
+        "the .ptd files are left as pruned",
+    )
     _add_naming_arguments(prune)
 
     demo = commands.add_parser(
@@ -203,7 +209,9 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     report = prune_file(
         options.pte, options.output, options.ptd, options.ptd_out,
         progress=_progress_printer(), keep_constants=options.keep, names=options.names,
+        dedupe=options.dedupe,
     )
+    dedupe_report = report.dedupe
     if options.json:
         print(json.dumps({
             "path": report.path,
@@ -216,9 +224,17 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
             "dropped_values": report.dropped_values,
             "dropped_named_data": list(report.dropped_named_data),
             "kept_unprovable": list(report.kept_unprovable),
+            **({} if dedupe_report is None else {"dedupe": {
+                "bytes_before": dedupe_report.bytes_before,
+                "bytes_after": dedupe_report.bytes_after,
+                "saved_bytes": dedupe_report.saved_bytes,
+                "shared": [shared.to_json() for shared in dedupe_report.shared],
+            }}),
         }, indent=2))
     else:
         print(report.summary())
+        if dedupe_report is not None:
+            print(f"{report.output}: {dedupe_report.summary()}")
     return EXIT_OK
 
 
@@ -337,6 +353,14 @@ def _format_audit(report) -> str:
         for group in report.duplicates:
             copies = ", ".join(_copy_location(c) for c in group.copies)
             lines.append(f"{group.nbytes:>14,}  x{len(group.copies)}  {copies}")
+    if report.shared:
+        lines.append(
+            f"shared: {report.shared_bytes:,} bytes saved by {len(report.shared)} range(s) "
+            "stored once for several entries:"
+        )
+        for shared in report.shared:
+            copies = ", ".join(_copy_location(c) for c in shared.copies)
+            lines.append(f"{shared.nbytes:>14,}  x{len(shared.copies)}  {copies}  at {shared.offset:,}")
     return "\n".join(lines)
 
 

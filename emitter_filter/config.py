@@ -1,4 +1,4 @@
-"""`ExecutorchBackendConfig` with the filter's fields: `prune_constants` and its options."""
+"""`ExecutorchBackendConfig` with the filter's fields: `prune_constants`, its options, `dedupe_constants`."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ __all__ = ["ExecutorchBackendConfig"]
 
 @dataclass
 class ExecutorchBackendConfig(_UpstreamExecutorchBackendConfig):
-    """ExecuTorch's `ExecutorchBackendConfig`, plus `prune_constants` and its options.
+    """ExecuTorch's `ExecutorchBackendConfig`, plus `prune_constants`, its options and `dedupe_constants`.
 
     A drop-in replacement: every upstream field works as before, and
     `to_executorch` returns an ordinary `ExecutorchProgramManager`.
@@ -38,15 +38,20 @@ class ExecutorchBackendConfig(_UpstreamExecutorchBackendConfig):
         prune_strict: Raise `ProgramFormatError` where the filter cannot prove a
             program safe to prune, instead of writing it unpruned with a warning
             (also `EMITTER_FILTER_STRICT=1`).
+        dedupe_constants: Store once the named data that repeats a constant (a
+            tied embedding lowered to XNNPACK): its segment points into the
+            constant segment (`emitter_filter.dedupe`). Applied to the `.pte`
+            bytes, after pruning when both are on; `.ptd` files are left alone.
     """
 
     prune_constants: bool = False
     keep_constants: Sequence[str] = ()
     prune_strict: bool = False
+    dedupe_constants: bool = False
 
     def __setattr__(self, name: str, value) -> None:
         # Covers both the constructor and a later `config.prune_constants = True`.
-        if name == "prune_constants" and value:
+        if name in ("prune_constants", "dedupe_constants") and value:
             hook.install()
         if name == "keep_constants" and isinstance(value, str):
             raise TypeError(

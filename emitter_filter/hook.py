@@ -7,6 +7,9 @@ looks it up (see `_upstream`). The wrapper prunes the constants
 `config.prune_constants`, by an enclosing `pruning()` block in the same thread or
 context, or process-wide by `enable()` (what `EMITTER_FILTER_PRUNE=1` calls).
 Otherwise it calls the original with the same arguments and changes nothing.
+Independently, `config.dedupe_constants`, `pruning(dedupe_constants=True)` or
+`enable_dedupe()` (what `EMITTER_FILTER_DEDUPE=1` calls) pass the `.pte` bytes the
+original returns through `dedupe.dedupe_pte`, after pruning when both are on.
 
 It also wraps `emit_program`, which `ExecutorchProgramManager` calls just before,
 only to hand the serializer wrapper the `ExportedProgram`s it emitted (held in
@@ -51,6 +54,8 @@ __all__ = [
     "SerializedProgram",
     "add_observer",
     "remove_observer",
+    "enable_dedupe",
+    "disable_dedupe",
 ]
 
 logger = logging.getLogger(__name__)
@@ -71,6 +76,10 @@ _pruning_keep: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
 )
 # (emitter output, its methods) from the last emit_program of this thread.
 _emitted = threading.local()
+_dedupe_process_wide = False
+_dedupe_depth: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "emitter_filter_dedupe_depth", default=0
+)
 
 
 def _pruning_requested(config) -> bool:
@@ -159,6 +168,14 @@ def _prune(emitter_output, config, named_data_store, methods):
     return named_data_store, prune_report
 
 
+def _dedupe_requested(config) -> bool:
+    return (
+        bool(getattr(config, "dedupe_constants", False))
+        or _dedupe_process_wide
+        or _dedupe_depth.get() > 0
+    )
+
+
 def _serialize_for_executorch(
     original, emitter_output, config, data_serializer, named_data_store=None
 ):
@@ -168,10 +185,27 @@ def _serialize_for_executorch(
         named_data_store, prune_report = _prune(emitter_output, config, named_data_store, methods)
     serialize_started = time.perf_counter()
     serialized = original(emitter_output, config, data_serializer, named_data_store)
-    _notify_observers(
-        emitter_output, serialized, prune_report, time.perf_counter() - serialize_started
-    )
+    serialize_seconds = time.perf_counter() - serialize_started
+    if _dedupe_requested(config):
+        serialized = _dedupe_serialized(emitter_output, serialized)
+    _notify_observers(emitter_output, serialized, prune_report, serialize_seconds)
     return serialized
+
+
+def _dedupe_serialized(emitter_output, serialized):
+    """Deduplicates the serialized `.pte` (`.ptd` files are left alone) and records the report."""
+    from emitter_filter.dedupe import dedupe_pte
+    from emitter_filter.reports import record_dedupe_report
+
+    started = time.perf_counter()
+    pte, ptd_files = serialized
+    data = bytes(pte)
+    deduplicated, dedupe_report = dedupe_pte(data)
+    # The join into one bytes object is part of the cost of deduplicating.
+    dedupe_report = dataclasses.replace(dedupe_report, seconds=time.perf_counter() - started)
+    record_dedupe_report(emitter_output, dedupe_report)
+    logger.info("emitter_filter: %s", dedupe_report)
+    return (pte if deduplicated is data else _upstream.cord(deduplicated)), ptd_files
 
 
 def install() -> None:
@@ -237,14 +271,31 @@ def is_enabled() -> bool:
     return _process_wide or _pruning_depth.get() > 0
 
 
+def enable_dedupe() -> None:
+    """Deduplicates every program serialized from now on, in every thread (pruned or not)."""
+    global _dedupe_process_wide
+    install()
+    _dedupe_process_wide = True
+
+
+def disable_dedupe() -> None:
+    """Stops what `enable_dedupe()` started."""
+    global _dedupe_process_wide
+    _dedupe_process_wide = False
+
+
 @contextlib.contextmanager
-def pruning(keep_constants: Sequence[str] = ()) -> Iterator[None]:
+def pruning(
+    keep_constants: Sequence[str] = (), *, dedupe_constants: bool = False
+) -> Iterator[None]:
     """Prunes every program serialized inside the block, in this thread or task.
 
     Args:
         keep_constants: `fnmatch` patterns of FQNs to keep although no
             instruction reads them (see `ExecutorchBackendConfig.keep_constants`);
             added to the config's and any enclosing block's.
+        dedupe_constants: Also store named data that repeats a constant once
+            (`ExecutorchBackendConfig.dedupe_constants`).
 
     Example::
 
@@ -258,9 +309,12 @@ def pruning(keep_constants: Sequence[str] = ()) -> Iterator[None]:
     install()
     token = _pruning_depth.set(_pruning_depth.get() + 1)
     keep_token = _pruning_keep.set((*_pruning_keep.get(), *keep_constants))
+    dedupe_token = _dedupe_depth.set(_dedupe_depth.get() + 1) if dedupe_constants else None
     try:
         yield
     finally:
+        if dedupe_token is not None:
+            _dedupe_depth.reset(dedupe_token)
         _pruning_keep.reset(keep_token)
         _pruning_depth.reset(token)
 

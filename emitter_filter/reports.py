@@ -1,4 +1,4 @@
-"""What one prune did: bytes per data space before and after, and each dropped entry, by name."""
+"""What one prune did: bytes per data space before and after, each dropped entry by name, and the dedupe."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from emitter_filter.dedupe import DedupeReport
     from emitter_filter.named_data import NamedDataReport
 
 __all__ = ["ConstantName", "DroppedConstant", "PruneReport", "report"]
@@ -108,6 +109,9 @@ class PruneReport:
             the prune safe), or None when it was pruned.
         find_names: Names the dropped entries after the model state, by (space,
             index); called once, on first use of `dropped`, not in the hook.
+        dedupe: What `dedupe_constants` saved on top of pruning (bytes of the
+            `.pte`), or None when it was off. With `dedupe_constants` alone the
+            prune fields are empty: nothing was pruned.
     """
 
     bytes_before: Mapping[str, int]
@@ -117,6 +121,7 @@ class PruneReport:
     seconds: float
     named_data: NamedDataReport | None = None
     skipped: str | None = None
+    dedupe: DedupeReport | None = None
     find_names: Callable[[], Mapping[tuple[str, int], tuple[ConstantName, ...]]] = (
         dataclasses.field(default=_no_names, repr=False, compare=False)
     )
@@ -143,6 +148,8 @@ class PruneReport:
         """One line, as logged at INFO after each prune; it names the largest dropped entries."""
         if self.skipped is not None:
             return f"skipped, written unpruned: {self.skipped}"
+        if not self.bytes_before:
+            return "not pruned" if self.dedupe is None else self.dedupe.summary()
         spaces = ", ".join(
             f"{space} {self.bytes_before[space]:,} -> {self.bytes_after[space]:,} B"
             for space in self.bytes_before
@@ -160,7 +167,7 @@ class PruneReport:
             listed = ", ".join(d.describe() for d in largest[:_SUMMARY_NAMES])
             more = len(largest) - _SUMMARY_NAMES
             line = f"{line}; dropped: {listed}" + (f" and {more} more" if more > 0 else "")
-        return line
+        return line if self.dedupe is None else f"{line}; {self.dedupe.summary()}"
 
 
 # Reports are keyed by the identity of the manager's EmitterOutput, the object the
@@ -182,6 +189,15 @@ def record_report(emitter_output: object, prune_report: PruneReport) -> None:
     weakref.finalize(emitter_output, _forget_report, key)
 
 
+def record_dedupe_report(emitter_output: object, dedupe_report: DedupeReport) -> None:
+    """Adds `dedupe_report` to the prune's report, or records it alone when nothing was pruned."""
+    with _reports_lock:
+        found = _reports.get(id(emitter_output))
+    if found is None:
+        found = PruneReport({}, {}, (), 0, 0.0)
+    record_report(emitter_output, dataclasses.replace(found, dedupe=dedupe_report))
+
+
 def report(manager) -> PruneReport:
     """Returns what the prune did for an `ExecutorchProgramManager`.
 
@@ -198,6 +214,7 @@ def report(manager) -> PruneReport:
     if found is None:
         raise LookupError(
             "this program was serialized without pruning: pass "
-            "ExecutorchBackendConfig(prune_constants=True) or use emitter_filter.pruning()"
+            "ExecutorchBackendConfig(prune_constants=True) (or dedupe_constants=True) "
+            "or use emitter_filter.pruning()"
         )
     return found

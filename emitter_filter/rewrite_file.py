@@ -36,11 +36,14 @@ delegates and their blobs, and constant bytes (copied, never reinterpreted).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
 from emitter_filter._program_fbs.executorch_flatbuffer.DataSegment import DataSegmentT
@@ -100,6 +103,9 @@ from emitter_filter.reachability import (
 from emitter_filter.reports import DroppedConstant
 from emitter_filter.state_names import StateFile, state_file
 
+if TYPE_CHECKING:
+    from emitter_filter.dedupe import DedupeReport
+
 __all__ = ["FilePruneReport", "prune_file"]
 
 logger = logging.getLogger(__name__)
@@ -121,7 +127,8 @@ class FilePruneReport:
         dropped_values: Values no root of their plan reaches.
         dropped_named_data: Named-data keys no delegate reaches, in file order.
         kept_unprovable: Named-data keys kept only because an opaque delegate may read them.
-        seconds: Wall time of the whole prune.
+        seconds: Wall time of the whole prune (and dedupe).
+        dedupe: What `dedupe=True` saved on top of pruning, or None when it was off.
     """
 
     path: str
@@ -134,6 +141,7 @@ class FilePruneReport:
     dropped_named_data: tuple[str, ...]
     kept_unprovable: tuple[str, ...]
     seconds: float
+    dedupe: DedupeReport | None = None
 
     def summary(self) -> str:
         """One line, for the log and the CLI."""
@@ -485,6 +493,7 @@ def prune_file(
     progress: ProgressFn | None = None,
     keep_constants: Sequence[str] = (),
     names: str | os.PathLike | StateFile | None = None,
+    dedupe: bool = False,
 ) -> FilePruneReport:
     """Writes `src` without the constants and named data its program cannot reach.
 
@@ -507,6 +516,9 @@ def prune_file(
         progress: Called with (bytes written, bytes to write) as data is copied.
         keep_constants: `fnmatch` patterns of FQNs to keep, as `audit_file` takes them.
         names: The model's `.pt2` or ETRecord, as `audit_file` takes it.
+        dedupe: Then store once the named data that repeats a constant
+            (`dedupe.dedupe_file` of the pruned file, the order the hook applies
+            them in); the `.ptd` files are only pruned.
 
     Returns:
         What was written and dropped.
@@ -523,6 +535,11 @@ def prune_file(
         raise OutputFileError(f"{dst}: .ptd inputs given without a directory for their outputs")
     ptd_outputs = [os.path.join(os.fspath(ptd_out), os.path.basename(p)) for p in ptd_paths]
     check_outputs([src, *ptd_paths], [dst, *ptd_outputs])
+    if dedupe:
+        return _prune_then_dedupe(
+            src, dst, ptd_paths, ptd_out, started,
+            progress=progress, keep_constants=keep_constants, names=names,
+        )
 
     # Read.
     pte, program, program_data = read_pte_program(src, ptd_paths)
@@ -592,3 +609,31 @@ def prune_file(
     )
     logger.info("%s", report.summary())
     return report
+
+
+def _prune_then_dedupe(src, dst, ptd_paths, ptd_out, started, **options) -> FilePruneReport:
+    """`prune_file` into a temporary directory beside `dst`, then `dedupe_file` onto `dst`.
+
+    A failure leaves no `.pte`, as a prune alone does; the `.ptd` files (never
+    deduplicated) are written into `ptd_out` first, and stay if the deduplication
+    then fails (an I/O error: its input is the prune's own output).
+    """
+    from emitter_filter.dedupe import dedupe_file
+
+    try:
+        temp = tempfile.TemporaryDirectory(
+            dir=os.path.dirname(os.path.abspath(dst)), prefix=".emitter-filter-"
+        )
+    except OSError as error:
+        raise OutputFileError(f"{dst}: cannot write: {error.strerror}") from error
+    with temp:
+        pruned = os.path.join(temp.name, os.path.basename(dst))
+        report = prune_file(src, pruned, ptd_paths, ptd_out, **options)
+        dedupe_report = dedupe_file(pruned, dst)
+    return dataclasses.replace(
+        report,
+        output=dst,
+        bytes_after=report.bytes_after - dedupe_report.saved_bytes,
+        seconds=time.perf_counter() - started,
+        dedupe=dedupe_report,
+    )
