@@ -40,6 +40,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from emitter_filter.demo import fold_multiply_by_parameter
+
 __all__ = ["ModelCase", "ZOO", "SCALED_DEAD_SHARE", "cases", "case_named"]
 
 logger = logging.getLogger(__name__)
@@ -158,28 +160,6 @@ def _build_unused_buffer():
     return to_edge(torch.export.export(model, (torch.randn(2, 64),), strict=False))
 
 
-def _drop_multiply_by_parameter(graph_module):
-    """An edge pass that folds `x * p` into `x` (say, a scale known to be 1).
-
-    It leaves `p` with no user *after* `to_edge` removed unused parameters, which
-    is how a constant dies late in real pipelines.
-    """
-    from executorch.exir.dialects._ops import ops as exir_ops
-    from torch.fx.passes.infra.pass_base import PassResult
-
-    modified = False
-    for node in list(graph_module.graph.nodes):
-        if node.op == "call_function" and node.target == exir_ops.edge.aten.mul.Tensor:
-            lhs, rhs = node.args
-            if getattr(rhs, "op", None) == "placeholder":
-                node.replace_all_uses_with(lhs)
-                graph_module.graph.erase_node(node)
-                modified = True
-    graph_module.graph.lint()
-    graph_module.recompile()
-    return PassResult(graph_module, modified)
-
-
 def _build_orphaned_parameter():
     import torch
     from executorch.exir import to_edge
@@ -197,7 +177,7 @@ def _build_orphaned_parameter():
     torch.manual_seed(SEED)
     model = WithScale().eval()
     edge = to_edge(torch.export.export(model, (torch.randn(256, 256),), strict=False))
-    return edge.transform([_drop_multiply_by_parameter])
+    return edge.transform([fold_multiply_by_parameter])
 
 
 def _build_external_constants():

@@ -134,11 +134,12 @@ def _import_executorch():
     return torch
 
 
-def _fold_multiply_by_parameter(graph_module):
+def fold_multiply_by_parameter(graph_module):
     """An edge pass that folds `x * p` into `x` for a placeholder `p` (a scale known to be 1).
 
     `p` loses its only user after `to_edge` has removed unused parameters: the way a
-    constant dies late in real pipelines.
+    constant dies late in real pipelines. The benchmarks' orphaned-parameter model
+    uses it too.
     """
     from executorch.exir.dialects._ops import ops as exir_ops
     from torch.fx.passes.infra.pass_base import PassResult
@@ -221,10 +222,10 @@ def run_demo(out_dir: Path) -> DemoResult:
         warnings.simplefilter("ignore", DeprecationWarning)
         exported = torch.export.export(model, inputs)
         logger.info("to_executorch with plain ExecuTorch -> %s", plain_path)
-        plain = to_edge(exported).transform([_fold_multiply_by_parameter])
+        plain = to_edge(exported).transform([fold_multiply_by_parameter])
         plain.to_executorch(PlainConfig()).save(str(plain_path))
         logger.info("to_executorch with prune_constants=True -> %s", pruned_path)
-        edge = to_edge(exported).transform([_fold_multiply_by_parameter])
+        edge = to_edge(exported).transform([fold_multiply_by_parameter])
         started = time.perf_counter()
         manager = edge.to_executorch(emitter_filter.ExecutorchBackendConfig(prune_constants=True))
         to_executorch_seconds = time.perf_counter() - started

@@ -78,7 +78,7 @@ def test_demo_prints_the_size_of_each_file_it_wrote(demo_run):
 
 def test_demo_exits_1_and_names_the_check_when_a_leak_stays(tmp_path, monkeypatch, capsys):
     # Without the pass, `scale` stays in use: the filter rightly drops only two constants.
-    monkeypatch.setattr(demo, "_fold_multiply_by_parameter", lambda gm: PassResult(gm, False))
+    monkeypatch.setattr(demo, "fold_multiply_by_parameter", lambda gm: PassResult(gm, False))
     assert main(["demo", "--out", str(tmp_path)]) == 1
     captured = capsys.readouterr()
     assert "emitter-filter demo: the filter dropped (shape, bytes)" in captured.err
