@@ -19,7 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.compare import Thresholds, compare
-from bench.results import ResultsError, load_results, summarize, summarize_dedupe
+from bench.results import (
+    ResultsError,
+    load_results,
+    load_suite_report,
+    summarize,
+    summarize_dedupe,
+)
 from bench.table import COLUMNS, format_dedupe_table, format_table
 
 __all__ = ["main"]
@@ -63,6 +69,7 @@ examples:
   python -m bench --out bench-out/base --quick
   python -m bench --out bench-out/new --quick --compare bench-out/base/results.json
   python -m bench --results bench-out/new/results.json --compare bench-out/base/results.json
+  python -m bench --suite-report report.json --out bench-out/suite
 """
 
 
@@ -87,6 +94,9 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="only benchmarks whose id matches this pytest -k expression")
     parser.add_argument("--results", type=Path, metavar="RESULTS.json",
                         help="do not run the suite: summarize (and --compare) this results file")
+    parser.add_argument("--suite-report", type=Path, metavar="REPORT.json",
+                        help="do not run the suite: draw DIR/suite.html from a report the "
+                        "pytest plugin wrote (--emitter-filter-report); needs --out")
     parser.add_argument("--compare", type=Path, metavar="BASELINE.json",
                         help="fail (exit 1) if a model's pruned bytes or filter share got worse "
                         "than in BASELINE.json beyond the thresholds below")
@@ -157,12 +167,32 @@ def _run_suite(options: argparse.Namespace, argv: Sequence[str]) -> Path | None:
     return results_path
 
 
+def _draw_suite_report(report_path: Path, out: Path) -> int:
+    from bench.dashboard import render_suite_dashboard
+
+    try:
+        report = load_suite_report(report_path)
+    except ResultsError as error:
+        print(f"bench: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / "suite.html"
+    page.write_text(render_suite_dashboard(report), encoding="utf-8")
+    print(f"wrote {page} ({len(report['programs'])} programs)", file=sys.stderr)
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code instead of exiting."""
     parser = _build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         options = parser.parse_args(argv)
+        if options.suite_report is not None and (
+            options.out is None or options.results or options.compare or options.quick
+            or options.keyword
+        ):
+            parser.error("--suite-report takes --out DIR and nothing else")
         if options.out is None and options.results is None:
             parser.error("give --out DIR (to run the suite) or --results RESULTS.json")
         if options.results is not None and (options.quick or options.keyword):
@@ -181,6 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         share_min_seconds=options.share_min_seconds,
     )
 
+    if options.suite_report is not None:
+        return _draw_suite_report(options.suite_report, options.out)
     results_path = options.results
     if results_path is None:
         missing = _missing_distributions()

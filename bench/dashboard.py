@@ -16,7 +16,7 @@ from pathlib import Path
 from bench.results import ModelSummary
 from bench.table import COLUMNS, format_bytes, format_table
 
-__all__ = ["render_dashboard", "write_dashboard"]
+__all__ = ["render_dashboard", "write_dashboard", "render_suite_dashboard"]
 
 logger = logging.getLogger(__name__)
 
@@ -210,3 +210,79 @@ def write_dashboard(path: Path, results: Mapping, summaries: Sequence[ModelSumma
     """Writes `render_dashboard(...)` to `path`."""
     Path(path).write_text(render_dashboard(results, summaries), encoding="utf-8")
     logger.info("wrote %s", path)
+
+
+# --- The pytest plugin's report (`--emitter-filter-report`) -------------------------
+
+_LARGEST_PROGRAMS = 30
+
+
+def _suite_chart(plt, programs: Sequence[Mapping]) -> str | None:
+    """The largest programs' bytes: live, dead and duplicated, as the plugin audited them."""
+    shown = sorted(programs, key=lambda p: -p["file_bytes"])[:_LARGEST_PROGRAMS]
+    if not shown:
+        return None
+    figure, axes = plt.subplots(figsize=(8, 0.3 * len(shown) + 1.2))
+    rows = range(len(shown))
+    dead = [(p["dead_bytes"] or 0) / 1024 for p in shown]
+    duplicated = [(p["duplicated_bytes"] or 0) / 1024 for p in shown]
+    rest = [p["file_bytes"] / 1024 - d - u for p, d, u in zip(shown, dead, duplicated)]
+    axes.barh(rows, rest, label="live, stored once", color="#4c72b0")
+    axes.barh(rows, duplicated, left=rest, label="duplicated", color="#dd8452")
+    axes.barh(rows, dead, left=[r + u for r, u in zip(rest, duplicated)], label="dead",
+              color="#c44e52")
+    axes.set_yticks(list(rows), [_program_label(p) for p in shown])
+    axes.invert_yaxis()
+    axes.set_xlabel("KiB written (.pte + .ptd)")
+    axes.set_title(f"The {len(shown)} largest programs the suite serialized")
+    axes.legend(loc="lower right")
+    return _svg(figure)
+
+
+def _program_label(program: Mapping) -> str:
+    test = program["test"] or "(outside a test)"
+    return f"{test.rsplit('::', 1)[-1]} [{', '.join(program['methods'])}]"
+
+
+def _count(value) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def render_suite_dashboard(report: Mapping) -> str:
+    """The page for a pytest plugin report: totals, the largest programs, and one row each."""
+    programs = report["programs"]
+    totals = {
+        key: sum(p[key] or 0 for p in programs)
+        for key in ("file_bytes", "dead_bytes", "duplicated_bytes", "dropped_bytes")
+    }
+    plt = _pyplot()
+    chart = _suite_chart(plt, programs)
+    plt.close("all")
+    head = ["test", "methods", "pruned", "file bytes", "dead", "duplicated", "dropped",
+            "largest dead entry"]
+    rows = []
+    for p in programs:
+        largest = p["largest_dead"][0] if p["largest_dead"] else None
+        cells = [
+            p["test"] or "-", ", ".join(p["methods"]), "yes" if p["pruned"] else "no",
+            _count(p["file_bytes"]), _count(p["dead_bytes"]), _count(p["duplicated_bytes"]),
+            _count(p["dropped_bytes"]),
+            "-" if largest is None else
+            f"{largest['bytes']:,} B {largest['space']}[{largest['index']}] "
+            f"{largest['name'] or ''}".rstrip(),
+        ]
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    options = f"prune: {report['prune']}, max dead bytes: {report['max_dead_bytes']}"
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
+        "<title>emitter_filter: a test suite's programs</title>"
+        f"<style>{_STYLE}</style></head><body>"
+        "<h1>emitter_filter: the programs a test suite serialized</h1>"
+        f"<p>{len(programs)} programs ({html.escape(options)}): "
+        f"{totals['file_bytes']:,} bytes written, {totals['dead_bytes']:,} dead, "
+        f"{totals['duplicated_bytes']:,} duplicated, {totals['dropped_bytes']:,} dropped "
+        "by pruning.</p>"
+        + (f"<figure>{chart}</figure>" if chart else "")
+        + "<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></body></html>"
+    )

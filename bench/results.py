@@ -75,6 +75,20 @@ def load_results(path: Path) -> dict:
     return data
 
 
+def load_suite_report(path: Path) -> dict:
+    """Reads a pytest plugin report (`--emitter-filter-report`); `ResultsError` names the file."""
+    from emitter_filter.pytest_plugin import REPORT_SCHEMA
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ResultsError(f"{path}: cannot read the plugin report: {error}") from error
+    if not isinstance(data, dict) or data.get("schema") != REPORT_SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ResultsError(f"{path}: not a {REPORT_SCHEMA} report (schema {found!r})")
+    return data
+
+
 def _required(info: Mapping, key: str, where: str):
     try:
         return info[key]

@@ -147,3 +147,39 @@ def test_running_the_suite_without_the_bench_extra_says_what_to_install(
         "pip install -e '.[bench]' -c constraints/executorch-1.5.1.txt"
     )
     assert not (tmp_path / "out").exists()
+
+
+def _suite_report(tmp_path) -> Path:
+    """A plugin report with two real records: the golden dirty and clean programs, audited."""
+    from emitter_filter.audit import audit_file
+    from emitter_filter.pytest_plugin import REPORT_SCHEMA, ProgramRecord
+    from tests.files import GOLDEN, saved
+
+    records = []
+    for case in ("plain", "clean"):
+        pte, _ = saved(GOLDEN / case / "dirty")
+        records.append(ProgramRecord(
+            test=f"tests/test_export.py::test_{case}", methods=("forward",), exempt=False,
+            pruned=False, file_bytes=pte.stat().st_size, audit=audit_file(pte),
+            prune_report=None, serialize_seconds=0.01, audit_seconds=0.001, error=None,
+        ).to_json())
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(
+        {"schema": REPORT_SCHEMA, "prune": False, "max_dead_bytes": None, "programs": records}
+    ))
+    return path
+
+
+def test_the_suite_page_is_drawn_from_the_plugins_report(tmp_path):
+    assert main(["--suite-report", str(_suite_report(tmp_path)), "--out", str(tmp_path)]) == EXIT_OK
+    page = (tmp_path / "suite.html").read_text()
+    assert "2 programs" in page and "148 dead" in page
+    assert "tests/test_export.py::test_plain" in page and "<svg" in page
+    assert "<td>128 B constant[3]</td>" in page, "the largest dead entry is listed"
+
+
+def test_a_file_that_is_no_plugin_report_is_a_usage_error(tmp_path, capsys):
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"schema": "emitter-filter-audit/2"}))
+    assert main(["--suite-report", str(path), "--out", str(tmp_path)]) == EXIT_USAGE
+    assert "not a emitter-filter-pytest/1 report" in capsys.readouterr().err
