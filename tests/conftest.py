@@ -8,16 +8,13 @@ reads the same files from `tests/golden/`, and only test modules marked
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import re
 from pathlib import Path
 
 import pytest
 
-from tests.files import CASES, Built, read_golden
-
-HAVE_EXECUTORCH = all(importlib.util.find_spec(m) is not None for m in ("torch", "executorch"))
+from tests.files import CASES, HAVE_EXECUTORCH, Built, read_golden
 
 if not HAVE_EXECUTORCH:
     _MARKED = re.compile(r"^pytestmark = .*pytest\.mark\.filetools", re.MULTILINE)

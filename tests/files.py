@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import importlib.util
 import json
 import os
 import shutil
 from pathlib import Path
+
+#: Whether this run can export models (else it is the torch-free run, `-m filetools`).
+HAVE_EXECUTORCH = all(importlib.util.find_spec(m) is not None for m in ("torch", "executorch"))
 
 CASES = ("plain", "external", "xnnpack", "mutated")
 GOLDEN = Path(__file__).parent / "golden"

@@ -8,7 +8,6 @@ torch nor executorch, so the torch-free run (`pytest -m filetools`) checks that
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -19,6 +18,7 @@ from tests.files import (
     GOLDEN,
     GOLDEN_EXECUTORCH,
     GOLDEN_FLATBUFFERS,
+    HAVE_EXECUTORCH,
     flatbuffers_version,
     golden_audit,
     saved,
@@ -69,9 +69,7 @@ def test_prune_writes_the_file_prune_constants_wrote_in_process(case, tmp_path):
             assert again.read_bytes() == first.read_bytes(), first.name
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("executorch") is None, reason="needs executorch to build them"
-)
+@pytest.mark.skipif(not HAVE_EXECUTORCH, reason="needs torch and executorch to build them")
 @pytest.mark.parametrize("case", ALL_CASES)
 def test_the_golden_files_are_what_executorch_writes_today(case, tmp_path):
     """They must not go stale: rebuilt from the models, they are the same bytes."""
