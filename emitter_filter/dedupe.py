@@ -32,6 +32,11 @@ Rules:
   placed as `serialize_pte_binary` places them.
 - Nothing to alias: the input is returned as it is, byte for byte.
 
+What is about the file format is `file_layout`'s (alignments the offsets show,
+segment placement, the extended header) and the streamed, atomic write is
+`file_output`'s, as for `prune_file`; this module decides what to alias and
+where the constant segment needs zeros.
+
 `find_shared_ranges` is the analysis `audit` shares: which stored ranges several
 references share, and a `PteFormatError` for ranges that overlap without being
 the same range.
@@ -40,9 +45,8 @@ the same range.
 from __future__ import annotations
 
 import logging
+import math
 import os
-import stat
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -50,7 +54,18 @@ from dataclasses import dataclass
 import flatbuffers
 
 from emitter_filter.duplicates import StoredCopy
-from emitter_filter.errors import InvariantError, OutputFileError
+from emitter_filter.errors import InvariantError
+from emitter_filter.file_layout import (
+    DEFAULT_SEGMENT_ALIGNMENT,
+    PROGRAM_IDENTIFIER,
+    extended_header_prefix,
+    padded_header_length,
+    place_segments,
+    position_alignment,
+    segment_alignments,
+    segment_own_alignments,
+)
+from emitter_filter.file_output import OutputFile, Piece, check_outputs, open_input, write_outputs
 from emitter_filter.pte_file import ByteSource, PteFile, PteFormatError, read_pte_program
 from emitter_filter.reachability import DataSpace
 
@@ -58,15 +73,8 @@ __all__ = ["SharedRange", "DedupeReport", "find_shared_ranges", "dedupe_pte", "d
 
 logger = logging.getLogger(__name__)
 
-# Layout of exir/_serialize/_program.py (serialize_pte_binary, _ExtendedHeader); keep in sync.
-_PROGRAM_IDENTIFIER = b"ET12"
-_EH_OFFSET = 8
-_EH_MAGIC = b"eh00"
-_EH_LENGTH = 32
-_DEFAULT_SEGMENT_ALIGNMENT = 128
-_MAX_ALIGNMENT = 1 << 16
-# Bytes per read when a file is streamed to its output or two ranges are compared.
-_COPY_CHUNK = 1 << 20
+# Bytes per read when two ranges are compared.
+_COMPARE_CHUNK = 1 << 20
 # Bytes of each candidate read before any is compared in full, as duplicates.py groups them.
 _PREFIX = 32
 
@@ -141,15 +149,6 @@ class DedupeReport:
             f"{self.bytes_before:,} -> {self.bytes_after:,} B ({self.saved_bytes:,} saved) "
             f"in {self.seconds * 1e3:.1f} ms"
         )
-
-
-def _aligned(size: int, alignment: int) -> int:
-    return (size + alignment - 1) // alignment * alignment
-
-
-def _power_of_two_dividing(value: int) -> int:
-    """The largest power of two dividing `value`, at most `_MAX_ALIGNMENT` (0 counts as aligned)."""
-    return min(value & -value, _MAX_ALIGNMENT) if value else _MAX_ALIGNMENT
 
 
 # --- analysis: which ranges are shared -----------------------------------------------
@@ -261,93 +260,49 @@ class _Target:
 
 @dataclass(frozen=True)
 class _Output:
-    """Every byte of the output: `program_data` at 0, then each (dst, src, nbytes) piece; zeros between."""
+    """Every byte of the output: `prefix` at 0, then each (dst, src, nbytes) piece; zeros between.
 
-    program_data: bytes
+    Pieces are in output order, empty segments included, so the last ends
+    where the file does.
+    """
+
+    prefix: bytes
     pieces: tuple[tuple[int, int, int], ...]
-    size: int
     shared: tuple[SharedRange, ...]
 
 
-def _segment_alignment(pte: PteFile, owned: Sequence[int], named: set[int]) -> int:
-    """`segment_alignment`: ExecuTorch's default if the layout fits it, else the largest that fits.
+def _segment_alignments(
+    pte: PteFile, owned: Sequence[int], named: set[int]
+) -> tuple[int, dict[int, int]]:
+    """`segment_alignment`, and the alignment each owned segment keeps (a multiple of it).
 
-    A plain segment (constant, mutable, delegate) starts at the previous one's end
-    aligned to it; a named-data segment at a multiple of it no earlier than that.
+    The segment alignment is ExecuTorch's default if the offsets allow it, else
+    the largest they allow. ExecuTorch aligns a named-data segment to
+    lcm(segment_alignment, DataEntry.alignment); the entry's alignment is not
+    stored, so take the smallest that explains the gap before it (where none
+    does, the alignment its position shows).
     """
     base = pte.segment_base_offset
-
-    def fits(alignment: int) -> bool:
-        if _aligned(pte.program_size, alignment) != base:
-            return False
-        end = 0
-        for index in owned:
-            segment = pte.segments[index]
-            at = segment.offset - base
-            if index in named:
-                if at % alignment or at < _aligned(end, alignment):
-                    return False
-            elif at != _aligned(end, alignment):
-                return False
-            end = at + segment.size
-        return True
-
-    candidates = [_DEFAULT_SEGMENT_ALIGNMENT]
-    candidates += [1 << k for k in range(_MAX_ALIGNMENT.bit_length() - 1, -1, -1)]
-    for alignment in candidates:
-        if fits(alignment):
-            return alignment
-    raise PteFormatError(pte.path, "segment offsets fit no segment alignment", base)
-
-
-def _own_alignments(
-    pte: PteFile, owned: Sequence[int], named: set[int], alignment: int
-) -> dict[int, int]:
-    """Each owned segment's alignment: `alignment`, or for named data the least its padding shows.
-
-    ExecuTorch aligns a named-data segment to lcm(segment_alignment,
-    DataEntry.alignment); the entry's alignment is not stored, so take the
-    smallest power of two that explains the gap before it (where none does, the
-    alignment the segment has).
-    """
-    base = pte.segment_base_offset
-    own, end = {}, 0
-    for index in owned:
-        segment = pte.segments[index]
-        at = segment.offset - base
-        if index in named:
-            powers = (alignment << k for k in range(_MAX_ALIGNMENT.bit_length()))
-            own[index] = next(
-                (p for p in powers if p <= _MAX_ALIGNMENT and _aligned(end, p) == at),
-                max(alignment, _power_of_two_dividing(at)),
-            )
-        else:
-            own[index] = alignment
-        end = at + segment.size
-    return own
-
-
-def _header_length(head: bytes) -> int:
-    """The padded extended-header length ExecuTorch inserted: aligned(32, schema max alignment).
-
-    The header is followed by zeros to that length, then by the flatbuffer's own
-    padding (shorter than the schema's largest alignment, so than the header) and
-    the root table's vtable, whose first byte (its size) is never zero. So the
-    padded length is the largest candidate at most the distance to the first
-    non-zero byte.
-    """
-    start = _EH_OFFSET + _EH_LENGTH
-    first = next((i for i in range(start, len(head)) if head[i]), len(head))
-    length = _EH_LENGTH
-    while length * 2 <= first - _EH_OFFSET:
-        length *= 2
-    return length
+    spans = [(pte.segments[i].offset - base, pte.segments[i].size) for i in owned]
+    plain = [i not in named for i in owned]
+    allowed = segment_alignments(base, pte.program_size, spans, plain)
+    if not allowed:
+        raise PteFormatError(pte.path, "segment offsets fit no segment alignment", base)
+    alignment = (
+        DEFAULT_SEGMENT_ALIGNMENT if DEFAULT_SEGMENT_ALIGNMENT in allowed else max(allowed)
+    )
+    shown = segment_own_alignments(base, pte.program_size, spans, plain, alignment)
+    own = {
+        index: max(alignment, position_alignment(at)) if o is None else math.lcm(alignment, o)
+        for index, (at, _), o in zip(owned, spans, shown)
+    }
+    return alignment, own
 
 
 def _same_bytes(source: ByteSource, a: int, b: int, nbytes: int) -> bool:
     """Whether `nbytes` at `a` and at `b` are equal, reading a chunk of each at a time."""
-    for start in range(0, nbytes, _COPY_CHUNK):
-        count = min(_COPY_CHUNK, nbytes - start)
+    for start in range(0, nbytes, _COMPARE_CHUNK):
+        count = min(_COMPARE_CHUNK, nbytes - start)
         if source.read(a + start, count, "constant") != source.read(b + start, count, "named data"):
             return False
     return True
@@ -397,7 +352,9 @@ def _find_repeated_constants(
     return found
 
 
-def _plan(pte: PteFile, program, source: ByteSource, output_name: str) -> _Output | None:
+def _plan(
+    pte: PteFile, program, program_data: bytes, source: ByteSource, output_name: str
+) -> _Output | None:
     """Decides every output byte; rewrites `program` (our own unpacked copy) in place."""
     if pte.constant_segment is None or not pte.segment_base_offset:
         return None
@@ -418,12 +375,11 @@ def _plan(pte: PteFile, program, source: ByteSource, output_name: str) -> _Outpu
         else:
             alias.update((index, _Target("segment", segments[0])) for index in segments[1:])
 
-    owned_in = [s.index for s in pte.segments if s.index not in alias]
-    alignment = _segment_alignment(pte, owned_in, named)
-    own = _own_alignments(pte, owned_in, named, alignment)
+    owned = [s.index for s in pte.segments if s.index not in alias]
+    alignment, own = _segment_alignments(pte, owned, named)
     # What each aliased segment's range must stay aligned to (relative to the base).
     need = {
-        index: _power_of_two_dividing(pte.segments[index].offset - pte.segment_base_offset)
+        index: position_alignment(pte.segments[index].offset - pte.segment_base_offset)
         for index in alias
     }
 
@@ -443,28 +399,27 @@ def _plan(pte: PteFile, program, source: ByteSource, output_name: str) -> _Outpu
         else:
             own[target.index] = max(own[target.index], need[index])
 
-    base_in = pte.segment_base_offset
-    offsets_in = [int(o) for o in program.constantSegment.offsets]
+    # Where the constant segment starts decides the zeros it needs: place the
+    # segments up to it first, then all of them with its new size.
+    kept = [index for index in owned if index not in alias]
+    constant = pte.segments[pte.constant_segment]
+    sizes = {index: pte.segments[index].size for index in kept}
+    sizes[constant.index] = 0
+    offsets, _ = place_segments([(sizes[i], own[i]) for i in kept], alignment)
+    constant_at = offsets[kept.index(constant.index)]
+    offsets_out, runs, sizes[constant.index] = _constant_layout(
+        [int(o) for o in program.constantSegment.offsets],
+        constant.size, constant_at, entry_alignment, pte.path,
+    )
+    offsets, end = place_segments([(sizes[i], own[i]) for i in kept], alignment)
+    placed = {index: (at, sizes[index]) for index, at in zip(kept, offsets)}
     pieces: list[tuple[int, int, int]] = []  # (dst relative to the new base, src absolute, nbytes)
-    placed: dict[int, tuple[int, int]] = {}  # segment -> (offset relative to the base, size)
-    offsets_out: list[int] = []
-    end = 0
-    for index in (s.index for s in pte.segments if s.index not in alias):
-        segment = pte.segments[index]
-        at = _aligned(end, own[index])
-        if index == pte.constant_segment:
-            offsets_out, runs, size = _constant_layout(
-                offsets_in, segment.size, at, entry_alignment, pte.path
-            )
-            pieces += [(at + dst, segment.offset + src, n) for dst, src, n in runs]
+    for index, at in zip(kept, offsets):
+        if index == constant.index:
+            pieces += [(at + dst, constant.offset + src, n) for dst, src, n in runs]
         else:
-            size = segment.size
-            if size:
-                pieces.append((at, segment.offset, size))
-        placed[index] = (at, size)
-        end = at + size
+            pieces.append((at, pte.segments[index].offset, sizes[index]))
 
-    constant_at = placed[pte.constant_segment][0]
     for index, target in alias.items():
         size = pte.segments[index].size
         if target.space == "constant":
@@ -480,27 +435,14 @@ def _plan(pte: PteFile, program, source: ByteSource, output_name: str) -> _Outpu
     program.constantSegment.offsets = offsets_out
 
     builder = flatbuffers.Builder(1024)
-    builder.Finish(program.Pack(builder), file_identifier=_PROGRAM_IDENTIFIER)
-    flatbuffer = bytes(builder.Output())
-    head = source.read(0, min(pte.program_size, _MAX_ALIGNMENT), "program flatbuffer")
-    header_length = _header_length(head)
+    builder.Finish(program.Pack(builder), file_identifier=PROGRAM_IDENTIFIER)
+    header_length = padded_header_length(program_data)
     if header_length % builder.minalign:
         raise InvariantError(
             f"extended header length {header_length} breaks the flatbuffer's alignment "
             f"{builder.minalign}"
         )
-    program_size = header_length + len(flatbuffer)
-    base = _aligned(program_size, alignment)
-    header = (
-        _EH_MAGIC
-        + _EH_LENGTH.to_bytes(4, "little")
-        + program_size.to_bytes(8, "little")
-        + base.to_bytes(8, "little")
-        + end.to_bytes(8, "little")
-    ).ljust(header_length, b"\0")
-    # _insert_flatbuffer_header: the header goes after the identifier, the root offset moves.
-    root = int.from_bytes(flatbuffer[0:4], "little") + header_length
-    program_data = root.to_bytes(4, "little") + flatbuffer[4:8] + header + flatbuffer[8:]
+    prefix, base = extended_header_prefix(bytes(builder.Output()), header_length, alignment, end)
 
     shared = []
     by_target: dict[_Target, list[int]] = {}
@@ -518,12 +460,11 @@ def _plan(pte: PteFile, program, source: ByteSource, output_name: str) -> _Outpu
         shared.append(SharedRange(output_name, base + at, size, copies_out))
     logger.debug(
         "%s: segment alignment %d, base %d -> %d, %d new aliases",
-        pte.path, alignment, base_in, base, len(new_aliases),
+        pte.path, alignment, pte.segment_base_offset, base, len(new_aliases),
     )
     return _Output(
-        program_data=program_data,
+        prefix=prefix,
         pieces=tuple((base + dst, src, n) for dst, src, n in pieces),
-        size=base + end,
         shared=tuple(sorted(shared, key=lambda s: s.offset)),
     )
 
@@ -544,9 +485,9 @@ def _constant_layout(
     """
     if any(b < a for a, b in zip(offsets, offsets[1:])):
         raise PteFormatError(path, "constant_segment offsets are not in increasing order")
-    quantum = _power_of_two_dividing(segment_at)
+    quantum = position_alignment(segment_at)
     for offset in offsets:
-        quantum = min(quantum, _power_of_two_dividing(offset))
+        quantum = min(quantum, position_alignment(offset))
     pad_at: dict[int, int] = {}
     for index, needed in entry_alignment.items():
         pad_at[offsets[index]] = max(pad_at.get(offsets[index], 1), needed)
@@ -571,11 +512,10 @@ def _constant_layout(
 
 def _join(data: bytes, output: _Output) -> bytes:
     """The output's bytes: one copy, gathered from views of `data`."""
-    view, parts, at = memoryview(data), [output.program_data], len(output.program_data)
+    view, parts, at = memoryview(data), [output.prefix], len(output.prefix)
     for dst, src, nbytes in output.pieces:
         parts += [bytes(dst - at), view[src : src + nbytes]]
         at = dst + nbytes
-    parts.append(bytes(output.size - at))
     return b"".join(parts)
 
 
@@ -594,9 +534,9 @@ def dedupe_pte(data: bytes) -> tuple[bytes, DedupeReport]:
         ProgramFormatError: The program refers to something that does not exist.
     """
     started = time.perf_counter()
-    pte, program, _ = read_pte_program(data)
+    pte, program, program_data = read_pte_program(data)
     with ByteSource(data) as source:
-        output = _plan(pte, program, source, pte.path)
+        output = _plan(pte, program, program_data, source, pte.path)
     result = data if output is None else _join(data, output)
     report = DedupeReport(
         bytes_before=len(data),
@@ -608,28 +548,12 @@ def dedupe_pte(data: bytes) -> tuple[bytes, DedupeReport]:
     return result, report
 
 
-def _copy_range(src: int, dst: int, offset: int, nbytes: int) -> None:
-    end = offset + nbytes
-    while offset < end:
-        chunk = os.pread(src, min(_COPY_CHUNK, end - offset), offset)
-        if not chunk:
-            raise PteFormatError(f"fd {src}", f"input ended while copying {nbytes} bytes", offset)
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(dst, view) :]
-        offset += len(chunk)
-
-
-def _write_zeros(fd: int, count: int) -> None:
-    while count > 0:
-        count -= os.write(fd, bytes(min(count, _COPY_CHUNK)))
-
-
 def dedupe_file(src: str | os.PathLike, dst: str | os.PathLike) -> DedupeReport:
     """Writes `src` with each named-data blob that repeats a constant stored once.
 
-    The same transform as `dedupe_pte`, streamed: only headers, the program and
-    the entries whose size another entry shares are read into memory.
+    The same transform as `dedupe_pte`, streamed by `file_output` as `prune_file`
+    writes: only headers, the program and the entries whose size another entry
+    shares are read into memory.
 
     Args:
         src: The `.pte` to read. Not modified.
@@ -644,51 +568,23 @@ def dedupe_file(src: str | os.PathLike, dst: str | os.PathLike) -> DedupeReport:
     """
     started = time.perf_counter()
     src, dst = os.fspath(src), os.fspath(dst)
-    if os.path.exists(dst) and os.path.samefile(src, dst):
-        raise OutputFileError(f"{dst}: is the input {src}; dedupe never overwrites its input")
-    pte, program, _ = read_pte_program(src)
+    check_outputs([src], [dst], "dedupe")
+    pte, program, program_data = read_pte_program(src)
     with ByteSource(src) as source:
-        output = _plan(pte, program, source, dst)
+        output = _plan(pte, program, program_data, source, dst)
     if output is None:
-        output = _Output(b"", ((0, 0, pte.file_bytes),), pte.file_bytes, ())
+        output = _Output(b"", ((0, 0, pte.file_bytes),), ())
+    opened: list[int] = []
     try:
-        in_fd = os.open(src, os.O_RDONLY)
-    except OSError as error:
-        raise PteFormatError(src, f"cannot open: {error.strerror}") from error
-    temp = None
-    try:
-        try:
-            out_fd, temp = tempfile.mkstemp(
-                dir=os.path.dirname(os.path.abspath(dst)),
-                prefix=f".{os.path.basename(dst)}.", suffix=".tmp",
-            )
-        except OSError as error:
-            raise OutputFileError(f"{dst}: cannot write: {error.strerror}") from error
-        try:
-            os.fchmod(out_fd, stat.S_IMODE(os.fstat(in_fd).st_mode))
-            os.write(out_fd, output.program_data)
-            at = len(output.program_data)
-            for to, offset, nbytes in output.pieces:
-                _write_zeros(out_fd, to - at)
-                _copy_range(in_fd, out_fd, offset, nbytes)
-                at = to + nbytes
-            _write_zeros(out_fd, output.size - at)
-        except OSError as error:
-            raise OutputFileError(f"{dst}: cannot write: {error.strerror}") from error
-        finally:
-            os.close(out_fd)
-        try:
-            os.replace(temp, dst)
-        except OSError as error:
-            raise OutputFileError(f"{dst}: cannot write: {error.strerror}") from error
-        temp = None
+        fd = open_input(src, opened)
+        runs = [(to, [Piece(fd, offset, nbytes)]) for to, offset, nbytes in output.pieces]
+        bytes_after = write_outputs([OutputFile(dst, fd, output.prefix, runs)])
     finally:
-        os.close(in_fd)
-        if temp is not None:
-            os.unlink(temp)
+        for input_fd in opened:
+            os.close(input_fd)
     report = DedupeReport(
         bytes_before=pte.file_bytes,
-        bytes_after=output.size,
+        bytes_after=bytes_after,
         shared=output.shared,
         seconds=time.perf_counter() - started,
     )

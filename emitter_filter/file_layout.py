@@ -56,13 +56,18 @@ __all__ = [
     "FH_MAGIC",
     "FH",
     "FLAT_TENSOR_IDENTIFIER",
+    "DEFAULT_SEGMENT_ALIGNMENT",
     "PteLayout",
     "PtdLayout",
     "aligned",
+    "position_alignment",
     "infer_pte_layout",
     "infer_ptd_layout",
     "pack_program",
     "segment_alignments",
+    "segment_own_alignments",
+    "padded_header_length",
+    "extended_header_prefix",
     "place_segments",
     "program_prefix",
     "ptd_prefix",
@@ -98,7 +103,7 @@ FH = struct.Struct("<4sIQQQQ")
 _FH_LENGTH = FH.size  # FlatTensorHeader.EXPECTED_LENGTH
 _FLAT_TENSOR_FLATBUFFER_ALIGNMENT = 16  # _FLATBUFFER_ALIGNMENT in serialize.py
 
-_DEFAULT_SEGMENT_ALIGNMENT = 128  # serialize_pte_binary, FlatTensorConfig
+DEFAULT_SEGMENT_ALIGNMENT = 128  # serialize_pte_binary, FlatTensorConfig
 _DEFAULT_TENSOR_ALIGNMENT = 16  # exir.tensor.ALIGNMENT
 # program.fbs: force_align of Buffer.storage (@executorch-tensor-alignment) and of
 # BackendDelegateInlineData.data (@executorch-delegate-alignment), unless patched.
@@ -110,6 +115,14 @@ _POWERS_OF_TWO = tuple(1 << k for k in range(_MAX_ALIGNMENT.bit_length()))
 def aligned(size: int, alignment: int) -> int:
     """`padding.aligned_size`: `size` rounded up to a multiple of `alignment`."""
     return (size + alignment - 1) // alignment * alignment
+
+
+def position_alignment(offset: int) -> int:
+    """The alignment a position shows: the largest power of two dividing `offset`, at most 64 KiB.
+
+    0 shows every alignment, so the largest.
+    """
+    return min(offset & -offset, _MAX_ALIGNMENT) if offset else _MAX_ALIGNMENT
 
 
 def _preferring(default: int, candidates: Sequence[int], largest: bool = False) -> list[int]:
@@ -227,13 +240,52 @@ def _tensor_alignments(offsets: Sequence[int], nbytes: dict[int, int]) -> list[i
     )
 
 
+def segment_own_alignments(
+    base: int,
+    header_end: int,
+    segments: Sequence[tuple[int, int]],
+    plain: Sequence[bool],
+    segment_alignment: int,
+) -> tuple[int | None, ...] | None:
+    """Each segment's own alignment if the offsets fit `segment_alignment`, else None.
+
+    Arguments as `segment_alignments` takes them. A plain segment's own
+    alignment is 1; a named-data segment's the smallest that puts it where it
+    is (it starts at the previous end rounded up to lcm(segment_alignment,
+    own)), or None where none does: the offsets fit, but no alignment explains
+    the gap before it.
+    """
+    if not base:
+        return (1,) * len(segments)
+    if aligned(header_end, segment_alignment) != base:
+        return None
+    result: list[int | None] = []
+    end = 0
+    for (offset, size), is_plain in zip(segments, plain):
+        if offset % segment_alignment or offset < aligned(end, segment_alignment):
+            return None
+        if is_plain:
+            if offset != aligned(end, segment_alignment):
+                return None
+            result.append(1)
+        else:
+            fits = (
+                p for p in _POWERS_OF_TWO
+                if aligned(end, math.lcm(segment_alignment, p)) == offset
+            )
+            result.append(next(fits, None))
+        end = offset + size
+    return tuple(result)
+
+
 def segment_alignments(
     base: int, header_end: int, segments: Sequence[tuple[int, int]], plain: Sequence[bool]
 ) -> dict[int, tuple[int, ...]]:
     """Every `segment_alignment` the offsets allow, preferred first, with each segment's own.
 
     A `.pte` and its `.ptd` files are written with one `segment_alignment`:
-    `rewrite_file` takes the first that every file allows.
+    `rewrite_file` takes the first that every file allows. An own alignment
+    no gap explains counts as 1 (`segment_own_alignments`).
 
     Args:
         base: The segment base offset; 0 when there is no segment data (any fits).
@@ -242,35 +294,11 @@ def segment_alignments(
         plain: Whether each segment has no alignment of its own (constant,
             mutable, delegate) as opposed to named data (`DataEntry.alignment`).
     """
-
-    def own_alignments(alignment: int) -> tuple[int, ...] | None:
-        if not base:
-            return (1,) * len(segments)
-        if aligned(header_end, alignment) != base:
-            return None
-        result, end = [], 0
-        for (offset, size), is_plain in zip(segments, plain):
-            if offset % alignment or offset < aligned(end, alignment):
-                return None
-            if is_plain:
-                if offset != aligned(end, alignment):
-                    return None
-                result.append(1)
-            else:
-                # The smallest own alignment that puts the segment where it is.
-                fits = (
-                    p for p in _POWERS_OF_TWO
-                    if aligned(end, math.lcm(alignment, p)) == offset
-                )
-                result.append(next(fits, 1))
-            end = offset + size
-        return tuple(result)
-
     found = {}
-    for alignment in _preferring(_DEFAULT_SEGMENT_ALIGNMENT, _POWERS_OF_TWO, largest=True):
-        own = own_alignments(alignment)
+    for alignment in _preferring(DEFAULT_SEGMENT_ALIGNMENT, _POWERS_OF_TWO, largest=True):
+        own = segment_own_alignments(base, header_end, segments, plain, alignment)
         if own is not None:
-            found[alignment] = own
+            found[alignment] = tuple(1 if o is None else o for o in own)
     # Named data rarely asks for more than the segment alignment: prefer the
     # values that need the fewest own alignments to explain the offsets.
     order = sorted(found, key=lambda a: sum(o > 1 for o in found[a]))
@@ -282,8 +310,8 @@ def _chosen(candidates: dict[int, tuple[int, ...]], preferred: int | None, count
         return preferred, candidates[preferred]
     if candidates:
         return next(iter(candidates.items()))
-    logger.info("segment offsets fit no alignment; using %d", _DEFAULT_SEGMENT_ALIGNMENT)
-    return _DEFAULT_SEGMENT_ALIGNMENT, (1,) * count
+    logger.info("segment offsets fit no alignment; using %d", DEFAULT_SEGMENT_ALIGNMENT)
+    return DEFAULT_SEGMENT_ALIGNMENT, (1,) * count
 
 
 def _vector_positions(program_data: bytes) -> tuple[list[int], list[int]]:
@@ -392,6 +420,54 @@ def infer_pte_layout(
     return layout(tensor, delegate, _header_padded_length(tensor, delegate), False)
 
 
+def padded_header_length(program_data: bytes) -> int:
+    """The bytes the extended header takes, padded, read from the zeros that follow it.
+
+    For a rewrite that does not ask which serializer options wrote the file
+    (`infer_pte_layout` reads them by packing the program again). The header is
+    followed by zeros to its padded length (32 times a power of two), then by
+    the flatbuffer's own padding (shorter than the schema's largest alignment,
+    so than the header) and the root table's vtable, whose first byte (its
+    size) is never zero. So the padded length is the largest candidate at most
+    the distance to the first non-zero byte, looked for in the first 64 KiB.
+
+    Args:
+        program_data: The file's bytes up to the end of the program (header included).
+    """
+    head = program_data[:_MAX_ALIGNMENT]
+    start = EH_OFFSET + _EH_LENGTH
+    first = next((i for i in range(start, len(head)) if head[i]), len(head))
+    length = _EH_LENGTH
+    while length * 2 <= first - EH_OFFSET:
+        length *= 2
+    return length
+
+
+def extended_header_prefix(
+    flatbuffer: bytes,
+    padded_length: int,
+    segment_alignment: int,
+    segment_data_size: int,
+    header_length: int = _EH_LENGTH,
+) -> tuple[bytes, int]:
+    """(header and program flatbuffer, segment base offset) for a program with segment data.
+
+    Args:
+        flatbuffer: The program flatbuffer, without the extended header.
+        padded_length: The bytes the header takes, padding included.
+        segment_alignment: What the segment base offset is aligned to.
+        segment_data_size: Bytes from the segment base offset to the file's end.
+        header_length: The header's length field: 32, as this serializer
+            writes it, or 24 (no segment data size), as older releases did.
+    """
+    program_size = padded_length + len(flatbuffer)
+    base = aligned(program_size, segment_alignment)
+    fields = EH.pack(EH_MAGIC, header_length, program_size, base)
+    if header_length >= _EH_LENGTH:
+        fields += EH_SEGMENT_DATA_SIZE.pack(segment_data_size)
+    return _insert_header(flatbuffer, fields.ljust(padded_length, b"\0")), base
+
+
 def program_prefix(
     flatbuffer: bytes, layout: PteLayout, segment_data_size: int
 ) -> tuple[bytes, int]:
@@ -401,13 +477,13 @@ def program_prefix(
     """
     if segment_data_size == 0:
         return flatbuffer, 0
-    padded = layout.header_padded_length
-    program_size = padded + len(flatbuffer)
-    base = aligned(program_size, layout.segment_alignment)
-    fields = EH.pack(EH_MAGIC, layout.header_length, program_size, base)
-    if layout.header_length >= _EH_LENGTH:
-        fields += EH_SEGMENT_DATA_SIZE.pack(segment_data_size)
-    return _insert_header(flatbuffer, fields.ljust(padded, b"\0")), base
+    return extended_header_prefix(
+        flatbuffer,
+        layout.header_padded_length,
+        layout.segment_alignment,
+        segment_data_size,
+        layout.header_length,
+    )
 
 
 def place_segments(

@@ -168,13 +168,18 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def check_outputs(inputs: Sequence[str], outputs: Sequence[str]) -> None:
-    """Refuses an output that is an input, or two outputs that are one file."""
+def check_outputs(
+    inputs: Sequence[str], outputs: Sequence[str], operation: str = "prune"
+) -> None:
+    """Refuses an output that is an input, or two outputs that are one file.
+
+    `operation` names what writes them (`prune`, `dedupe`) in the message.
+    """
     for output in outputs:
         for source in inputs:
             if _same_file(source, output):
                 raise OutputFileError(
-                    f"{output}: is the input {source}; prune never overwrites its input"
+                    f"{output}: is the input {source}; {operation} never overwrites its input"
                 )
     if len({os.path.realpath(o) for o in outputs}) != len(outputs):
         raise OutputFileError(f"two outputs would be written to the same file: {list(outputs)}")
