@@ -39,6 +39,14 @@ def _external(config):
     )
 
 
+# executorch 1.5 added `data_path`: before it, the pybindings load no program with its .ptd
+# (and `_load_for_executorch`'s module has no attribute API), so the runtime check cannot run.
+loads_ptd = pytest.mark.skipif(
+    "data_path" not in (_load_program.__doc__ or ""),
+    reason="this executorch's _load_program takes no .ptd (data_path, added in 1.5)",
+)
+
+
 def _load_forward(files: dict[str, Path]):
     ptd = [str(p) for name, p in files.items() if name.endswith(".ptd")]
     program = _load_program(str(files["model.pte"]), data_path=ptd[0])
@@ -57,6 +65,7 @@ def external(tmp_path_factory):
     }
 
 
+@loads_ptd
 def test_a_kept_constant_stays_readable_by_name_in_the_runtime(external):
     want = UnusedBuffer(dead=True).unused
     plain, kept = _load_forward(external["plain"]), _load_forward(external["kept"])
@@ -67,6 +76,7 @@ def test_a_kept_constant_stays_readable_by_name_in_the_runtime(external):
     assert torch.equal(got[0], plain(LINEAR_INPUTS)[0])
 
 
+@loads_ptd
 def test_without_keep_the_pruned_constant_is_no_longer_readable_by_name(external):
     pruned = _load_forward(external["pruned"])
     assert pruned.method_meta().num_attributes() == 3
