@@ -81,3 +81,14 @@ def test_audit_and_prune_with_a_ptd_import_neither_torch_nor_executorch(tmp_path
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / ptds[0].name).exists()
+
+
+def test_the_regression_assertion_works_on_files(tmp_path):
+    from emitter_filter.testing import assert_no_dead_constants
+
+    clean, _ = saved(GOLDEN / "plain" / "pruned")
+    dirty, _ = saved(GOLDEN / "plain" / "dirty")
+    assert assert_no_dead_constants(clean).dead_bytes == 0
+    with pytest.raises(AssertionError, match=r"148 dead constant bytes > 0 allowed"):
+        assert_no_dead_constants(dirty)
+    assert assert_no_dead_constants(dirty.read_bytes(), max_dead_bytes=148).dead_bytes == 148
