@@ -2,8 +2,10 @@
 
 The hook wraps `executorch.exir.program._program.serialize_for_executorch`, which
 `ExecutorchProgramManager.__init__` calls eagerly with the emitter output, the
-config and the delegates' named data. The name is bound into `_program` by
-`from ... import`, so patching `exir._serialize._serialize` would do nothing.
+config and the delegates' named data, and `emit_program`, called just before it,
+to see the `ExportedProgram`s that name the constants. The names are bound into
+`_program` by `from ... import`, so patching `exir._serialize._serialize` would
+do nothing.
 
 These internals move between releases, so the supported range is pinned and
 checked where they are first used (installing the hook, importing
@@ -118,7 +120,7 @@ def check_executorch_version(version: str | None = None) -> None:
 
 
 def program_module():
-    """`executorch.exir.program._program`, the module whose `serialize_for_executorch` is wrapped.
+    """`executorch.exir.program._program`, whose `serialize_for_executorch` and `emit_program` are wrapped.
 
     Raises:
         UnsupportedExecutorchError: executorch is missing or outside the supported
@@ -127,12 +129,14 @@ def program_module():
     check_executorch_version()
     from executorch.exir.program import _program
 
-    serialize = getattr(_program, "serialize_for_executorch", None)
-    if not callable(serialize):
-        raise UnsupportedExecutorchError(
-            "executorch.exir.program._program.serialize_for_executorch is missing; "
-            f"emitter_filter supports executorch {SUPPORTED_EXECUTORCH}"
-        )
+    # The hook wraps both: emit_program only to see the ExportedPrograms it emits.
+    for name in ("serialize_for_executorch", "emit_program"):
+        if not callable(getattr(_program, name, None)):
+            raise UnsupportedExecutorchError(
+                f"executorch.exir.program._program.{name} is missing; "
+                f"emitter_filter supports executorch {SUPPORTED_EXECUTORCH}"
+            )
+    serialize = _program.serialize_for_executorch
     import inspect
 
     # The original, not our wrapper (whose signature is the partial's).
