@@ -223,7 +223,7 @@ def _audit(pte: bytes, ptd: Mapping) -> tuple[AuditReport | None, str | None]:
 
 
 def _describe(number: int, record: ProgramRecord, max_dead_bytes: int) -> str:
-    from emitter_filter.testing import _describe as describe_audit
+    from emitter_filter.testing import describe_dead_bytes as describe_audit
 
     where = f"program {number} (methods {', '.join(record.methods) or '-'})"
     if record.audit is None:

@@ -7,13 +7,14 @@ from collections.abc import Sequence
 
 from emitter_filter.audit import AuditReport, audit_file
 
-__all__ = ["assert_no_dead_constants"]
+__all__ = ["assert_no_dead_constants", "describe_dead_bytes"]
 
 # Dead entries an assertion message lists; the rest are counted.
 _LISTED_ENTRIES = 10
 
 
-def _describe(report: AuditReport, max_dead_bytes: int) -> str:
+def describe_dead_bytes(report: AuditReport, max_dead_bytes: int) -> str:
+    """The failure message: the dead bytes against the limit, then the largest dead entries."""
     lines = [
         f"{report.path}: {report.dead_bytes:,} dead constant bytes > {max_dead_bytes:,} allowed "
         f"({len(report.dead)} entries, of {report.constant_bytes:,} constant bytes); "
@@ -50,5 +51,5 @@ def assert_no_dead_constants(
     """
     report = audit_file(pte_path_or_bytes, ptd_paths)
     if report.dead_bytes > max_dead_bytes:
-        raise AssertionError(_describe(report, max_dead_bytes))
+        raise AssertionError(describe_dead_bytes(report, max_dead_bytes))
     return report
