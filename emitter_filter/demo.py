@@ -96,9 +96,9 @@ class DemoResult:
         ]
         for d in sorted(report.dropped, key=lambda d: (-d.nbytes, d.space, d.index)):
             what = (d.dtype or "-") + ("" if d.shape is None else str(list(d.shape)))
-            lines.append(
-                f"  {d.nbytes:>10,} B  {f'{d.space}[{d.index}]':<14}{what:<18}{d.name or '-'}"
-            )
+            kind = next((n.kind for n in d.names if n.kind), None)
+            name = "-" if not (d.names or d.name) else d.label() + (f" ({kind})" if kind else "")
+            lines.append(f"  {d.nbytes:>10,} B  {f'{d.space}[{d.index}]':<14}{what:<18}{name}")
         share = report.seconds / self.to_executorch_seconds
         lines += [
             f"filter: {report.seconds * 1000:.1f} ms, {100 * share:.1f}% of to_executorch "
@@ -246,11 +246,10 @@ def run_demo(out_dir: Path) -> DemoResult:
     _check(failures, pruned_audit.file_bytes < plain_audit.file_bytes,
            f"{pruned_path} ({pruned_audit.file_bytes:,} B) is not smaller than {plain_path} "
            f"({plain_audit.file_bytes:,} B)")
-    # By repr: an entry no value refers to has no shape (None), which tuples cannot sort with.
-    dropped = sorted(((d.shape, d.nbytes) for d in report.dropped), key=repr)
-    expected = sorted(((shape, nbytes) for _, _, shape, nbytes in leaks), key=repr)
+    dropped = sorted((n.name, d.nbytes) for d in report.dropped for n in d.names)
+    expected = sorted((name, nbytes) for name, _, _, nbytes in leaks)
     _check(failures, dropped == expected,
-           f"the filter dropped (shape, bytes) {dropped}, expected the leaks' {expected}")
+           f"the filter dropped (name, bytes) {dropped}, expected the leaks' {expected}")
     audited = [(d.space, d.index, d.nbytes) for d in plain_audit.dead]
     reported = [(d.space, d.index, d.nbytes) for d in report.dropped]
     _check(failures, audited == reported,

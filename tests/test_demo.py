@@ -81,7 +81,8 @@ def test_demo_exits_1_and_names_the_check_when_a_leak_stays(tmp_path, monkeypatc
     monkeypatch.setattr(demo, "fold_multiply_by_parameter", lambda gm: PassResult(gm, False))
     assert main(["demo", "--out", str(tmp_path)]) == 1
     captured = capsys.readouterr()
-    assert "emitter-filter demo: the filter dropped (shape, bytes)" in captured.err
+    assert "emitter-filter demo: the filter dropped (name, bytes)" in captured.err
+    assert "expected the leaks' [('bn.num_batches_tracked', 8)" in captured.err
     assert captured.out.splitlines()[-1].endswith(": outputs identical")
 
 
