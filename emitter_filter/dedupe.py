@@ -391,6 +391,11 @@ def _plan(
         new_aliases.append(index)
     if not new_aliases:
         return None
+    # A segment that already shared the range of one now stored in the constant
+    # segment follows it there (its target is never itself an alias: one step).
+    for index, target in list(alias.items()):
+        if target.space == "segment" and target.index in alias:
+            alias[index] = alias[target.index]
 
     entry_alignment: dict[int, int] = {}
     for index, target in alias.items():

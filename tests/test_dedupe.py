@@ -26,12 +26,14 @@ from executorch.runtime import Runtime
 
 import emitter_filter
 from emitter_filter import hook
+from emitter_filter._program_fbs.executorch_flatbuffer.DataSegment import DataSegmentT
 from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program
 from emitter_filter.audit import audit_file
 from emitter_filter.cli import main
 from emitter_filter.dedupe import dedupe_file, dedupe_pte, find_shared_ranges
 from emitter_filter.errors import OutputFileError
-from emitter_filter.pte_file import PteFormatError, read_pte
+from emitter_filter.file_layout import extended_header_prefix, pack_program, padded_header_length
+from emitter_filter.pte_file import PteFormatError, read_pte, read_pte_program
 
 VOCAB, DIM = 512, 64
 TOKENS = torch.tensor([[1, 2, 3, 511]])
@@ -308,6 +310,42 @@ def test_ranges_that_overlap_without_being_the_same_are_malformed(build, tmp_pat
     padding = _set_segment(deduped, named, 32, 16)
     with pytest.raises(PteFormatError, match="lies in the constant segment"):
         dedupe_pte(padding)
+
+
+def _with_a_second_segment_over(data: bytes, index: int) -> bytes:
+    """`data` with one more, unreferenced `Program.segments` entry: segment `index`'s range.
+
+    A file whose writer already stored a segment once for two entries.
+    """
+    pte, program, program_data = read_pte_program(data)
+    copy = DataSegmentT()
+    copy.offset, copy.size = program.segments[index].offset, program.segments[index].size
+    program.segments.append(copy)
+    prefix, base = extended_header_prefix(
+        pack_program(program, 16, 16), padded_header_length(program_data), 128,
+        len(data) - pte.segment_base_offset,
+    )
+    return prefix + bytes(base - len(prefix)) + data[pte.segment_base_offset :]
+
+
+def test_a_segment_already_sharing_the_aliased_range_follows_it(build, tmp_path):
+    plain = build("fp32").plain
+    pte = read_pte(plain)
+    (named,) = {e.segment_index for e in pte.named_data}
+    shared_before = _with_a_second_segment_over(plain, named)
+    (before,) = find_shared_ranges(read_pte(shared_before))
+    assert [c.space for c in before.copies] == ["named_data", "segments"]
+
+    deduped, _ = dedupe_pte(shared_before)
+    (after,) = find_shared_ranges(read_pte(deduped))
+    assert [c.space for c in after.copies] == ["constant", "named_data", "segments"]
+    assert audit_file(deduped).duplicated_bytes == 0
+    assert dedupe_pte(deduped)[0] is deduped
+    path = tmp_path / "deduped.pte"
+    path.write_bytes(deduped)
+    want = _load_for_executorch_from_buffer(plain).forward((TOKENS,))
+    for loader, outputs in _outputs_by_loader(path, deduped).items():
+        assert all(torch.equal(a, b) for a, b in zip(outputs, want)), loader
 
 
 def test_dedupe_file_never_overwrites_its_input(build):
