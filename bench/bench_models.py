@@ -109,6 +109,20 @@ class _Rounds:
         self._manager = None
 
 
+def _timed_info(case: ModelCase, mode: str, rounds: _Rounds) -> dict:
+    """What every to_executorch benchmark records: its rounds' times and the last one's bytes."""
+    last = rounds.measurements[-1]
+    info = _base_info(case.name, case.description, mode, case.nominal_constant_bytes)
+    info.update(
+        timed="to_executorch",
+        to_executorch_seconds=[m.to_executorch_seconds for m in rounds.measurements],
+        pte_bytes=last.pte_bytes,
+        ptd_bytes=last.ptd_bytes,
+        total_bytes=last.pte_bytes + last.ptd_bytes,
+    )
+    return info
+
+
 @pytest.mark.parametrize(("case", "mode"), _params())
 def test_to_executorch(benchmark, case: ModelCase, mode: str, bench_workdir, bench_workers):
     benchmark.group = case.name
@@ -119,14 +133,7 @@ def test_to_executorch(benchmark, case: ModelCase, mode: str, bench_workdir, ben
         rounds=case.rounds, iterations=1,
     )
     last = rounds.measurements[-1]
-    info = _base_info(case.name, case.description, mode, case.nominal_constant_bytes)
-    info.update(
-        timed="to_executorch",
-        to_executorch_seconds=[m.to_executorch_seconds for m in rounds.measurements],
-        pte_bytes=last.pte_bytes,
-        ptd_bytes=last.ptd_bytes,
-        total_bytes=last.pte_bytes + last.ptd_bytes,
-    )
+    info = _timed_info(case, mode, rounds)
     if mode == Mode.PRUNED:
         info.update(
             filter_seconds=[m.filter_seconds for m in rounds.measurements],
@@ -154,13 +161,8 @@ def test_dedupe(benchmark, case: ModelCase):
         rounds=case.rounds, iterations=1,
     )
     last, dedupe = rounds.measurements[-1], rounds.dedupe_reports[-1]
-    info = _base_info(case.name, case.description, "deduped", case.nominal_constant_bytes)
+    info = _timed_info(case, "deduped", rounds)
     info.update(
-        timed="to_executorch",
-        to_executorch_seconds=[m.to_executorch_seconds for m in rounds.measurements],
-        pte_bytes=last.pte_bytes,
-        ptd_bytes=last.ptd_bytes,
-        total_bytes=last.pte_bytes + last.ptd_bytes,
         filter_seconds=[m.filter_seconds for m in rounds.measurements],
         dropped_bytes=last.dropped_bytes,
         dedupe_seconds=[d.seconds for d in rounds.dedupe_reports],
