@@ -2,7 +2,7 @@
 
 The project's metadata is in pyproject.toml; this file only adds two build commands.
 Python runs .pth files found in site-packages at start-up (the hook is described in
-emitter_filter/_startup.py); an installer puts there what is at the root of a wheel,
+emitter_filter/inprocess/startup.py); an installer puts there what is at the root of a wheel,
 and setuptools has no setting for a file at the root of a wheel:
 
 - `build_py` copies the .pth into the build directory's root, which is the root of a

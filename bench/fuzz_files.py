@@ -13,7 +13,7 @@ Deterministic: case `i` of a run with `--seed s` is always the same mutation.
 
     python bench/fuzz_files.py --cases 10000
 
-`tests/test_fuzz_files.py` runs a small corpus of the same cases in CI.
+`tests/ondisk/test_fuzz_files.py` runs a small corpus of the same cases in CI.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def _deadline(seconds: int):
 
 def run_case(case: Case, workdir: Path) -> str:
     """Runs `audit` and `prune` on one mutated case; returns its outcome (see the docstring)."""
-    from emitter_filter.audit import audit_file
+    from emitter_filter.ondisk.audit import audit_file
     from emitter_filter.cli import main
 
     if workdir.exists():

@@ -14,7 +14,7 @@ afterwards.
 
     python bench/startup.py --repeat 40
 
-`tests/test_startup.py` builds its wheel and environments with the same functions.
+`tests/inprocess/test_startup.py` builds its wheel and environments with the same functions.
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ def _measure_zoo(model: str, mode: str) -> dict:
 
 def _measure_llama(mode: str, scratch: Path) -> dict:
     import emitter_filter
-    from emitter_filter import hook
+    from emitter_filter.inprocess import hook
 
     from bench import llama
     from bench.measure import MemoryProbe, describe, warm_up

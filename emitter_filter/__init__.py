@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import importlib
 
-from emitter_filter._startup import ENV_DEDUPE, ENV_PRUNE
-from emitter_filter._startup import apply_environment as _apply_environment
+from emitter_filter.environment import ENV_DEDUPE, ENV_PRUNE, ENV_STRICT
+from emitter_filter.inprocess.startup import apply_environment as _apply_environment
 from emitter_filter._upstream import SUPPORTED_EXECUTORCH
 from emitter_filter.errors import (
     EmitterFilterError,
@@ -70,21 +70,20 @@ __all__ = [
 
 # Public names loaded on first use: most import ExecuTorch's exporter.
 _LAZY = {
-    "audit_file": "emitter_filter.audit",
-    "AuditReport": "emitter_filter.audit",
-    "prune_file": "emitter_filter.rewrite_file",
-    "FilePruneReport": "emitter_filter.rewrite_file",
-    "dedupe_file": "emitter_filter.dedupe",
-    "DedupeReport": "emitter_filter.dedupe",
-    "ExecutorchBackendConfig": "emitter_filter.config",
-    "pruning": "emitter_filter.hook",
-    "install": "emitter_filter.hook",
-    "uninstall": "emitter_filter.hook",
-    "report": "emitter_filter.reports",
-    "PruneReport": "emitter_filter.reports",
-    "DroppedConstant": "emitter_filter.reports",
-    "ConstantName": "emitter_filter.reports",
-    "ENV_STRICT": "emitter_filter.hook",
+    "audit_file": "emitter_filter.ondisk.audit",
+    "AuditReport": "emitter_filter.ondisk.audit",
+    "prune_file": "emitter_filter.ondisk.prune",
+    "FilePruneReport": "emitter_filter.ondisk.prune",
+    "dedupe_file": "emitter_filter.ondisk.dedupe",
+    "DedupeReport": "emitter_filter.ondisk.dedupe",
+    "ExecutorchBackendConfig": "emitter_filter.inprocess.config",
+    "pruning": "emitter_filter.inprocess.hook",
+    "install": "emitter_filter.inprocess.hook",
+    "uninstall": "emitter_filter.inprocess.hook",
+    "report": "emitter_filter.inprocess.reports",
+    "PruneReport": "emitter_filter.inprocess.reports",
+    "DroppedConstant": "emitter_filter.names",
+    "ConstantName": "emitter_filter.names",
 }
 
 

@@ -9,7 +9,7 @@ do nothing.
 
 These internals move between releases, so the supported range is pinned and
 checked where they are first used (installing the hook, importing
-`emitter_filter.config`), not at package import: `audit` and `prune` need no
+`emitter_filter.inprocess.config`), not at package import: `audit` and `prune` need no
 ExecuTorch at all. An executorch outside the range is an error, never a silent
 no-op; `EMITTER_FILTER_ALLOW_UNTESTED_EXECUTORCH=1` turns it into a warning for
 releases nobody has tested yet (a nightly, the next minor), while the checks

@@ -177,7 +177,7 @@ def _add_naming_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def _dead_json(d) -> dict:
-    from emitter_filter.audit import names_json
+    from emitter_filter.ondisk.audit import names_json
 
     return {"space": d.space, "index": d.index, "bytes": d.nbytes, "name": d.name,
             "names": names_json(d), "readable_by_name": d.readable_by_name}
@@ -201,7 +201,7 @@ def _progress_printer():
 
 
 def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    from emitter_filter.rewrite_file import prune_file
+    from emitter_filter.ondisk.prune import prune_file
 
     if options.ptd and options.ptd_out is None:
         print("emitter-filter prune: --ptd needs --ptd-out DIR", file=sys.stderr)
@@ -246,7 +246,7 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     module, script = (target[1], None) if target[0] == "-m" else (None, target[0])
     argv = [module or script, *target[(2 if module else 1):]]
 
-    from emitter_filter import hook
+    from emitter_filter.inprocess import hook
 
     hook.enable()
     logger.info("running %s with pruning on", " ".join(argv))
@@ -272,11 +272,12 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 def _env(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     import importlib.util
 
-    from emitter_filter import _startup
+    from emitter_filter import environment
     from emitter_filter._upstream import check_executorch_version, installed_executorch_version
+    from emitter_filter.inprocess import startup as _startup
     from emitter_filter.errors import EnvironmentVariableError, UnsupportedExecutorchError
 
-    name, raw = _startup.ENV_PRUNE, os.environ.get(_startup.ENV_PRUNE)
+    name, raw = environment.ENV_PRUNE, os.environ.get(environment.ENV_PRUNE)
     hook_files = _startup.installed_pth_files()
     executorch = importlib.util.find_spec("executorch")
     version = installed_executorch_version()
@@ -380,7 +381,7 @@ def _copy_location(copy) -> str:
 
 
 def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    from emitter_filter.audit import audit_file
+    from emitter_filter.ondisk.audit import audit_file
     from emitter_filter.state_names import state_file
 
     if options.ptd and len(options.pte) > 1:

@@ -26,8 +26,8 @@ from emitter_filter import _upstream
 from emitter_filter.errors import EmitterFilterError, UnsupportedExecutorchError
 
 if TYPE_CHECKING:
-    from emitter_filter.audit import AuditReport
-    from emitter_filter.reports import PruneReport
+    from emitter_filter.ondisk.audit import AuditReport
+    from emitter_filter.inprocess.reports import PruneReport
 
 __all__ = ["DemoResult", "LEAKS", "PLAIN_PTE", "PRUNED_PTE", "default_out_dir", "run_demo"]
 
@@ -200,7 +200,7 @@ def run_demo(out_dir: Path) -> DemoResult:
     from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
     import emitter_filter
-    from emitter_filter import hook
+    from emitter_filter.inprocess import hook
 
     if hook.is_enabled():
         raise EmitterFilterError(

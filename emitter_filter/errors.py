@@ -9,6 +9,7 @@ __all__ = [
     "OutputFileError",
     "EnvironmentVariableError",
     "InvariantError",
+    "PteFormatError",
 ]
 
 
@@ -34,3 +35,13 @@ class EnvironmentVariableError(EmitterFilterError, ValueError):
 
 class InvariantError(EmitterFilterError, AssertionError):
     """emitter_filter broke one of its own invariants: a bug, please report it."""
+
+
+class PteFormatError(ProgramFormatError):
+    """A `.pte` or `.ptd` file is malformed; the message names the file and the offset."""
+
+    def __init__(self, path: str, message: str, offset: int | None = None) -> None:
+        where = f"{path}: " if offset is None else f"{path}: offset {offset}: "
+        super().__init__(where + message)
+        self.path = path
+        self.offset = offset

@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from emitter_filter.audit import AuditReport
-    from emitter_filter.hook import SerializedProgram
-    from emitter_filter.reports import PruneReport
+    from emitter_filter.ondisk.audit import AuditReport
+    from emitter_filter.inprocess.hook import SerializedProgram
+    from emitter_filter.inprocess.reports import PruneReport
 
 __all__ = ["REPORT_SCHEMA", "EXEMPT_MARKER", "ProgramRecord", "PteBudget", "pte_budget"]
 
@@ -205,7 +205,7 @@ def pte_budget(request: pytest.FixtureRequest) -> PteBudget:
 
 def _audit(pte: bytes, ptd: Mapping) -> tuple[AuditReport | None, str | None]:
     """`audit_file` on a serialized program; the `.ptd` files go to a temporary directory."""
-    from emitter_filter.audit import audit_file
+    from emitter_filter.ondisk.audit import audit_file
     from emitter_filter.errors import EmitterFilterError
 
     try:
@@ -251,7 +251,7 @@ class _Session:
 
     def start(self) -> None:
         if self.prune:
-            from emitter_filter import hook
+            from emitter_filter.inprocess import hook
 
             if not hook.is_enabled():
                 hook.enable()
@@ -261,14 +261,14 @@ class _Session:
 
     def _observe(self) -> None:
         if not self._observing:
-            from emitter_filter import hook
+            from emitter_filter.inprocess import hook
 
             hook.add_observer(self._on_serialized)
             self._observing = True
 
     def finish(self) -> None:
         if self._observing or self._enabled_pruning:
-            from emitter_filter import hook
+            from emitter_filter.inprocess import hook
 
             if self._observing:
                 hook.remove_observer(self._on_serialized)
@@ -326,7 +326,7 @@ class _Session:
         self._test = PteBudget(item.nodeid, self.max_dead_bytes, exempt=exempt)
         unforced = exempt and self._enabled_pruning
         if unforced:
-            from emitter_filter import hook
+            from emitter_filter.inprocess import hook
 
             hook.disable()
         try:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.errors import InvariantError, ProgramFormatError
-from emitter_filter.reports import ConstantName
+from emitter_filter.names import ConstantName
 
 __all__ = ["PlaceholderNames", "StateFile", "read_state_file", "state_file"]
 

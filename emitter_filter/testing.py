@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from emitter_filter.audit import AuditReport, audit_file
+from emitter_filter.ondisk.audit import AuditReport, audit_file
 
 __all__ = ["assert_no_dead_constants", "describe_dead_bytes"]
 

@@ -18,9 +18,10 @@ from tests.files import CASES, HAVE_EXECUTORCH, Built, read_golden
 
 if not HAVE_EXECUTORCH:
     _MARKED = re.compile(r"^pytestmark = .*pytest\.mark\.filetools", re.MULTILINE)
+    _HERE = Path(__file__).parent
     collect_ignore = [
-        path.name
-        for path in Path(__file__).parent.glob("test_*.py")
+        str(path.relative_to(_HERE))
+        for path in _HERE.rglob("test_*.py")
         if not _MARKED.search(path.read_text(encoding="utf-8"))
     ]
 

@@ -60,7 +60,7 @@ def read_golden(root: Path) -> dict[str, Built]:
 
 def golden_audit(pte: Path, ptds: tuple[Path, ...]) -> str:
     """`audit --json` of a saved program, with paths relative to its directory."""
-    from emitter_filter.audit import audit_file
+    from emitter_filter.ondisk.audit import audit_file
 
     cwd = os.getcwd()
     os.chdir(pte.parent)

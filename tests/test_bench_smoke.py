@@ -151,7 +151,7 @@ def test_running_the_suite_without_the_bench_extra_says_what_to_install(
 
 def _suite_report(tmp_path) -> Path:
     """A plugin report with two real records: the golden dirty and clean programs, audited."""
-    from emitter_filter.audit import audit_file
+    from emitter_filter.ondisk.audit import audit_file
     from emitter_filter.pytest_plugin import REPORT_SCHEMA, ProgramRecord
     from tests.files import GOLDEN, saved
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from emitter_filter.audit import audit_file
+from emitter_filter.ondisk.audit import audit_file
 
 yaml = pytest.importorskip("yaml")
 

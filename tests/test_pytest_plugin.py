@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from emitter_filter.audit import audit_file
+from emitter_filter.ondisk.audit import audit_file
 
 pytest_plugins = ["pytester"]
 
@@ -76,7 +76,7 @@ def test_external():
 def test_hook_untouched():
     serialize("untouched", dead=True)
     # Idle, the plugin imports none of emitter_filter's ExecuTorch side.
-    assert "emitter_filter.hook" not in sys.modules
+    assert "emitter_filter.inprocess.hook" not in sys.modules
 '''
 
 DEAD_BYTES = 128  # the unused buffer: 32 float32
@@ -89,7 +89,7 @@ def imported(tmp_path_factory):
     pytester forgets the modules an in-process run imported; torch cannot import
     some of them twice (a second TORCH_LIBRARY registration).
     """
-    from emitter_filter import hook  # noqa: F401  (one hook module for every run)
+    from emitter_filter.inprocess import hook  # noqa: F401  (one hook module for every run)
 
     namespace = {}
     exec(compile(SUITE, "test_suite.py", "exec"), namespace)
@@ -140,7 +140,7 @@ def test_forced_pruning_writes_the_clean_program(suite):
                   "--emitter-filter-max-dead-bytes", "0")
     result.assert_outcomes(passed=2)
     assert (suite.path / "dirty.pte").read_bytes() == (suite.path / "clean.pte").read_bytes()
-    from emitter_filter import hook
+    from emitter_filter.inprocess import hook
 
     assert not hook.is_enabled()  # the run's end turned forced pruning off again
 

@@ -1,0 +1,378 @@
+"""The hook into `to_executorch`: prune the emitter output just before it is serialized.
+
+`install()` wraps `serialize_for_executorch` where `ExecutorchProgramManager`
+looks it up (see `_upstream`). The wrapper prunes the constants
+(`emitted.prune_emitter_output`) and the delegates' named data
+(`named_data.prune_named_data`), but only when asked to: by
+`config.prune_constants`, by an enclosing `pruning()` block in the same thread or
+context, or process-wide by `enable()` (what `EMITTER_FILTER_PRUNE=1` calls).
+Otherwise it calls the original with the same arguments and changes nothing.
+Independently, `config.dedupe_constants`, `pruning(dedupe_constants=True)` or
+`enable_dedupe()` (what `EMITTER_FILTER_DEDUPE=1` calls) pass the `.pte` bytes the
+original returns through `dedupe.dedupe_pte`, after pruning when both are on.
+
+It also wraps `emit_program`, which `ExecutorchProgramManager` calls just before,
+only to hand the serializer wrapper the `ExportedProgram`s it emitted (held in
+a per-thread slot until that call takes it): their graph signatures name the
+constants for `keep_constants` and the report.
+
+Fail-safe: when the analysis finds the emitted program inconsistent
+(`ProgramFormatError`: an index that points nowhere, which ExecuTorch's own
+serializer does not check), nothing has been modified yet; the program is
+written as ExecuTorch writes it, with one WARNING, and its report says why it
+was skipped. Strict mode (`prune_strict=True`, or `EMITTER_FILTER_STRICT=1`)
+raises instead. An `InvariantError` (a bug of ours) always raises.
+
+Installing is idempotent, thread-safe and reversible with `uninstall()`.
+
+Observers (`add_observer`) see every program the installed hook serializes,
+pruned or not, after ExecuTorch has serialized it: the pytest plugin audits them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+
+from emitter_filter import _upstream
+from emitter_filter.environment import ENV_STRICT, env_flag
+
+__all__ = [
+    "install",
+    "uninstall",
+    "installed",
+    "pruning",
+    "enable",
+    "disable",
+    "is_enabled",
+    "SerializedProgram",
+    "add_observer",
+    "remove_observer",
+    "enable_dedupe",
+    "disable_dedupe",
+]
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_original = None
+_original_emit = None
+_process_wide = False
+_pruning_depth: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "emitter_filter_pruning_depth", default=0
+)
+# The keep_constants patterns of every enclosing pruning() block.
+_pruning_keep: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "emitter_filter_pruning_keep", default=()
+)
+# (emitter output, its methods) from the last emit_program of this thread.
+_emitted = threading.local()
+_dedupe_process_wide = False
+_dedupe_depth: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "emitter_filter_dedupe_depth", default=0
+)
+
+
+def _pruning_requested(config) -> bool:
+    return bool(getattr(config, "prune_constants", False)) or is_enabled()
+
+
+def _strict(config) -> bool:
+    return bool(getattr(config, "prune_strict", False)) or env_flag(ENV_STRICT)
+
+
+def _keep_constants(config) -> tuple[str, ...]:
+    return (*(getattr(config, "keep_constants", ()) or ()), *_pruning_keep.get())
+
+
+def _emit_program(original, methods, *args, **kwargs):
+    emitter_output = original(methods, *args, **kwargs)
+    _emitted.last = (emitter_output, methods)
+    return emitter_output
+
+
+def _take_emitted_methods(emitter_output) -> dict | None:
+    """The methods `emitter_output` was emitted from, if this thread's last emit made it."""
+    last = getattr(_emitted, "last", None)
+    _emitted.last = None
+    if last is None or last[0] is not emitter_output:
+        return None
+    methods = last[1]
+    return dict(methods) if isinstance(methods, dict) else {"forward": methods}
+
+
+def _skipped_report(emitter_output, reason: str, started: float):
+    from emitter_filter.inprocess.prune_emitted import space_nbytes
+    from emitter_filter.inprocess.reports import PruneReport
+
+    nbytes = space_nbytes(emitter_output)
+    return PruneReport(
+        bytes_before=nbytes, bytes_after=nbytes, found=(), dropped_values=0,
+        seconds=time.perf_counter() - started, skipped=reason,
+    )
+
+
+def _prune(emitter_output, config, named_data_store, methods):
+    """Prunes in place and records the report; returns the named data to serialize and it.
+
+    Both analyses run before anything is modified, so that a `ProgramFormatError`
+    can still leave the program to be written as it came (see the module docstring).
+    """
+    from emitter_filter.inprocess.prune_emitted import prune_emitter_output
+    from emitter_filter.errors import ProgramFormatError
+    from emitter_filter.inprocess.named_data import find_named_data_use, prune_named_data
+    from emitter_filter.inprocess.reports import record_report
+    from emitter_filter.state_names import PlaceholderNames
+
+    started = time.perf_counter()
+    names = None if methods is None else PlaceholderNames(methods)
+    try:
+        named_data_use = find_named_data_use(emitter_output.program, named_data_store)
+        prune_report = prune_emitter_output(
+            emitter_output, keep_constants=_keep_constants(config), names=names
+        )
+    except ProgramFormatError as error:
+        if _strict(config):
+            raise
+        logger.warning(
+            "emitter_filter: not pruning this program, written as ExecuTorch writes it: "
+            "%s (the filter cannot prove the prune safe; set %s=1 or prune_strict=True "
+            "to raise instead)", error, ENV_STRICT,
+        )
+        skipped = _skipped_report(emitter_output, str(error), started)
+        record_report(emitter_output, skipped)
+        return named_data_store, skipped
+    # After the constants, so that the duplicates reported are the bytes written.
+    named_data_store, named_data_report = prune_named_data(
+        emitter_output, named_data_store, use=named_data_use
+    )
+    prune_report = dataclasses.replace(
+        prune_report,
+        named_data=named_data_report,
+        seconds=time.perf_counter() - started,
+    )
+    record_report(emitter_output, prune_report)
+    # Passed as an object: the summary (its names, its duplicate search) is only built if logged.
+    logger.info("emitter_filter: %s", prune_report)
+    return named_data_store, prune_report
+
+
+def _dedupe_requested(config) -> bool:
+    return (
+        bool(getattr(config, "dedupe_constants", False))
+        or _dedupe_process_wide
+        or _dedupe_depth.get() > 0
+    )
+
+
+def _serialize_for_executorch(
+    original, emitter_output, config, data_serializer, named_data_store=None
+):
+    methods = _take_emitted_methods(emitter_output)
+    prune_report = None
+    if _pruning_requested(config):
+        named_data_store, prune_report = _prune(emitter_output, config, named_data_store, methods)
+    serialize_started = time.perf_counter()
+    serialized = original(emitter_output, config, data_serializer, named_data_store)
+    serialize_seconds = time.perf_counter() - serialize_started
+    if _dedupe_requested(config):
+        serialized = _dedupe_serialized(emitter_output, serialized)
+    _notify_observers(emitter_output, serialized, prune_report, serialize_seconds)
+    return serialized
+
+
+def _dedupe_serialized(emitter_output, serialized):
+    """Deduplicates the serialized `.pte` (`.ptd` files are left alone) and records the report."""
+    from emitter_filter.ondisk.dedupe import dedupe_pte
+    from emitter_filter.inprocess.reports import record_dedupe_report
+
+    started = time.perf_counter()
+    pte, ptd_files = serialized
+    data = bytes(pte)
+    deduplicated, dedupe_report = dedupe_pte(data)
+    # The join into one bytes object is part of the cost of deduplicating.
+    dedupe_report = dataclasses.replace(dedupe_report, seconds=time.perf_counter() - started)
+    record_dedupe_report(emitter_output, dedupe_report)
+    logger.info("emitter_filter: %s", dedupe_report)
+    return (pte if deduplicated is data else _upstream.cord(deduplicated)), ptd_files
+
+
+def install() -> None:
+    """Wraps ExecuTorch's `serialize_for_executorch`; a no-op when already installed.
+
+    Raises:
+        UnsupportedExecutorchError: executorch is not the supported version.
+    """
+    global _original, _original_emit
+    module = _upstream.program_module()
+    with _lock:
+        if _original is not None:
+            return
+        original = module.serialize_for_executorch
+        wrapper = functools.wraps(original)(
+            functools.partial(_serialize_for_executorch, original)
+        )
+        wrapper.__emitter_filter_original__ = original
+        original_emit = module.emit_program
+        emit_wrapper = functools.wraps(original_emit)(
+            functools.partial(_emit_program, original_emit)
+        )
+        emit_wrapper.__emitter_filter_original__ = original_emit
+        module.serialize_for_executorch = wrapper
+        module.emit_program = emit_wrapper
+        _original, _original_emit = original, original_emit
+    logger.debug("installed the emitter_filter hook")
+
+
+def uninstall() -> None:
+    """Restores ExecuTorch's own `serialize_for_executorch`; a no-op when not installed."""
+    global _original, _original_emit
+    with _lock:
+        if _original is None:
+            return
+        module = _upstream.program_module()
+        module.serialize_for_executorch = _original
+        module.emit_program = _original_emit
+        _original = _original_emit = None
+    logger.debug("uninstalled the emitter_filter hook")
+
+
+def installed() -> bool:
+    """Whether the hook is in place."""
+    return _original is not None
+
+
+def enable() -> None:
+    """Prunes every program serialized from now on, in every thread."""
+    global _process_wide
+    install()
+    _process_wide = True
+
+
+def disable() -> None:
+    """Stops what `enable()` started; `pruning()` blocks and configs still prune."""
+    global _process_wide
+    _process_wide = False
+
+
+def is_enabled() -> bool:
+    """Whether programs serialized now, in this context, are pruned regardless of config."""
+    return _process_wide or _pruning_depth.get() > 0
+
+
+def enable_dedupe() -> None:
+    """Deduplicates every program serialized from now on, in every thread (pruned or not)."""
+    global _dedupe_process_wide
+    install()
+    _dedupe_process_wide = True
+
+
+def disable_dedupe() -> None:
+    """Stops what `enable_dedupe()` started."""
+    global _dedupe_process_wide
+    _dedupe_process_wide = False
+
+
+@contextlib.contextmanager
+def pruning(
+    keep_constants: Sequence[str] = (), *, dedupe_constants: bool = False
+) -> Iterator[None]:
+    """Prunes every program serialized inside the block, in this thread or task.
+
+    Args:
+        keep_constants: `fnmatch` patterns of FQNs to keep although no
+            instruction reads them (see `ExecutorchBackendConfig.keep_constants`);
+            added to the config's and any enclosing block's.
+        dedupe_constants: Also store named data that repeats a constant once
+            (`ExecutorchBackendConfig.dedupe_constants`).
+
+    Example::
+
+        with emitter_filter.pruning(keep_constants=["metadata.*"]):
+            manager = edge.to_executorch()   # any config, any third-party code
+    """
+    if isinstance(keep_constants, str):
+        raise TypeError(
+            f"keep_constants={keep_constants!r}: expected a sequence of patterns, not a str"
+        )
+    install()
+    token = _pruning_depth.set(_pruning_depth.get() + 1)
+    keep_token = _pruning_keep.set((*_pruning_keep.get(), *keep_constants))
+    dedupe_token = _dedupe_depth.set(_dedupe_depth.get() + 1) if dedupe_constants else None
+    try:
+        yield
+    finally:
+        if dedupe_token is not None:
+            _dedupe_depth.reset(dedupe_token)
+        _pruning_keep.reset(keep_token)
+        _pruning_depth.reset(token)
+
+
+# --- Observers: see each serialized program, change nothing. --------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SerializedProgram:
+    """One program the hook serialized, as an observer gets it.
+
+    Attributes:
+        emitter_output: ExecuTorch's `EmitterOutput`, after pruning if it was pruned.
+            Not to be modified.
+        pte: The `.pte` file, as ExecuTorch's `Cord` (`bytes(pte)` copies it).
+        ptd: The `.ptd` files by the name `write_tensor_data_to_file` gives them
+            (without the extension), as `Cord`s.
+        prune_report: What pruning dropped; None when the program was not pruned.
+        serialize_seconds: Wall time of ExecuTorch's own serializer.
+    """
+
+    emitter_output: object
+    pte: object
+    ptd: dict
+    prune_report: object
+    serialize_seconds: float
+
+
+_observers: tuple = ()
+
+
+def add_observer(callback) -> None:
+    """Calls `callback(SerializedProgram)` after each program is serialized; installs the hook.
+
+    The callback runs in the serializing thread, before `to_executorch` returns;
+    an exception it raises propagates out of `to_executorch`. Adding a callback
+    twice calls it twice.
+    """
+    global _observers
+    install()
+    with _lock:
+        _observers = (*_observers, callback)
+
+
+def remove_observer(callback) -> None:
+    """Stops calling `callback` (its last registration); the hook stays installed.
+
+    Raises:
+        ValueError: `callback` is not registered.
+    """
+    global _observers
+    with _lock:
+        if callback not in _observers:
+            raise ValueError(f"{callback!r} is not an emitter_filter observer")
+        index = len(_observers) - 1 - _observers[::-1].index(callback)
+        _observers = _observers[:index] + _observers[index + 1 :]
+
+
+def _notify_observers(emitter_output, serialized, prune_report, seconds: float) -> None:
+    observers = _observers
+    if not observers:
+        return
+    pte, ptd = serialized
+    program = SerializedProgram(emitter_output, pte, ptd, prune_report, seconds)
+    for callback in observers:
+        callback(program)

@@ -1,0 +1,393 @@
+"""Prune the in-memory output of `emit_program`, in place, before it is serialized.
+
+`prune_emitter_output` reads each plan's references (`collect_plan_refs`, with
+the values of `keep_constants` as more roots), asks `reachability.find_live`
+what is live, validates, and only then rewrites:
+
+- each plan's `values`, compacted in their original order (list items still come
+  before their lists) and every value index renumbered (`_remap_values`);
+- `Program.constant_buffer`, `EmitterOutput.mutable_data` and
+  `EmitterOutput.external_constant_buffer` / `external_constant_map`, each
+  compacted and every `Tensor.data_buffer_idx` renumbered (`_remap_data`).
+
+Data entries are renumbered in the order kept values first refer to them, plan by
+plan, value by value: the order in which the emitter would have allocated them had
+the dead constants never existed. That is what makes a pruned file byte-identical
+to the file of the same model with the dead constants deleted at the source.
+
+The report names each dropped entry after the placeholders of the values that
+used it (`state_names.name_entries`), when it is first read: the prune only
+notes, per dropped entry, which values referred to it.
+
+Never touched: instructions, operators, delegates, `backend_delegate_data`,
+`non_const_buffer_sizes`, the named data, and constant bytes (the `bytes` objects
+are moved between lists, never copied).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Sequence
+
+from executorch.exir.emit import EmitterOutput
+from executorch.exir.schema import (
+    DelegateCall,
+    ExecutionPlan,
+    FreeCall,
+    IntList,
+    JumpFalseCall,
+    KernelCall,
+    MoveCall,
+    OptionalTensorList,
+    Tensor,
+    TensorDataLocation,
+    TensorList,
+)
+
+from emitter_filter.errors import InvariantError, ProgramFormatError
+from emitter_filter.reachability import (
+    DataRef,
+    DataSpace,
+    KeepList,
+    Liveness,
+    PlanRefs,
+    classify_tensor_data,
+    find_live,
+    is_attribute_root,
+    new_data_indices,
+    order_live_data,
+    value_remapper,
+)
+from emitter_filter.inprocess.reports import PruneReport
+from emitter_filter.names import ConstantName, DroppedConstant
+from emitter_filter.state_names import PlaceholderNames, name_entries
+
+__all__ = ["collect_plan_refs", "prune_emitter_output"]
+
+logger = logging.getLogger(__name__)
+
+_LIST_TYPES = (IntList, TensorList, OptionalTensorList)
+
+
+def tensor_data_ref(tensor: Tensor) -> DataRef | None:
+    """Where a Tensor value's bytes live (see `reachability.classify_tensor_data`)."""
+    info = tensor.extra_tensor_info
+    return classify_tensor_data(
+        tensor.data_buffer_idx,
+        external=info is not None and info.location == TensorDataLocation.EXTERNAL,
+        mutable=tensor.allocation_info is not None,
+    )
+
+
+def _instruction_value_indices(args) -> Sequence[int]:
+    if isinstance(args, (KernelCall, DelegateCall)):
+        return args.args
+    if isinstance(args, MoveCall):
+        return (args.move_from, args.move_to)
+    if isinstance(args, JumpFalseCall):
+        return (args.cond_value_index,)
+    if isinstance(args, FreeCall):
+        return (args.value_index,)
+    raise ProgramFormatError(f"unknown instruction kind {type(args).__name__}")
+
+
+def collect_plan_refs(plan: ExecutionPlan, kept: Sequence[int] = ()) -> PlanRefs:
+    """Describes one `exir.schema.ExecutionPlan` for `find_live`. Not modified.
+
+    Args:
+        plan: The plan.
+        kept: More roots: the values of constants the user keeps by name.
+    """
+    roots: list[int] = [*plan.inputs, *plan.outputs, *kept]
+    for chain in plan.chains:
+        roots.extend(chain.inputs)
+        roots.extend(chain.outputs)
+        for instruction in chain.instructions:
+            roots.extend(_instruction_value_indices(instruction.instr_args))
+    list_items: dict[int, Sequence[int]] = {}
+    data_refs: dict[int, DataRef] = {}
+    for index, evalue in enumerate(plan.values):
+        val = evalue.val
+        if isinstance(val, _LIST_TYPES):
+            list_items[index] = val.items
+        elif isinstance(val, Tensor):
+            ref = tensor_data_ref(val)
+            if ref is not None:
+                data_refs[index] = ref
+            info = val.extra_tensor_info
+            if is_attribute_root(
+                mutable=val.allocation_info is not None,
+                fully_qualified_name=info.fully_qualified_name if info is not None else None,
+            ):
+                roots.append(index)
+    return PlanRefs(
+        name=plan.name,
+        num_values=len(plan.values),
+        roots=roots,
+        list_items=list_items,
+        data_refs=data_refs,
+    )
+
+
+def _space_entries(emitter_output: EmitterOutput, space: DataSpace) -> list:
+    """The list holding a space's entries (`Buffer` or `bytes`); empty when absent."""
+    if space is DataSpace.CONSTANT:
+        return emitter_output.program.constant_buffer
+    if space is DataSpace.MUTABLE:
+        return emitter_output.mutable_data or []
+    return emitter_output.external_constant_buffer
+
+
+def _entry_nbytes(entry) -> int:
+    return len(entry) if isinstance(entry, bytes) else len(entry.storage)
+
+
+def space_nbytes(emitter_output: EmitterOutput) -> dict[str, int]:
+    """Bytes per data space; package-internal (the hook reports a skipped prune with it)."""
+    return {
+        space.value: sum(_entry_nbytes(e) for e in _space_entries(emitter_output, space))
+        for space in DataSpace
+    }
+
+
+def _validate_data_refs(emitter_output: EmitterOutput, plans: Sequence[PlanRefs]) -> None:
+    """Checks every data reference before anything is modified."""
+    sizes = {space: len(_space_entries(emitter_output, space)) for space in DataSpace}
+    for plan in plans:
+        for index, ref in plan.data_refs.items():
+            if not 0 <= ref.index < sizes[ref.space]:
+                raise ProgramFormatError(
+                    f"plan {plan.name!r} value {index}: data_buffer_idx {ref.index} "
+                    f">= len({ref.space.value} data) {sizes[ref.space]}"
+                )
+
+
+def _kept_values(plan: ExecutionPlan, keep: KeepList, names: PlaceholderNames | None) -> list[int]:
+    """The Tensor values with data whose name matches a `keep_constants` pattern.
+
+    A value's names are the one the program carries and, with `names`, the FQN
+    of the placeholder it was emitted from.
+    """
+    kept = []
+    for index, evalue in enumerate(plan.values):
+        tensor = evalue.val
+        if not isinstance(tensor, Tensor) or tensor_data_ref(tensor) is None:
+            continue
+        info = tensor.extra_tensor_info
+        candidates = [info.fully_qualified_name] if info and info.fully_qualified_name else []
+        name = None if names is None else names.name_value(plan.name, index, tensor.sizes)
+        if name is not None:
+            candidates.append(name.name)
+        if candidates and keep.matches(candidates):
+            kept.append(index)
+    return kept
+
+
+def _dropped_constants(
+    emitter_output: EmitterOutput,
+    plans: Sequence[PlanRefs],
+    liveness: Liveness,
+) -> tuple[tuple[DroppedConstant, ...], dict[tuple[str, int], list[tuple[str, int, list[int]]]]]:
+    """One entry per dropped data entry, named after the first value that referred to it.
+
+    Also returns, per dropped (space, index), every (plan, value index, sizes)
+    that referred to it: what `state_names.name_entries` names it from later.
+    """
+    dropped: dict[DataRef, DroppedConstant] = {}
+    users: dict[tuple[str, int], list[tuple[str, int, list[int]]]] = {}
+    for plan_index, plan in enumerate(plans):
+        values = emitter_output.program.execution_plan[plan_index].values
+        for index, ref in plan.data_refs.items():
+            if ref.index in liveness.live_data[ref.space]:
+                continue
+            tensor = values[index].val
+            users.setdefault((ref.space.value, ref.index), []).append(
+                (plan.name, index, tensor.sizes)
+            )
+            if ref in dropped:
+                continue
+            info = tensor.extra_tensor_info
+            name = info.fully_qualified_name if info is not None else None
+            dropped[ref] = DroppedConstant(
+                space=ref.space.value,
+                index=ref.index,
+                nbytes=_entry_nbytes(_space_entries(emitter_output, ref.space)[ref.index]),
+                plan=plan.name,
+                value_index=index,
+                dtype=tensor.scalar_type.name,
+                shape=tuple(tensor.sizes),
+                name=name,
+                names=(ConstantName(name, None, plan.name),) if name else (),
+            )
+    for space in DataSpace:
+        entries = _space_entries(emitter_output, space)
+        first = 1 if space.has_placeholder else 0
+        for index in range(first, len(entries)):
+            ref = DataRef(space, index)
+            if index not in liveness.live_data[space] and ref not in dropped:
+                # An entry no value refers to at all: dropped, with nothing to name it by.
+                dropped[ref] = DroppedConstant(
+                    space=space.value,
+                    index=index,
+                    nbytes=_entry_nbytes(entries[index]),
+                    plan=None,
+                    value_index=None,
+                    dtype=None,
+                    shape=None,
+                    name=None,
+                )
+    return tuple(sorted(dropped.values(), key=lambda d: (d.space, d.index))), users
+
+
+def _remap_values(plan: ExecutionPlan, live: Sequence[int]) -> None:
+    """Compacts `plan.values` to `live` and renumbers every value index in the plan.
+
+    The only place the in-memory rewrite renumbers value indices (`rewrite_file` does
+    the same on disk; both map through `reachability.value_remapper`, which checks
+    that each patched index was kept).
+    """
+    remap = value_remapper(plan.name, len(plan.values), live)
+
+    def remap_all(indices: Sequence[int]) -> list[int]:
+        return [remap(i) for i in indices]
+
+    plan.values = [plan.values[old] for old in live]
+    plan.inputs = remap_all(plan.inputs)
+    plan.outputs = remap_all(plan.outputs)
+    for chain in plan.chains:
+        chain.inputs = remap_all(chain.inputs)
+        chain.outputs = remap_all(chain.outputs)
+        for instruction in chain.instructions:
+            args = instruction.instr_args
+            if isinstance(args, (KernelCall, DelegateCall)):
+                args.args = remap_all(args.args)
+            elif isinstance(args, MoveCall):
+                args.move_from, args.move_to = remap(args.move_from), remap(args.move_to)
+            elif isinstance(args, JumpFalseCall):
+                args.cond_value_index = remap(args.cond_value_index)
+            else:
+                args.value_index = remap(args.value_index)
+    for evalue in plan.values:
+        val = evalue.val
+        if isinstance(val, OptionalTensorList):
+            val.items = [-1 if i == -1 else remap(i) for i in val.items]
+        elif isinstance(val, (IntList, TensorList)):
+            val.items = remap_all(val.items)
+
+
+def _remap_data(
+    emitter_output: EmitterOutput,
+    plans: Sequence[PlanRefs],
+    liveness: Liveness,
+    order: dict[DataSpace, list[int]],
+) -> None:
+    """Compacts the three data spaces to `order` and renumbers every `data_buffer_idx`.
+
+    The only place the in-memory rewrite renumbers data indices. Old indices come from `plans`, a
+    snapshot taken before any change, so a Tensor object shared by two values is
+    not renumbered twice.
+    """
+    new_index = new_data_indices(order)
+
+    program = emitter_output.program
+    live_fqns: set[str] = set()
+    for plan_refs, plan, live in zip(plans, program.execution_plan, liveness.live_values):
+        # plan.values is already compacted: kept value k was old value live[k].
+        for new_value, old_value in enumerate(live):
+            ref = plan_refs.data_refs.get(old_value)
+            if ref is None:
+                continue
+            tensor = plan.values[new_value].val
+            try:
+                tensor.data_buffer_idx = new_index[ref.space][ref.index]
+            except KeyError:
+                raise InvariantError(
+                    f"plan {plan.name!r} value {old_value}: {ref.space.value} entry "
+                    f"{ref.index} is used but was dropped"
+                ) from None
+            if ref.space is DataSpace.EXTERNAL:
+                live_fqns.add(tensor.extra_tensor_info.fully_qualified_name)
+
+    constant = program.constant_buffer
+    program.constant_buffer = [constant[0]] + [constant[i] for i in order[DataSpace.CONSTANT]]
+    if emitter_output.mutable_data is not None:
+        mutable = emitter_output.mutable_data
+        emitter_output.mutable_data = [mutable[0]] + [mutable[i] for i in order[DataSpace.MUTABLE]]
+    external = emitter_output.external_constant_buffer
+    emitter_output.external_constant_buffer = [external[i] for i in order[DataSpace.EXTERNAL]]
+
+    external_index = new_index[DataSpace.EXTERNAL]
+    pruned_map: dict[str, dict[str, int]] = {}
+    for tag, fqn_to_index in (emitter_output.external_constant_map or {}).items():
+        kept = {
+            fqn: external_index[index]
+            for fqn, index in fqn_to_index.items()
+            if fqn in live_fqns
+        }
+        if kept:
+            pruned_map[tag] = kept
+    if emitter_output.external_constant_map is not None:
+        emitter_output.external_constant_map = pruned_map
+
+
+def prune_emitter_output(
+    emitter_output: EmitterOutput,
+    *,
+    keep_constants: Sequence[str] = (),
+    names: PlaceholderNames | None = None,
+) -> PruneReport:
+    """Drops every value and constant that no plan, chain, instruction or list reaches.
+
+    Args:
+        emitter_output: The output of `emit_program`. Modified in place: its program's
+            values and `constant_buffer`, its `mutable_data`, `external_constant_buffer`
+            and `external_constant_map`. Left as it was if an error is raised.
+        keep_constants: `fnmatch` patterns of FQNs: a Tensor value with data whose
+            name matches one is a root, so its constant is kept.
+        names: The placeholder names of the methods emitted, to match
+            `keep_constants` against constants the program does not name and to
+            name the dropped entries in the report (on first use of `dropped`).
+
+    Returns:
+        What was dropped, and the bytes of each data space before and after.
+
+    Raises:
+        ProgramFormatError: The program refers to a value or data entry that does not exist.
+        InvariantError: `names` does not describe these plans' values.
+    """
+    started = time.perf_counter()
+    program = emitter_output.program
+    keep = KeepList(keep_constants)
+    plans = [
+        collect_plan_refs(plan, _kept_values(plan, keep, names)) if keep
+        else collect_plan_refs(plan)
+        for plan in program.execution_plan
+    ]
+    for pattern in keep.unmatched():
+        logger.warning("emitter_filter: keep_constants pattern %r matched no constant", pattern)
+    liveness = find_live(plans)
+    _validate_data_refs(emitter_output, plans)
+    bytes_before = space_nbytes(emitter_output)
+    dropped, users = _dropped_constants(emitter_output, plans, liveness)
+    dropped_values = liveness.dead_value_count(plans)
+
+    if dropped or dropped_values:
+        order = order_live_data(plans, liveness)
+        for plan, live in zip(program.execution_plan, liveness.live_values):
+            if len(live) != len(plan.values):
+                _remap_values(plan, live)
+        _remap_data(emitter_output, plans, liveness, order)
+
+    report = PruneReport(
+        bytes_before=bytes_before,
+        bytes_after=space_nbytes(emitter_output),
+        found=dropped,
+        dropped_values=dropped_values,
+        seconds=time.perf_counter() - started,
+        **({"find_names": functools.partial(name_entries, names, users)}
+           if names is not None and users else {}),
+    )
+    logger.debug("pruned %s", report)
+    return report

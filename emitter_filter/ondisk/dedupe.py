@@ -1,0 +1,598 @@
+"""Store identical bytes of a `.pte` once: named data that repeats a constant points into it.
+
+A tied embedding lowered to XNNPACK is written twice: once in the constant segment
+for the portable `embedding` op, once as XNNPACK named data for the linear. In the
+`.pte` format both are `(offset, size)` ranges relative to `segment_base_offset`,
+so the named data's `DataSegment` can point at the constant's range instead:
+
+    in.pte   [header | program  | constant: P W E | delegate | named: W  b ]
+    out.pte  [header | program' | constant: P W E | delegate | named: b     ]
+             segments[j] = (offset of W in the constant segment, len(W))
+
+`dedupe_pte` is that one transform of serialized bytes; the hook applies it to
+the bytes ExecuTorch serialized (after pruning, when both are on) and
+`emitter-filter prune --dedupe` to a file, so both write the same bytes for the
+same input by construction.
+
+Rules:
+
+- Aliased: a named-data segment of the `.pte` whose bytes equal a constant
+  entry's bytes (the tensor's size, compared in full: `_find_repeated_constants`).
+  Its `Program.segments` slot is rewritten in place to the constant's range, so no
+  index changes; the keys sharing that segment follow it.
+- Never aliased: mutable data (the runtime copies it into its arena at load, and
+  nothing may depend on it being read-only), delegate blobs, `.ptd` files, and
+  constants with constants or named data with named data (the emitter and
+  `NamedDataStore` already store those once).
+- Alignment: an aliased range keeps the alignment ExecuTorch gave the named
+  data's segment (the segment alignment, or the entry's own where its padding
+  shows a larger one). The constant segment is laid out again with zeros inserted
+  before an aliased entry where it needs more alignment than it has; every other
+  entry keeps its offset modulo its alignment. Segments keep their order and are
+  placed as `serialize_pte_binary` places them.
+- Nothing to alias: the input is returned as it is, byte for byte.
+
+What is about the file format is `file_layout`'s (alignments the offsets show,
+segment placement, the extended header) and the streamed, atomic write is
+`file_output`'s, as for `prune_file`; this module decides what to alias and
+where the constant segment needs zeros.
+
+`find_shared_ranges` is the analysis `audit` shares: which stored ranges several
+references share, and a `PteFormatError` for ranges that overlap without being
+the same range.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import flatbuffers
+
+from emitter_filter.duplicates import StoredCopy
+from emitter_filter.errors import InvariantError
+from emitter_filter.ondisk.layout import (
+    DEFAULT_SEGMENT_ALIGNMENT,
+    PROGRAM_IDENTIFIER,
+    extended_header_prefix,
+    padded_header_length,
+    place_segments,
+    position_alignment,
+    segment_alignments,
+    segment_own_alignments,
+)
+from emitter_filter.ondisk.output import OutputFile, Piece, check_outputs, open_input, write_outputs
+from emitter_filter.errors import PteFormatError
+from emitter_filter.ondisk.pte_file import ByteSource, PteFile, read_pte_program
+from emitter_filter.reachability import DataSpace
+
+__all__ = ["SharedRange", "DedupeReport", "find_shared_ranges", "dedupe_pte", "dedupe_file"]
+
+logger = logging.getLogger(__name__)
+
+# Bytes per read when two ranges are compared.
+_COMPARE_CHUNK = 1 << 20
+# Bytes of each candidate read before any is compared in full, as duplicates.py groups them.
+_PREFIX = 32
+
+_SEGMENT_SPACES = ("named_data", "delegate", "segments")
+
+
+@dataclass(frozen=True)
+class SharedRange:
+    """One stored range of a `.pte` that several references share.
+
+    Attributes:
+        file: The file's name (as `read_pte` gives it).
+        offset: Absolute offset of the range in the file.
+        nbytes: Its length.
+        copies: Each reference to it: a `constant` or `mutable` entry, a
+            `named_data` segment (with its keys), a `delegate` or an
+            unreferenced (`segments`) segment; indices are the file's own.
+    """
+
+    file: str
+    offset: int
+    nbytes: int
+    copies: tuple[StoredCopy, ...]
+
+    @property
+    def saved_bytes(self) -> int:
+        """Bytes the file would hold more if each reference had its own copy."""
+        return self.nbytes * (len(self.copies) - 1)
+
+    def to_json(self) -> dict:
+        """The form `audit --json` and `prune --dedupe --json` print."""
+        return {
+            "file": self.file,
+            "offset": self.offset,
+            "bytes": self.nbytes,
+            "copies": [
+                {"space": c.space, "tag": c.tag, "index": c.index, "names": list(c.names)}
+                for c in self.copies
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class DedupeReport:
+    """What `dedupe_pte` or `dedupe_file` did.
+
+    Attributes:
+        bytes_before: Size of the input.
+        bytes_after: Size of the output.
+        shared: The ranges of the output that are now stored once for several
+            references (only those this run created), in output offsets.
+        seconds: Wall time of the transform.
+    """
+
+    bytes_before: int
+    bytes_after: int
+    shared: tuple[SharedRange, ...]
+    seconds: float
+
+    @property
+    def saved_bytes(self) -> int:
+        """Bytes the output is smaller than the input."""
+        return self.bytes_before - self.bytes_after
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def summary(self) -> str:
+        """One line, for the log and the CLI."""
+        return (
+            f"deduplicated {len(self.shared)} named data into the constant segment: "
+            f"{self.bytes_before:,} -> {self.bytes_after:,} B ({self.saved_bytes:,} saved) "
+            f"in {self.seconds * 1e3:.1f} ms"
+        )
+
+
+# --- analysis: which ranges are shared -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Range:
+    offset: int
+    nbytes: int
+    copy: StoredCopy
+
+
+def _stored_ranges(pte: PteFile) -> Iterator[_Range]:
+    """Every non-empty range of the `.pte` a reference reads, in file order of the program."""
+    for space in (DataSpace.CONSTANT, DataSpace.MUTABLE):
+        for index, entry in sorted(pte.entries[space].items()):
+            if index and entry.nbytes:
+                yield _Range(entry.offset, entry.nbytes, StoredCopy(space.value, None, index, ()))
+    keys: dict[int, list[str]] = {}
+    for entry in pte.named_data:
+        if entry.file == pte.path:
+            keys.setdefault(entry.segment_index, []).append(entry.key)
+    for index, names in keys.items():
+        segment = pte.segments[index]
+        if segment.size:
+            copy = StoredCopy("named_data", None, index, tuple(names))
+            yield _Range(segment.offset, segment.size, copy)
+    for blob in pte.delegates:
+        if blob.location == "segment" and blob.nbytes:
+            yield _Range(blob.offset, blob.nbytes, StoredCopy("delegate", None, blob.index, ()))
+    for segment in pte.unreferenced_segments:
+        if segment.size:
+            yield _Range(segment.offset, segment.size, StoredCopy("segments", None, segment.index, ()))
+
+
+def find_shared_ranges(pte: PteFile) -> tuple[SharedRange, ...]:
+    """The ranges of a `.pte` that several references share, checking that no others overlap.
+
+    References are the constant and mutable entries and the named-data, delegate
+    and unreferenced segments. Two of them may only overlap by being the same
+    range (same offset, same length: the same bytes); a segment that lies in the
+    constant or mutable segment must be one of its entries.
+
+    Args:
+        pte: What `read_pte` returned. Not modified.
+
+    Returns:
+        One `SharedRange` per range with more than one reference, by offset.
+
+    Raises:
+        PteFormatError: Two ranges overlap without being the same range.
+    """
+    ranges = sorted(_stored_ranges(pte), key=lambda r: (r.offset, -r.nbytes))
+    groups: list[list[_Range]] = []
+    end = 0
+    for item in ranges:
+        if groups and (item.offset, item.nbytes) == (groups[-1][0].offset, groups[-1][0].nbytes):
+            groups[-1].append(item)
+            continue
+        if groups and item.offset < end:
+            other = groups[-1][0]
+            raise PteFormatError(
+                pte.path,
+                f"{_where(item.copy)} ({item.nbytes} bytes) overlaps {_where(other.copy)} "
+                f"({other.nbytes} bytes at {other.offset}) without being the same range",
+                item.offset,
+            )
+        groups.append([item])
+        end = max(end, item.offset + item.nbytes)
+    containers = [
+        (space, pte.segments[index])
+        for space, index in (("constant", pte.constant_segment), ("mutable", pte.mutable_segment))
+        if index is not None
+    ]
+    for group in groups:
+        first = group[0]
+        for space, segment in containers:
+            inside = first.offset < segment.offset + segment.size and segment.offset < (
+                first.offset + first.nbytes
+            )
+            if inside and not any(r.copy.space == space for r in group):
+                raise PteFormatError(
+                    pte.path,
+                    f"{_where(first.copy)} ({first.nbytes} bytes) lies in the {space} segment "
+                    f"{segment.index} but is none of its entries",
+                    first.offset,
+                )
+    return tuple(
+        SharedRange(pte.path, g[0].offset, g[0].nbytes, tuple(r.copy for r in g))
+        for g in groups
+        if len(g) > 1
+    )
+
+
+def _where(copy: StoredCopy) -> str:
+    return f"{copy.space}[{copy.index}]"
+
+
+# --- the transform ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What an aliased segment points at: constant entry `index`, or segment `index`."""
+
+    space: str
+    index: int
+
+
+@dataclass(frozen=True)
+class _Output:
+    """Every byte of the output: `prefix` at 0, then each (dst, src, nbytes) piece; zeros between.
+
+    Pieces are in output order, empty segments included, so the last ends
+    where the file does.
+    """
+
+    prefix: bytes
+    pieces: tuple[tuple[int, int, int], ...]
+    shared: tuple[SharedRange, ...]
+
+
+def _segment_alignments(
+    pte: PteFile, owned: Sequence[int], named: set[int]
+) -> tuple[int, dict[int, int]]:
+    """`segment_alignment`, and the alignment each owned segment keeps (a multiple of it).
+
+    The segment alignment is ExecuTorch's default if the offsets allow it, else
+    the largest they allow. ExecuTorch aligns a named-data segment to
+    lcm(segment_alignment, DataEntry.alignment); the entry's alignment is not
+    stored, so take the smallest that explains the gap before it (where none
+    does, the alignment its position shows).
+    """
+    base = pte.segment_base_offset
+    spans = [(pte.segments[i].offset - base, pte.segments[i].size) for i in owned]
+    plain = [i not in named for i in owned]
+    allowed = segment_alignments(base, pte.program_size, spans, plain)
+    if not allowed:
+        raise PteFormatError(pte.path, "segment offsets fit no segment alignment", base)
+    alignment = (
+        DEFAULT_SEGMENT_ALIGNMENT if DEFAULT_SEGMENT_ALIGNMENT in allowed else max(allowed)
+    )
+    shown = segment_own_alignments(base, pte.program_size, spans, plain, alignment)
+    own = {
+        index: max(alignment, position_alignment(at)) if o is None else math.lcm(alignment, o)
+        for index, (at, _), o in zip(owned, spans, shown)
+    }
+    return alignment, own
+
+
+def _same_bytes(source: ByteSource, a: int, b: int, nbytes: int) -> bool:
+    """Whether `nbytes` at `a` and at `b` are equal, reading a chunk of each at a time."""
+    for start in range(0, nbytes, _COMPARE_CHUNK):
+        count = min(_COMPARE_CHUNK, nbytes - start)
+        if source.read(a + start, count, "constant") != source.read(b + start, count, "named data"):
+            return False
+    return True
+
+
+def _find_repeated_constants(
+    pte: PteFile, source: ByteSource, segments: Sequence[int]
+) -> dict[int, int]:
+    """Which of the named-data `segments` hold exactly a constant entry's bytes: {segment: entry}.
+
+    Candidates are the constants of the segment's length and first 32 bytes (read
+    only for lengths a segment has). One candidate is compared byte for byte,
+    which reads what hashing would but costs a memcmp instead of a sha256; where
+    several share length and prefix, digests (each computed once) decide, so
+    the cost never grows with the number of look-alikes. The first equal entry
+    in index order wins.
+    """
+    constants: dict[int, list[tuple[int, int]]] = {}
+    for index, entry in sorted(pte.entries[DataSpace.CONSTANT].items()):
+        if index and entry.nbytes:
+            constants.setdefault(entry.nbytes, []).append((index, entry.offset))
+    prefixes: dict[int, bytes] = {}
+    digests: dict[int, bytes] = {}
+    found = {}
+    for number in segments:
+        segment = pte.segments[number]
+        same_length = constants.get(segment.size, ())
+        if number in (pte.constant_segment, pte.mutable_segment) or not same_length:
+            continue
+        prefix = source.read(segment.offset, min(_PREFIX, segment.size), "named data")
+        for index, offset in same_length:
+            if index not in prefixes:
+                prefixes[index] = source.read(offset, min(_PREFIX, segment.size), "constant")
+        matching = [(i, o) for i, o in same_length if prefixes[i] == prefix]
+        if len(matching) == 1:
+            index, offset = matching[0]
+            if _same_bytes(source, offset, segment.offset, segment.size):
+                found[number] = index
+        elif matching:
+            digest = source.sha256(segment.offset, segment.size, "named data")
+            for index, offset in matching:
+                if index not in digests:
+                    digests[index] = source.sha256(offset, segment.size, "constant")
+                if digests[index] == digest:
+                    found[number] = index
+                    break
+    return found
+
+
+def _plan(
+    pte: PteFile, program, program_data: bytes, source: ByteSource, output_name: str
+) -> _Output | None:
+    """Decides every output byte; rewrites `program` (our own unpacked copy) in place."""
+    if pte.constant_segment is None or not pte.segment_base_offset:
+        return None
+    named = {e.segment_index for e in pte.named_data if e.file == pte.path}
+
+    # Aliases already in the file (audit's rules), then the new ones.
+    alias: dict[int, _Target] = {}
+    for shared in find_shared_ranges(pte):
+        segments = [c.index for c in shared.copies if c.space in _SEGMENT_SPACES]
+        spaces = {c.space for c in shared.copies}
+        if "mutable" in spaces and segments:
+            raise PteFormatError(
+                pte.path, "a segment aliases mutable data; dedupe never writes that", shared.offset
+            )
+        constants = [c.index for c in shared.copies if c.space == "constant"]
+        if constants:
+            alias.update((index, _Target("constant", constants[0])) for index in segments)
+        else:
+            alias.update((index, _Target("segment", segments[0])) for index in segments[1:])
+
+    owned = [s.index for s in pte.segments if s.index not in alias]
+    alignment, own = _segment_alignments(pte, owned, named)
+    # What each aliased segment's range must stay aligned to (relative to the base).
+    need = {
+        index: position_alignment(pte.segments[index].offset - pte.segment_base_offset)
+        for index in alias
+    }
+
+    new_aliases = []
+    candidates = [i for i in sorted(named) if i not in alias]
+    for index, target in _find_repeated_constants(pte, source, candidates).items():
+        alias[index] = _Target("constant", target)
+        need[index] = own[index]
+        new_aliases.append(index)
+    if not new_aliases:
+        return None
+    # A segment that already shared the range of one now stored in the constant
+    # segment follows it there (its target is never itself an alias: one step).
+    for index, target in list(alias.items()):
+        if target.space == "segment" and target.index in alias:
+            alias[index] = alias[target.index]
+
+    entry_alignment: dict[int, int] = {}
+    for index, target in alias.items():
+        if target.space == "constant":
+            entry_alignment[target.index] = max(entry_alignment.get(target.index, 1), need[index])
+        else:
+            own[target.index] = max(own[target.index], need[index])
+
+    # Where the constant segment starts decides the zeros it needs: place the
+    # segments up to it first, then all of them with its new size.
+    kept = [index for index in owned if index not in alias]
+    constant = pte.segments[pte.constant_segment]
+    sizes = {index: pte.segments[index].size for index in kept}
+    sizes[constant.index] = 0
+    offsets, _ = place_segments([(sizes[i], own[i]) for i in kept], alignment)
+    constant_at = offsets[kept.index(constant.index)]
+    offsets_out, runs, sizes[constant.index] = _constant_layout(
+        [int(o) for o in program.constantSegment.offsets],
+        constant.size, constant_at, entry_alignment, pte.path,
+    )
+    offsets, end = place_segments([(sizes[i], own[i]) for i in kept], alignment)
+    placed = {index: (at, sizes[index]) for index, at in zip(kept, offsets)}
+    pieces: list[tuple[int, int, int]] = []  # (dst relative to the new base, src absolute, nbytes)
+    for index, at in zip(kept, offsets):
+        if index == constant.index:
+            pieces += [(at + dst, constant.offset + src, n) for dst, src, n in runs]
+        else:
+            pieces.append((at, pte.segments[index].offset, sizes[index]))
+
+    for index, target in alias.items():
+        size = pte.segments[index].size
+        if target.space == "constant":
+            placed[index] = (constant_at + offsets_out[target.index], size)
+        else:
+            placed[index] = (placed[target.index][0], size)
+        if placed[index][0] % need[index]:
+            raise InvariantError(
+                f"segment {index} placed at {placed[index][0]}, not aligned to {need[index]}"
+            )
+    for index, segment in enumerate(program.segments or ()):
+        segment.offset, segment.size = placed[index]
+    program.constantSegment.offsets = offsets_out
+
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(program.Pack(builder), file_identifier=PROGRAM_IDENTIFIER)
+    header_length = padded_header_length(program_data)
+    if header_length % builder.minalign:
+        raise InvariantError(
+            f"extended header length {header_length} breaks the flatbuffer's alignment "
+            f"{builder.minalign}"
+        )
+    prefix, base = extended_header_prefix(bytes(builder.Output()), header_length, alignment, end)
+
+    shared = []
+    by_target: dict[_Target, list[int]] = {}
+    for index in new_aliases:
+        by_target.setdefault(alias[index], []).append(index)
+    keys: dict[int, list[str]] = {}
+    for entry in pte.named_data:
+        keys.setdefault(entry.segment_index, []).append(entry.key)
+    for target, indices in by_target.items():
+        at, size = placed[indices[0]]
+        copies_out = (
+            StoredCopy("constant", None, target.index, ()),
+            *(StoredCopy("named_data", None, i, tuple(keys.get(i, ()))) for i in indices),
+        )
+        shared.append(SharedRange(output_name, base + at, size, copies_out))
+    logger.debug(
+        "%s: segment alignment %d, base %d -> %d, %d new aliases",
+        pte.path, alignment, pte.segment_base_offset, base, len(new_aliases),
+    )
+    return _Output(
+        prefix=prefix,
+        pieces=tuple((base + dst, src, n) for dst, src, n in pieces),
+        shared=tuple(sorted(shared, key=lambda s: s.offset)),
+    )
+
+
+def _constant_layout(
+    offsets: Sequence[int],
+    size: int,
+    segment_at: int,
+    entry_alignment: dict[int, int],
+    path: str,
+) -> tuple[list[int], list[tuple[int, int, int]], int]:
+    """The constant segment with zeros inserted before entries that need more alignment.
+
+    Returns the new offsets, the (dst, src, nbytes) runs relative to the segment,
+    and its new size. Every byte moves by a multiple of the alignment all entries
+    share (`quantum`), so each keeps its alignment; an aliased entry moves to the
+    next multiple of what its alias needs, relative to the segment base.
+    """
+    if any(b < a for a, b in zip(offsets, offsets[1:])):
+        raise PteFormatError(path, "constant_segment offsets are not in increasing order")
+    quantum = position_alignment(segment_at)
+    for offset in offsets:
+        quantum = min(quantum, position_alignment(offset))
+    pad_at: dict[int, int] = {}
+    for index, needed in entry_alignment.items():
+        pad_at[offsets[index]] = max(pad_at.get(offsets[index], 1), needed)
+    runs, shift, start = [], 0, 0
+    shift_at: dict[int, int] = {}
+    for cut in sorted(pad_at):
+        needed = pad_at[cut]
+        pad = 0 if needed <= quantum else -(segment_at + cut + shift) % needed
+        if cut > start:
+            runs.append((start + shift, start, cut - start))
+        shift += pad
+        shift_at[cut] = shift
+        start = cut
+    if size > start:
+        runs.append((start + shift, start, size - start))
+    new_offsets = []
+    for offset in offsets:
+        moved = max((s for c, s in shift_at.items() if c <= offset), default=0)
+        new_offsets.append(offset + moved)
+    return new_offsets, runs, size + shift
+
+
+def _join(data: bytes, output: _Output) -> bytes:
+    """The output's bytes: one copy, gathered from views of `data`."""
+    view, parts, at = memoryview(data), [output.prefix], len(output.prefix)
+    for dst, src, nbytes in output.pieces:
+        parts += [bytes(dst - at), view[src : src + nbytes]]
+        at = dst + nbytes
+    return b"".join(parts)
+
+
+def dedupe_pte(data: bytes) -> tuple[bytes, DedupeReport]:
+    """Stores each named-data blob that repeats a constant once, in a serialized `.pte`.
+
+    Args:
+        data: The `.pte` file's bytes. Not modified.
+
+    Returns:
+        The new file's bytes (`data` itself when nothing is stored twice) and
+        what was shared.
+
+    Raises:
+        PteFormatError: The file is malformed, or ranges overlap without being the same.
+        ProgramFormatError: The program refers to something that does not exist.
+    """
+    started = time.perf_counter()
+    pte, program, program_data = read_pte_program(data)
+    with ByteSource(data) as source:
+        output = _plan(pte, program, program_data, source, pte.path)
+    result = data if output is None else _join(data, output)
+    report = DedupeReport(
+        bytes_before=len(data),
+        bytes_after=len(result),
+        shared=() if output is None else output.shared,
+        seconds=time.perf_counter() - started,
+    )
+    logger.debug("%s", report)
+    return result, report
+
+
+def dedupe_file(src: str | os.PathLike, dst: str | os.PathLike) -> DedupeReport:
+    """Writes `src` with each named-data blob that repeats a constant stored once.
+
+    The same transform as `dedupe_pte`, streamed by `file_output` as `prune_file`
+    writes: only headers, the program and the entries whose size another entry
+    shares are read into memory.
+
+    Args:
+        src: The `.pte` to read. Not modified.
+        dst: Where to write; must not be `src`. Written atomically (a temporary
+            file in its directory, renamed over it once complete). A file with
+            nothing stored twice is copied as it is.
+
+    Raises:
+        PteFormatError: The file is malformed, or ranges overlap without being the same.
+        ProgramFormatError: The program refers to something that does not exist.
+        OutputFileError: `dst` is `src`, or cannot be written.
+    """
+    started = time.perf_counter()
+    src, dst = os.fspath(src), os.fspath(dst)
+    check_outputs([src], [dst], "dedupe")
+    pte, program, program_data = read_pte_program(src)
+    with ByteSource(src) as source:
+        output = _plan(pte, program, program_data, source, dst)
+    if output is None:
+        output = _Output(b"", ((0, 0, pte.file_bytes),), ())
+    opened: list[int] = []
+    try:
+        fd = open_input(src, opened)
+        runs = [(to, [Piece(fd, offset, nbytes)]) for to, offset, nbytes in output.pieces]
+        bytes_after = write_outputs([OutputFile(dst, fd, output.prefix, runs)])
+    finally:
+        for input_fd in opened:
+            os.close(input_fd)
+    report = DedupeReport(
+        bytes_before=pte.file_bytes,
+        bytes_after=bytes_after,
+        shared=output.shared,
+        seconds=time.perf_counter() - started,
+    )
+    logger.info("%s -> %s: %s", src, dst, report)
+    return report

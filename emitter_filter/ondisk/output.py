@@ -1,0 +1,229 @@
+"""Write the outputs of `prune_file`: streamed from the inputs, atomically, never onto an input.
+
+An `OutputFile` is described completely before anything is written: the bytes
+made here (header and flatbuffer), then pieces of the input files, each at its
+offset. `write_outputs` streams the pieces (in the kernel with
+`copy_file_range` where the filesystem allows), each output into a temporary
+file in its directory that is renamed over the target only once every output
+is complete; on any error nothing is left behind and old targets stay as they
+were.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from emitter_filter.errors import OutputFileError
+from emitter_filter.errors import PteFormatError
+
+__all__ = [
+    "ProgressFn",
+    "Piece",
+    "OutputFile",
+    "check_outputs",
+    "open_input",
+    "write_outputs",
+]
+
+# Bytes per copy call: bounds memory on the fallback path and paces progress reports.
+_COPY_CHUNK = 64 << 20
+
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """`nbytes` bytes at absolute `offset` of an open input, then `pad` zero bytes."""
+
+    fd: int
+    offset: int
+    nbytes: int
+    pad: int = 0
+
+
+@dataclass
+class OutputFile:
+    """One output: `prefix`, then each piece list at its absolute offset, zeros between.
+
+    Attributes:
+        path: The target.
+        source_fd: The input it replaces, whose permissions it takes.
+        prefix: The bytes made for it (header and flatbuffer, padding included).
+        runs: (absolute offset, pieces), in increasing offset order.
+    """
+
+    path: str
+    source_fd: int
+    prefix: bytes
+    runs: list[tuple[int, list[Piece]]] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        end = len(self.prefix)
+        for offset, pieces in self.runs:
+            end = offset + sum(p.nbytes + p.pad for p in pieces)
+        return end
+
+
+class _Writer:
+    """Appends to an output file descriptor, copying input ranges in the kernel where it can."""
+
+    def __init__(self, fd: int, done: int, total: int, progress: ProgressFn | None) -> None:
+        self.fd = fd
+        self.position = 0
+        self.done = done
+        self.total = total
+        self.progress = progress
+        self._kernel_copy = hasattr(os, "copy_file_range")
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            view = view[written:]
+        self.position += len(data)
+
+    def zeros(self, count: int) -> None:
+        if count:
+            self.write(bytes(count))
+
+    def copy(self, src: int, offset: int, count: int) -> None:
+        end = offset + count
+        while offset < end:
+            chunk = min(_COPY_CHUNK, end - offset)
+            copied = self._copy_chunk(src, offset, chunk)
+            if copied == 0:
+                raise PteFormatError(
+                    _fd_name(src), f"input ended while copying {count} bytes", offset
+                )
+            offset += copied
+            self.position += copied
+            if self.progress is not None:
+                self.progress(self.done + self.position, self.total)
+
+    def _copy_chunk(self, src: int, offset: int, count: int) -> int:
+        if self._kernel_copy:
+            try:
+                return os.copy_file_range(src, self.fd, count, offset)
+            except OSError as error:
+                # Filesystems without in-kernel copy: fall back to read and write, as cp does.
+                if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+                self._kernel_copy = False
+        data = os.pread(src, min(count, 1 << 20), offset)
+        self.write(data)
+        self.position -= len(data)
+        return len(data)
+
+
+def _fd_name(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return f"fd {fd}"
+
+
+def _write(writer: _Writer, output: OutputFile) -> None:
+    writer.write(output.prefix)
+    for offset, pieces in output.runs:
+        writer.zeros(offset - writer.position)
+        for piece in pieces:
+            writer.copy(piece.fd, piece.offset, piece.nbytes)
+            writer.zeros(piece.pad)
+
+
+def _open_temp(dst: str, mode: int) -> tuple[int, str]:
+    directory = os.path.dirname(os.path.abspath(dst))
+    try:
+        fd, temp = tempfile.mkstemp(
+            dir=directory, prefix=f".{os.path.basename(dst)}.", suffix=".tmp"
+        )
+        os.fchmod(fd, mode)
+    except OSError as error:
+        raise OutputFileError(f"{dst}: cannot write: {error.strerror}") from error
+    return fd, temp
+
+
+def open_input(path: str, opened: list[int]) -> int:
+    """Opens an input read-only (it is never written) and records it for closing."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as error:
+        raise PteFormatError(path, f"cannot open: {error.strerror}") from error
+    opened.append(fd)
+    return fd
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_outputs(
+    inputs: Sequence[str], outputs: Sequence[str], operation: str = "prune"
+) -> None:
+    """Refuses an output that is an input, or two outputs that are one file.
+
+    `operation` names what writes them (`prune`, `dedupe`) in the message.
+    """
+    for output in outputs:
+        for source in inputs:
+            if _same_file(source, output):
+                raise OutputFileError(
+                    f"{output}: is the input {source}; {operation} never overwrites its input"
+                )
+    if len({os.path.realpath(o) for o in outputs}) != len(outputs):
+        raise OutputFileError(f"two outputs would be written to the same file: {list(outputs)}")
+
+
+def write_outputs(outputs: Sequence[OutputFile], progress: ProgressFn | None = None) -> int:
+    """Writes every output, then renames them into place, the first one last.
+
+    The first output is the `.pte`: a new `.pte` must never sit beside stale
+    `.ptd` files. Returns the bytes written.
+
+    Raises:
+        OutputFileError: An output cannot be written; none is left behind.
+    """
+    total = max(sum(o.size for o in outputs), 1)
+    # [fd or None once closed, temporary path, final path], one per output.
+    temps: list[list] = []
+    written = 0
+    try:
+        for output in outputs:
+            fd, temp = _open_temp(output.path, stat.S_IMODE(os.fstat(output.source_fd).st_mode))
+            temps.append([fd, temp, output.path])
+            writer = _Writer(fd, written, total, progress)
+            _write(writer, output)
+            written += writer.position
+        for entry in temps:
+            os.close(entry[0])
+            entry[0] = None
+        for index in [*range(1, len(temps)), 0]:
+            _, temp, final = temps[index]
+            try:
+                os.replace(temp, final)
+            except OSError as error:
+                raise OutputFileError(f"{final}: cannot write: {error.strerror}") from error
+        temps.clear()
+    except OSError as error:
+        target = outputs[0].path if outputs else "?"
+        raise OutputFileError(f"{target}: {error.strerror or error}") from error
+    finally:
+        for fd, temp, _ in temps:
+            if fd is not None:
+                os.close(fd)
+            try:
+                os.unlink(temp)
+            except FileNotFoundError:
+                pass  # Renamed into place before a later output failed.
+    return written

@@ -1,0 +1,638 @@
+"""Prune a `.pte` file (and its `.ptd` files) on disk, streaming the constant bytes.
+
+`prune_file` reads, decides, then writes, as the in-memory filter analyses, then
+rewrites:
+
+    in.pte   [header | program | constant: P W UB | delegate | named: k0 k1]
+    out.pte  [header | program'| constant: P W    | delegate | named: k0   ]
+
+1. Read: `pte_file.read_pte_program` reads headers and the program flatbuffer;
+   `audit.analyse_file` finds the kept values and data entries, the named data
+   no delegate reaches and what is dead, as `audit` counts it (with the
+   `keep_constants` roots and `names`).
+2. Decide every output byte before any is written. A file with nothing dead is
+   its own output, byte for byte. Otherwise `file_layout.infer_pte_layout` reads
+   the serializer options back from the file; the unpacked program is
+   rewritten (values compacted in order and renumbered in `_remap_plan`, data
+   entries renumbered in first-reference order by `reachability.order_live_data`,
+   the rule `emitted.py` uses in memory) and packed with that layout; a `.ptd`
+   with something dead is rebuilt the same way (`flat_tensor_writer`).
+3. Write: `file_output.write_outputs` streams the kept bytes from the inputs
+   into temporary files beside the outputs, renamed over them once complete.
+
+Byte identity: for a file ExecuTorch's serializer wrote, the layout read back
+reproduces the input (`PteLayout.reproduced`), and the pruned file is the one
+`to_executorch(prune_constants=True)` writes with the same options. What the
+file cannot tell (`file_layout`): an alignment no padding shows, such as a
+`delegate_alignment` that inline blobs happen to satisfy at a smaller value,
+or the padding of the input's last constant once another entry follows it.
+There the output is the same program with the same bytes, laid out with the
+default that fits. Files from other writers (older releases, other tools) are
+written in ExecuTorch 1.5.1's layout: the same program, not the same bytes.
+
+Never touched: the input files (opened read-only), instructions, operators,
+delegates and their blobs, and constant bytes (copied, never reinterpreted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
+from emitter_filter._program_fbs.executorch_flatbuffer.DataSegment import DataSegmentT
+from emitter_filter._program_fbs.executorch_flatbuffer.InstructionArguments import (
+    InstructionArguments,
+)
+from emitter_filter._program_fbs.executorch_flatbuffer.KernelTypes import KernelTypes
+from emitter_filter._program_fbs.executorch_flatbuffer.SubsegmentOffsets import (
+    SubsegmentOffsetsT,
+)
+from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
+    TensorDataLocation,
+)
+from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import (
+    DataSegmentT as FlatTensorDataSegmentT,
+)
+from emitter_filter.ondisk.audit import analyse_file
+from emitter_filter.errors import InvariantError, OutputFileError
+from emitter_filter.ondisk.layout import (
+    PteLayout,
+    aligned,
+    infer_ptd_layout,
+    infer_pte_layout,
+    pack_program,
+    place_segments,
+    program_prefix,
+    ptd_prefix,
+    segment_alignments,
+)
+from emitter_filter.ondisk.output import (
+    OutputFile,
+    Piece,
+    ProgressFn,
+    check_outputs,
+    open_input,
+    write_outputs,
+)
+from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
+from emitter_filter.ondisk.pte_file import (
+    ByteSource,
+    PtdFile,
+    PteFile,
+    read_ptd_flat_tensor,
+    read_pte_program,
+    table_text,
+    vector_ints,
+)
+from emitter_filter.reachability import (
+    DataSpace,
+    Liveness,
+    PlanRefs,
+    new_data_indices,
+    order_live_data,
+    value_remapper,
+)
+from emitter_filter.names import DroppedConstant
+from emitter_filter.state_names import StateFile, state_file
+
+if TYPE_CHECKING:
+    from emitter_filter.ondisk.dedupe import DedupeReport
+
+__all__ = ["FilePruneReport", "prune_file"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FilePruneReport:
+    """What `prune_file` wrote and dropped.
+
+    Attributes:
+        path: The input `.pte`.
+        output: The `.pte` written.
+        ptd_outputs: For each input `.ptd`, the file written, or None when none
+            of its keys is live (ExecuTorch writes no `.ptd` for such a tag).
+        bytes_before: Size of the input files together.
+        bytes_after: Size of the output files together.
+        dropped: The dropped data entries, named data and segments (the input's
+            own indices; see `AuditReport.dead`).
+        dropped_values: Values no root of their plan reaches.
+        dropped_named_data: Named-data keys no delegate reaches, in file order.
+        kept_unprovable: Named-data keys kept only because an opaque delegate may read them.
+        seconds: Wall time of the whole prune (and dedupe).
+        dedupe: What `dedupe=True` saved on top of pruning, or None when it was off.
+    """
+
+    path: str
+    output: str
+    ptd_outputs: tuple[tuple[str, str | None], ...]
+    bytes_before: int
+    bytes_after: int
+    dropped: tuple[DroppedConstant, ...]
+    dropped_values: int
+    dropped_named_data: tuple[str, ...]
+    kept_unprovable: tuple[str, ...]
+    seconds: float
+    dedupe: DedupeReport | None = None
+
+    def summary(self) -> str:
+        """One line, for the log and the CLI."""
+        dropped_bytes = sum(d.nbytes for d in self.dropped)
+        line = (
+            f"{self.path} -> {self.output}: {self.bytes_before:,} -> {self.bytes_after:,} B; "
+            f"dropped {len(self.dropped)} entries ({dropped_bytes:,} B), "
+            f"{self.dropped_values} values, {len(self.dropped_named_data)} named data"
+        )
+        if self.kept_unprovable:
+            line += f"; kept {len(self.kept_unprovable)} unprovable named data"
+        return line + f" in {self.seconds * 1e3:.1f} ms"
+
+
+# --- decide: the rewrite of the unpacked program --------------------------------------
+
+
+def _remap_plan(
+    plan, refs: PlanRefs, live: Sequence[int], data_index: dict[DataSpace, dict[int, int]]
+) -> None:
+    """Compacts one generated `ExecutionPlanT` to `live` and renumbers it; the only remap.
+
+    Builds the old-to-new value map, patches every field holding a value index
+    (the same fields as `emitted._remap_values`), then renumbers each kept
+    Tensor's `data_buffer_idx` from the `refs` snapshot, checking that everything
+    patched was kept.
+    """
+    remap = value_remapper(refs.name, refs.num_values, live)
+
+    def remap_all(indices) -> list[int]:
+        return [remap(i) for i in vector_ints(indices)]
+
+    values = plan.values or []
+    plan.values = [values[old] for old in live]
+    plan.inputs = remap_all(plan.inputs)
+    plan.outputs = remap_all(plan.outputs)
+    for chain in plan.chains or ():
+        chain.inputs = remap_all(chain.inputs)
+        chain.outputs = remap_all(chain.outputs)
+        for instruction in chain.instructions or ():
+            kind, args = instruction.instrArgsType, instruction.instrArgs
+            if kind in (InstructionArguments.KernelCall, InstructionArguments.DelegateCall):
+                args.args = remap_all(args.args)
+            elif kind == InstructionArguments.MoveCall:
+                args.moveFrom, args.moveTo = remap(args.moveFrom), remap(args.moveTo)
+            elif kind == InstructionArguments.JumpFalseCall:
+                args.condValueIndex = remap(args.condValueIndex)
+            elif kind == InstructionArguments.FreeCall:
+                args.valueIndex = remap(args.valueIndex)
+    for new_value, old_value in enumerate(live):
+        evalue = plan.values[new_value]
+        kind, val = evalue.valType, evalue.val
+        if kind == KernelTypes.OptionalTensorList:
+            val.items = [-1 if i == -1 else remap(i) for i in vector_ints(val.items)]
+        elif kind in (KernelTypes.IntList, KernelTypes.TensorList):
+            val.items = remap_all(val.items)
+        ref = refs.data_refs.get(old_value)
+        if ref is not None:
+            try:
+                val.dataBufferIdx = data_index[ref.space][ref.index]
+            except KeyError:
+                raise InvariantError(
+                    f"plan {refs.name!r} value {old_value}: {ref.space.value} entry "
+                    f"{ref.index} is used but was dropped"
+                ) from None
+
+
+@dataclass
+class _OutSegment:
+    """One segment of an output: its own alignment and its pieces."""
+
+    alignment: int
+    pieces: list[Piece]
+
+    @property
+    def size(self) -> int:
+        return sum(p.nbytes + p.pad for p in self.pieces)
+
+
+def _subsegment_spans(offsets: Sequence[int], segment_size: int) -> list[int]:
+    return [
+        (offsets[i + 1] if i + 1 < len(offsets) else segment_size) - offsets[i]
+        for i in range(len(offsets))
+    ]
+
+
+def _constant_segment(
+    pte: PteFile, program, fd: int, order: Sequence[int], alignment: int
+) -> tuple[_OutSegment, list[int]]:
+    """The new constant segment and its offsets (`_extract_constant_segment`)."""
+    offsets = vector_ints(program.constantSegment.offsets)
+    segment = pte.segments[program.constantSegment.segmentIndex]
+    spans = _subsegment_spans(offsets, segment.size)
+    entries = pte.entries[DataSpace.CONSTANT]
+    last = len(offsets) - 1
+    kept = [0, *order]
+    pieces, new_offsets, at = [], [], 0
+    for position, index in enumerate(kept):
+        # A span holds the entry padded to the alignment, except for the last
+        # entry, which the serializer leaves unpadded.
+        nbytes = entries[index].nbytes
+        if index != last and aligned(nbytes, alignment) == spans[index]:
+            raw = nbytes
+        else:
+            # Never fewer bytes than the tensor reads, even where entries overlap.
+            raw = max(nbytes, spans[index])
+        pad = 0 if position == len(kept) - 1 else aligned(raw, alignment) - raw
+        new_offsets.append(at)
+        pieces.append(Piece(fd, segment.offset + offsets[index], raw, pad))
+        at += raw + pad
+    return _OutSegment(1, pieces), new_offsets
+
+
+def _mutable_segment(
+    pte: PteFile, program, fd: int, order: Sequence[int]
+) -> tuple[_OutSegment, list[int]] | None:
+    """The new mutable data segment and its offsets; None when no data is left."""
+    subsegment = program.mutableDataSegments[0]
+    offsets = vector_ints(subsegment.offsets)
+    if not offsets:
+        # Not even the placeholder: no tensor can refer to mutable data (read_pte checked).
+        return None
+    segment = pte.segments[subsegment.segmentIndex]
+    spans = _subsegment_spans(offsets, segment.size)
+    pieces, new_offsets, at = [], [], 0
+    # Mutable data is not padded: it is copied into the arena at load.
+    entries = pte.entries[DataSpace.MUTABLE]
+    for index in [0, *order]:
+        # Never fewer bytes than the tensor reads, even where entries overlap.
+        size = max(spans[index], entries[index].nbytes)
+        new_offsets.append(at)
+        pieces.append(Piece(fd, segment.offset + offsets[index], size))
+        at += size
+    if at == 0:
+        return None
+    return _OutSegment(1, pieces), new_offsets
+
+
+def _live_external_names(program, liveness: Liveness) -> set[str]:
+    """`fully_qualified_name` of every live EXTERNAL tensor: the `.ptd` keys still read."""
+    names = set()
+    for plan, live in zip(program.executionPlan or (), liveness.live_values):
+        values = plan.values or []
+        for index in live:
+            evalue = values[index]
+            if evalue.valType != KernelTypes.Tensor or evalue.val.extraTensorInfo is None:
+                continue
+            info = evalue.val.extraTensorInfo
+            if info.location == TensorDataLocation.EXTERNAL and info.fullyQualifiedName:
+                names.add(table_text(info.fullyQualifiedName))
+    return names
+
+
+def _pte_segment_alignments(pte: PteFile, program) -> dict[int, tuple[int, ...]]:
+    base = pte.segment_base_offset
+    named = {e.segmentIndex for e in program.namedData or ()}
+    return segment_alignments(
+        base, pte.program_size, [(s.offset - base, s.size) for s in pte.segments],
+        [s.index not in named for s in pte.segments],
+    )
+
+
+def _ptd_segment_alignments(ptd: PtdFile) -> dict[int, tuple[int, ...]]:
+    base = ptd.segment_base_offset
+    return segment_alignments(
+        base, ptd.flatbuffer_end, [(s.offset - base, s.size) for s in ptd.segments],
+        [False] * len(ptd.segments),
+    )
+
+
+def _shared_segment_alignment(pte: PteFile, program) -> int | None:
+    """The first `segment_alignment` the `.pte` and all its `.ptd` files allow, if any.
+
+    One serializer call writes them all with one value: a `.ptd` may show what
+    the `.pte`'s offsets leave open.
+    """
+    candidates = [_ptd_segment_alignments(ptd) for ptd in pte.ptd_files]
+    return next(
+        (a for a in _pte_segment_alignments(pte, program) if all(a in c for c in candidates)),
+        None,
+    )
+
+
+def read_layout(
+    src: str | os.PathLike | bytes, ptd_paths: Sequence[str | os.PathLike] = ()
+) -> PteLayout:
+    """The serializer options `prune_file` reads back from a `.pte` and its `.ptd` files.
+
+    What the pruned file is laid out with; `PteLayout.reproduced` says whether
+    they write the input back. Package-internal: for tests and diagnosis.
+    """
+    pte, program, program_data = read_pte_program(src, ptd_paths)
+    return _pte_layout(pte, program, program_data, _shared_segment_alignment(pte, program))
+
+
+def _pte_layout(
+    pte: PteFile, program, program_data: bytes, segment_alignment: int | None
+) -> PteLayout:
+    """What `infer_pte_layout` reads back from the file (before `program` is rewritten)."""
+    constant = program.constantSegment
+    offsets = vector_ints(constant.offsets) if constant is not None else []
+    return infer_pte_layout(
+        program,
+        program_data,
+        pte.header_length,
+        _pte_segment_alignments(pte, program),
+        segment_alignment,
+        offsets,
+        {i: e.nbytes for i, e in pte.entries[DataSpace.CONSTANT].items()},
+    )
+
+
+def _pruned_pte(
+    pte: PteFile,
+    program,
+    program_data: bytes,
+    liveness: Liveness,
+    dead_keys: frozenset[str],
+    segment_alignment: int | None,
+    fd: int,
+    output: str,
+) -> OutputFile:
+    """Decides every byte of the pruned `.pte`; rewrites `program` (our own copy) in place."""
+    layout = _pte_layout(pte, program, program_data, segment_alignment)
+    logger.debug("%s: %s", pte.path, layout)
+    order = order_live_data(pte.plans, liveness)
+    data_index = new_data_indices(order)
+    out: list[_OutSegment] = []
+    if program.constantSegment is not None and vector_ints(program.constantSegment.offsets):
+        constant, offsets = _constant_segment(
+            pte, program, fd, order[DataSpace.CONSTANT], layout.tensor_alignment
+        )
+        program.constantSegment = SubsegmentOffsetsT()
+        program.constantSegment.segmentIndex = len(out)
+        program.constantSegment.offsets = offsets
+        out.append(constant)
+    if program.mutableDataSegments:
+        mutable = _mutable_segment(pte, program, fd, order[DataSpace.MUTABLE])
+        if mutable is None:
+            program.mutableDataSegments = None
+        else:
+            subsegment = SubsegmentOffsetsT()
+            subsegment.segmentIndex, subsegment.offsets = len(out), mutable[1]
+            program.mutableDataSegments = [subsegment]
+            out.append(mutable[0])
+
+    # Delegate segments, then named data, each in first-reference order, as
+    # `_extract_delegate_segments` and `_extract_named_data` append them.
+    delegate_segment: dict[int, int] = {}
+    for plan in program.executionPlan or ():
+        for delegate in plan.delegates or ():
+            if delegate.processed.location != DataLocation.SEGMENT:
+                continue
+            old = delegate.processed.index
+            if old not in delegate_segment:
+                delegate_segment[old] = len(out)
+                source = pte.segments[old]
+                out.append(_OutSegment(1, [Piece(fd, source.offset, source.size)]))
+            delegate.processed.index = delegate_segment[old]
+    named_segment: dict[int, int] = {}
+    kept_named = []
+    for entry in program.namedData or ():
+        if table_text(entry.key) in dead_keys:
+            continue
+        old = entry.segmentIndex
+        if old not in named_segment:
+            named_segment[old] = len(out)
+            source = pte.segments[old]
+            out.append(
+                _OutSegment(layout.segment_alignments[old], [Piece(fd, source.offset, source.size)])
+            )
+        entry.segmentIndex = named_segment[old]
+        kept_named.append(entry)
+    if program.namedData is not None:
+        program.namedData = kept_named
+
+    for plan, refs, live in zip(program.executionPlan or (), pte.plans, liveness.live_values):
+        _remap_plan(plan, refs, live, data_index)
+
+    offsets, data_size = place_segments(
+        [(s.size, s.alignment) for s in out], layout.segment_alignment
+    )
+    if out or program.segments is not None:
+        # ExecuTorch always writes the list; a file without it keeps it absent.
+        program.segments = [_program_segment(o, s.size) for o, s in zip(offsets, out)]
+    flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
+    prefix, base = program_prefix(flatbuffer, layout, data_size)
+    result = OutputFile(output, fd, prefix)
+    if data_size:
+        result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out)]
+    return result
+
+
+def _program_segment(offset: int, size: int) -> DataSegmentT:
+    segment = DataSegmentT()
+    segment.offset, segment.size = offset, size
+    return segment
+
+
+def _pruned_ptd(
+    path: str, output: str, fd: int, keep: Callable[[str], bool], segment_alignment: int | None
+) -> OutputFile | None:
+    """The pruned `.ptd` (as `FlatTensorSerializer` writes it); None when no key is kept."""
+    ptd, flat_tensor = read_ptd_flat_tensor(path)
+    segments = list(flat_tensor.segments or ())
+    named = [e for e in (flat_tensor.namedData or ()) if keep(table_text(e.key) or "")]
+    if not named:
+        return None
+    layout = infer_ptd_layout(_ptd_segment_alignments(ptd), segment_alignment, len(segments))
+    new_index: dict[int, int] = {}
+    out: list[_OutSegment] = []
+    for entry in named:
+        old = entry.segmentIndex
+        if old not in new_index:
+            new_index[old] = len(out)
+            source = segments[old]
+            piece = Piece(fd, ptd.segment_base_offset + source.offset, source.size)
+            out.append(_OutSegment(layout.segment_alignments[old], [piece]))
+        entry.segmentIndex = new_index[old]
+    offsets, data_size = place_segments(
+        [(s.size, s.alignment) for s in out], layout.segment_alignment
+    )
+    flat_tensor.namedData = named
+    flat_tensor.segments = [_flat_tensor_segment(o, s.size) for o, s in zip(offsets, out)]
+    prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), layout, data_size)
+    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out)])
+
+
+def _flat_tensor_segment(offset: int, size: int) -> FlatTensorDataSegmentT:
+    segment = FlatTensorDataSegmentT()
+    segment.offset, segment.size = offset, size
+    return segment
+
+
+def _verbatim(path: str, fd: int, size: int) -> OutputFile:
+    """An output that is its input, byte for byte."""
+    return OutputFile(path, fd, b"", [(0, [Piece(fd, 0, size)])])
+
+
+# --- the entry point ------------------------------------------------------------------
+
+
+def prune_file(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    ptd_paths: Sequence[str | os.PathLike] = (),
+    ptd_out: str | os.PathLike | None = None,
+    *,
+    progress: ProgressFn | None = None,
+    keep_constants: Sequence[str] = (),
+    names: str | os.PathLike | StateFile | None = None,
+    dedupe: bool = False,
+) -> FilePruneReport:
+    """Writes `src` without the constants and named data its program cannot reach.
+
+    A file with nothing dead is written byte for byte as it is (each `.ptd` on
+    its own). Otherwise the output is the program
+    `to_executorch(prune_constants=True)` writes for the same model (see the
+    module docstring for where its layout may differ). Segment bytes are
+    streamed, so memory stays flat whatever the file size.
+
+    Args:
+        src: The `.pte` to prune. Not modified.
+        dst: Where to write the pruned `.pte`; must not be `src`. Written
+            atomically: a temporary file in its directory, renamed over it once
+            complete; on any error nothing is left behind.
+        ptd_paths: The `.ptd` files with the program's external constants and
+            delegate data. Not modified.
+        ptd_out: The directory for the pruned `.ptd` files, written under their
+            input names (required with `ptd_paths`). A `.ptd` left with no live
+            key is not written, as ExecuTorch writes none for such a tag.
+        progress: Called with (bytes written, bytes to write) as data is copied.
+        keep_constants: `fnmatch` patterns of FQNs to keep, as `audit_file` takes them.
+        names: The model's `.pt2` or ETRecord, as `audit_file` takes it.
+        dedupe: Then store once the named data that repeats a constant
+            (`dedupe.dedupe_file` of the pruned file, the order the hook applies
+            them in); the `.ptd` files are only pruned.
+
+    Returns:
+        What was written and dropped.
+
+    Raises:
+        PteFormatError: A file is malformed, or the `.ptd` does not match the `.pte`.
+        ProgramFormatError: The program refers to something that does not exist.
+        OutputFileError: An output would replace an input, or cannot be written.
+    """
+    started = time.perf_counter()
+    src, dst = os.fspath(src), os.fspath(dst)
+    ptd_paths = [os.fspath(p) for p in ptd_paths]
+    if ptd_paths and ptd_out is None:
+        raise OutputFileError(f"{dst}: .ptd inputs given without a directory for their outputs")
+    ptd_outputs = [os.path.join(os.fspath(ptd_out), os.path.basename(p)) for p in ptd_paths]
+    check_outputs([src, *ptd_paths], [dst, *ptd_outputs])
+    if dedupe:
+        return _prune_then_dedupe(
+            src, dst, ptd_paths, ptd_out, started,
+            progress=progress, keep_constants=keep_constants, names=names,
+        )
+
+    # Read.
+    pte, program, program_data = read_pte_program(src, ptd_paths)
+    with ByteSource(src) as source:
+        analysis = analyse_file(pte, {pte.path: source}, keep_constants, state_file(names))
+    pte, liveness, use = analysis.pte, analysis.liveness, analysis.use
+    # Unused inline delegate blobs stay: the rewrite never touches backend_delegate_data.
+    dropped = tuple(d for d in analysis.dead if d.space != "delegate")
+    dropped_values = liveness.dead_value_count(pte.plans)
+    dead_keys = frozenset(use.dead)
+    external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
+    live_fqns = _live_external_names(program, liveness)
+
+    def keep_ptd_key(key: str) -> bool:
+        if key in external_fqns:
+            return key in live_fqns
+        return key not in dead_keys
+
+    # Dead values, data entries, segments or named data of the .pte itself change it.
+    pte_unchanged = (
+        dropped_values == 0
+        and not any(d.space in ("constant", "mutable", "segments") for d in dropped)
+        and not any(e.key in dead_keys for e in pte.named_data if e.file == pte.path)
+    )
+
+    segment_alignment = _shared_segment_alignment(pte, program)
+
+    opened: list[int] = []
+    try:
+        # Decide.
+        fd = open_input(src, opened)
+        if pte_unchanged:
+            outputs = [_verbatim(dst, fd, pte.file_bytes)]
+        else:
+            outputs = [
+                _pruned_pte(
+                    pte, program, program_data, liveness, dead_keys, segment_alignment, fd, dst
+                )
+            ]
+        ptd_written: dict[str, str] = {}
+        for path, output, ptd in zip(ptd_paths, ptd_outputs, pte.ptd_files):
+            ptd_fd = open_input(path, opened)
+            if all(keep_ptd_key(key) for key in ptd.named_data):
+                written = _verbatim(output, ptd_fd, ptd.file_bytes)
+            else:
+                written = _pruned_ptd(path, output, ptd_fd, keep_ptd_key, segment_alignment)
+            if written is not None:
+                outputs.append(written)
+                ptd_written[path] = output
+        # Write.
+        bytes_after = write_outputs(outputs, progress)
+    finally:
+        for input_fd in opened:
+            os.close(input_fd)
+
+    report = FilePruneReport(
+        path=src,
+        output=dst,
+        ptd_outputs=tuple((p, ptd_written.get(p)) for p in ptd_paths),
+        bytes_before=pte.file_bytes + sum(p.file_bytes for p in pte.ptd_files),
+        bytes_after=bytes_after,
+        dropped=dropped,
+        dropped_values=dropped_values,
+        dropped_named_data=use.dead,
+        kept_unprovable=use.kept_unprovable,
+        seconds=time.perf_counter() - started,
+    )
+    logger.info("%s", report.summary())
+    return report
+
+
+def _prune_then_dedupe(src, dst, ptd_paths, ptd_out, started, **options) -> FilePruneReport:
+    """`prune_file` into a temporary directory beside `dst`, then `dedupe_file` onto `dst`.
+
+    A failure leaves no `.pte`, as a prune alone does; the `.ptd` files (never
+    deduplicated) are written into `ptd_out` first, and stay if the deduplication
+    then fails (an I/O error: its input is the prune's own output).
+    """
+    from emitter_filter.ondisk.dedupe import dedupe_file
+
+    try:
+        temp = tempfile.TemporaryDirectory(
+            dir=os.path.dirname(os.path.abspath(dst)), prefix=".emitter-filter-"
+        )
+    except OSError as error:
+        raise OutputFileError(f"{dst}: cannot write: {error.strerror}") from error
+    with temp:
+        pruned = os.path.join(temp.name, os.path.basename(dst))
+        report = prune_file(src, pruned, ptd_paths, ptd_out, **options)
+        dedupe_report = dedupe_file(pruned, dst)
+    return dataclasses.replace(
+        report,
+        output=dst,
+        bytes_after=report.bytes_after - dedupe_report.saved_bytes,
+        seconds=time.perf_counter() - started,
+        dedupe=dedupe_report,
+    )

@@ -1,0 +1,149 @@
+"""End to end: `ExecutorchBackendConfig(prune_constants=True)` on programs with dead constants.
+
+Each case is built three times from the same seeded model: with its dead
+constants and pruning off (what ExecuTorch writes today), with its dead constants
+and pruning on, and with the dead constants deleted at the source.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from executorch.exir import ExecutorchBackendConfig as UpstreamConfig
+from executorch.exir._serialize._program import deserialize_pte_binary
+from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+import emitter_filter
+from emitter_filter.inprocess.prune_emitted import collect_plan_refs
+from emitter_filter.reachability import DataSpace, find_live
+from tests.builders import CASES, Case
+
+PRUNE = dict(prune_constants=True)
+
+
+def _files(manager, directory: Path) -> dict[str, bytes]:
+    """Every file the manager writes: the .pte and each .ptd, by name."""
+    directory.mkdir()
+    manager.save(str(directory / "model.pte"))
+    manager.write_tensor_data_to_file(str(directory))
+    return {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
+
+
+def _ptd_bytes(files: dict[str, bytes]) -> bytes | None:
+    ptds = [data for name, data in files.items() if name.endswith(".ptd")]
+    assert len(ptds) <= 1, "these cases write at most one .ptd"
+    return ptds[0] if ptds else None
+
+
+def _run(case: Case, files: dict[str, bytes]) -> list[list[torch.Tensor]]:
+    pte = next(data for name, data in files.items() if name.endswith(".pte"))
+    ptd = _ptd_bytes(files)
+    module = _load_for_executorch_from_buffer(pte, ptd) if ptd else _load_for_executorch_from_buffer(pte)
+    return [list(module.run_method(method, inputs)) for method, inputs in case.runs]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda case: case.name)
+def built(request, tmp_path_factory):
+    case: Case = request.param
+    base = tmp_path_factory.mktemp(case.name)
+    dirty = case.build(dead=True)
+    pruned = case.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(**PRUNE))
+    clean = case.build(dead=False)
+    return {
+        "case": case,
+        "pruned_manager": pruned,
+        "dirty": _files(dirty, base / "dirty"),
+        "pruned": _files(pruned, base / "pruned"),
+        "clean": _files(clean, base / "clean"),
+    }
+
+
+def test_case_carries_dead_constants_exactly_when_expected(built):
+    report = emitter_filter.report(built["pruned_manager"])
+    dirty_bytes = sum(map(len, built["dirty"].values()))
+    pruned_bytes = sum(map(len, built["pruned"].values()))
+    if built["case"].has_dead:
+        assert report.dropped_values, "the case must have something to prune, or it tests nothing"
+        # Dropping only a value can leave the size as it was, through segment padding.
+        assert dirty_bytes > pruned_bytes or report.dropped_bytes == 0
+        assert built["pruned"] != built["dirty"]
+    else:
+        assert not report.dropped and report.dropped_values == 0
+        assert built["pruned"] == built["dirty"]
+
+
+def test_pruned_files_are_byte_identical_to_the_clean_model(built):
+    assert built["pruned"].keys() == built["clean"].keys()
+    for name in built["clean"]:
+        assert built["pruned"][name] == built["clean"][name], name
+
+
+def test_pruned_program_computes_bit_identical_outputs(built):
+    expected = _run(built["case"], built["dirty"])
+    actual = _run(built["case"], built["pruned"])
+    assert len(expected) == len(actual)
+    for want, got in zip(expected, actual):
+        assert len(want) == len(got)
+        for w, g in zip(want, got):
+            if isinstance(w, torch.Tensor):
+                assert w.dtype == g.dtype and torch.equal(w, g)
+            else:
+                assert w == g
+
+
+def test_nothing_dead_remains(built):
+    program = built["pruned_manager"].executorch_program
+    plans = [collect_plan_refs(plan) for plan in program.execution_plan]
+    liveness = find_live(plans)
+    for plan, live in zip(plans, liveness.live_values):
+        assert len(live) == plan.num_values, plan.name
+    emitter_output = built["pruned_manager"]._emitter_output
+    assert len(liveness.live_data[DataSpace.CONSTANT]) == len(program.constant_buffer) - 1
+    mutable = emitter_output.mutable_data or [None]
+    assert len(liveness.live_data[DataSpace.MUTABLE]) == len(mutable) - 1
+    assert len(liveness.live_data[DataSpace.EXTERNAL]) == len(emitter_output.external_constant_buffer)
+
+
+def test_report_matches_the_bytes_saved(built):
+    report = emitter_filter.report(built["pruned_manager"])
+    assert report.dropped_bytes == sum(d.nbytes for d in report.dropped)
+    saved = sum(map(len, built["dirty"].values())) - sum(map(len, built["pruned"].values()))
+    # The files also lose each entry's alignment padding and the dead values' metadata.
+    slack = 128 * (len(report.dropped) + 1) + 256 * report.dropped_values
+    assert report.dropped_bytes <= saved <= report.dropped_bytes + slack
+
+
+def test_manager_outputs_agree_with_the_pruned_program(built, tmp_path):
+    manager = built["pruned_manager"]
+    path = tmp_path / "written.pte"
+    with open(path, "wb") as f:
+        manager.write_to_file(f)
+    assert path.read_bytes() == manager.buffer
+    assert next(d for n, d in built["pruned"].items() if n.endswith(".pte")) == manager.buffer
+    round_trip = deserialize_pte_binary(manager.buffer).program
+    for ours, theirs in zip(manager.executorch_program.execution_plan, round_trip.execution_plan):
+        assert ours.values == theirs.values
+        assert ours.inputs == theirs.inputs and ours.outputs == theirs.outputs
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c.name in ("unused_buffer_portable", "unused_buffer_xnnpack",
+                                              "two_methods_and_constant_method")],
+    ids=lambda case: case.name,
+)
+def test_program_with_nothing_dead_is_left_byte_identical(case, tmp_path):
+    plain = _files(case.build(dead=False, config=UpstreamConfig()), tmp_path / "plain")
+    pruned = _files(case.build(dead=False, config=emitter_filter.ExecutorchBackendConfig(**PRUNE)),
+                    tmp_path / "pruned")
+    assert pruned == plain
+
+
+def test_prune_constants_false_is_byte_identical_to_plain_executorch(tmp_path):
+    case = next(c for c in CASES if c.name == "unused_buffer_portable")
+    emitter_filter.install()
+    plain = _files(case.build(dead=True, config=UpstreamConfig()), tmp_path / "plain")
+    off = _files(case.build(dead=True, config=emitter_filter.ExecutorchBackendConfig()),
+                 tmp_path / "off")
+    assert off == plain
