@@ -1,0 +1,166 @@
+"""The package's import graph: two sides that never mix, no cycle, a shallow tower.
+
+Read from the sources with `ast` (imports inside functions count too), so it runs with
+flatbuffers alone. `python -m tests.test_layout` prints the graph's layers.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.filetools
+
+PACKAGE = Path(__file__).resolve().parents[1] / "emitter_filter"
+GENERATED = "emitter_filter._program_fbs"
+#: From the CLI down to the generated readers, counting both ends.
+MAX_LAYERS = 8
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node but those under `if TYPE_CHECKING:`, which never run."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                stack.extend(child.orelse)
+            else:
+                stack.append(child)
+
+
+def _imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    found: set[str] = set()
+    for node in _runtime_nodes(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".") if is_package else module.split(".")[:-1]
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def import_graph() -> dict[str, frozenset[str]]:
+    """Each module of the package (generated readers folded into one) to those it imports."""
+    paths = [p for p in PACKAGE.rglob("*.py") if "_program_fbs" not in p.parts]
+    modules = {_module_name(p): p for p in paths}
+    graph: dict[str, frozenset[str]] = {GENERATED: frozenset()}
+    for name, path in modules.items():
+        names = _imported(ast.parse(path.read_text(encoding="utf-8")), name,
+                          path.name == "__init__.py")
+        edges = {GENERATED for n in names if n.startswith(GENERATED)}
+        edges.update(n for n in names if n in modules and n != name)
+        # `import emitter_filter` and names taken from it are the package, not its modules.
+        edges.discard("emitter_filter")
+        graph[name] = frozenset(edges)
+    return graph
+
+
+def _cycle(graph: dict[str, frozenset[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    for start in sorted(graph):
+        if state.get(start):
+            continue
+        stack = [(start, iter(sorted(graph[start])))]
+        path = [start]
+        state[start] = 1
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                path.pop()
+                state[node] = 2
+            elif state.get(child) == 1:
+                return path[path.index(child):] + [child]
+            elif not state.get(child):
+                state[child] = 1
+                path.append(child)
+                stack.append((child, iter(sorted(graph[child]))))
+    return None
+
+
+def layers(graph: dict[str, frozenset[str]]) -> dict[str, int]:
+    """A module's layer: 1 for what imports nothing of ours, else one above its highest import."""
+    depth: dict[str, int] = {}
+    for start in sorted(graph):
+        stack = [start]
+        while stack:
+            node = stack[-1]
+            pending = [c for c in graph[node] if c not in depth]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            depth[node] = 1 + max((depth[c] for c in graph[node]), default=0)
+    return depth
+
+
+def test_the_import_graph_has_no_cycle():
+    assert _cycle(import_graph()) is None
+
+
+def test_the_on_disk_side_never_imports_the_in_process_side():
+    graph = import_graph()
+    crossing = {
+        (module, target)
+        for module, targets in graph.items()
+        if module.startswith("emitter_filter.ondisk")
+        for target in targets
+        if target.startswith("emitter_filter.inprocess")
+    }
+    assert crossing == set()
+
+
+def test_the_shared_modules_import_neither_side():
+    graph = import_graph()
+    shared = [m for m in graph if m.count(".") == 1 and m.rsplit(".", 1)[1] not in
+              ("cli", "pytest_plugin", "testing", "demo", "__main__", "inprocess", "ondisk")]
+    assert shared, "no shared modules found: the test reads the wrong folder"
+    crossing = {
+        (module, target)
+        for module in shared
+        for target in graph[module]
+        if target.startswith(("emitter_filter.inprocess", "emitter_filter.ondisk"))
+    }
+    assert crossing == set()
+
+
+def test_the_cli_is_at_most_eight_layers_above_the_generated_readers():
+    depth = layers(import_graph())
+    assert depth[GENERATED] == 1
+    assert depth["emitter_filter.cli"] <= MAX_LAYERS, sorted(depth.items(), key=lambda i: i[1])
+
+
+def test_the_checks_can_fail():
+    """The graph reader sees a cycle and a crossing where there is one."""
+    assert _cycle({"a": frozenset({"b"}), "b": frozenset({"a"})}) == ["a", "b", "a"]
+    assert layers({"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset()})["a"] == 3
+    graph = import_graph()
+    assert "emitter_filter.errors" in graph["emitter_filter.ondisk.audit"] or any(
+        "emitter_filter.errors" in graph[m] for m in graph if m.startswith("emitter_filter.ondisk")
+    )
+
+
+if __name__ == "__main__":
+    depth = layers(import_graph())
+    for layer in range(max(depth.values()), 0, -1):
+        names = sorted(m for m, d in depth.items() if d == layer)
+        print(f"layer {layer}: {', '.join(names)}")
+    sys.exit(0)
