@@ -58,6 +58,14 @@ XNNPACK, KV cache) through export_llama with EMITTER_FILTER_PRUNE=1.
 --quick leaves out the models marked slow (1 GiB and llama) and takes a few
 minutes; the full run takes about half an hour on 2 cores and ~6 GB of RAM.
 
+history (--history RESULTS.json... --out DIR): per machine (CPU, core count,
+architecture, OS) and model, a line over the runs for the bytes before pruning,
+after pruning and after deduplication, the filter's and the deduplication's
+share of to_executorch, and to_executorch pruned (and deduplicated) over
+upstream; a table of the latest run against the first and the previous; and a
+step marked where a byte figure or a share crossed the --compare limit below
+against the previous run (up, or down: the same limit read the other way).
+
 table columns:
 {chr(10).join(f"  {name:<22}{meaning}" for name, meaning in COLUMNS)}
 
@@ -84,7 +92,8 @@ def _build_parser() -> argparse.ArgumentParser:
             "Benchmark emitter_filter: what pruning unreachable constants saves in "
             ".pte/.ptd bytes and what it costs in to_executorch time and memory. "
             "Writes DIR/results.json (pytest-benchmark JSON, byte figures in each "
-            "benchmark's extra_info) and DIR/dashboard.html, and prints the table.",
+            "benchmark's extra_info) and DIR/dashboard.html, and prints the table. "
+            "--history draws DIR/history.html from the results of several commits.",
             width=79,
         ),
         epilog=_EPILOG,

@@ -43,6 +43,8 @@ from bench.results import (
 
 __all__ = [
     "ORDERS",
+    "FIGURES",
+    "Figure",
     "Run",
     "MachineHistory",
     "load_run",
@@ -215,9 +217,8 @@ class MachineHistory:
         if old is None or new is None or figure.judged_as is None:
             return None
         kind = figure.judged_as
-        for direction, baseline, now, base_run in (
-            ("up", old, new, before), ("down", new, old, after),
-        ):
+        for direction, base_run, now_run in (("up", before, after), ("down", after, before)):
+            baseline, now = self.value(base_run, model, figure), self.value(now_run, model, figure)
             if not self.judges(base_run, model, figure):
                 continue
             if self.thresholds.exceeds(kind, baseline, now):
@@ -225,8 +226,8 @@ class MachineHistory:
                 return Step(after, direction, (
                     f"{model} {figure.label}: {_format(figure, old)} at "
                     f"{self.runs[before].label} -> {_format(figure, new)} at "
-                    f"{self.runs[after].label}, past the limit {_format(figure, limit)} "
-                    f"of {self.runs[base_run].label}"
+                    f"{self.runs[after].label}; {self.runs[now_run].label} is past the limit "
+                    f"{_format(figure, limit)} of {self.runs[base_run].label}"
                 ))
         return None
 

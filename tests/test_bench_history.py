@@ -112,7 +112,7 @@ def test_cli_history_writes_the_page_and_prints_each_step(tmp_path, capsys):
     assert printed.startswith("threshold: a regression is pruned .pte+.ptd bytes")
     assert (
         f"machine 1: up: {_TIED} after pruning: 73,730,176 B at 2222222 -> 75,204,779 B at "
-        "3333333, past the limit 74,098,827 B of 2222222"
+        "3333333; 3333333 is past the limit 74,098,827 B of 2222222"
     ) in printed
     page = (out / "history.html").read_text()
     assert "steps past the --compare limits (3 up, 0 down)" in page
