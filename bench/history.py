@@ -153,7 +153,8 @@ def _of_dedupe(attribute: str):
 
 
 FIGURES = (
-    Figure("bytes_before", "before pruning", "bytes", "bytes", "#c44e52", _of_model("bytes_before")),
+    Figure("bytes_before", "before pruning", "bytes", "bytes", "#c44e52",
+           _of_model("bytes_before")),
     Figure("bytes_after", "after pruning", "bytes", "bytes", "#4c72b0", _of_model("bytes_after")),
     Figure("bytes_deduped", "after deduplication", "bytes", "bytes", "#dd8452",
            _of_dedupe("bytes_deduped")),
