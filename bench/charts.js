@@ -99,9 +99,11 @@
       label(svg, left - 4, yAt(t) + 3, t.toFixed(axis.decimals) + unit.suffix,
             { "text-anchor": "end" });
     });
-    var every = Math.ceil(n / 8);
+    // Every `every`-th run is named, as many as fit side by side, and always the latest.
+    var widest = 5 * Math.max.apply(null, spec.labels.map(function (l) { return l.length; })) + 8;
+    var every = Math.max(1, Math.ceil(widest / (plotW / Math.max(1, n - 1))));
     spec.labels.forEach(function (name, i) {
-      if (i % every !== 0 && i !== n - 1) return;
+      if (i !== n - 1 && (i % every !== 0 || n - 1 - i < every)) return;
       label(svg, xOf(i), top + plotH + 14, name, { "text-anchor": "middle", class: "run-label" });
     });
     if (hasReference(spec)) {
