@@ -8,6 +8,8 @@ Run `python -m bench --help`. The modules, by concern:
 - `bench_models` (+ `conftest`): the pytest-benchmark suite;
 - `results`, `table`, `compare`, `dashboard`: reading `results.json` back
   (no torch, no ExecuTorch);
+- `history`: the runs of several commits on one page (`--history`);
+- `page` (+ `charts.js`): the self-contained page and the charts its script draws;
 - `cli`: the command line.
 
 Scripts stand beside the suite: for files on disk, `bench_files.py` times

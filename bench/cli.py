@@ -19,8 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.compare import Thresholds, compare
+from bench.history import ORDERS, format_steps, group_runs, load_run, write_history
+from bench.page import write_page
 from bench.results import (
     ResultsError,
+    costliest_call,
     load_results,
     load_suite_report,
     summarize,
@@ -55,6 +58,14 @@ XNNPACK, KV cache) through export_llama with EMITTER_FILTER_PRUNE=1.
 --quick leaves out the models marked slow (1 GiB and llama) and takes a few
 minutes; the full run takes about half an hour on 2 cores and ~6 GB of RAM.
 
+history (--history RESULTS.json... --out DIR): per machine (CPU, core count,
+architecture, OS) and model, a line over the runs for the bytes before pruning,
+after pruning and after deduplication, the filter's and the deduplication's
+share of to_executorch, and to_executorch pruned (and deduplicated) over
+upstream; a table of the latest run against the first and the previous; and a
+step marked where a byte figure or a share crossed the --compare limit below
+against the previous run (up, or down: the same limit read the other way).
+
 table columns:
 {chr(10).join(f"  {name:<22}{meaning}" for name, meaning in COLUMNS)}
 
@@ -70,6 +81,7 @@ examples:
   python -m bench --out bench-out/new --quick --compare bench-out/base/results.json
   python -m bench --results bench-out/new/results.json --compare bench-out/base/results.json
   python -m bench --suite-report report.json --out bench-out/suite
+  python -m bench --history runs/*/results.json --out bench-out/history
 """
 
 
@@ -80,7 +92,8 @@ def _build_parser() -> argparse.ArgumentParser:
             "Benchmark emitter_filter: what pruning unreachable constants saves in "
             ".pte/.ptd bytes and what it costs in to_executorch time and memory. "
             "Writes DIR/results.json (pytest-benchmark JSON, byte figures in each "
-            "benchmark's extra_info) and DIR/dashboard.html, and prints the table.",
+            "benchmark's extra_info) and DIR/dashboard.html, and prints the table. "
+            "--history draws DIR/history.html from the results of several commits.",
             width=79,
         ),
         epilog=_EPILOG,
@@ -97,6 +110,12 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--suite-report", type=Path, metavar="REPORT.json",
                         help="do not run the suite: draw DIR/suite.html from a report the "
                         "pytest plugin wrote (--emitter-filter-report); needs --out")
+    parser.add_argument("--history", type=Path, nargs="+", metavar="RESULTS.json",
+                        help="do not run the suite: draw DIR/history.html from the runs of "
+                        "several commits, steps past the thresholds below marked; needs --out")
+    parser.add_argument("--order", choices=ORDERS, default="commit",
+                        help="--history: sort the runs by their commit's time (then the run's), "
+                        "by the run's time, or keep them as given (default %(default)s)")
     parser.add_argument("--compare", type=Path, metavar="BASELINE.json",
                         help="fail (exit 1) if a model's pruned bytes or filter share got worse "
                         "than in BASELINE.json beyond the thresholds below")
@@ -172,13 +191,28 @@ def _draw_suite_report(report_path: Path, out: Path) -> int:
 
     try:
         report = load_suite_report(report_path)
-    except ResultsError as error:
+        out.mkdir(parents=True, exist_ok=True)
+        page = out / "suite.html"
+        write_page(page, render_suite_dashboard(report))
+    except (ResultsError, OSError) as error:
         print(f"bench: {error}", file=sys.stderr)
         return EXIT_USAGE
-    out.mkdir(parents=True, exist_ok=True)
-    page = out / "suite.html"
-    page.write_text(render_suite_dashboard(report), encoding="utf-8")
     print(f"wrote {page} ({len(report['programs'])} programs)", file=sys.stderr)
+    return EXIT_OK
+
+
+def _draw_history(paths: Sequence[Path], out: Path, order: str, thresholds: Thresholds) -> int:
+    try:
+        histories = group_runs([load_run(path) for path in paths], thresholds, order)
+        out.mkdir(parents=True, exist_ok=True)
+        page = out / "history.html"
+        write_history(page, histories)
+    except (ResultsError, OSError) as error:
+        print(f"bench: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"threshold: {thresholds.describe()}")
+    print(format_steps(histories))
+    print(f"wrote {page} ({len(paths)} runs, {len(histories)} machines)", file=sys.stderr)
     return EXIT_OK
 
 
@@ -193,6 +227,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             or options.keyword
         ):
             parser.error("--suite-report takes --out DIR and nothing else")
+        if options.history is not None and (
+            options.out is None or options.results or options.compare or options.quick
+            or options.keyword or options.suite_report
+        ):
+            parser.error("--history takes --out DIR, --order and the thresholds, nothing else")
         if options.out is None and options.results is None:
             parser.error("give --out DIR (to run the suite) or --results RESULTS.json")
         if options.results is not None and (options.quick or options.keyword):
@@ -213,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if options.suite_report is not None:
         return _draw_suite_report(options.suite_report, options.out)
+    if options.history is not None:
+        return _draw_history(options.history, options.out, options.order, thresholds)
     results_path = options.results
     if results_path is None:
         missing = _missing_distributions()
@@ -239,11 +280,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if dedupe_summaries:
         print()
         print(format_dedupe_table(dedupe_summaries, markdown=options.markdown))
+    costliest = costliest_call(summaries, dedupe_summaries)
+    if costliest is not None:
+        print(f"\n{costliest.describe()}")
     if options.out is not None:
         from bench.dashboard import write_dashboard
 
-        options.out.mkdir(parents=True, exist_ok=True)
-        write_dashboard(options.out / "dashboard.html", results, summaries)
+        try:
+            options.out.mkdir(parents=True, exist_ok=True)
+            write_dashboard(options.out / "dashboard.html", results, summaries, dedupe_summaries)
+        except OSError as error:
+            print(f"bench: {error}", file=sys.stderr)
+            return EXIT_USAGE
         print(f"\nwrote {results_path} and {options.out / 'dashboard.html'}", file=sys.stderr)
     if baseline is None:
         return EXIT_OK

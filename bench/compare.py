@@ -60,6 +60,22 @@ class Thresholds:
     def share_limit(self, baseline: float) -> float:
         return baseline * self.share_factor + self.share_slack
 
+    def limit(self, kind: str, baseline: float) -> float:
+        """The limit of a "bytes" or a "share" figure whose baseline value is `baseline`."""
+        if kind == "bytes":
+            return self.bytes_limit(baseline)
+        if kind == "share":
+            return self.share_limit(baseline)
+        raise ValueError(f"kind {kind!r}: expected 'bytes' or 'share'")
+
+    def exceeds(self, kind: str, baseline: float, now: float) -> bool:
+        """Whether `now` is past the limit of `baseline`.
+
+        The one rule of `--compare`, which the history page also applies to
+        every byte figure and every share it draws.
+        """
+        return now > self.limit(kind, baseline)
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -113,13 +129,15 @@ class Comparison:
 def _regressions(base: ModelSummary, now: ModelSummary, thresholds: Thresholds) -> tuple[str, ...]:
     found = []
     bytes_limit = thresholds.bytes_limit(base.bytes_after)
-    if now.bytes_after > bytes_limit:
+    if thresholds.exceeds("bytes", base.bytes_after, now.bytes_after):
         found.append(
             f"pruned bytes {now.bytes_after:,} > limit {bytes_limit:,.0f} "
             f"(baseline {base.bytes_after:,})"
         )
     share_limit = thresholds.share_limit(base.filter_share)
-    if thresholds.judges_share(base) and now.filter_share > share_limit:
+    if thresholds.judges_share(base) and thresholds.exceeds(
+        "share", base.filter_share, now.filter_share
+    ):
         found.append(
             f"filter share {now.filter_share:.3%} > limit {share_limit:.3%} "
             f"(baseline {base.filter_share:.3%})"

@@ -1,8 +1,10 @@
-"""`dashboard.html`: one self-contained page of charts and the table, drawn from `results.json`.
+"""`dashboard.html`: one self-contained page of charts and the tables, drawn from `results.json`.
 
-Every chart is drawn by matplotlib from the summaries of the JSON (nothing is
-drawn by hand) and inlined as SVG, so the page opens anywhere, offline, and can
-be archived next to the JSON it came from.
+The charts of sizes, times and memory are drawn by matplotlib from the summaries
+of the JSON and inlined as SVG; the chart of each call's time over upstream's is
+drawn by the page's own script from the figures it holds (`bench.page`), so a
+browser test can check its bars against the JSON. The page opens anywhere,
+offline, and can be archived next to the JSON it came from.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bench.results import ModelSummary
-from bench.table import COLUMNS, format_bytes, format_table
+from bench.page import Series, chart_figure, html_table, render_page, write_page
+from bench.results import DedupeSummary, ModelSummary, costliest_call
+from bench.table import COLUMNS, DEDUPE_COLUMNS, dedupe_rows, format_bytes, table_rows
 
 __all__ = ["render_dashboard", "write_dashboard", "render_suite_dashboard"]
 
@@ -130,19 +133,40 @@ def _memory_chart(plt, summaries: Sequence[ModelSummary]) -> str | None:
     return _svg(figure)
 
 
-def _html_table(summaries: Sequence[ModelSummary]) -> str:
-    text = format_table(summaries, markdown=True).splitlines()
-    header = [cell.strip() for cell in text[0].strip("|").split("|")]
-    body = [[cell.strip() for cell in line.strip("|").split("|")] for line in text[2:]]
-    lines = ["<table><thead><tr>"]
-    lines += [f"<th>{html.escape(h)}</th>" for h in header]
-    lines.append("</tr></thead><tbody>")
-    for row, summary in zip(body, summaries):
-        lines.append(f'<tr title="{html.escape(summary.description)}">')
-        lines += [f"<td>{html.escape(cell)}</td>" for cell in row]
-        lines.append("</tr>")
-    lines.append("</tbody></table>")
-    return "".join(lines)
+def _ratio_chart(summaries: Sequence[ModelSummary], dedupe: Sequence[DedupeSummary]) -> str:
+    """Each model's whole `to_executorch` call against upstream's, pruned and deduplicated.
+
+    The call's cost, whatever part of it the filter's own timer covers.
+    """
+    deduped = {d.model: d.time_ratio for d in dedupe}
+    series = [
+        Series("pruned", "prune_constants=True / upstream", "#4c72b0",
+               tuple(s.time_ratio for s in summaries)),
+    ]
+    if deduped:
+        series.append(Series("deduped", "+ dedupe_constants=True / upstream", "#dd8452",
+                             tuple(deduped.get(s.model) for s in summaries)))
+    return chart_figure(
+        "bars", "to_executorch time over upstream's (medians, same run)", "ratio",
+        [s.model for s in summaries], series, reference=1.0,
+        reference_label="1x: as fast as ExecuTorch as shipped",
+        attributes={"id": "time-ratios"},
+    )
+
+
+def _tables(summaries: Sequence[ModelSummary], dedupe: Sequence[DedupeSummary]) -> str:
+    """The model table, the deduplication table (where a model has one), and their columns."""
+    headers, rows = table_rows(summaries)
+    parts = [html_table(headers, rows, row_titles=[s.description for s in summaries])]
+    columns = list(COLUMNS)
+    if dedupe:
+        headers, rows = dedupe_rows(dedupe)
+        parts.append("<h2>Tied weights stored once (dedupe_constants=True)</h2>")
+        parts.append(html_table(headers, rows, table_class="dedupe"))
+        columns += [(f"dedupe: {name}", meaning) for name, meaning in DEDUPE_COLUMNS]
+    legend = html_table(["column", "meaning"], columns, table_class="legend")
+    parts.append(f"<details><summary>Columns</summary>{legend}</details>")
+    return "".join(parts)
 
 
 def _run_facts(results: Mapping) -> list[tuple[str, str]]:
@@ -161,19 +185,11 @@ def _run_facts(results: Mapping) -> list[tuple[str, str]]:
     ]
 
 
-_STYLE = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
-table { border-collapse: collapse; font-size: 12px; margin: 1em 0; }
-th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: right; white-space: nowrap; }
-th:first-child, td:first-child { text-align: left; }
-dl { display: grid; grid-template-columns: max-content auto; gap: 2px 1em; }
-dt { font-weight: bold; } dd { margin: 0; font-family: monospace; }
-figure { margin: 1.5em 0; } svg { max-width: 100%; height: auto; }
-.legend td, .legend th { text-align: left; white-space: normal; }
-"""
-
-
-def render_dashboard(results: Mapping, summaries: Sequence[ModelSummary]) -> str:
+def render_dashboard(
+    results: Mapping,
+    summaries: Sequence[ModelSummary],
+    dedupe: Sequence[DedupeSummary] = (),
+) -> str:
     """The dashboard page for `results` (a loaded `results.json`) and its summaries."""
     plt = _pyplot()
     charts = [
@@ -186,29 +202,31 @@ def render_dashboard(results: Mapping, summaries: Sequence[ModelSummary]) -> str
     facts = "".join(
         f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in _run_facts(results)
     )
-    legend = "".join(
-        f"<tr><th>{html.escape(name)}</th><td>{html.escape(meaning)}</td></tr>"
-        for name, meaning in COLUMNS
-    )
     saved = sum(s.saved_bytes for s in summaries)
+    costliest = costliest_call(summaries, dedupe)
     figures = "".join(f"<figure>{chart}</figure>" for chart in charts if chart)
-    return (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
-        "<title>emitter_filter benchmarks</title>"
-        f"<style>{_STYLE}</style></head><body>"
+    return render_page(
+        "emitter_filter benchmarks",
         "<h1>emitter_filter: what pruning saves and costs</h1>"
-        f"<dl>{facts}</dl>"
+        + (f'<p class="summary" id="costliest">{html.escape(costliest.describe())}</p>'
+           if costliest else "")
+        + f"<dl>{facts}</dl>"
         f"<p>{len(summaries)} models; {html.escape(format_bytes(saved))} not written in total. "
         "Every ratio compares figures from this run only.</p>"
-        f"{_html_table(summaries)}"
-        f"<details><summary>Columns</summary><table class='legend'>{legend}</table></details>"
-        f"{figures}</body></html>"
+        f"{_tables(summaries, dedupe)}"
+        f"{_ratio_chart(summaries, dedupe) if summaries else ''}"
+        f"{figures}",
     )
 
 
-def write_dashboard(path: Path, results: Mapping, summaries: Sequence[ModelSummary]) -> None:
+def write_dashboard(
+    path: Path,
+    results: Mapping,
+    summaries: Sequence[ModelSummary],
+    dedupe: Sequence[DedupeSummary] = (),
+) -> None:
     """Writes `render_dashboard(...)` to `path`."""
-    Path(path).write_text(render_dashboard(results, summaries), encoding="utf-8")
+    write_page(path, render_dashboard(results, summaries, dedupe))
     logger.info("wrote %s", path)
 
 
@@ -273,10 +291,8 @@ def render_suite_dashboard(report: Mapping) -> str:
         ]
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     options = f"prune: {report['prune']}, max dead bytes: {report['max_dead_bytes']}"
-    return (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
-        "<title>emitter_filter: a test suite's programs</title>"
-        f"<style>{_STYLE}</style></head><body>"
+    return render_page(
+        "emitter_filter: a test suite's programs",
         "<h1>emitter_filter: the programs a test suite serialized</h1>"
         f"<p>{len(programs)} programs ({html.escape(options)}): "
         f"{totals['file_bytes']:,} bytes written, {totals['dead_bytes']:,} dead, "
@@ -284,5 +300,5 @@ def render_suite_dashboard(report: Mapping) -> str:
         "by pruning.</p>"
         + (f"<figure>{chart}</figure>" if chart else "")
         + "<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table></body></html>"
+        f"<tbody>{''.join(rows)}</tbody></table>",
     )

@@ -18,7 +18,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ResultsError", "ModelSummary", "load_results", "summarize"]
+__all__ = [
+    "ResultsError",
+    "ModelSummary",
+    "DedupeSummary",
+    "CostliestCall",
+    "load_results",
+    "summarize",
+    "summarize_dedupe",
+    "costliest_call",
+]
 
 
 class ResultsError(ValueError):
@@ -110,12 +119,19 @@ def _memory(info: Mapping, key: str) -> int | None:
 
 @dataclass(frozen=True)
 class DedupeSummary:
-    """One `dedupe` model's bytes plain, pruned and pruned + deduplicated, and the dedupe's cost."""
+    """One `dedupe` model's bytes plain, pruned and pruned + deduplicated, and the dedupe's cost.
+
+    Seconds are medians over rounds: `upstream_seconds` and `deduped_seconds` are
+    whole `to_executorch` calls (ExecuTorch as shipped, and pruned + deduplicated),
+    `dedupe_seconds` the deduplication inside the latter.
+    """
 
     model: str
     bytes_plain: int
     bytes_pruned: int
     bytes_deduped: int
+    upstream_seconds: float
+    deduped_seconds: float
     dedupe_seconds: float
     dedupe_share: float
 
@@ -123,6 +139,11 @@ class DedupeSummary:
     def deduped_share(self) -> float:
         """Deduplicated bytes over plain bytes."""
         return self.bytes_deduped / self.bytes_plain if self.bytes_plain else 0.0
+
+    @property
+    def time_ratio(self) -> float:
+        """Deduplicated `to_executorch` time over upstream; above 1 means it costs time."""
+        return self.deduped_seconds / self.upstream_seconds if self.upstream_seconds else 0.0
 
 
 def summarize_dedupe(results: Mapping) -> list[DedupeSummary]:
@@ -150,6 +171,9 @@ def summarize_dedupe(results: Mapping) -> list[DedupeSummary]:
                 bytes_plain=_required(modes["upstream"], "total_bytes", where),
                 bytes_pruned=_required(modes["pruned"], "total_bytes", where),
                 bytes_deduped=_required(deduped, "total_bytes", where),
+                upstream_seconds=_median(
+                    _required(modes["upstream"], "to_executorch_seconds", where), where),
+                deduped_seconds=_median(_required(deduped, "to_executorch_seconds", where), where),
                 dedupe_seconds=_median(_required(deduped, "dedupe_seconds", where), where),
                 dedupe_share=_median(_required(deduped, "dedupe_share", where), where),
             )
@@ -207,3 +231,31 @@ def summarize(results: Mapping) -> list[ModelSummary]:
         )
     summaries.sort(key=lambda s: (s.constant_bytes, s.model))
     return summaries
+
+
+@dataclass(frozen=True)
+class CostliestCall:
+    """The `to_executorch` call of a run that is slowest against its upstream call."""
+
+    model: str
+    mode: str
+    ratio: float
+
+    def describe(self) -> str:
+        return (
+            f"costliest call: {self.model} {self.mode}, to_executorch {self.ratio:.2f}x "
+            "upstream's (medians, same run)"
+        )
+
+
+def costliest_call(
+    summaries: Sequence[ModelSummary], dedupe: Sequence[DedupeSummary]
+) -> CostliestCall | None:
+    """The highest pruned/upstream or deduplicated/upstream time ratio; None for an empty run.
+
+    It is the cost a user pays in the call, whatever part of it the filter's own
+    timer covers: the filter's share alone can be small where the call is not.
+    """
+    calls = [CostliestCall(s.model, "pruned", s.time_ratio) for s in summaries]
+    calls += [CostliestCall(d.model, "pruned + deduplicated", d.time_ratio) for d in dedupe]
+    return max(calls, key=lambda call: call.ratio, default=None)

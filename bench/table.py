@@ -6,7 +6,15 @@ from collections.abc import Sequence
 
 from bench.results import DedupeSummary, ModelSummary
 
-__all__ = ["format_bytes", "format_table", "format_dedupe_table", "COLUMNS"]
+__all__ = [
+    "format_bytes",
+    "format_table",
+    "format_dedupe_table",
+    "table_rows",
+    "dedupe_rows",
+    "COLUMNS",
+    "DEDUPE_COLUMNS",
+]
 
 #: (header, what it means): printed under the table by `--help` and the dashboard.
 COLUMNS = (
@@ -61,31 +69,50 @@ def _row(s: ModelSummary) -> list[str]:
     ]
 
 
+def table_rows(summaries: Sequence[ModelSummary]) -> tuple[list[str], list[list[str]]]:
+    """The headers and the cells of the model table, one row per model, in their order."""
+    return [name for name, _ in COLUMNS], [_row(s) for s in summaries]
+
+
 def format_table(summaries: Sequence[ModelSummary], *, markdown: bool = False) -> str:
     """The table of `summaries`, one row per model, in their order."""
-    return _format([name for name, _ in COLUMNS], [_row(s) for s in summaries], markdown)
+    return _format(*table_rows(summaries), markdown)
 
 
 #: Columns of the `dedupe_constants` table (`bench_models.test_dedupe`).
 DEDUPE_COLUMNS = (
-    "model", "plain", "pruned", "pruned + deduplicated", "dedupe", "dedupe share",
+    ("model", "zoo case with tied weights"),
+    ("plain", ".pte + .ptd bytes, ExecuTorch as shipped"),
+    ("pruned", ".pte + .ptd bytes, prune_constants=True"),
+    ("pruned + deduplicated", ".pte + .ptd bytes, prune_constants and dedupe_constants, "
+                              "and their share of plain"),
+    ("emit deduplicated", "to_executorch seconds, pruned + deduplicated (median), and over "
+                          "upstream's (emit up in the table above)"),
+    ("dedupe", "seconds in the deduplication (median)"),
+    ("dedupe share", "dedupe seconds / to_executorch seconds of the same call (median)"),
 )
 
 
-def format_dedupe_table(summaries: Sequence[DedupeSummary], *, markdown: bool = False) -> str:
-    """Bytes plain / pruned / deduplicated and the dedupe's share of `to_executorch`."""
+def dedupe_rows(summaries: Sequence[DedupeSummary]) -> tuple[list[str], list[list[str]]]:
+    """The headers and the cells of the deduplication table, one row per model."""
     rows = [
         [
             s.model,
             format_bytes(s.bytes_plain),
             format_bytes(s.bytes_pruned),
             f"{format_bytes(s.bytes_deduped)} ({s.deduped_share:.1%} of plain)",
+            f"{_seconds(s.deduped_seconds)} ({s.time_ratio:.2f}x)",
             _seconds(s.dedupe_seconds),
             f"{s.dedupe_share:.2%}",
         ]
         for s in summaries
     ]
-    return _format(list(DEDUPE_COLUMNS), rows, markdown)
+    return [name for name, _ in DEDUPE_COLUMNS], rows
+
+
+def format_dedupe_table(summaries: Sequence[DedupeSummary], *, markdown: bool = False) -> str:
+    """Bytes plain / pruned / deduplicated, the call's time and the dedupe's share of it."""
+    return _format(*dedupe_rows(summaries), markdown)
 
 
 def _format(headers: list[str], rows: list[list[str]], markdown: bool) -> str:

@@ -21,54 +21,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.cli import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, main  # noqa: E402
 from bench.compare import Thresholds, compare  # noqa: E402
 from bench.results import ResultsError, summarize  # noqa: E402
-
-
-def _benchmark(model: str, mode: str, *, total: int, seconds: float, filter_seconds: float | None):
-    info = {
-        "model": model,
-        "mode": mode,
-        "description": f"{model} fabricated",
-        "timed": "to_executorch",
-        "to_executorch_seconds": [seconds, seconds * 1.1, seconds * 0.9],
-        "pte_bytes": total,
-        "ptd_bytes": 0,
-        "total_bytes": total,
-        "memory": {"process_peak_rss_bytes": 500 << 20, "region_extra_rss_bytes": total},
-    }
-    if mode == "pruned":
-        info.update(
-            filter_seconds=[filter_seconds] * 3,
-            filter_share=[filter_seconds / seconds, filter_seconds / (seconds * 1.1),
-                          filter_seconds / (seconds * 0.9)],
-            dropped_bytes=1000,
-            constant_bytes_before={"constant": total, "mutable": 0, "external": 0},
-            constant_bytes_after={"constant": total - 1000, "mutable": 0, "external": 0},
-        )
-    return {"name": f"test_to_executorch[{model}-{mode}]", "group": model, "extra_info": info}
+from tests import bench_runs  # noqa: E402
 
 
 def _results(
     *, pruned_bytes: int = 9_000, filter_seconds: float = 0.001, big_filter_seconds: float = 0.002
 ) -> dict:
-    return {
-        "datetime": "2026-11-30T00:00:00",
-        "machine_info": {"node": "smoke", "cpu": {"count": 2}},
-        "commit_info": {"id": "0" * 40, "dirty": False},
-        "bench": {"command": "fabricated", "markexpr": "not slow"},
-        "benchmarks": [
-            _benchmark("small", "upstream", total=10_000, seconds=0.1, filter_seconds=None),
-            _benchmark("small", "pruned", total=pruned_bytes, seconds=0.1,
-                       filter_seconds=filter_seconds),
-            _benchmark("big", "upstream", total=10 << 20, seconds=2.0, filter_seconds=None),
-            _benchmark("big", "pruned", total=8 << 20, seconds=2.0,
-                       filter_seconds=big_filter_seconds),
-        ],
-    }
+    return bench_runs.results([
+        bench_runs.benchmark("small", "upstream", total=10_000, seconds=0.1),
+        bench_runs.benchmark("small", "pruned", total=pruned_bytes, seconds=0.1,
+                             filter_seconds=filter_seconds),
+        bench_runs.benchmark("big", "upstream", total=10 << 20, seconds=2.0),
+        bench_runs.benchmark("big", "pruned", total=8 << 20, seconds=2.0,
+                             filter_seconds=big_filter_seconds),
+    ])
 
 
 def _write(path: Path, results: dict) -> Path:
-    path.write_text(json.dumps(results))
-    return path
+    return bench_runs.write(path, results)
 
 
 def test_summary_pairs_modes_into_ratios_smallest_model_first():
