@@ -6,7 +6,7 @@ offset. `write_outputs` streams the pieces (in the kernel with
 `copy_file_range` where the filesystem allows), each output into a temporary
 file in its directory that is renamed over the target only once every output
 is complete; on any error nothing is left behind and old targets stay as they
-were.
+were. What is not a regular file is never read nor replaced (`regular_files`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from emitter_filter.errors import OutputFileError
 from emitter_filter.errors import PteFormatError
+from emitter_filter.ondisk.regular_files import open_regular_input, output_target
 
 __all__ = [
     "ProgressFn",
@@ -151,10 +152,7 @@ def _open_temp(dst: str, mode: int) -> tuple[int, str]:
 
 def open_input(path: str, opened: list[int]) -> int:
     """Opens an input read-only (it is never written) and records it for closing."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as error:
-        raise PteFormatError(path, f"cannot open: {error.strerror}") from error
+    fd = open_regular_input(path)
     opened.append(fd)
     return fd
 
@@ -171,11 +169,13 @@ def _same_file(a: str, b: str) -> bool:
 def check_outputs(
     inputs: Sequence[str], outputs: Sequence[str], operation: str = "prune"
 ) -> None:
-    """Refuses an output that is an input, or two outputs that are one file.
+    """Refuses an output that is an input, two outputs that are one file, or a non-file.
 
     `operation` names what writes them (`prune`, `dedupe`) in the message.
+    Called before any work, so that a refusal costs nothing.
     """
     for output in outputs:
+        output_target(output)
         for source in inputs:
             if _same_file(source, output):
                 raise OutputFileError(
@@ -200,8 +200,9 @@ def write_outputs(outputs: Sequence[OutputFile], progress: ProgressFn | None = N
     written = 0
     try:
         for output in outputs:
-            fd, temp = _open_temp(output.path, stat.S_IMODE(os.fstat(output.source_fd).st_mode))
-            temps.append([fd, temp, output.path])
+            target = output_target(output.path)
+            fd, temp = _open_temp(target, stat.S_IMODE(os.fstat(output.source_fd).st_mode))
+            temps.append([fd, temp, target])
             writer = _Writer(fd, written, total, progress)
             _write(writer, output)
             written += writer.position
