@@ -27,7 +27,9 @@ __all__ = [
     "Piece",
     "OutputFile",
     "check_outputs",
+    "check_writable",
     "open_input",
+    "write_file",
     "write_outputs",
 ]
 
@@ -148,6 +150,47 @@ def _open_temp(dst: str, mode: int) -> tuple[int, str]:
     except OSError as error:
         raise OutputFileError(f"{dst}: cannot write: {error.strerror}") from error
     return fd, temp
+
+
+def check_writable(path: str) -> None:
+    """Refuses early an output `write_file` could not write: a non-file, or an unwritable directory.
+
+    Creates (and removes) a temporary file beside it, the one test that root and
+    read-only mounts answer truthfully.
+
+    Raises:
+        OutputFileError: It is not a regular file, or its directory takes no new file.
+    """
+    fd, temp = _open_temp(output_target(path), 0o600)
+    os.close(fd)
+    os.unlink(temp)
+
+
+def write_file(path: str, data: bytes) -> None:
+    """Writes one small output (a report) atomically, as `write_outputs` writes the large ones.
+
+    A new file gets the permissions `open` would give it; a replaced one keeps its own.
+
+    Raises:
+        OutputFileError: It is not a regular file, or cannot be written; nothing is left behind.
+    """
+    target = output_target(path)
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, temp = _open_temp(target, mode)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.replace(temp, target)
+    except BaseException as error:
+        os.unlink(temp)
+        if isinstance(error, OSError):
+            raise OutputFileError(f"{path}: cannot write: {error.strerror}") from error
+        raise
 
 
 def open_input(path: str, opened: list[int]) -> int:
