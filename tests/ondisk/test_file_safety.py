@@ -2,8 +2,8 @@
 
 - An output target that is not a regular file (a FIFO, a directory, a link to
   a character device) is refused with exit 2 and left as it was.
-- An input that is not a regular file (a directory, a FIFO) is one line and
-  exit 2, without blocking.
+- An input that is not a regular file (a directory, a FIFO), `--ptd` and
+  `--names` ones included, is one line and exit 2, without blocking.
 - SIGTERM during `prune` (and `prune --dedupe`) removes every temporary file
   and directory, as Ctrl-C does.
 
@@ -115,6 +115,7 @@ INPUT_COMMANDS = {
     "prune": lambda src, out: ["prune", src, "-o", out],
     "dedupe": lambda src, out: ["prune", "--dedupe", src, "-o", out],
     "ptd": lambda src, out: ["audit", GOLDEN / "external" / "dirty" / "model.pte", "--ptd", src],
+    "names": lambda src, out: ["audit", GOLDEN / "plain" / "dirty" / "model.pte", "--names", src],
 }
 
 
