@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from emitter_filter.errors import InvariantError, ProgramFormatError
 from emitter_filter.names import ConstantName
-from emitter_filter.ondisk.regular_files import open_regular_input
+from emitter_filter.regular_files import open_regular_input
 
 __all__ = ["PlaceholderNames", "StateFile", "read_state_file", "state_file"]
 

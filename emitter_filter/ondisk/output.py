@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from emitter_filter.errors import OutputFileError
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.regular_files import open_regular_input, output_target
+from emitter_filter.regular_files import open_regular_input, output_target
 
 __all__ = [
     "ProgressFn",

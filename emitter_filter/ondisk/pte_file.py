@@ -55,7 +55,7 @@ from emitter_filter.ondisk.layout import (
     NUM_HEAD_BYTES,
     PROGRAM_IDENTIFIER,
 )
-from emitter_filter.ondisk.regular_files import open_regular_input
+from emitter_filter.regular_files import open_regular_input
 from emitter_filter.named_keys import DelegateRef, NamedDataUse, classify_named_keys
 from emitter_filter.reachability import (
     DataRef,

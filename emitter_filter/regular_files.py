@@ -1,5 +1,7 @@
 """The file tools read and write regular files only; this module says so once.
 
+Shared: the on-disk side opens `.pte`/`.ptd` files with it, `state_names` the `--names` file.
+
 - An input that is not a regular file (a directory, a FIFO, a device, a socket)
   is refused with one line before a byte is read: it is opened without blocking
   (a FIFO with no writer would block `open` forever) and checked on the open
