@@ -4,18 +4,22 @@ Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`;
 2 usage error, bad input or an output `prune` cannot write (a one-line message
 naming the file, and the offset where one applies; a traceback only with -v; no
 output file); for `run`, what the script exited with; for `demo`, 1 if one of
-its checks failed.
+its checks failed; 143 (128 + SIGTERM) if `prune` was terminated, its temporary
+files removed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import runpy
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 from emitter_filter.errors import EmitterFilterError
 
@@ -27,6 +31,7 @@ EXIT_OK = 0
 EXIT_DEAD_BYTES = 1
 EXIT_USAGE = 2
 EXIT_DEMO_FAILED = 1
+EXIT_TERMINATED = 128 + signal.SIGTERM
 # Dead entries the `audit` table lists; --json lists them all.
 _TABLE_DEAD_ENTRIES = 20
 
@@ -200,17 +205,52 @@ def _progress_printer():
     return show
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that every `finally` removes its temporary files.
+
+    A BaseException, as KeyboardInterrupt is: no `except Exception` may swallow it.
+    """
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While writing, SIGTERM unwinds the stack (as Ctrl-C does) instead of killing outright.
+
+    The previous handler is restored on exit. Only the main thread can install
+    handlers; elsewhere (`main` called from a thread) SIGTERM keeps its handler.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum, frame) -> None:
+        # Once: a second SIGTERM must not interrupt the clean-up the first one started.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.prune import prune_file
 
     if options.ptd and options.ptd_out is None:
         print("emitter-filter prune: --ptd needs --ptd-out DIR", file=sys.stderr)
         return EXIT_USAGE
-    report = prune_file(
-        options.pte, options.output, options.ptd, options.ptd_out,
-        progress=_progress_printer(), keep_constants=options.keep, names=options.names,
-        dedupe=options.dedupe,
-    )
+    try:
+        with _sigterm_unwinds():
+            report = prune_file(
+                options.pte, options.output, options.ptd, options.ptd_out,
+                progress=_progress_printer(), keep_constants=options.keep,
+                names=options.names, dedupe=options.dedupe,
+            )
+    except _Terminated:
+        print("emitter-filter: terminated (SIGTERM); temporary files removed", file=sys.stderr)
+        return EXIT_TERMINATED
     dedupe_report = report.dedupe
     if options.json:
         print(json.dumps({

@@ -20,6 +20,12 @@ hook, imports nothing of ExecuTorch and changes no byte a test writes.
 Programs are seen through `hook.add_observer`, the hook's only wrapping of
 ExecuTorch's serializer. A program serialized by a session or module fixture
 counts for the test whose setup built it.
+
+Option values are checked at start-up, before any test runs: a bad one is a
+`pytest.UsageError` (an unwritable report path included). Under pytest-xdist
+each worker gates its own tests and sends its records to the controller
+(`workeroutput`), which writes the one report, each worker's records in its
+order, workers by id.
 """
 
 from __future__ import annotations
@@ -56,6 +62,9 @@ EXEMPT_MARKER = "emitter_filter_exempt"
 _LISTED_DEAD = 10
 
 _SESSION = pytest.StashKey["_Session"]()
+
+# The key of a pytest-xdist worker's `workeroutput` that carries its records' JSON forms.
+_WORKER_RECORDS = "emitter_filter_records"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,6 +240,31 @@ def _describe(number: int, record: ProgramRecord, max_dead_bytes: int) -> str:
     return describe_audit(dataclasses.replace(record.audit, path=where), max_dead_bytes)
 
 
+def _checked_report_path(path: Path) -> Path:
+    """`path`, absolute (tests may change directory), once a report can be written there.
+
+    Its missing directories are made now, as the report will need them.
+
+    Raises:
+        pytest.UsageError: It is not a regular file, or its directory takes no file.
+    """
+    from emitter_filter.errors import OutputFileError
+    from emitter_filter.ondisk.output import check_writable
+
+    path = path.absolute()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise pytest.UsageError(
+            f"--emitter-filter-report {path}: cannot make {error.filename}: {error.strerror}"
+        ) from error
+    try:
+        check_writable(str(path))
+    except OutputFileError as error:
+        raise pytest.UsageError(f"--emitter-filter-report {error}") from error
+    return path
+
+
 class _Session:
     """The plugin's state for one pytest run: options, the running test, the records."""
 
@@ -242,7 +276,16 @@ class _Session:
             )
         self.prune = config.getoption("emitter_filter_prune")
         self.report_path = config.getoption("emitter_filter_report")
-        self.records: list[ProgramRecord] = []  # every program audited, in order
+        # A pytest-xdist worker sends its records to the controller, which writes the report.
+        self._worker_output: dict | None = getattr(config, "workeroutput", None)
+        # The controller of `-n N` runs no test: it needs neither the hook nor ExecuTorch.
+        self._controller = config.getoption("dist", "no") != "no" and self._worker_output is None
+        if self.report_path is not None and self._worker_output is None:
+            self.report_path = _checked_report_path(self.report_path)
+        self.records: list[ProgramRecord] = []  # every program audited here, in order
+        self._worker_records: dict[str, list[dict]] = {}  # JSON forms, by xdist worker id
+        self._report_error: str | None = None
+        self._lost_workers: list[str] = []  # xdist workers that went down without their records
         self._audit_all = self.max_dead_bytes is not None or self.report_path is not None
         self._test: PteBudget | None = None
         self._observing = False
@@ -250,6 +293,12 @@ class _Session:
         self._lock = threading.Lock()
 
     def start(self) -> None:
+        if self._controller:
+            if self.prune or self._audit_all:
+                from emitter_filter._upstream import check_executorch_version
+
+                check_executorch_version()  # once here, not once per worker
+            return
         if self.prune:
             from emitter_filter.inprocess import hook
 
@@ -274,19 +323,48 @@ class _Session:
                 hook.remove_observer(self._on_serialized)
             if self._enabled_pruning:
                 hook.disable()
-        if self.report_path is not None:
-            self._write_report()
 
-    def _write_report(self) -> None:
+    def _programs(self) -> list[dict]:
+        """Every record's JSON form: this process's, then each xdist worker's."""
+        programs = [record.to_json() for record in self.records]
+        for worker in sorted(self._worker_records):
+            programs.extend(self._worker_records[worker])
+        return programs
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        """pytest-xdist: a worker finished (or crashed); keep the records it sent."""
+        output = getattr(node, "workeroutput", None) or {}
+        self._worker_records[node.gateway.id] = list(output.get(_WORKER_RECORDS, ()))
+        if _WORKER_RECORDS not in output:
+            self._lost_workers.append(node.gateway.id)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self._worker_output is not None:
+            self._worker_output[_WORKER_RECORDS] = [r.to_json() for r in self.records]
+        elif self.report_path is not None:
+            self._write_report(session)
+
+    def _write_report(self, session: pytest.Session) -> None:
+        from emitter_filter.errors import OutputFileError
+        from emitter_filter.ondisk.output import write_file
+
+        programs = self._programs()
         document = {
             "schema": REPORT_SCHEMA,
             "prune": self.prune,
             "max_dead_bytes": self.max_dead_bytes,
-            "programs": [record.to_json() for record in self.records],
+            "programs": programs,
         }
-        self.report_path.parent.mkdir(parents=True, exist_ok=True)
-        self.report_path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-        logger.info("wrote %s: %d programs", self.report_path, len(self.records))
+        try:
+            write_file(str(self.report_path), (json.dumps(document, indent=1) + "\n").encode())
+        except OutputFileError as error:
+            # Writable at start-up, no longer now (removed, full): say so, and fail a passing run.
+            self._report_error = str(error)
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+            return
+        logger.info("wrote %s: %d programs", self.report_path, len(programs))
 
     def budget_of_current_test(self) -> PteBudget:
         if self._test is None:
@@ -363,10 +441,21 @@ class _Session:
             report.sections.append(("emitter_filter: dead bytes", message))
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        if not self.records:
+        if self._report_error is not None:
+            terminalreporter.write_line(
+                f"emitter_filter: report not written: {self._report_error}", red=True
+            )
+        if self._lost_workers:
+            terminalreporter.write_line(
+                f"emitter_filter: worker(s) {', '.join(sorted(self._lost_workers))} went down; "
+                "the programs they serialized are missing from the summary and the report",
+                red=True,
+            )
+        programs = self._programs()
+        if not programs:
             return
-        dead = sum(r.dead_bytes or 0 for r in self.records)
-        line = f"emitter_filter: {len(self.records)} programs audited, {dead:,} dead bytes"
-        if self.report_path is not None:
+        dead = sum(p["dead_bytes"] or 0 for p in programs)
+        line = f"emitter_filter: {len(programs)} programs audited, {dead:,} dead bytes"
+        if self.report_path is not None and self._report_error is None:
             line += f"; report: {self.report_path}"
         terminalreporter.write_line(line)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from emitter_filter.errors import InvariantError, ProgramFormatError
 from emitter_filter.names import ConstantName
+from emitter_filter.regular_files import open_regular_input
 
 __all__ = ["PlaceholderNames", "StateFile", "read_state_file", "state_file"]
 
@@ -242,7 +243,7 @@ def read_state_file(path: str | os.PathLike) -> StateFile:
     """
     path = os.fspath(path)
     try:
-        with zipfile.ZipFile(path) as archive:
+        with os.fdopen(open_regular_input(path), "rb") as file, zipfile.ZipFile(file) as archive:
             entries = set(archive.namelist())
     except (OSError, zipfile.BadZipFile) as error:
         raise ProgramFormatError(

@@ -6,7 +6,7 @@ offset. `write_outputs` streams the pieces (in the kernel with
 `copy_file_range` where the filesystem allows), each output into a temporary
 file in its directory that is renamed over the target only once every output
 is complete; on any error nothing is left behind and old targets stay as they
-were.
+were. What is not a regular file is never read nor replaced (`regular_files`).
 """
 
 from __future__ import annotations
@@ -20,13 +20,16 @@ from dataclasses import dataclass, field
 
 from emitter_filter.errors import OutputFileError
 from emitter_filter.errors import PteFormatError
+from emitter_filter.regular_files import open_regular_input, output_target
 
 __all__ = [
     "ProgressFn",
     "Piece",
     "OutputFile",
     "check_outputs",
+    "check_writable",
     "open_input",
+    "write_file",
     "write_outputs",
 ]
 
@@ -149,12 +152,50 @@ def _open_temp(dst: str, mode: int) -> tuple[int, str]:
     return fd, temp
 
 
+def check_writable(path: str) -> None:
+    """Refuses early an output `write_file` could not write: a non-file, or an unwritable directory.
+
+    Creates (and removes) a temporary file beside it, the one test that root and
+    read-only mounts answer truthfully.
+
+    Raises:
+        OutputFileError: It is not a regular file, or its directory takes no new file.
+    """
+    fd, temp = _open_temp(output_target(path), 0o600)
+    os.close(fd)
+    os.unlink(temp)
+
+
+def write_file(path: str, data: bytes) -> None:
+    """Writes one small output (a report) atomically, as `write_outputs` writes the large ones.
+
+    A new file gets the permissions `open` would give it; a replaced one keeps its own.
+
+    Raises:
+        OutputFileError: It is not a regular file, or cannot be written; nothing is left behind.
+    """
+    target = output_target(path)
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, temp = _open_temp(target, mode)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.replace(temp, target)
+    except BaseException as error:
+        os.unlink(temp)
+        if isinstance(error, OSError):
+            raise OutputFileError(f"{path}: cannot write: {error.strerror}") from error
+        raise
+
+
 def open_input(path: str, opened: list[int]) -> int:
     """Opens an input read-only (it is never written) and records it for closing."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as error:
-        raise PteFormatError(path, f"cannot open: {error.strerror}") from error
+    fd = open_regular_input(path)
     opened.append(fd)
     return fd
 
@@ -171,11 +212,13 @@ def _same_file(a: str, b: str) -> bool:
 def check_outputs(
     inputs: Sequence[str], outputs: Sequence[str], operation: str = "prune"
 ) -> None:
-    """Refuses an output that is an input, or two outputs that are one file.
+    """Refuses an output that is an input, two outputs that are one file, or a non-file.
 
     `operation` names what writes them (`prune`, `dedupe`) in the message.
+    Called before any work, so that a refusal costs nothing.
     """
     for output in outputs:
+        output_target(output)
         for source in inputs:
             if _same_file(source, output):
                 raise OutputFileError(
@@ -200,8 +243,9 @@ def write_outputs(outputs: Sequence[OutputFile], progress: ProgressFn | None = N
     written = 0
     try:
         for output in outputs:
-            fd, temp = _open_temp(output.path, stat.S_IMODE(os.fstat(output.source_fd).st_mode))
-            temps.append([fd, temp, output.path])
+            target = output_target(output.path)
+            fd, temp = _open_temp(target, stat.S_IMODE(os.fstat(output.source_fd).st_mode))
+            temps.append([fd, temp, target])
             writer = _Writer(fd, written, total, progress)
             _write(writer, output)
             written += writer.position

@@ -55,6 +55,7 @@ from emitter_filter.ondisk.layout import (
     NUM_HEAD_BYTES,
     PROGRAM_IDENTIFIER,
 )
+from emitter_filter.regular_files import open_regular_input
 from emitter_filter.named_keys import DelegateRef, NamedDataUse, classify_named_keys
 from emitter_filter.reachability import (
     DataRef,
@@ -244,10 +245,7 @@ class ByteSource:
         else:
             self.name = os.fspath(source)
             self._data = None
-            try:
-                self._fd = os.open(self.name, os.O_RDONLY)
-            except OSError as error:
-                raise PteFormatError(self.name, f"cannot open: {error.strerror}") from error
+            self._fd = open_regular_input(self.name)
             self.size = os.fstat(self._fd).st_size
 
     def read(self, offset: int, size: int, what: str) -> bytes:
