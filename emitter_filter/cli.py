@@ -2,8 +2,8 @@
 
 Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`;
 2 usage error, bad input or an output `prune` cannot write (a one-line message
-naming the file, and the offset where one applies; a traceback only with -v; no
-output file); for `run`, what the script exited with; for `demo`, 1 if one of
+naming the file, and the offset where one applies; with -v also the traceback,
+the exit code unchanged; no output file); for `run`, what the script exited with; for `demo`, 1 if one of
 its checks failed.
 """
 
@@ -15,6 +15,7 @@ import logging
 import os
 import runpy
 import sys
+import traceback
 from collections.abc import Sequence
 
 from emitter_filter.errors import EmitterFilterError
@@ -456,8 +457,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return commands[options.command](parser, options)
     except EmitterFilterError as error:
+        # -v shows where it came from; the exit code still says what happened.
         if options.verbose:
-            raise
+            traceback.print_exc(file=sys.stderr)
         print(f"emitter-filter: {error}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:

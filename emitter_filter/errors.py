@@ -1,4 +1,8 @@
-"""The errors emitter_filter raises; every one derives from `EmitterFilterError`."""
+"""The errors emitter_filter raises; every one derives from `EmitterFilterError`.
+
+Besides these, a public function given an argument of the wrong type or value
+raises `TypeError` or `ValueError`, as its docstring says.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ __all__ = [
     "EnvironmentVariableError",
     "InvariantError",
     "PteFormatError",
+    "ReportNotFoundError",
 ]
 
 
@@ -33,8 +38,12 @@ class EnvironmentVariableError(EmitterFilterError, ValueError):
     """`EMITTER_FILTER_PRUNE` has a value emitter_filter does not accept."""
 
 
-class InvariantError(EmitterFilterError, AssertionError):
-    """emitter_filter broke one of its own invariants: a bug, please report it."""
+class InvariantError(EmitterFilterError):
+    """emitter_filter broke one of its own invariants: a bug, please report it.
+
+    Not an `AssertionError`, so that a caller's `except AssertionError` (a test
+    helper's, say) cannot swallow a bug of ours.
+    """
 
 
 class PteFormatError(ProgramFormatError):
@@ -45,3 +54,7 @@ class PteFormatError(ProgramFormatError):
         super().__init__(where + message)
         self.path = path
         self.offset = offset
+
+
+class ReportNotFoundError(EmitterFilterError, LookupError):
+    """`report(manager)` was given a program serialized without pruning or deduplication."""

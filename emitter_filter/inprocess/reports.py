@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from emitter_filter.errors import ReportNotFoundError
 from emitter_filter.names import TENSOR_SPACES, ConstantName, DroppedConstant
 
 if TYPE_CHECKING:
@@ -140,14 +141,16 @@ def report(manager) -> PruneReport:
         manager: The result of `to_executorch` with pruning on. Not modified.
 
     Raises:
-        LookupError: The manager's program was serialized without pruning.
+        ReportNotFoundError: The manager's program was serialized without pruning
+            (a `LookupError`).
+        TypeError: `manager` is not an `ExecutorchProgramManager`.
     """
     from emitter_filter._upstream import emitter_output_of
 
     with _reports_lock:
         found = _reports.get(id(emitter_output_of(manager)))
     if found is None:
-        raise LookupError(
+        raise ReportNotFoundError(
             "this program was serialized without pruning: pass "
             "ExecutorchBackendConfig(prune_constants=True) (or dedupe_constants=True) "
             "or use emitter_filter.pruning()"
