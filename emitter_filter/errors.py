@@ -35,7 +35,11 @@ class OutputFileError(EmitterFilterError, ValueError):
 
 
 class EnvironmentVariableError(EmitterFilterError, ValueError):
-    """`EMITTER_FILTER_PRUNE` has a value emitter_filter does not accept."""
+    """A variable of ours has a value emitter_filter does not accept (see `environment.env_flag`).
+
+    Raised where the value decides what happens (`EMITTER_FILTER_STRICT` in a pruned
+    export); a refused `EMITTER_FILTER_PRUNE` or `EMITTER_FILTER_DEDUPE` only warns.
+    """
 
 
 class InvariantError(EmitterFilterError):
