@@ -21,10 +21,11 @@ from collections.abc import Sequence
 from emitter_filter.environment import ENV_DEDUPE, ENV_PRUNE, ENV_STRICT, env_flag
 from emitter_filter.errors import EmitterFilterError, EnvironmentVariableError
 
-__all__ = ["main"]
+__all__ = ["main", "EXIT_OK", "EXIT_DEAD_BYTES", "EXIT_USAGE", "EXIT_DEMO_FAILED"]
 
 logger = logging.getLogger(__name__)
 
+#: The exit codes of the module docstring.
 EXIT_OK = 0
 EXIT_DEAD_BYTES = 1
 EXIT_USAGE = 2

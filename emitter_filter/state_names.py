@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from emitter_filter.errors import InvariantError, ProgramFormatError
 from emitter_filter.names import ConstantName
 
-__all__ = ["PlaceholderNames", "StateFile", "read_state_file", "state_file"]
+__all__ = ["PlaceholderNames", "StateFile", "name_entries", "read_state_file", "state_file"]
 
 logger = logging.getLogger(__name__)
 

@@ -146,7 +146,7 @@ def _prune(emitter_output, config, named_data_store, methods, dedupe: bool):
     from emitter_filter.inprocess.prune_emitted import prune_emitter_output
     from emitter_filter.errors import ProgramFormatError
     from emitter_filter.inprocess.named_data import find_named_data_use, prune_named_data
-    from emitter_filter.inprocess.reports import record_report
+    from emitter_filter.inprocess.reports import _record_report
     from emitter_filter.state_names import PlaceholderNames
 
     started = time.perf_counter()
@@ -160,7 +160,7 @@ def _prune(emitter_output, config, named_data_store, methods, dedupe: bool):
         modes = "pruning nor deduplicating" if dedupe else "pruning"
         _fail_safe(config, error, modes, "as ExecuTorch writes it")
         skipped = _skipped_report(emitter_output, str(error), started, dedupe)
-        record_report(emitter_output, skipped)
+        _record_report(emitter_output, skipped)
         return named_data_store, skipped
     # After the constants, so that the duplicates reported are the bytes written.
     named_data_store, named_data_report = prune_named_data(
@@ -171,7 +171,7 @@ def _prune(emitter_output, config, named_data_store, methods, dedupe: bool):
         named_data=named_data_report,
         seconds=time.perf_counter() - started,
     )
-    record_report(emitter_output, prune_report)
+    _record_report(emitter_output, prune_report)
     # Passed as an object: the summary (its names, its duplicate search) is only built if logged.
     logger.info("emitter_filter: %s", prune_report)
     return named_data_store, prune_report
@@ -214,7 +214,7 @@ def _dedupe_serialized(emitter_output, serialized, config, prune_report):
     """
     from emitter_filter.errors import ProgramFormatError
     from emitter_filter.ondisk.dedupe import dedupe_pte
-    from emitter_filter.inprocess.reports import record_dedupe_report, record_dedupe_skipped
+    from emitter_filter.inprocess.reports import _record_dedupe_report, _record_dedupe_skipped
 
     started = time.perf_counter()
     pte, ptd_files = serialized
@@ -224,11 +224,11 @@ def _dedupe_serialized(emitter_output, serialized, config, prune_report):
     except ProgramFormatError as error:
         written = "as ExecuTorch writes it" if prune_report is None else "pruned only"
         _fail_safe(config, error, "deduplicating", written)
-        record_dedupe_skipped(emitter_output, str(error))
+        _record_dedupe_skipped(emitter_output, str(error))
         return serialized
     # The join into one bytes object is part of the cost of deduplicating.
     dedupe_report = dataclasses.replace(dedupe_report, seconds=time.perf_counter() - started)
-    record_dedupe_report(emitter_output, dedupe_report)
+    _record_dedupe_report(emitter_output, dedupe_report)
     logger.info("emitter_filter: %s", dedupe_report)
     return (pte if deduplicated is data else _upstream.cord(deduplicated)), ptd_files
 

@@ -124,7 +124,7 @@ def _forget_report(key: int) -> None:
         _reports.pop(key, None)
 
 
-def record_report(emitter_output: object, prune_report: PruneReport) -> None:
+def _record_report(emitter_output: object, prune_report: PruneReport) -> None:
     """Remembers `prune_report` for as long as `emitter_output` is alive."""
     key = id(emitter_output)
     with _reports_lock:
@@ -132,13 +132,13 @@ def record_report(emitter_output: object, prune_report: PruneReport) -> None:
     weakref.finalize(emitter_output, _forget_report, key)
 
 
-def record_dedupe_report(emitter_output: object, dedupe_report: DedupeReport) -> None:
+def _record_dedupe_report(emitter_output: object, dedupe_report: DedupeReport) -> None:
     """Adds `dedupe_report` to the prune's report, or records it alone when nothing was pruned."""
     _add_to_report(emitter_output, dedupe=dedupe_report)
 
 
-def record_dedupe_skipped(emitter_output: object, reason: str) -> None:
-    """Records why the dedupe left the program as it was, as `record_dedupe_report` does."""
+def _record_dedupe_skipped(emitter_output: object, reason: str) -> None:
+    """Records why the dedupe left the program as it was, as `_record_dedupe_report` does."""
     _add_to_report(emitter_output, dedupe_skipped=reason)
 
 
@@ -147,7 +147,7 @@ def _add_to_report(emitter_output: object, **fields) -> None:
         found = _reports.get(id(emitter_output))
     if found is None:
         found = PruneReport({}, {}, (), 0, 0.0)
-    record_report(emitter_output, dataclasses.replace(found, **fields))
+    _record_report(emitter_output, dataclasses.replace(found, **fields))
 
 
 def report(manager) -> PruneReport:

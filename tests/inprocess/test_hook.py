@@ -268,18 +268,6 @@ def test_an_unknown_environment_value_warns_at_the_export_and_leaves_it_unpruned
     assert out.read_bytes() == expected["dirty"]
 
 
-def test_the_public_api_is_what_we_mean_it_to_be():
-    assert set(emitter_filter.__all__) >= {
-        "ExecutorchBackendConfig", "pruning", "report", "PruneReport", "DroppedConstant",
-        "install", "uninstall", "EmitterFilterError", "UnsupportedExecutorchError",
-        "ProgramFormatError", "InvariantError", "SUPPORTED_EXECUTORCH", "ENV_PRUNE",
-        "ConstantName", "ENV_STRICT",
-    }
-    for name in emitter_filter.__all__:
-        assert getattr(emitter_filter, name) is not None, name
-    assert issubclass(emitter_filter.ExecutorchBackendConfig, UpstreamConfig)
-
-
 def test_observers_see_each_serialized_program_pruned_or_not(expected):
     seen = []
     hook.add_observer(seen.append)
