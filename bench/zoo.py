@@ -6,7 +6,8 @@ called twice on the same manager. Building is outside every timed region.
 
 Cases, and why each is here:
 
-- ``seed_lower`` / ``seed_to_backend``: the public report (ExecuTorch #9659, see
+- ``seed_lower`` / ``seed_to_backend``: the public report (ExecuTorch #9659, the model in
+  `tests/seed_model.py`, which the tests build too; see
   `shared/seed-issue.md`): a pt2e-quantized MLP lowered to XNNPACK, once through
   `to_edge_transform_and_lower`, once through `to_edge(...).to_backend`. The
   report's float weights were orphaned *parameters*, which `to_edge` in
@@ -84,47 +85,15 @@ class ModelCase:
     dedupe: bool = False
 
 
-def _seed_model():
+def _seed_exported():
+    """The seed repro (`tests.seed_model`) up to `torch.export`, weights and inputs from `SEED`."""
     import torch
 
-    class SimpleModel(torch.nn.Module):
-        """The model of ExecuTorch #9659, as filed."""
-
-        def __init__(self):
-            super().__init__()
-            self.linear1 = torch.nn.Linear(16, 1024)
-            self.relu1 = torch.nn.ReLU()
-            self.linear2 = torch.nn.Linear(1024, 16)
-            self.relu2 = torch.nn.ReLU()
-
-        def forward(self, x):
-            return self.relu2(self.linear2(self.relu1(self.linear1(x))))
+    from tests.seed_model import SeedModel, quantized_seed_program
 
     torch.manual_seed(SEED)
-    return SimpleModel().eval(), (torch.randn(1, 16),)
-
-
-def _seed_exported():
-    """The seed repro up to `torch.export`: pt2e static per-tensor quantization, non-strict."""
-    import torch
-    from executorch.backends.transforms.duplicate_dynamic_quant_chain import (
-        DuplicateDynamicQuantChainPass,
-    )
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer,
-        get_symmetric_quantization_config,
-    )
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-    model, inputs = _seed_model()
-    graph = torch.export.export(model, inputs).module()
-    quantizer = XNNPACKQuantizer()
-    quantizer.set_global(get_symmetric_quantization_config(is_per_channel=False))
-    prepared = prepare_pt2e(graph, quantizer)
-    prepared(*inputs)  # calibrate once, as the issue's flow does between prepare and convert
-    converted = convert_pt2e(prepared)
-    DuplicateDynamicQuantChainPass()(converted)
-    return torch.export.export(converted, inputs, strict=False)
+    model = SeedModel().eval()
+    return quantized_seed_program(model, (torch.randn(1, 16),))
 
 
 def _build_seed_lower():

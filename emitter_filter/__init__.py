@@ -35,6 +35,8 @@ from emitter_filter.errors import (
     InvariantError,
     OutputFileError,
     ProgramFormatError,
+    PteFormatError,
+    ReportNotFoundError,
     UnsupportedExecutorchError,
 )
 
@@ -61,6 +63,8 @@ __all__ = [
     "OutputFileError",
     "EnvironmentVariableError",
     "InvariantError",
+    "PteFormatError",
+    "ReportNotFoundError",
     "SUPPORTED_EXECUTORCH",
     "ENV_PRUNE",
     "ENV_STRICT",

@@ -2,10 +2,10 @@
 
 Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`;
 2 usage error, bad input or an output `prune` cannot write (a one-line message
-naming the file, and the offset where one applies; a traceback only with -v; no
-output file); for `run`, what the script exited with; for `demo`, 1 if one of
-its checks failed; 143 (128 + SIGTERM) if `prune` was terminated, its temporary
-files removed.
+naming the file, and the offset where one applies; with -v also the traceback,
+the exit code unchanged; no output file); for `run`, what the script exited with;
+for `demo`, 1 if one of its checks failed; 143 (128 + SIGTERM) if `prune` was
+terminated, its temporary files removed.
 """
 
 from __future__ import annotations
@@ -19,14 +19,19 @@ import runpy
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Iterator, Sequence
 
-from emitter_filter.errors import EmitterFilterError
+from emitter_filter.environment import ENV_DEDUPE, ENV_PRUNE, ENV_STRICT, env_flag
+from emitter_filter.errors import EmitterFilterError, EnvironmentVariableError
 
-__all__ = ["main"]
+__all__ = [
+    "main", "EXIT_OK", "EXIT_DEAD_BYTES", "EXIT_USAGE", "EXIT_DEMO_FAILED", "EXIT_TERMINATED",
+]
 
 logger = logging.getLogger(__name__)
 
+#: The exit codes of the module docstring.
 EXIT_OK = 0
 EXIT_DEAD_BYTES = 1
 EXIT_USAGE = 2
@@ -150,12 +155,13 @@ def _build_parser() -> argparse.ArgumentParser:
 
     env = commands.add_parser(
         "env",
-        help="say whether EMITTER_FILTER_PRUNE would prune in this environment, and why",
+        help="say what EMITTER_FILTER_PRUNE, _DEDUPE and _STRICT would do here, and why",
         description=(
             "Say whether a Python process started from this environment, with this "
-            "interpreter, prunes the programs it serializes without importing "
-            "emitter_filter: the first line is the answer and its reason, then the "
-            "variable's value, where the start-up hook (.pth) is installed, and which "
+            "interpreter, prunes and deduplicates the programs it serializes without "
+            "importing emitter_filter, and whether strict mode is on: one line each, "
+            "the answer and its reason (a value the hook refuses is explained), then the "
+            "variables' values, where the start-up hook (.pth) is installed, and which "
             "executorch is installed. Imports neither torch nor ExecuTorch. Exit 0."
         ),
     )
@@ -312,50 +318,89 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 def _env(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     import importlib.util
 
-    from emitter_filter import environment
     from emitter_filter._upstream import check_executorch_version, installed_executorch_version
+    from emitter_filter.errors import UnsupportedExecutorchError
     from emitter_filter.inprocess import startup as _startup
-    from emitter_filter.errors import EnvironmentVariableError, UnsupportedExecutorchError
 
-    name, raw = environment.ENV_PRUNE, os.environ.get(environment.ENV_PRUNE)
     hook_files = _startup.installed_pth_files()
     executorch = importlib.util.find_spec("executorch")
     version = installed_executorch_version()
-    refused = unsupported = None
-    try:
-        requested = _startup.prune_requested()
-    except EnvironmentVariableError as error:
-        requested, refused = None, error
+    unsupported = None
     try:
         check_executorch_version(version)
     except UnsupportedExecutorchError as error:
         unsupported = error
-    # The first reason the hook would not prune: the variable, the hook, then executorch.
-    reasons = [
-        (raw is None, f"{name} is not set"),
-        (requested is None, str(refused)),
-        (requested is False and raw is not None, f"{name}={raw!r} turns it off"),
+    # The first reason the hook would not act: the variable, the hook, then executorch.
+    stoppers = [
         (not hook_files, f"{_startup.PTH_NAME} is in none of this Python's site directories; "
                          "reinstall emitter_filter (a process that imports it still prunes)"),
         (unsupported is not None, str(unsupported)),
     ]
-    answer = next((f"no: {reason}" for stops, reason in reasons if stops), (
-        "yes: every Python process started here prunes the programs it serializes "
-        f"once it imports {_startup.EXPORTER_MODULE}"
-    ))
-    state = {True: "on", False: "off", None: "not accepted"}[requested]
-    value = "not set" if raw is None else f"{raw!r} ({state})"
+    modes = [
+        ("prune", ENV_PRUNE, "prunes the programs it serializes"),
+        ("deduplicate", ENV_DEDUPE, "deduplicates the programs it serializes (pruned or not)"),
+    ]
+    lines = [
+        _env_answer(question, name, does, stoppers) for question, name, does in modes
+    ] + [_env_strict_answer()]
     # A namespace package (executorch has no __init__.py): its directories, not a file.
     where = "" if executorch is None else f" at {', '.join(executorch.submodule_search_locations)}"
     print("\n".join([
-        f"would prune: {answer}",
+        *lines,
         f"python: {sys.executable} ({sys.version.split()[0]})",
-        f"{name}: {value}",
+        *(f"{name}: {_env_value(name)}" for name in (ENV_PRUNE, ENV_DEDUPE, ENV_STRICT)),
         f"start-up hook: {', '.join(hook_files) or 'not installed'}",
         f"executorch: {version or 'not installed'}{where}"
         + ("" if version is None else " (not supported)" if unsupported else " (supported)"),
     ]))
     return EXIT_OK
+
+
+def _env_flag(name: str) -> tuple[bool | None, str | None]:
+    """The variable as the hook reads it: on, off or None (refused), and why it was refused."""
+    try:
+        return env_flag(name), None
+    except EnvironmentVariableError as error:
+        return None, str(error)
+
+
+def _env_value(name: str) -> str:
+    raw = os.environ.get(name)
+    state = {True: "on", False: "off", None: "not accepted"}[_env_flag(name)[0]]
+    return "not set" if raw is None else f"{raw!r} ({state})"
+
+
+def _env_answer(question: str, name: str, does: str, stoppers) -> str:
+    """`would QUESTION: yes/no: why`, for a variable the start-up hook reads."""
+    from emitter_filter.inprocess.startup import EXPORTER_MODULE
+
+    raw = os.environ.get(name)
+    requested, refused = _env_flag(name)
+    reasons = [
+        (raw is None, f"{name} is not set"),
+        (requested is None, f"{refused}; a process says so, and does not {question}, "
+                             f"once it imports {EXPORTER_MODULE}"),
+        (requested is False and raw is not None, f"{name}={raw!r} turns it off"),
+        *stoppers,
+    ]
+    answer = next((f"no: {reason}" for stops, reason in reasons if stops), (
+        f"yes: every Python process started here {does} once it imports {EXPORTER_MODULE}"
+    ))
+    return f"would {question}: {answer}"
+
+
+def _env_strict_answer() -> str:
+    """`strict: ...`: what a program the filter cannot prove safe to prune becomes."""
+    raw = os.environ.get(ENV_STRICT)
+    requested, refused = _env_flag(ENV_STRICT)
+    if requested is None:
+        return f"strict: {refused}; a pruned export raises this error"
+    if requested:
+        return ("strict: yes: a program the filter cannot prove safe to prune raises "
+                "ProgramFormatError")
+    why = f"{ENV_STRICT} is not set" if raw is None else f"{ENV_STRICT}={raw!r} turns it off"
+    return f"strict: no: {why}; a program the filter cannot prove safe to prune is written " \
+           "unpruned, with a warning"
 
 
 def _format_audit(report) -> str:
@@ -496,8 +541,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return commands[options.command](parser, options)
     except EmitterFilterError as error:
+        # -v shows where it came from; the exit code still says what happened.
         if options.verbose:
-            raise
+            traceback.print_exc(file=sys.stderr)
         print(f"emitter-filter: {error}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:

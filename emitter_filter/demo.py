@@ -29,11 +29,14 @@ if TYPE_CHECKING:
     from emitter_filter.ondisk.audit import AuditReport
     from emitter_filter.inprocess.reports import PruneReport
 
-__all__ = ["DemoResult", "LEAKS", "PLAIN_PTE", "PRUNED_PTE", "default_out_dir", "run_demo"]
+__all__ = [
+    "DemoResult", "LEAKS", "PLAIN_PTE", "PRUNED_PTE", "default_out_dir", "fold_multiply_by_parameter",
+    "run_demo",
+]
 
 logger = logging.getLogger(__name__)
 
-SEED = 0
+_SEED = 0
 #: The file names written in the output directory.
 PLAIN_PTE = "model.pte"
 PRUNED_PTE = "model.pruned.pte"
@@ -80,7 +83,7 @@ class DemoResult:
         plain_bytes = self.plain_audit.file_bytes
         saved = plain_bytes - self.pruned_audit.file_bytes
         lines = [
-            f"model: conv, batch norm and linear, random weights (seed {SEED}), "
+            f"model: conv, batch norm and linear, random weights (seed {_SEED}), "
             f"with {len(self.leaks)} constants nothing reads:"
         ]
         width = max(len(name) for name, *_ in self.leaks)
@@ -173,7 +176,7 @@ def _build_model(torch):
             features = self.bn(self.conv(x)).relu().mean((2, 3))
             return self.head(features) * self.scale
 
-    torch.manual_seed(SEED)
+    torch.manual_seed(_SEED)
     model = DemoModel().eval()
     return model, (torch.randn(1, 3, 16, 16),)
 
@@ -210,7 +213,7 @@ def run_demo(out_dir: Path) -> DemoResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     plain_path, pruned_path = out_dir / PLAIN_PTE, out_dir / PRUNED_PTE
 
-    logger.info("building the model (seed %d) and exporting it", SEED)
+    logger.info("building the model (seed %d) and exporting it", _SEED)
     model, inputs = _build_model(torch)
     tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     leaks = tuple(

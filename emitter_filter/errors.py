@@ -1,4 +1,8 @@
-"""The errors emitter_filter raises; every one derives from `EmitterFilterError`."""
+"""The errors emitter_filter raises; every one derives from `EmitterFilterError`.
+
+Besides these, a public function given an argument of the wrong type or value
+raises `TypeError` or `ValueError`, as its docstring says.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ __all__ = [
     "EnvironmentVariableError",
     "InvariantError",
     "PteFormatError",
+    "ReportNotFoundError",
 ]
 
 
@@ -30,11 +35,19 @@ class OutputFileError(EmitterFilterError, ValueError):
 
 
 class EnvironmentVariableError(EmitterFilterError, ValueError):
-    """`EMITTER_FILTER_PRUNE` has a value emitter_filter does not accept."""
+    """A variable of ours has a value emitter_filter does not accept (see `environment.env_flag`).
+
+    Raised where the value decides what happens (`EMITTER_FILTER_STRICT` in a pruned
+    export); a refused `EMITTER_FILTER_PRUNE` or `EMITTER_FILTER_DEDUPE` only warns.
+    """
 
 
-class InvariantError(EmitterFilterError, AssertionError):
-    """emitter_filter broke one of its own invariants: a bug, please report it."""
+class InvariantError(EmitterFilterError):
+    """emitter_filter broke one of its own invariants: a bug, please report it.
+
+    Not an `AssertionError`, so that a caller's `except AssertionError` (a test
+    helper's, say) cannot swallow a bug of ours.
+    """
 
 
 class PteFormatError(ProgramFormatError):
@@ -45,3 +58,7 @@ class PteFormatError(ProgramFormatError):
         super().__init__(where + message)
         self.path = path
         self.offset = offset
+
+
+class ReportNotFoundError(EmitterFilterError, LookupError):
+    """`report(manager)` was given a program serialized without pruning or deduplication."""

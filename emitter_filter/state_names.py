@@ -31,7 +31,7 @@ from emitter_filter.errors import InvariantError, ProgramFormatError
 from emitter_filter.names import ConstantName
 from emitter_filter.regular_files import open_regular_input
 
-__all__ = ["PlaceholderNames", "StateFile", "read_state_file", "state_file"]
+__all__ = ["PlaceholderNames", "StateFile", "name_entries", "read_state_file", "state_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +111,30 @@ class PlaceholderNames:
                 f"placeholder {name.name!r} {list(shape)}: values no longer follow placeholders"
             )
         return name
+
+
+    def delegated_state(self, pattern: str) -> tuple[str, ...]:
+        """Where the state whose FQN matches `pattern` went, if a delegate took it.
+
+        A parameter lowered into a delegate (XNNPACK) is in the delegate's own
+        program, not in the method's values, so `keep_constants` cannot match it;
+        each match is described for the warning, e.g. `parameter 'linear.weight'
+        was lowered into the XnnpackBackend delegate lowered_module_0 of plan 'forward'`.
+        """
+        import fnmatch
+
+        found = []
+        for plan, program in self._programs.items():
+            for path, module in program.graph_module.named_modules():
+                original = getattr(module, "original_module", None)
+                backend = getattr(module, "backend_id", None)
+                if original is None or backend is None:
+                    continue
+                for fqn, kind in _signature_names(original).values():
+                    if fnmatch.fnmatchcase(fqn, pattern):
+                        found.append(f"{kind.replace('_', ' ')} {fqn!r} was lowered into "
+                                     f"the {backend} delegate {path} of plan {plan!r}")
+        return tuple(found)
 
 
 def name_entries(

@@ -22,6 +22,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 import emitter_filter
+from tests.seed_model import SeedModel, quantized_seed_program
 
 SEED = 0
 
@@ -73,42 +74,14 @@ class Case:
         return self.build_fn(dead, config or emitter_filter.ExecutorchBackendConfig())
 
 
-# --- the seed repro (shared/seed-issue.md) -------------------------------------------
-
-
-class SeedModel(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear1 = torch.nn.Linear(16, 1024)
-        self.relu1 = torch.nn.ReLU()
-        self.linear2 = torch.nn.Linear(1024, 16)
-        self.relu2 = torch.nn.ReLU()
-
-    def forward(self, x):
-        return self.relu2(self.linear2(self.relu1(self.linear1(x))))
+# --- the seed repro (ExecuTorch #9659, `tests.seed_model`) ----------------------------
 
 
 SEED_INPUTS = (torch.randn(1, 16, generator=torch.Generator().manual_seed(7)),)
 
 
 def _quantized_seed_program() -> ExportedProgram:
-    from executorch.backends.transforms.duplicate_dynamic_quant_chain import (
-        DuplicateDynamicQuantChainPass,
-    )
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer,
-        get_symmetric_quantization_config,
-    )
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-    module = torch.export.export(SeedModel().eval(), SEED_INPUTS).module()
-    quantizer = XNNPACKQuantizer()
-    quantizer.set_global(get_symmetric_quantization_config(is_per_channel=False))
-    prepared = prepare_pt2e(module, quantizer)
-    prepared(*SEED_INPUTS)
-    converted = convert_pt2e(prepared)
-    DuplicateDynamicQuantChainPass()(converted)
-    return torch.export.export(converted, SEED_INPUTS, strict=False)
+    return quantized_seed_program(SeedModel().eval(), SEED_INPUTS)
 
 
 def _seed_transform_and_lower(dead, config):

@@ -34,7 +34,8 @@ class ExecutorchBackendConfig(_UpstreamExecutorchBackendConfig):
         keep_constants: `fnmatch` patterns of fully qualified names (`"unused"`,
             `"metadata.*"`): a constant whose parameter, buffer or lifted-constant
             name matches one is kept although no instruction reads it, for a
-            runtime that reads it by name (`Method.get_attribute`).
+            runtime that reads it by name (`Method.get_attribute`). Anything but
+            a sequence of str raises `TypeError` at once.
         prune_strict: Raise `ProgramFormatError` where the filter cannot prove a
             program safe to prune, instead of writing it unpruned with a warning
             (also `EMITTER_FILTER_STRICT=1`).
@@ -53,8 +54,6 @@ class ExecutorchBackendConfig(_UpstreamExecutorchBackendConfig):
         # Covers both the constructor and a later `config.prune_constants = True`.
         if name in ("prune_constants", "dedupe_constants") and value:
             hook.install()
-        if name == "keep_constants" and isinstance(value, str):
-            raise TypeError(
-                f"keep_constants={value!r}: expected a sequence of patterns, not a str"
-            )
+        if name == "keep_constants":
+            hook._keep_patterns(value)  # raises TypeError naming the argument
         super().__setattr__(name, value)

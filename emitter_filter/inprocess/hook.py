@@ -16,12 +16,14 @@ only to hand the serializer wrapper the `ExportedProgram`s it emitted (held in
 a per-thread slot until that call takes it): their graph signatures name the
 constants for `keep_constants` and the report.
 
-Fail-safe: when the analysis finds the emitted program inconsistent
-(`ProgramFormatError`: an index that points nowhere, which ExecuTorch's own
-serializer does not check), nothing has been modified yet; the program is
-written as ExecuTorch writes it, with one WARNING, and its report says why it
-was skipped. Strict mode (`prune_strict=True`, or `EMITTER_FILTER_STRICT=1`)
-raises instead. An `InvariantError` (a bug of ours) always raises.
+Fail-safe, the same for every mode: when the analysis finds the emitted
+program inconsistent (`ProgramFormatError`: an index that points nowhere, which
+ExecuTorch's own serializer does not check), nothing has been modified yet; the
+program is written as ExecuTorch writes it (or, when only the dedupe fails,
+as the prune left it), with one WARNING naming the modes skipped, and its
+report says why (`skipped`, `dedupe_skipped`). Strict mode (`prune_strict=True`,
+or `EMITTER_FILTER_STRICT=1`) raises instead. An `InvariantError` (a bug of
+ours) always raises.
 
 Installing is idempotent, thread-safe and reversible with `uninstall()`.
 
@@ -107,7 +109,7 @@ def _take_emitted_methods(emitter_output) -> dict | None:
     return dict(methods) if isinstance(methods, dict) else {"forward": methods}
 
 
-def _skipped_report(emitter_output, reason: str, started: float):
+def _skipped_report(emitter_output, reason: str, started: float, dedupe: bool):
     from emitter_filter.inprocess.prune_emitted import space_nbytes
     from emitter_filter.inprocess.reports import PruneReport
 
@@ -115,19 +117,36 @@ def _skipped_report(emitter_output, reason: str, started: float):
     return PruneReport(
         bytes_before=nbytes, bytes_after=nbytes, found=(), dropped_values=0,
         seconds=time.perf_counter() - started, skipped=reason,
+        dedupe_skipped=reason if dedupe else None,
     )
 
 
-def _prune(emitter_output, config, named_data_store, methods):
+def _fail_safe(config, error, modes: str, written: str) -> None:
+    """The one fail-safe of every mode: strict mode raises `error`, otherwise one WARNING.
+
+    Called where a `ProgramFormatError` stopped a transform before it changed
+    anything, so that the program can be written as `written` says.
+    """
+    if _strict(config):
+        raise error
+    logger.warning(
+        "emitter_filter: not %s this program, written %s: %s (the filter cannot prove "
+        "the program safe to transform; set %s=1 or prune_strict=True to raise instead)",
+        modes, written, error, ENV_STRICT,
+    )
+
+
+def _prune(emitter_output, config, named_data_store, methods, dedupe: bool):
     """Prunes in place and records the report; returns the named data to serialize and it.
 
     Both analyses run before anything is modified, so that a `ProgramFormatError`
-    can still leave the program to be written as it came (see the module docstring).
+    can still leave the program to be written as it came (see the module docstring);
+    then `dedupe`, if asked for too, is skipped with it, in the same warning.
     """
     from emitter_filter.inprocess.prune_emitted import prune_emitter_output
     from emitter_filter.errors import ProgramFormatError
     from emitter_filter.inprocess.named_data import find_named_data_use, prune_named_data
-    from emitter_filter.inprocess.reports import record_report
+    from emitter_filter.inprocess.reports import _record_report
     from emitter_filter.state_names import PlaceholderNames
 
     started = time.perf_counter()
@@ -138,15 +157,10 @@ def _prune(emitter_output, config, named_data_store, methods):
             emitter_output, keep_constants=_keep_constants(config), names=names
         )
     except ProgramFormatError as error:
-        if _strict(config):
-            raise
-        logger.warning(
-            "emitter_filter: not pruning this program, written as ExecuTorch writes it: "
-            "%s (the filter cannot prove the prune safe; set %s=1 or prune_strict=True "
-            "to raise instead)", error, ENV_STRICT,
-        )
-        skipped = _skipped_report(emitter_output, str(error), started)
-        record_report(emitter_output, skipped)
+        modes = "pruning nor deduplicating" if dedupe else "pruning"
+        _fail_safe(config, error, modes, "as ExecuTorch writes it")
+        skipped = _skipped_report(emitter_output, str(error), started, dedupe)
+        _record_report(emitter_output, skipped)
         return named_data_store, skipped
     # After the constants, so that the duplicates reported are the bytes written.
     named_data_store, named_data_report = prune_named_data(
@@ -157,7 +171,7 @@ def _prune(emitter_output, config, named_data_store, methods):
         named_data=named_data_report,
         seconds=time.perf_counter() - started,
     )
-    record_report(emitter_output, prune_report)
+    _record_report(emitter_output, prune_report)
     # Passed as an object: the summary (its names, its duplicate search) is only built if logged.
     logger.info("emitter_filter: %s", prune_report)
     return named_data_store, prune_report
@@ -176,29 +190,45 @@ def _serialize_for_executorch(
 ):
     methods = _take_emitted_methods(emitter_output)
     prune_report = None
+    dedupe = _dedupe_requested(config)
     if _pruning_requested(config):
-        named_data_store, prune_report = _prune(emitter_output, config, named_data_store, methods)
+        named_data_store, prune_report = _prune(
+            emitter_output, config, named_data_store, methods, dedupe
+        )
+        # A program the prune could not prove consistent is not deduplicated either.
+        dedupe = dedupe and prune_report.skipped is None
     serialize_started = time.perf_counter()
     serialized = original(emitter_output, config, data_serializer, named_data_store)
     serialize_seconds = time.perf_counter() - serialize_started
-    if _dedupe_requested(config):
-        serialized = _dedupe_serialized(emitter_output, serialized)
+    if dedupe:
+        serialized = _dedupe_serialized(emitter_output, serialized, config, prune_report)
     _notify_observers(emitter_output, serialized, prune_report, serialize_seconds)
     return serialized
 
 
-def _dedupe_serialized(emitter_output, serialized):
-    """Deduplicates the serialized `.pte` (`.ptd` files are left alone) and records the report."""
+def _dedupe_serialized(emitter_output, serialized, config, prune_report):
+    """Deduplicates the serialized `.pte` (`.ptd` files are left alone) and records the report.
+
+    A `ProgramFormatError` from reading the file (an upstream quirk the prune did
+    not meet, or no prune) leaves the `.pte` as serialized, under the fail-safe.
+    """
+    from emitter_filter.errors import ProgramFormatError
     from emitter_filter.ondisk.dedupe import dedupe_pte
-    from emitter_filter.inprocess.reports import record_dedupe_report
+    from emitter_filter.inprocess.reports import _record_dedupe_report, _record_dedupe_skipped
 
     started = time.perf_counter()
     pte, ptd_files = serialized
     data = bytes(pte)
-    deduplicated, dedupe_report = dedupe_pte(data)
+    try:
+        deduplicated, dedupe_report = dedupe_pte(data)
+    except ProgramFormatError as error:
+        written = "as ExecuTorch writes it" if prune_report is None else "pruned only"
+        _fail_safe(config, error, "deduplicating", written)
+        _record_dedupe_skipped(emitter_output, str(error))
+        return serialized
     # The join into one bytes object is part of the cost of deduplicating.
     dedupe_report = dataclasses.replace(dedupe_report, seconds=time.perf_counter() - started)
-    record_dedupe_report(emitter_output, dedupe_report)
+    _record_dedupe_report(emitter_output, dedupe_report)
     logger.info("emitter_filter: %s", dedupe_report)
     return (pte if deduplicated is data else _upstream.cord(deduplicated)), ptd_files
 
@@ -279,6 +309,33 @@ def disable_dedupe() -> None:
     _dedupe_process_wide = False
 
 
+def _keep_patterns(keep_constants) -> tuple[str, ...]:
+    """`keep_constants` as a tuple of patterns, checked where the user passes it.
+
+    Raises:
+        TypeError: it is a str (one pattern would be taken for its characters), not
+            iterable, or holds something that is not a str; the message names it.
+    """
+    if isinstance(keep_constants, str):
+        raise TypeError(
+            f"keep_constants={keep_constants!r}: expected a sequence of patterns, not a str"
+        )
+    try:
+        patterns = tuple(keep_constants)
+    except TypeError:
+        raise TypeError(
+            f"keep_constants={keep_constants!r}: expected a sequence of str patterns, "
+            f"not {type(keep_constants).__name__}"
+        ) from None
+    for index, pattern in enumerate(patterns):
+        if not isinstance(pattern, str):
+            raise TypeError(
+                f"keep_constants={keep_constants!r}: expected a sequence of str patterns; "
+                f"item {index} is {type(pattern).__name__} {pattern!r}"
+            )
+    return patterns
+
+
 @contextlib.contextmanager
 def pruning(
     keep_constants: Sequence[str] = (), *, dedupe_constants: bool = False
@@ -292,15 +349,15 @@ def pruning(
         dedupe_constants: Also store named data that repeats a constant once
             (`ExecutorchBackendConfig.dedupe_constants`).
 
+    Raises:
+        TypeError: `keep_constants` is not a sequence of str.
+
     Example::
 
         with emitter_filter.pruning(keep_constants=["metadata.*"]):
             manager = edge.to_executorch()   # any config, any third-party code
     """
-    if isinstance(keep_constants, str):
-        raise TypeError(
-            f"keep_constants={keep_constants!r}: expected a sequence of patterns, not a str"
-        )
+    keep_constants = _keep_patterns(keep_constants)
     install()
     token = _pruning_depth.set(_pruning_depth.get() + 1)
     keep_token = _pruning_keep.set((*_pruning_keep.get(), *keep_constants))

@@ -274,7 +274,7 @@ def prune_named_data(
         opaque_delegates=use.opaque_delegates,
         missing=use.missing,
         # A shallow copy, not `emitter_output` itself: reports live as long as the
-        # emitter output does (`reports.record_report`), which a reference would extend.
+        # emitter output does (`reports._record_report`), which a reference would extend.
         find_duplicates=functools.partial(find_duplicate_data, copy.copy(emitter_output), pruned),
     )
     for entry in report.dropped:

@@ -366,7 +366,14 @@ def prune_emitter_output(
         for plan in program.execution_plan
     ]
     for pattern in keep.unmatched():
-        logger.warning("emitter_filter: keep_constants pattern %r matched no constant", pattern)
+        delegated = () if names is None else names.delegated_state(pattern)
+        if delegated:
+            logger.warning("emitter_filter: keep_constants pattern %r matched no constant of the "
+                           "program's values: %s, which holds its own copy (kept as the delegate's "
+                           "data, not readable by name)",
+                           pattern, "; ".join(delegated))
+        else:
+            logger.warning("emitter_filter: keep_constants pattern %r matched no constant", pattern)
     liveness = find_live(plans)
     _validate_data_refs(emitter_output, plans)
     bytes_before = space_nbytes(emitter_output)

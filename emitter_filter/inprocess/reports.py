@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from emitter_filter.errors import ReportNotFoundError
 from emitter_filter.names import TENSOR_SPACES, ConstantName, DroppedConstant
 
 if TYPE_CHECKING:
@@ -45,8 +46,10 @@ class PruneReport:
         find_names: Names the dropped entries after the model state, by (space,
             index); called once, on first use of `dropped`, not in the hook.
         dedupe: What `dedupe_constants` saved on top of pruning (bytes of the
-            `.pte`), or None when it was off. With `dedupe_constants` alone the
-            prune fields are empty: nothing was pruned.
+            `.pte`), or None when it was off or skipped. With `dedupe_constants`
+            alone the prune fields are empty: nothing was pruned.
+        dedupe_skipped: Why `dedupe_constants` left the `.pte` as it was (the
+            filter could not prove the program safe to transform), or None.
     """
 
     bytes_before: Mapping[str, int]
@@ -57,6 +60,7 @@ class PruneReport:
     named_data: NamedDataReport | None = None
     skipped: str | None = None
     dedupe: DedupeReport | None = None
+    dedupe_skipped: str | None = None
     find_names: Callable[[], Mapping[tuple[str, int], tuple[ConstantName, ...]]] = (
         dataclasses.field(default=_no_names, repr=False, compare=False)
     )
@@ -83,6 +87,8 @@ class PruneReport:
         """One line, as logged at INFO after each prune; it names the largest dropped entries."""
         if self.skipped is not None:
             return f"skipped, written unpruned: {self.skipped}"
+        if self.dedupe_skipped is not None and not self.bytes_before:
+            return f"skipped, written undeduplicated: {self.dedupe_skipped}"
         if not self.bytes_before:
             return "not pruned" if self.dedupe is None else self.dedupe.summary()
         spaces = ", ".join(
@@ -102,6 +108,8 @@ class PruneReport:
             listed = ", ".join(d.describe() for d in largest[:_SUMMARY_NAMES])
             more = len(largest) - _SUMMARY_NAMES
             line = f"{line}; dropped: {listed}" + (f" and {more} more" if more > 0 else "")
+        if self.dedupe_skipped is not None:
+            return f"{line}; deduplication skipped: {self.dedupe_skipped}"
         return line if self.dedupe is None else f"{line}; {self.dedupe.summary()}"
 
 
@@ -116,7 +124,7 @@ def _forget_report(key: int) -> None:
         _reports.pop(key, None)
 
 
-def record_report(emitter_output: object, prune_report: PruneReport) -> None:
+def _record_report(emitter_output: object, prune_report: PruneReport) -> None:
     """Remembers `prune_report` for as long as `emitter_output` is alive."""
     key = id(emitter_output)
     with _reports_lock:
@@ -124,13 +132,22 @@ def record_report(emitter_output: object, prune_report: PruneReport) -> None:
     weakref.finalize(emitter_output, _forget_report, key)
 
 
-def record_dedupe_report(emitter_output: object, dedupe_report: DedupeReport) -> None:
+def _record_dedupe_report(emitter_output: object, dedupe_report: DedupeReport) -> None:
     """Adds `dedupe_report` to the prune's report, or records it alone when nothing was pruned."""
+    _add_to_report(emitter_output, dedupe=dedupe_report)
+
+
+def _record_dedupe_skipped(emitter_output: object, reason: str) -> None:
+    """Records why the dedupe left the program as it was, as `_record_dedupe_report` does."""
+    _add_to_report(emitter_output, dedupe_skipped=reason)
+
+
+def _add_to_report(emitter_output: object, **fields) -> None:
     with _reports_lock:
         found = _reports.get(id(emitter_output))
     if found is None:
         found = PruneReport({}, {}, (), 0, 0.0)
-    record_report(emitter_output, dataclasses.replace(found, dedupe=dedupe_report))
+    _record_report(emitter_output, dataclasses.replace(found, **fields))
 
 
 def report(manager) -> PruneReport:
@@ -140,14 +157,16 @@ def report(manager) -> PruneReport:
         manager: The result of `to_executorch` with pruning on. Not modified.
 
     Raises:
-        LookupError: The manager's program was serialized without pruning.
+        ReportNotFoundError: The manager's program was serialized without pruning
+            (a `LookupError`).
+        TypeError: `manager` is not an `ExecutorchProgramManager`.
     """
     from emitter_filter._upstream import emitter_output_of
 
     with _reports_lock:
         found = _reports.get(id(emitter_output_of(manager)))
     if found is None:
-        raise LookupError(
+        raise ReportNotFoundError(
             "this program was serialized without pruning: pass "
             "ExecutorchBackendConfig(prune_constants=True) (or dedupe_constants=True) "
             "or use emitter_filter.pruning()"

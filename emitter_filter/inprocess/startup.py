@@ -4,10 +4,11 @@ Before: `EMITTER_FILTER_PRUNE=1 optimum-cli export executorch ...` writes the
 unpruned file, because nothing in that process imports emitter_filter.
 After: `emitter_filter_startup.pth`, installed at the root of site-packages with
 the package, runs at every interpreter start-up (as coverage's
-`COVERAGE_PROCESS_START` hook does). With the variable unset it costs one
-`os.environ` look-up and imports nothing. With it set it imports emitter_filter,
-whose import calls `apply_environment()`, and reports any error as one line on
-stderr instead of breaking the process (see the .pth file).
+`COVERAGE_PROCESS_START` hook does). With the variables unset, or set to a
+value meaning off (`0`, `false`, `no`, `off`, empty), it costs two `os.environ`
+look-ups and imports nothing. Otherwise it imports emitter_filter, whose import
+calls `apply_environment()`, and reports a failed import as one line on stderr
+instead of breaking the process (see the .pth file).
 
 `apply_environment()` does not import ExecuTorch (seconds): it arms a finder on
 `sys.meta_path` that answers for `EXPORTER_MODULE` only. When that module is
@@ -15,13 +16,14 @@ imported, the finder lets the real loader run it, then enables pruning
 (`hook.enable()`) and leaves `sys.meta_path`. If the module is imported already,
 pruning is enabled at once. Either way every program serialized afterwards is
 pruned, and logs its INFO line, shown on stderr if the process configured no
-logging, as with `emitter-filter run`. An executorch the hook does not support
-is a warning there, not a failed import of the exporter.
+logging, as with `emitter-filter run`. An executorch the hook does not support,
+or a variable's value `env_flag` refuses, is a warning there, not a failed
+import of the exporter or of emitter_filter.
 
 In a virtual environment, CPython 3.11's `site` runs the .pth files of
-site-packages twice (`site.venv()` and `site.main()` both add it): the .pth skips
-its second run when `emitter_filter.inprocess.startup` is loaded already, so that a bad
-value warns once.
+site-packages twice (`site.venv()` and `site.main()` both add it): the .pth marks
+`sys` on its first run and skips the second, so that a failed import (a package
+removed with its .pth left behind) warns once.
 """
 
 from __future__ import annotations
@@ -33,12 +35,13 @@ import threading
 from collections.abc import Callable, Mapping
 
 from emitter_filter.environment import ENV_DEDUPE, ENV_PRUNE, env_flag
-from emitter_filter.errors import EmitterFilterError
+from emitter_filter.errors import EmitterFilterError, EnvironmentVariableError
 
 __all__ = [
     "PTH_NAME",
     "EXPORTER_MODULE",
     "prune_requested",
+    "dedupe_requested",
     "apply_environment",
     "prune_from_exporter_import",
     "installed_pth_files",
@@ -57,6 +60,10 @@ _lock = threading.Lock()
 _trigger: _ImportTrigger | None = None
 # What the exporter's import turns on: (prune, dedupe); `apply_environment` sets it.
 _requested = (True, False)
+# The warnings the exporter's import logs: one per variable whose value was refused.
+_refused: tuple[str, ...] = ()
+# Each variable `apply_environment` reads, and what a refused value of it leaves off.
+_VARIABLES = ((ENV_PRUNE, "pruning"), (ENV_DEDUPE, "deduplicating"))
 
 
 def prune_requested(environ: Mapping[str, str] = os.environ) -> bool:
@@ -64,17 +71,31 @@ def prune_requested(environ: Mapping[str, str] = os.environ) -> bool:
     return env_flag(ENV_PRUNE, environ)
 
 
-def apply_environment() -> None:
+def dedupe_requested(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether `EMITTER_FILTER_DEDUPE` asks for deduplication (see `env_flag`)."""
+    return env_flag(ENV_DEDUPE, environ)
+
+
+def apply_environment(environ: Mapping[str, str] = os.environ) -> None:
     """What `import emitter_filter` does with the variables: prune (or deduplicate) from the
     exporter's import on.
 
-    Raises:
-        EnvironmentVariableError: a variable has a value `env_flag` rejects.
+    Never raises: each variable counts on its own, and a value `env_flag` refuses
+    leaves only its own mode off. The refusal is one WARNING logged when the process
+    imports the exporter, where the variable concerns it; a process that never
+    exports (`emitter-filter audit`, say) is not told about it (`emitter-filter env`
+    explains a value).
     """
-    global _requested
-    requested = (prune_requested(), env_flag(ENV_DEDUPE))
-    if any(requested):
-        _requested = requested
+    global _requested, _refused
+    requested, refused = [], []
+    for name, mode in _VARIABLES:
+        try:
+            requested.append(env_flag(name, environ))
+        except EnvironmentVariableError as error:
+            requested.append(False)
+            refused.append(f"{error}; not {mode}")
+    if any(requested) or refused:
+        _requested, _refused = tuple(requested), tuple(refused)
         prune_from_exporter_import()
 
 
@@ -100,6 +121,8 @@ def _enable_pruning() -> None:
     from emitter_filter.inprocess import hook
 
     _show_prune_lines()
+    for warning in _refused:
+        logger.warning("emitter_filter: %s", warning)
     prune, dedupe = _requested
     if prune:
         hook.enable()

@@ -129,3 +129,76 @@ def test_a_named_data_inconsistency_also_leaves_the_program_as_executorch_writes
     assert manager.buffer == plain
     assert emitter_filter.report(manager).skipped.endswith("XNNPACK blob: bad header")
     assert len([r for r in caplog.records if r.name.startswith("emitter_filter")]) == 1
+
+
+# --- the same fail-safe in every mode ------------------------------------------------------
+
+MODES = {
+    "prune": ({"prune_constants": True}, "not pruning this program"),
+    "dedupe": ({"dedupe_constants": True}, "not deduplicating this program"),
+    "both": ({"prune_constants": True, "dedupe_constants": True},
+             "not pruning nor deduplicating this program"),
+}
+
+
+@pytest.mark.parametrize("fields, warning", MODES.values(), ids=MODES.keys())
+def test_every_mode_writes_the_program_as_executorch_does_with_one_warning_naming_it(
+    plain, caplog, fields, warning
+):
+    with caplog.at_level(logging.INFO, logger="emitter_filter"):
+        manager = _build(emitter_filter.ExecutorchBackendConfig(**fields))
+    assert manager.buffer == plain
+    ours = [r for r in caplog.records if r.name.startswith("emitter_filter")]
+    assert [r.levelno for r in ours] == [logging.WARNING]
+    message = ours[0].getMessage()
+    assert f"{warning}, written as ExecuTorch writes it: " in message and REASON in message
+    report = emitter_filter.report(manager)
+    assert report.dedupe is None
+    assert (report.dedupe_skipped is not None) == fields.get("dedupe_constants", False)
+
+
+@pytest.mark.parametrize("fields", [f for f, _ in MODES.values()], ids=MODES.keys())
+def test_strict_mode_raises_in_every_mode(fields):
+    config = emitter_filter.ExecutorchBackendConfig(**fields, prune_strict=True)
+    with pytest.raises(ProgramFormatError, match=re.escape(REASON)):
+        _build(config)
+
+
+def test_deduplicating_a_whole_process_is_fail_safe_too(plain, caplog):
+    from emitter_filter.inprocess import hook
+
+    hook.enable_dedupe()
+    try:
+        with caplog.at_level(logging.WARNING, logger="emitter_filter"):
+            manager = _build(UpstreamConfig())
+    finally:
+        hook.disable_dedupe()
+    assert manager.buffer == plain
+    assert len([r for r in caplog.records if r.name.startswith("emitter_filter")]) == 1
+    assert emitter_filter.report(manager).summary() == (
+        f"skipped, written undeduplicated: <bytes>: {REASON}"
+    )
+
+
+def test_a_dedupe_that_fails_after_a_prune_writes_the_pruned_program(monkeypatch, caplog):
+    import emitter_filter.ondisk.dedupe
+    from tests.builders import CASES
+
+    case = next(c for c in CASES if c.name == "unused_buffer_xnnpack")
+    pruned = case.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(
+        prune_constants=True)).buffer
+
+    def unreadable(data):
+        raise ProgramFormatError("<bytes>: segment offsets fit no segment alignment")
+
+    monkeypatch.setattr(emitter_filter.ondisk.dedupe, "dedupe_pte", unreadable)
+    with caplog.at_level(logging.WARNING, logger="emitter_filter"):
+        manager = case.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(
+            prune_constants=True, dedupe_constants=True))
+    assert manager.buffer == pruned
+    [warning] = [r.getMessage() for r in caplog.records if r.name.startswith("emitter_filter")]
+    assert "not deduplicating this program, written pruned only: " in warning
+    report = emitter_filter.report(manager)
+    assert report.dropped and report.skipped is None
+    assert report.summary().endswith(
+        "; deduplication skipped: <bytes>: segment offsets fit no segment alignment")

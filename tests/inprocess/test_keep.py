@@ -154,3 +154,33 @@ def test_keep_on_disk_makes_a_matching_constant_live_for_audit(built, capsys):
     assert main(["audit", str(case.pte), *ptds, "--keep", "unused", "--max-dead-bytes", "20"]) == 0
     assert main(["audit", str(case.pte), *ptds, "--max-dead-bytes", "20"]) == 1
     capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "keep, message",
+    [([123], "keep_constants=[123]: expected a sequence of str patterns; item 0 is int 123"),
+     (["a", None], "keep_constants=['a', None]: expected a sequence of str patterns; "
+                   "item 1 is NoneType None"),
+     (7, "keep_constants=7: expected a sequence of str patterns, not int")],
+    ids=["int item", "None item", "not a sequence"],
+)
+def test_patterns_that_are_not_strings_are_a_type_error_naming_the_argument(keep, message):
+    with pytest.raises(TypeError) as caught:
+        PRUNE(prune_constants=True, keep_constants=keep)
+    assert str(caught.value) == message
+    with pytest.raises(TypeError) as caught:
+        with emitter_filter.pruning(keep_constants=keep):
+            pass
+    assert str(caught.value) == message
+
+
+def test_keeping_a_parameter_a_delegate_took_says_where_it_is(caplog):
+    case = next(c for c in CASES if c.name == "unused_buffer_xnnpack")
+    with caplog.at_level(logging.WARNING, logger="emitter_filter"):
+        case.build(dead=True, config=PRUNE(prune_constants=True, keep_constants=["lin*.weight"]))
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("emitter_filter")] == [
+        "emitter_filter: keep_constants pattern 'lin*.weight' matched no constant of the "
+        "program's values: parameter 'linear.weight' was lowered into the XnnpackBackend "
+        "delegate lowered_module_0 of plan 'forward', which holds its own copy (kept as the "
+        "delegate's data, not readable by name)"
+    ]

@@ -157,12 +157,58 @@ def test_a_bad_value_is_an_emitter_filter_error_naming_the_accepted_values(value
     )
 
 
-def test_importing_emitter_filter_with_a_bad_value_raises_that_error():
-    env = {**os.environ, environment.ENV_PRUNE: "2"}
+def test_importing_emitter_filter_with_a_bad_value_neither_raises_nor_warns():
+    env = {**os.environ, environment.ENV_PRUNE: "2", environment.ENV_DEDUPE: "yes_please"}
     result = subprocess.run([sys.executable, "-c", "import emitter_filter"],
                             capture_output=True, text=True, env=env, cwd=REPO)
-    assert result.returncode != 0
-    assert "emitter_filter.errors.EnvironmentVariableError: EMITTER_FILTER_PRUNE='2'" in result.stderr
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+@pytest.fixture
+def environment_applied(monkeypatch):
+    """`apply_environment` with the real exporter imported already: it acts at once."""
+    from emitter_filter.inprocess import hook
+
+    monkeypatch.setattr(_startup, "_requested", _startup._requested)
+    monkeypatch.setattr(_startup, "_refused", _startup._refused)
+    _upstream.program_module()
+    yield hook
+    hook.disable()
+    hook.disable_dedupe()
+
+
+@pytest.mark.parametrize(
+    "prune, dedupe, enabled, refused",
+    [("1", "2", (True, False), "EMITTER_FILTER_DEDUPE='2'"),
+     ("maybe", "on", (False, True), "EMITTER_FILTER_PRUNE='maybe'"),
+     ("1", "1", (True, True), None)],
+    ids=["bad dedupe", "bad prune", "both good"],
+)
+def test_each_variable_counts_on_its_own_and_a_refused_one_warns_once(
+    environment_applied, caplog, prune, dedupe, enabled, refused
+):
+    hook = environment_applied
+    environ = {environment.ENV_PRUNE: prune, environment.ENV_DEDUPE: dedupe}
+    with caplog.at_level(logging.WARNING, logger="emitter_filter"):
+        _startup.apply_environment(environ)
+    assert (hook.is_enabled(), hook._dedupe_process_wide) == enabled
+    mode = "pruning" if "PRUNE" in (refused or "") else "deduplicating"
+    expected = [] if refused is None else [
+        f"emitter_filter: {refused}: expected 1 or 0 "
+        f"(or true/yes/on and false/no/off; unset or empty means 0); not {mode}"
+    ]
+    assert caplog.messages == expected
+
+
+def test_the_command_line_ignores_variables_it_does_not_read(built):
+    """A typo in the environment changes neither `audit`'s exit code nor its output."""
+    env = {**os.environ, environment.ENV_PRUNE: "2", environment.ENV_DEDUPE: "yes_please"}
+    for argv, code in (([str(built["clean"].pte), "--max-dead-bytes", "0"], 0),
+                       ([str(built["plain"].pte), "--max-dead-bytes", "0"], 1)):
+        result = subprocess.run([sys.executable, "-m", "emitter_filter", "audit", *argv],
+                                capture_output=True, text=True, env=env, cwd=REPO)
+        assert result.returncode == code, result.stderr
+        assert "EMITTER_FILTER" not in result.stderr and "Traceback" not in result.stderr
 
 
 # --- the finder that waits for the exporter's import -------------------------------------
@@ -309,6 +355,48 @@ def test_the_pth_file_is_comments_and_one_import_line_reading_the_variable():
     assert "__editable__.emitter_filter-0.1.0.pth" < _startup.PTH_NAME
 
 
+def _run_pth(tmp_path: Path, values: dict[str, str], *, importable: bool = True, runs: int = 1):
+    """Runs the checkout's .pth as `site` does (`runs` times, as a venv's site runs it twice)
+    in a Python without site-packages; returns whether it imported emitter_filter, and stderr."""
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    (site_dir / _startup.PTH_NAME).write_bytes((REPO / _startup.PTH_NAME).read_bytes())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMITTER_FILTER_")}
+    env.update(values, PYTHONPATH=str(REPO) if importable else "")
+    code = (f"import site, sys\nfor _ in range({runs}): site.addsitedir({str(site_dir)!r})\n"
+            "print('emitter_filter' in sys.modules)")
+    result = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                            env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip() == "True", result.stderr
+
+
+@pytest.mark.parametrize(
+    "values, imports",
+    [({}, False), ({"EMITTER_FILTER_PRUNE": "0"}, False),
+     ({"EMITTER_FILTER_PRUNE": " Off", "EMITTER_FILTER_DEDUPE": "false"}, False),
+     ({"EMITTER_FILTER_DEDUPE": "no"}, False), ({"EMITTER_FILTER_PRUNE": ""}, False),
+     ({"EMITTER_FILTER_PRUNE": "1"}, True), ({"EMITTER_FILTER_DEDUPE": "1"}, True),
+     ({"EMITTER_FILTER_PRUNE": "2"}, True)],
+    ids=["unset", "0", "off and false", "dedupe no", "empty", "1", "dedupe 1", "bad"],
+)
+def test_a_value_meaning_off_costs_what_unset_costs(tmp_path, values, imports):
+    assert _run_pth(tmp_path, values) == (imports, "")
+
+
+def test_the_pth_knows_the_off_values_the_package_reads():
+    (code,) = [line for line in (REPO / _startup.PTH_NAME).read_text().splitlines()
+               if not line.startswith("#")]
+    assert f"not in {environment._FALSE!r}" in code
+    assert all(f'"{name}"' in code for name, _ in _startup._VARIABLES)
+
+
+def test_a_stale_pth_without_its_package_warns_once(tmp_path):
+    imported, stderr = _run_pth(tmp_path, {"EMITTER_FILTER_PRUNE": "1"}, importable=False, runs=2)
+    assert not imported
+    assert stderr == "emitter_filter: No module named 'emitter_filter'; not pruning\n"
+
+
 def test_the_installed_distribution_records_the_pth_so_uninstall_removes_it():
     # The one in site-packages, not the checkout's emitter_filter.egg-info.
     (installed,) = importlib.metadata.distributions(
@@ -347,11 +435,13 @@ def test_a_wheel_built_from_the_tree_installs_the_hook(tmp_path):
 # --- emitter-filter env -----------------------------------------------------------------
 
 
-def _env_output(capsys, monkeypatch, value: str | None) -> list[str]:
-    if value is None:
-        monkeypatch.delenv(environment.ENV_PRUNE, raising=False)
-    else:
+def _env_output(capsys, monkeypatch, value: str | None, **others: str) -> list[str]:
+    for name in (environment.ENV_PRUNE, environment.ENV_DEDUPE, environment.ENV_STRICT):
+        monkeypatch.delenv(name, raising=False)
+    if value is not None:
         monkeypatch.setenv(environment.ENV_PRUNE, value)
+    for variable, other in others.items():
+        monkeypatch.setenv(f"EMITTER_FILTER_{variable.upper()}", other)
     assert main(["env"]) == 0
     return capsys.readouterr().out.splitlines()
 
@@ -370,11 +460,48 @@ def test_env_says_whether_the_hook_would_prune_and_why(value, answer, capsys, mo
     monkeypatch.setattr(_startup, "installed_pth_files", lambda: ("/site/emitter_filter_startup.pth",))
     lines = _env_output(capsys, monkeypatch, value)
     assert lines[0].startswith(f"would prune: {answer}")
-    assert lines[1] == f"python: {sys.executable} ({sys.version.split()[0]})"
-    assert lines[2].startswith("EMITTER_FILTER_PRUNE: ")
-    assert lines[3] == "start-up hook: /site/emitter_filter_startup.pth"
-    assert lines[4].startswith(f"executorch: {_upstream.installed_executorch_version()} at ")
-    assert lines[4].endswith(" (supported)")
+    assert lines[1] == "would deduplicate: no: EMITTER_FILTER_DEDUPE is not set"
+    assert lines[2].startswith("strict: no: EMITTER_FILTER_STRICT is not set")
+    assert lines[3] == f"python: {sys.executable} ({sys.version.split()[0]})"
+    assert lines[4].startswith("EMITTER_FILTER_PRUNE: ")
+    assert lines[5:7] == ["EMITTER_FILTER_DEDUPE: not set", "EMITTER_FILTER_STRICT: not set"]
+    assert lines[7] == "start-up hook: /site/emitter_filter_startup.pth"
+    assert lines[8].startswith(f"executorch: {_upstream.installed_executorch_version()} at ")
+    assert lines[8].endswith(" (supported)")
+
+
+def test_env_says_what_the_dedupe_variable_does_on_its_own(capsys, monkeypatch):
+    monkeypatch.setattr(_startup, "installed_pth_files", lambda: ("/site/emitter_filter_startup.pth",))
+    lines = _env_output(capsys, monkeypatch, None, dedupe="1")
+    assert lines[0] == "would prune: no: EMITTER_FILTER_PRUNE is not set"
+    assert lines[1] == (
+        "would deduplicate: yes: every Python process started here deduplicates the programs "
+        f"it serializes (pruned or not) once it imports {_startup.EXPORTER_MODULE}"
+    )
+    assert lines[5] == "EMITTER_FILTER_DEDUPE: '1' (on)"
+
+
+def test_env_explains_each_refused_value_and_what_it_leaves_on(capsys, monkeypatch):
+    monkeypatch.setattr(_startup, "installed_pth_files", lambda: ("/site/emitter_filter_startup.pth",))
+    lines = _env_output(capsys, monkeypatch, "1", dedupe="2", strict="perhaps")
+    assert lines[0].startswith("would prune: yes: ")
+    assert lines[1] == (
+        "would deduplicate: no: EMITTER_FILTER_DEDUPE='2': expected 1 or 0 (or true/yes/on and "
+        "false/no/off; unset or empty means 0); a process says so, and does not deduplicate, "
+        f"once it imports {_startup.EXPORTER_MODULE}"
+    )
+    assert lines[2].startswith("strict: EMITTER_FILTER_STRICT='perhaps': expected 1 or 0")
+    assert lines[5:7] == ["EMITTER_FILTER_DEDUPE: '2' (not accepted)",
+                          "EMITTER_FILTER_STRICT: 'perhaps' (not accepted)"]
+
+
+def test_env_explains_a_bad_value_from_the_command_line():
+    env = {**os.environ, environment.ENV_PRUNE: "2", environment.ENV_DEDUPE: "yes_please"}
+    result = subprocess.run([sys.executable, "-m", "emitter_filter", "env"],
+                            capture_output=True, text=True, env=env, cwd=REPO)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.startswith("would prune: no: EMITTER_FILTER_PRUNE='2': expected 1 or 0")
+    assert "would deduplicate: no: EMITTER_FILTER_DEDUPE='yes_please'" in result.stdout
 
 
 def test_env_names_a_missing_hook_file(capsys, monkeypatch):
@@ -384,7 +511,7 @@ def test_env_names_a_missing_hook_file(capsys, monkeypatch):
         "would prune: no: emitter_filter_startup.pth is in none of this Python's site "
         "directories; reinstall emitter_filter (a process that imports it still prunes)"
     )
-    assert lines[3] == "start-up hook: not installed"
+    assert lines[7] == "start-up hook: not installed"
 
 
 def test_env_names_an_unsupported_executorch(capsys, monkeypatch):
@@ -392,9 +519,9 @@ def test_env_names_an_unsupported_executorch(capsys, monkeypatch):
     lines = _env_output(capsys, monkeypatch, "1")
     assert lines[0].startswith("would prune: no: emitter_filter supports executorch")
     assert "found 0.1.0" in lines[0]
-    assert lines[4].startswith("executorch: 0.1.0 at ") and lines[4].endswith(" (not supported)")
+    assert lines[8].startswith("executorch: 0.1.0 at ") and lines[8].endswith(" (not supported)")
 
 
 def test_env_finds_the_hook_installed_with_the_running_interpreter(capsys, monkeypatch):
     lines = _env_output(capsys, monkeypatch, None)
-    assert lines[3] == f"start-up hook: {Path(sysconfig.get_path('purelib'), _startup.PTH_NAME)}"
+    assert lines[7] == f"start-up hook: {Path(sysconfig.get_path('purelib'), _startup.PTH_NAME)}"

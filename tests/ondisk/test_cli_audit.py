@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -83,13 +85,26 @@ def test_usage_errors_exit_2(capsys):
     assert main(["audit", "x.pte", "--max-dead-bytes", "-1"]) == 2
 
 
-def test_verbose_shows_the_traceback_by_raising(tmp_path):
-    from emitter_filter.errors import PteFormatError
-
+def test_verbose_shows_the_traceback_and_keeps_exit_code_2(tmp_path, capsys):
     path = tmp_path / "bad.pte"
     path.write_bytes(b"nope")
-    with pytest.raises(PteFormatError):
-        main(["-v", "audit", str(path)])
+    code = main(["-v", "audit", str(path)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert "Traceback" in err and "PteFormatError" in err
+    assert err.splitlines()[-1].startswith(f"emitter-filter: {path}: ")
+
+
+def test_verbose_keeps_exit_code_2_from_the_command_line(tmp_path):
+    """The installed command, not `main`: a raised error would exit 1, the gate's code."""
+    path = tmp_path / "bad.pte"
+    path.write_bytes(b"#!/bin/sh\n" * 8)
+    for argv in (["-v", "audit", str(path)], ["audit", str(path), "-vv"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "emitter_filter", *argv], capture_output=True, text=True,
+        )
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" in result.stderr and "not a PTE file" in result.stderr
 
 
 def test_several_files_are_audited_in_turn(capsys, built):
