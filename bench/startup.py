@@ -14,13 +14,12 @@ afterwards.
 
     python bench/startup.py --repeat 40
 
-`tests/inprocess/test_startup.py` builds its wheel and environments with the same functions.
+`tests/wheel_env.py` builds the wheel and environments, as for `tests/inprocess/test_startup.py`.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shutil
 import statistics
@@ -30,70 +29,18 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["build_wheel", "dependency_site_packages", "make_venv", "install_wheel", "main"]
+__all__ = ["main"]
 
-REPO = Path(__file__).resolve().parents[1]
-# Not part of the source: environments, build outputs, caches.
-_NOT_SOURCE = shutil.ignore_patterns(
-    ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
-    ".benchmarks", "bench-out",
+# Run as a script: the repository root holds the `tests` package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.wheel_env import (  # noqa: E402
+    REPO,
+    build_wheel,
+    dependency_site_packages,
+    install_wheel,
+    make_venv,
 )
-# What emitter_filter imports at run time, besides the standard library.
-_DEPENDENCIES = ("torch", "executorch", "flatbuffers")
-
-
-def build_wheel(out_dir: Path, source: Path = REPO) -> Path:
-    """Builds the wheel of a copy of `source` into `out_dir`, as `pip wheel` does; returns it.
-
-    The copy keeps `build/` and `*.egg-info` out of the source tree, and lets builds
-    run side by side.
-    """
-    tree = out_dir / "source"
-    shutil.copytree(source, tree, ignore=_NOT_SOURCE)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out_dir), str(tree)],
-        check=True, stdout=subprocess.DEVNULL,
-    )
-    (wheel,) = out_dir.glob("emitter_filter-*.whl")
-    return wheel
-
-
-def dependency_site_packages() -> list[str]:
-    """The directories the running interpreter finds torch, ExecuTorch and flatbuffers in.
-
-    Found without importing them: `find_spec` of a top-level name runs no code.
-    """
-    directories = []
-    for name in _DEPENDENCIES:
-        spec = importlib.util.find_spec(name)
-        if spec is None:
-            raise RuntimeError(f"{name} is not importable from {sys.executable}")
-        # executorch is a namespace package: a directory, no __init__.py.
-        package_dir = list(spec.submodule_search_locations or [os.path.dirname(spec.origin)])[0]
-        directories.append(os.path.dirname(package_dir))
-    return list(dict.fromkeys(directories))
-
-
-def make_venv(path: Path, extra_site_packages: list[str]) -> Path:
-    """Makes a virtual environment without pip that also sees `extra_site_packages`; returns its python."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
-    python = path / "bin" / "python"
-    site_packages = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip()
-    # Sorted before emitter_filter_startup.pth, as a pip-installed torch would be there already.
-    Path(site_packages, "_dependencies.pth").write_text("".join(f"{d}\n" for d in extra_site_packages))
-    return python
-
-
-def install_wheel(python: Path, wheel: Path) -> None:
-    """Installs `wheel` (not editable, no dependencies) into the environment of `python`."""
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q",
-         str(wheel)],
-        check=True, stdout=subprocess.DEVNULL,
-    )
 
 
 # Times, in a clean child, what site does with the .pth's code line: exec it as text.

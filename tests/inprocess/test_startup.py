@@ -415,7 +415,7 @@ def test_the_variable_prunes_an_exporter_that_never_imports_emitter_filter(tmp_p
 
 @pytest.mark.slow
 def test_a_wheel_built_from_the_tree_installs_the_hook(tmp_path):
-    from bench.startup import build_wheel, dependency_site_packages, install_wheel, make_venv
+    from tests.wheel_env import build_wheel, dependency_site_packages, install_wheel, make_venv
 
     wheel = build_wheel(tmp_path / "wheel")
     python = make_venv(tmp_path / "venv", dependency_site_packages())

@@ -1,21 +1,17 @@
 """A small derandomised fuzz corpus: damaged files are rejected cleanly, never half-handled.
 
-The cases come from `bench/fuzz_files.py` (the same engine runs ≥10,000 of them
-by hand); each runs `emitter-filter audit` and `prune` through `cli.main` and
+The cases come from `tests/fuzz_files.py` (the same engine runs ≥10,000 of them
+by hand, `python bench/fuzz_files.py --cases 10000`); each runs `emitter-filter audit` and `prune` through `cli.main` and
 must end `accepted` or `rejected`: no crash, hang, leftover file, changed input.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-# `bench/` is a top-level package of the repository, not part of the installed wheel.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench.fuzz_files import Seed, cases, fuzz, run_case  # noqa: E402
+from tests.fuzz_files import Seed, cases, fuzz, run_case
 
 pytestmark = pytest.mark.filetools
 
