@@ -75,7 +75,7 @@ class DuplicateGroup:
 _PREFIX = 32
 
 
-# `FileBackedData` (named data a backend left on disk) and `pte_file.StoredSpan`
+# `FileBackedData` (named data a backend left on disk) and `byte_source.StoredSpan`
 # read and hash themselves.
 def _prefix(data) -> bytes:
     return data.prefix(_PREFIX) if hasattr(data, "prefix") else data[:_PREFIX]

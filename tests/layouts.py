@@ -56,7 +56,7 @@ from emitter_filter.ondisk.layout import (
     PROGRAM_IDENTIFIER,
     aligned,
 )
-from emitter_filter.ondisk.pte_file import read_pte_program
+from emitter_filter.ondisk.read_pte import read_pte_program
 
 LIVE = struct.pack("<4f", 1.0, 2.0, 3.0, 4.0)
 DEAD = struct.pack("<6f", *range(6))
@@ -262,7 +262,8 @@ def relayout(
         segment_alignment: Where each segment starts.
         padded: The bytes the extended header takes.
     """
-    _, program, data = read_pte_program(pte)
+    read = read_pte_program(pte)
+    program, data = read.program, read.program_data
     segments = []
     base = int.from_bytes(data[24:32], "little") if data[8:12] == EH_MAGIC else 0
     for segment in program.segments or ():

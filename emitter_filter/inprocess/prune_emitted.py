@@ -244,7 +244,7 @@ def _dropped_constants(
 def _remap_values(plan: ExecutionPlan, live: Sequence[int]) -> None:
     """Compacts `plan.values` to `live` and renumbers every value index in the plan.
 
-    The only place the in-memory rewrite renumbers value indices (`rewrite_file` does
+    The only place the in-memory rewrite renumbers value indices (`prune` does
     the same on disk; both map through `reachability.value_remapper`, which checks
     that each patched index was kept).
     """

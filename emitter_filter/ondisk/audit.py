@@ -1,8 +1,8 @@
 """What a `.pte` file (and its `.ptd` files) holds, and which of it no program can reach.
 
-`audit_file` reads only headers and flatbuffers (`pte_file.read_pte`), runs the
+`audit_file` reads only headers and flatbuffers (`read_pte.read_pte`), runs the
 same reachability as the in-process filter (`reachability.find_live`) and the
-same named-data rules (`pte_file.classify_file_named_data`), and reports bytes
+same named-data rules (`analysis.classify_file_named_data`), and reports bytes
 per space:
 
 - `constant`, `mutable`, `external`: tensor data; an entry is dead when no live
@@ -43,15 +43,10 @@ from dataclasses import dataclass
 from emitter_filter.ondisk.dedupe import SharedRange, find_shared_ranges
 from emitter_filter.duplicates import DuplicateGroup, StoredCopy, group_duplicates
 from emitter_filter.named_keys import NamedDataUse
-from emitter_filter.ondisk.pte_file import (
-    ByteSource,
-    PteFile,
-    Segment,
-    StoredSpan,
-    TensorEntry,
-    classify_file_named_data,
-    read_pte,
-)
+from emitter_filter.ondisk.analysis import classify_file_named_data
+from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan
+from emitter_filter.ondisk.file_model import PteFile, Segment, TensorEntry
+from emitter_filter.ondisk.read_pte import read_pte
 from emitter_filter.reachability import DataRef, DataSpace, KeepList, Liveness, find_live
 from emitter_filter.names import ConstantName, DroppedConstant
 

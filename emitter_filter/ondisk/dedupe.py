@@ -32,9 +32,9 @@ Rules:
   placed as `serialize_pte_binary` places them.
 - Nothing to alias: the input is returned as it is, byte for byte.
 
-What is about the file format is `file_layout`'s (alignments the offsets show,
+What is about the file format is `layout`'s (alignments the offsets show,
 segment placement, the extended header) and the streamed, atomic write is
-`file_output`'s, as for `prune_file`; this module decides what to alias and
+`output`'s, as for `prune_file`; this module decides what to alias and
 where the constant segment needs zeros.
 
 `find_shared_ranges` is the analysis `audit` shares: which stored ranges several
@@ -67,7 +67,9 @@ from emitter_filter.ondisk.layout import (
 )
 from emitter_filter.ondisk.output import OutputFile, Piece, check_outputs, open_input, write_outputs
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.pte_file import ByteSource, PteFile, read_pte_program
+from emitter_filter.ondisk.byte_source import ByteSource
+from emitter_filter.ondisk.file_model import PteFile
+from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.reachability import DataSpace
 
 __all__ = ["SharedRange", "DedupeReport", "find_shared_ranges", "dedupe_pte", "dedupe_file"]
@@ -540,7 +542,8 @@ def dedupe_pte(data: bytes) -> tuple[bytes, DedupeReport]:
         ProgramFormatError: The program refers to something that does not exist.
     """
     started = time.perf_counter()
-    pte, program, program_data = read_pte_program(data)
+    read = read_pte_program(data)
+    pte, program, program_data = read.pte, read.program, read.program_data
     with ByteSource(data) as source:
         output = _plan(pte, program, program_data, source, pte.path)
     result = data if output is None else _join(data, output)
@@ -557,7 +560,7 @@ def dedupe_pte(data: bytes) -> tuple[bytes, DedupeReport]:
 def dedupe_file(src: str | os.PathLike, dst: str | os.PathLike) -> DedupeReport:
     """Writes `src` with each named-data blob that repeats a constant stored once.
 
-    The same transform as `dedupe_pte`, streamed by `file_output` as `prune_file`
+    The same transform as `dedupe_pte`, streamed by `output` as `prune_file`
     writes: only headers, the program and the entries whose size another entry
     shares are read into memory.
 
@@ -575,7 +578,8 @@ def dedupe_file(src: str | os.PathLike, dst: str | os.PathLike) -> DedupeReport:
     started = time.perf_counter()
     src, dst = os.fspath(src), os.fspath(dst)
     check_outputs([src], [dst], "dedupe")
-    pte, program, program_data = read_pte_program(src)
+    read = read_pte_program(src)
+    pte, program, program_data = read.pte, read.program, read.program_data
     with ByteSource(src) as source:
         output = _plan(pte, program, program_data, source, dst)
     if output is None:

@@ -3,7 +3,7 @@
     .pte  [root | "ET12" | eh00 header, padded | program flatbuffer | pad | segments]
     .ptd  [root | "FT01" | FH01 header, padded | FlatTensor flatbuffer | pad | segments]
 
-`pte_file` reads the headers with the structs defined here; `rewrite_file` asks
+`read_pte` and `read_ptd` read the headers with the structs defined here; `prune` asks
 `infer_pte_layout` / `infer_ptd_layout` which serializer options wrote a file,
 and lays the pruned file out with the same ones (`pack_program`,
 `program_prefix`, `place_segments`, `ptd_prefix`).
@@ -284,7 +284,7 @@ def segment_alignments(
     """Every `segment_alignment` the offsets allow, preferred first, with each segment's own.
 
     A `.pte` and its `.ptd` files are written with one `segment_alignment`:
-    `rewrite_file` takes the first that every file allows. An own alignment
+    `prune` takes the first that every file allows. An own alignment
     no gap explains counts as 1 (`segment_own_alignments`).
 
     Args:

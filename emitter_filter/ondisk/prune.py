@@ -6,24 +6,24 @@ rewrites:
     in.pte   [header | program | constant: P W UB | delegate | named: k0 k1]
     out.pte  [header | program'| constant: P W    | delegate | named: k0   ]
 
-1. Read: `pte_file.read_pte_program` reads headers and the program flatbuffer;
+1. Read: `read_pte.read_pte_program` reads headers and the program flatbuffer;
    `audit.analyse_file` finds the kept values and data entries, the named data
    no delegate reaches and what is dead, as `audit` counts it (with the
    `keep_constants` roots and `names`).
 2. Decide every output byte before any is written. A file with nothing dead is
-   its own output, byte for byte. Otherwise `file_layout.infer_pte_layout` reads
+   its own output, byte for byte. Otherwise `layout.infer_pte_layout` reads
    the serializer options back from the file; the unpacked program is
    rewritten (values compacted in order and renumbered in `_remap_plan`, data
    entries renumbered in first-reference order by `reachability.order_live_data`,
-   the rule `emitted.py` uses in memory) and packed with that layout; a `.ptd`
+   the rule `prune_emitted.py` uses in memory) and packed with that layout; a `.ptd`
    with something dead is rebuilt the same way (`flat_tensor_writer`).
-3. Write: `file_output.write_outputs` streams the kept bytes from the inputs
+3. Write: `output.write_outputs` streams the kept bytes from the inputs
    into temporary files beside the outputs, renamed over them once complete.
 
 Byte identity: for a file ExecuTorch's serializer wrote, the layout read back
 reproduces the input (`PteLayout.reproduced`), and the pruned file is the one
 `to_executorch(prune_constants=True)` writes with the same options. What the
-file cannot tell (`file_layout`): an alignment no padding shows, such as a
+file cannot tell (`layout`): an alignment no padding shows, such as a
 `delegate_alignment` that inline blobs happen to satisfy at a smaller value,
 or the padding of the input's last constant once another entry follows it.
 There the output is the same program with the same bytes, laid out with the
@@ -82,15 +82,10 @@ from emitter_filter.ondisk.output import (
     write_outputs,
 )
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
-from emitter_filter.ondisk.pte_file import (
-    ByteSource,
-    PtdFile,
-    PteFile,
-    read_ptd_flat_tensor,
-    read_pte_program,
-    table_text,
-    vector_ints,
-)
+from emitter_filter.ondisk.byte_source import ByteSource, table_text, vector_ints
+from emitter_filter.ondisk.file_model import PtdFile, PteFile
+from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
+from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.reachability import (
     DataSpace,
     Liveness,
@@ -164,7 +159,7 @@ def _remap_plan(
     """Compacts one generated `ExecutionPlanT` to `live` and renumbers it; the only remap.
 
     Builds the old-to-new value map, patches every field holding a value index
-    (the same fields as `emitted._remap_values`), then renumbers each kept
+    (the same fields as `prune_emitted._remap_values`), then renumbers each kept
     Tensor's `data_buffer_idx` from the `refs` snapshot, checking that everything
     patched was kept.
     """
@@ -332,7 +327,8 @@ def read_layout(
     What the pruned file is laid out with; `PteLayout.reproduced` says whether
     they write the input back. Package-internal: for tests and diagnosis.
     """
-    pte, program, program_data = read_pte_program(src, ptd_paths)
+    read = read_pte_program(src, ptd_paths)
+    pte, program, program_data = read.pte, read.program, read.program_data
     return _pte_layout(pte, program, program_data, _shared_segment_alignment(pte, program))
 
 
@@ -541,7 +537,8 @@ def prune_file(
         )
 
     # Read.
-    pte, program, program_data = read_pte_program(src, ptd_paths)
+    read = read_pte_program(src, ptd_paths)
+    pte, program, program_data = read.pte, read.program, read.program_data
     with ByteSource(src) as source:
         analysis = analyse_file(pte, {pte.path: source}, keep_constants, state_file(names))
     pte, liveness, use = analysis.pte, analysis.liveness, analysis.use

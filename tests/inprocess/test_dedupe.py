@@ -34,7 +34,7 @@ from emitter_filter.ondisk.dedupe import dedupe_file, dedupe_pte, find_shared_ra
 from emitter_filter.errors import OutputFileError
 from emitter_filter.ondisk.layout import extended_header_prefix, pack_program, padded_header_length
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.pte_file import read_pte, read_pte_program
+from emitter_filter.ondisk.read_pte import read_pte, read_pte_program
 
 VOCAB, DIM = 512, 64
 TOKENS = torch.tensor([[1, 2, 3, 511]])
@@ -318,7 +318,8 @@ def _with_a_second_segment_over(data: bytes, index: int) -> bytes:
 
     A file whose writer already stored a segment once for two entries.
     """
-    pte, program, program_data = read_pte_program(data)
+    read = read_pte_program(data)
+    pte, program, program_data = read.pte, read.program, read.program_data
     copy = DataSegmentT()
     copy.offset, copy.size = program.segments[index].offset, program.segments[index].size
     program.segments.append(copy)

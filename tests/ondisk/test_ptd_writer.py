@@ -3,7 +3,7 @@
 ExecuTorch writes the FlatTensor flatbuffer with the wheel's flatc from JSON
 (`_serialize_to_flatbuffer`); `flat_tensor_writer.pack_flat_tensor` must give
 the same bytes for every table, and a whole `.ptd` rebuilt from what
-`pte_file` reads of one `FlatTensorSerializer` wrote must be that file.
+`read_ptd` reads of one `FlatTensorSerializer` wrote must be that file.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def test_a_ptd_executorch_wrote_prunes_to_what_it_writes_without_the_key(
 ):
     """The `.ptd` side of `prune` (`_pruned_ptd`): byte for byte ExecuTorch's file."""
     from emitter_filter.ondisk.output import write_outputs
-    from emitter_filter.ondisk.pte_file import read_ptd
+    from emitter_filter.ondisk.read_ptd import read_ptd
     from emitter_filter.ondisk.prune import _ptd_segment_alignments, _pruned_ptd
 
     alignments = [alignment or 1 for _, alignment, _ in payload]

@@ -1,4 +1,4 @@
-"""Read `.pte` and `.ptd` files cheaply: headers, program flatbuffer, segment table.
+"""Read a `.pte` file cheaply: headers, program flatbuffer, segment table.
 
 Nothing here imports torch or `executorch.exir` (seconds to import): the program
 flatbuffer is read with code generated from ExecuTorch's schema
@@ -10,18 +10,13 @@ reads an entry's bytes later, only when `audit` asks (to find duplicates).
 `read_pte` returns a `PteFile`: the program's `PlanRefs` for
 `reachability.find_live`, and for each data space the size and location of every
 entry. Every offset and index is checked against the file before it is returned,
-so callers never see a reference that points outside it.
-`classify_file_named_data` applies the hook's named-data rules to it, for both
-`audit` and `prune`.
+so callers never see a reference that points outside it. `read_pte_program` adds
+what a rewrite needs: the unpacked program and its flatbuffer bytes.
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
 import os
-import re
-import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -35,7 +30,6 @@ from emitter_filter._program_fbs.executorch_flatbuffer.ScalarType import ScalarT
 from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
     TensorDataLocation,
 )
-from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter.delegates import (
     XNN_HEADER_SIZE,
     XNNPACK_BACKEND_ID,
@@ -43,19 +37,34 @@ from emitter_filter.delegates import (
     xnnpack_named_keys,
 )
 from emitter_filter.errors import ProgramFormatError, PteFormatError
+from emitter_filter.named_keys import DelegateRef
+from emitter_filter.ondisk.byte_source import (
+    ByteSource,
+    check_identifier,
+    table_text,
+    unpack_root,
+    vector_ints,
+)
+from emitter_filter.ondisk.file_model import (
+    DataEntry,
+    DelegateData,
+    PtdFile,
+    PteFile,
+    NamedData,
+    Segment,
+    TensorEntry,
+    segment_at,
+)
 from emitter_filter.ondisk.layout import (
     EH,
     EH_MAGIC,
     EH_MINIMUM_LENGTH,
     EH_OFFSET,
     EH_SEGMENT_DATA_SIZE,
-    FH,
-    FH_MAGIC,
-    FLAT_TENSOR_IDENTIFIER,
     NUM_HEAD_BYTES,
     PROGRAM_IDENTIFIER,
 )
-from emitter_filter.named_keys import DelegateRef, NamedDataUse, classify_named_keys
+from emitter_filter.ondisk.read_ptd import read_ptd
 from emitter_filter.reachability import (
     DataRef,
     DataSpace,
@@ -64,32 +73,7 @@ from emitter_filter.reachability import (
     is_attribute_root,
 )
 
-__all__ = [
-    "ByteSource",
-    "StoredSpan",
-    "Segment",
-    "TensorEntry",
-    "DataEntry",
-    "NamedData",
-    "DelegateData",
-    "PtdFile",
-    "PteFile",
-    "read_ptd",
-    "read_ptd_flat_tensor",
-    "read_pte",
-    "read_pte_program",
-    "classify_file_named_data",
-]
-
-logger = logging.getLogger(__name__)
-
-# Bytes per read when hashing stored data: bounds memory whatever the entry's size.
-_HASH_CHUNK = 1 << 20
-# flat_tensor.fbs has three FlatTensor fields; the layout of ExecuTorch 0.6
-# (early 2025, same identifier and version) had five: tensor_alignment and
-# tensors before segments and named_data.
-_FLAT_TENSOR_FIELDS = 3
-_FLAT_TENSOR_VERSION = 0  # _FLAT_TENSOR_VERSION in serialize.py: the newest the runtime loads
+__all__ = ["PteProgram", "read_pte", "read_pte_program"]
 
 # Bytes per element for each ScalarType, as the runtime's elementSize() has them.
 _ELEMENT_SIZE = {
@@ -106,251 +90,21 @@ _SCALAR_TYPE_NAMES = {
 }
 
 
-@dataclass(frozen=True)
-class Segment:
-    """One entry of `Program.segments`, with its absolute position in the file."""
-
-    index: int
-    offset: int
-    size: int
-
 
 @dataclass(frozen=True)
-class TensorEntry:
-    """One Tensor value that has data, and where its data lives."""
-
-    plan: str
-    value_index: int
-    ref: DataRef
-    dtype: str
-    shape: tuple[int, ...]
-    nbytes: int | None
-    name: str | None
-
-
-@dataclass(frozen=True)
-class DataEntry:
-    """One entry of a data space: `ref.space[ref.index]`.
-
-    `offset` is absolute in `file`; `nbytes` is the tensor's size where a tensor
-    refers to the entry (what the serializer wrote), else the span up to the next
-    entry, padding included.
-    """
-
-    ref: DataRef
-    nbytes: int
-    file: str
-    offset: int
-
-
-@dataclass(frozen=True)
-class NamedData:
-    """One entry of `Program.named_data` (`.pte`) or `FlatTensor.named_data` (`.ptd`), located."""
-
-    key: str
-    file: str
-    segment_index: int
-    offset: int
-    nbytes: int
-
-
-@dataclass(frozen=True)
-class DelegateData:
-    """One delegate blob of `backend_delegate_data` or `segments`, and its users.
-
-    `users` are the plans' `delegates` entries that refer to it, in plan order;
-    `named_keys` are the named-data keys the blob uses, or None when a user's
-    backend format is opaque to us (anything but XNNPACK).
-    """
-
-    location: str
-    index: int
-    nbytes: int
-    offset: int
-    users: tuple[DelegateRef, ...]
-    named_keys: frozenset[str] | None
-
-
-@dataclass(frozen=True)
-class PtdFile:
-    """A `.ptd` file: its named blobs, with tensor layouts where it has them.
-
-    `flatbuffer_end` is where the header and FlatTensor flatbuffer end,
-    `segment_base_offset` where the segment data starts, `segments` are
-    `FlatTensor.segments` with absolute offsets.
-    """
-
-    path: str
-    file_bytes: int
-    named_data: Mapping[str, NamedData]
-    layouts: Mapping[str, tuple[int, tuple[int, ...]]]
-    flatbuffer_end: int
-    segment_base_offset: int
-    segments: tuple[Segment, ...]
-
-
-@dataclass(frozen=True)
-class PteFile:
-    """What `read_pte` learned about a `.pte` file and its `.ptd` files.
+class PteProgram:
+    """What a rewrite of a `.pte` needs: `read_pte`'s result, the unpacked program, its bytes.
 
     Attributes:
-        path: The file's path, or "<bytes>".
-        file_bytes: Its size.
-        program_size: Bytes of the program flatbuffer, extended header included.
-        header_length: The extended header's length field; 0 when there is none.
-        segment_base_offset: Where segment data starts; 0 when there is none.
-        segments: `Program.segments`, with absolute offsets.
-        plans: One `PlanRefs` per execution plan, for `find_live`.
-        tensors: Every Tensor value with data, in plan then value order.
-        entries: Per data space, its entries by index (placeholders included).
-        constant_segment: Index of the constant segment in `segments`, if any.
-        mutable_segment: Index of the mutable data segment in `segments`, if any.
-        named_data: `Program.named_data`, then each `.ptd`'s keys that no tensor uses.
-        delegates: Each delegate blob once, with the backends that use it.
-        unreferenced_segments: Segments no field of the program refers to.
-        ptd_files: The `.ptd` files read with it.
+        pte: What `read_pte` returns.
+        program: The unpacked `Program` (generated object API), to modify and pack again.
+        program_data: The file's bytes up to the end of the program flatbuffer
+            (extended header included).
     """
 
-    path: str
-    file_bytes: int
-    program_size: int
-    header_length: int
-    segment_base_offset: int
-    segments: tuple[Segment, ...]
-    plans: tuple[PlanRefs, ...]
-    tensors: tuple[TensorEntry, ...]
-    entries: Mapping[DataSpace, Mapping[int, DataEntry]]
-    constant_segment: int | None
-    mutable_segment: int | None
-    named_data: tuple[NamedData, ...]
-    delegates: tuple[DelegateData, ...]
-    unreferenced_segments: tuple[Segment, ...]
-    ptd_files: tuple[PtdFile, ...]
-
-
-class ByteSource:
-    """Random access to a file or a bytes object, reading only what is asked for.
-
-    A context manager: the file is closed on exit. `name` is the name `read_pte`
-    gives the file (its path, or "<bytes>").
-    """
-
-    def __init__(self, source: str | os.PathLike | bytes) -> None:
-        if isinstance(source, (bytes, bytearray, memoryview)):
-            self.name = "<bytes>"
-            self._data: memoryview | None = memoryview(source)
-            self._fd = None
-            self.size = len(self._data)
-        else:
-            self.name = os.fspath(source)
-            self._data = None
-            try:
-                self._fd = os.open(self.name, os.O_RDONLY)
-            except OSError as error:
-                raise PteFormatError(self.name, f"cannot open: {error.strerror}") from error
-            self.size = os.fstat(self._fd).st_size
-
-    def read(self, offset: int, size: int, what: str) -> bytes:
-        if offset < 0 or size < 0 or offset + size > self.size:
-            raise PteFormatError(
-                self.name,
-                f"truncated: {what} needs bytes {offset}..{offset + size}, "
-                f"file has {self.size}",
-                offset,
-            )
-        if self._data is not None:
-            return bytes(self._data[offset : offset + size])
-        data = os.pread(self._fd, size, offset)
-        if len(data) != size:
-            raise PteFormatError(self.name, f"short read of {what}", offset)
-        return data
-
-    def sha256(self, offset: int, size: int, what: str) -> bytes:
-        """The digest of `size` bytes at `offset`, read in chunks."""
-        digest = hashlib.sha256()
-        for start in range(offset, offset + size, _HASH_CHUNK):
-            digest.update(self.read(start, min(_HASH_CHUNK, offset + size - start), what))
-        return digest.digest()
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def __enter__(self) -> ByteSource:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-
-@dataclass(frozen=True)
-class StoredSpan:
-    """`nbytes` bytes at `offset` of an open `ByteSource`, read only when asked.
-
-    What `duplicates.group_duplicates` needs of a copy: its length, then (only if
-    another copy has that length) its first bytes, then its digest.
-    """
-
-    source: ByteSource
-    offset: int
-    nbytes: int
-
-    def __len__(self) -> int:
-        return self.nbytes
-
-    def prefix(self, count: int) -> bytes:
-        return self.source.read(self.offset, min(count, self.nbytes), "stored data")
-
-    def sha256(self) -> bytes:
-        return self.source.sha256(self.offset, self.nbytes, "stored data")
-
-
-def table_text(value: bytes | str | None) -> str | None:
-    """A generated string field as text. Package-internal (the file side's readers)."""
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
-
-
-def vector_ints(vector) -> list[int]:
-    """A generated vector field as a list; the object API leaves absent vectors None.
-
-    Package-internal, like `table_text`: shared by the file side's readers and writers.
-    """
-    return [] if vector is None else [int(i) for i in vector]
-
-
-def _check_identifier(source: ByteSource, head: bytes, expected: bytes, kind: str) -> None:
-    if len(head) < 8:
-        raise PteFormatError(source.name, f"not a {kind} file: only {len(head)} bytes", 0)
-    identifier = head[4:8]
-    if identifier == expected:
-        return
-    if identifier[:2] == expected[:2] and re.fullmatch(rb"[0-9A-Za-z]{2}", identifier[2:]):
-        raise PteFormatError(
-            source.name,
-            f"wrong flatbuffer identifier {identifier!r}, expected {expected!r}: "
-            "written by an unsupported ExecuTorch version",
-            4,
-        )
-    raise PteFormatError(
-        source.name,
-        f"not a {kind} file: flatbuffer identifier {identifier!r}, expected {expected!r}",
-        4,
-    )
-
-
-def _unpack(source: ByteSource, cls, buffer: bytes, what: str):
-    """Unpacks a generated root table; a corrupt buffer becomes a `PteFormatError`."""
-    root = int.from_bytes(buffer[0:4], "little")
-    if not 8 <= root < len(buffer):
-        raise PteFormatError(
-            source.name, f"{what}: root offset {root} outside 8..{len(buffer)}", 0
-        )
-    try:
-        return cls.InitFromPackedBuf(buffer, 0)
-    # The flatbuffers runtime reports a negative offset in a corrupt buffer as a TypeError.
-    except (struct.error, IndexError, TypeError, ValueError, UnicodeDecodeError) as error:
-        raise PteFormatError(source.name, f"corrupt {what}: {error}") from error
+    pte: PteFile
+    program: ProgramT
+    program_data: bytes
 
 
 def _tensor_nbytes(tensor, where: str) -> int | None:
@@ -368,7 +122,7 @@ def _tensor_nbytes(tensor, where: str) -> int | None:
 
 
 def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
-    """Describes a generated `ExecutionPlanT` for `find_live`, as `emitted.collect_plan_refs`."""
+    """Describes a generated `ExecutionPlanT` for `find_live`, as `prune_emitted.collect_plan_refs`."""
     name = table_text(plan.name) or ""
     roots: list[int] = [*vector_ints(plan.inputs), *vector_ints(plan.outputs)]
     for chain in plan.chains or ():
@@ -435,7 +189,7 @@ def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
 def _read_header(source: ByteSource) -> tuple[int, int, int]:
     """(program size, header length, segment base offset) from the extended header, if any."""
     head = source.read(0, min(NUM_HEAD_BYTES, source.size), "file header")
-    _check_identifier(source, head, PROGRAM_IDENTIFIER, "PTE")
+    check_identifier(source, head, PROGRAM_IDENTIFIER, "PTE")
     if head[EH_OFFSET : EH_OFFSET + 4] != EH_MAGIC:
         return source.size, 0, 0
     if len(head) < EH_OFFSET + EH.size:
@@ -490,14 +244,6 @@ def _read_segments(source: ByteSource, program, base: int) -> tuple[Segment, ...
             )
         segments.append(Segment(index, offset, segment.size))
     return tuple(segments)
-
-
-def _segment(source: ByteSource, segments: Sequence[Segment], index: int, what: str) -> Segment:
-    if not 0 <= index < len(segments):
-        raise PteFormatError(
-            source.name, f"{what}: segment index {index} >= len(segments) {len(segments)}"
-        )
-    return segments[index]
 
 
 def _subsegment_entries(
@@ -562,7 +308,7 @@ def _read_delegates(
                 raise PteFormatError(source.name, f"{where}: no processed data reference")
             location, index = delegate.processed.location, delegate.processed.index
             if location == DataLocation.SEGMENT:
-                _segment(source, segments, index, where)
+                segment_at(source.name, segments, index, where)
                 key = ("segment", index)
             elif location == DataLocation.INLINE:
                 if not 0 <= index < len(inline):
@@ -599,102 +345,6 @@ def _read_delegates(
         keys = None if opaque or not size else _xnnpack_keys(source, offset, size, read)
         blobs.append(DelegateData(location, index, size, offset, tuple(refs), keys))
     return tuple(blobs)
-
-
-def read_ptd(path: str | os.PathLike) -> PtdFile:
-    """Reads a `.ptd` file's header and flatbuffer, not its segment data.
-
-    Raises:
-        PteFormatError: The file is not a `.ptd`, or an offset points outside it.
-    """
-    return read_ptd_flat_tensor(path)[0]
-
-
-def _check_flat_tensor_fields(source: ByteSource, buffer: bytes) -> None:
-    """Refuses a FlatTensor whose table has more fields than flat_tensor.fbs.
-
-    The early-2025 schema kept the identifier and version but had
-    `tensor_alignment` and `tensors` where `segments` and `named_data` are now,
-    so reading it with today's schema would misread every field.
-    """
-    root = int.from_bytes(buffer[0:4], "little")
-    if not 8 <= root <= len(buffer) - 4:
-        raise PteFormatError(
-            source.name, f"flatbuffer: root offset {root} outside 8..{len(buffer)}", 0
-        )
-    vtable = root - int.from_bytes(buffer[root : root + 4], "little", signed=True)
-    if not 0 <= vtable <= len(buffer) - 4:
-        raise PteFormatError(
-            source.name, f"flatbuffer: vtable at {vtable} outside the buffer", root
-        )
-    fields = (int.from_bytes(buffer[vtable : vtable + 2], "little") - 4) // 2
-    if fields > _FLAT_TENSOR_FIELDS:
-        raise PteFormatError(
-            source.name,
-            f"FlatTensor table with {fields} fields (flat_tensor.fbs has {_FLAT_TENSOR_FIELDS}): "
-            "the .ptd layout of ExecuTorch 0.6 (FlatTensor.tensor_alignment, tensors) "
-            "is not supported; export it again with ExecuTorch 0.7 or later",
-            vtable,
-        )
-
-
-def read_ptd_flat_tensor(path: str | os.PathLike) -> tuple[PtdFile, FlatTensorT]:
-    """`read_ptd`, plus the unpacked `FlatTensor`, for a rewrite."""
-    source = ByteSource(path)
-    try:
-        head = source.read(0, min(NUM_HEAD_BYTES, source.size), "file header")
-        _check_identifier(source, head, FLAT_TENSOR_IDENTIFIER, "PTD")
-        if len(head) < 8 + FH.size or head[8:12] != FH_MAGIC:
-            raise PteFormatError(source.name, f"missing {FH_MAGIC!r} header", 8)
-        _, length, fb_offset, fb_size, base, data_size = FH.unpack_from(head, 8)
-        if length < FH.size:
-            raise PteFormatError(
-                source.name, f"{FH_MAGIC!r} header length {length} < {FH.size}", 12
-            )
-        if fb_offset + fb_size > source.size or base + data_size > source.size:
-            raise PteFormatError(
-                source.name,
-                f"truncated: flatbuffer ends at {fb_offset + fb_size}, segment data at "
-                f"{base + data_size}, file has {source.size} bytes",
-                16,
-            )
-        buffer = source.read(0, fb_offset + fb_size, "flatbuffer")
-        _check_flat_tensor_fields(source, buffer)
-        flat_tensor = _unpack(source, FlatTensorT, buffer, "flatbuffer")
-        if flat_tensor.version > _FLAT_TENSOR_VERSION:
-            raise PteFormatError(
-                source.name,
-                f"FlatTensor version {flat_tensor.version} is newer than the supported "
-                f"{_FLAT_TENSOR_VERSION}",
-                int.from_bytes(buffer[0:4], "little"),
-            )
-        segments = []
-        for index, segment in enumerate(flat_tensor.segments or ()):
-            if segment.offset + segment.size > data_size:
-                raise PteFormatError(
-                    source.name,
-                    f"segment {index} (offset {segment.offset}, size {segment.size}) "
-                    f"outside segment data ({data_size} bytes)",
-                    base + segment.offset,
-                )
-            segments.append(Segment(index, base + segment.offset, segment.size))
-        named: dict[str, NamedData] = {}
-        layouts: dict[str, tuple[int, tuple[int, ...]]] = {}
-        for entry in flat_tensor.namedData or ():
-            key = table_text(entry.key) or ""
-            segment = _segment(source, segments, entry.segmentIndex, f"named data {key!r}")
-            named[key] = NamedData(
-                key, source.name, segment.index, segment.offset, segment.size
-            )
-            if entry.tensorLayout is not None:
-                layout = entry.tensorLayout
-                layouts[key] = (layout.scalarType, tuple(vector_ints(layout.sizes)))
-        ptd = PtdFile(
-            source.name, source.size, named, layouts, fb_offset + fb_size, base, tuple(segments)
-        )
-        return ptd, flat_tensor
-    finally:
-        source.close()
 
 
 def _external_entries(
@@ -758,19 +408,19 @@ def read_pte(
         PteFormatError: The file is not a `.pte`, is truncated, or points outside itself.
         ProgramFormatError: The program refers to something that does not exist.
     """
-    return read_pte_program(source, ptd_paths)[0]
+    return read_pte_program(source, ptd_paths).pte
 
 
 def read_pte_program(
     source: str | os.PathLike | bytes, ptd_paths: Sequence[str | os.PathLike] = ()
-) -> tuple[PteFile, ProgramT, bytes]:
-    """`read_pte`, plus the unpacked program and the file's bytes up to its end, for a rewrite."""
+) -> PteProgram:
+    """`read_pte`, plus the unpacked program and its flatbuffer's bytes, for a rewrite."""
     ptds = tuple(read_ptd(path) for path in ptd_paths)
     reader = ByteSource(source)
     try:
         program_size, header_length, base = _read_header(reader)
         program_data = reader.read(0, program_size, "program flatbuffer")
-        program = _unpack(reader, ProgramT, program_data, "program flatbuffer")
+        program = unpack_root(reader, ProgramT, program_data, "program flatbuffer")
         segments = _read_segments(reader, program, base)
         tensors: list[TensorEntry] = []
         try:
@@ -785,7 +435,7 @@ def read_pte_program(
         offsets = vector_ints(program.constantSegment.offsets) if program.constantSegment else []
         if offsets:
             constant_segment = program.constantSegment.segmentIndex
-            segment = _segment(reader, segments, constant_segment, "constant_segment")
+            segment = segment_at(reader.name, segments, constant_segment, "constant_segment")
             entries[DataSpace.CONSTANT] = _subsegment_entries(
                 reader, DataSpace.CONSTANT, segment, offsets,
                 _first_nbytes(tensors, DataSpace.CONSTANT),
@@ -800,7 +450,7 @@ def read_pte_program(
         if program.mutableDataSegments:
             mutable = program.mutableDataSegments[0]
             mutable_segment = mutable.segmentIndex
-            segment = _segment(reader, segments, mutable_segment, "mutable_data_segments[0]")
+            segment = segment_at(reader.name, segments, mutable_segment, "mutable_data_segments[0]")
             entries[DataSpace.MUTABLE] = _subsegment_entries(
                 reader, DataSpace.MUTABLE, segment, vector_ints(mutable.offsets),
                 _first_nbytes(tensors, DataSpace.MUTABLE),
@@ -819,7 +469,7 @@ def read_pte_program(
         named_data = []
         for entry in program.namedData or ():
             key = table_text(entry.key) or ""
-            segment = _segment(reader, segments, entry.segmentIndex, f"named data {key!r}")
+            segment = segment_at(reader.name, segments, entry.segmentIndex, f"named data {key!r}")
             referenced.add(segment.index)
             named_data.append(
                 NamedData(key, reader.name, segment.index, segment.offset, segment.size)
@@ -829,7 +479,7 @@ def read_pte_program(
 
         delegates = _read_delegates(reader, program, segments)
         referenced.update(d.index for d in delegates if d.location == "segment")
-        return PteFile(
+        pte = PteFile(
             path=reader.name,
             file_bytes=reader.size,
             program_size=program_size,
@@ -845,29 +495,7 @@ def read_pte_program(
             delegates=delegates,
             unreferenced_segments=tuple(s for s in segments if s.index not in referenced),
             ptd_files=ptds,
-        ), program, program_data
+        )
+        return PteProgram(pte, program, program_data)
     finally:
         reader.close()
-
-
-def classify_file_named_data(pte: PteFile) -> NamedDataUse:
-    """Which named-data keys of a file its delegates can reach: the hook's rules, on disk.
-
-    The roots are every plan's `delegates` entries (`named_data` module
-    docstring); the keys are `pte.named_data` less the external constants'
-    fully qualified names, which are tensor data, not named data. `audit` counts
-    and `prune` drops exactly `dead`.
-
-    Args:
-        pte: What `read_pte` returned. Not modified.
-    """
-    plan_position = {plan.name: position for position, plan in enumerate(pte.plans)}
-    uses = sorted(
-        ((ref, blob.named_keys) for blob in pte.delegates for ref in blob.users),
-        key=lambda use: (plan_position[use[0].plan], use[0].index),
-    )
-    external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
-    return classify_named_keys(
-        [(ref, None if keys is None else tuple(sorted(keys))) for ref, keys in uses],
-        [entry.key for entry in pte.named_data if entry.key not in external_fqns],
-    )
