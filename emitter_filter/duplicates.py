@@ -57,6 +57,10 @@ class StoredCopy:
     index: int | None
     names: tuple[str, ...]
 
+    def to_json(self) -> dict:
+        """The form of a copy in `audit --json` (duplicates, shared ranges) and `prune --json`."""
+        return {"space": self.space, "tag": self.tag, "index": self.index, "names": list(self.names)}
+
 
 @dataclass(frozen=True)
 class DuplicateGroup:
@@ -70,6 +74,14 @@ class DuplicateGroup:
     def duplicated_bytes(self) -> int:
         """Bytes that would be saved if the content were written once."""
         return self.nbytes * (len(self.copies) - 1)
+
+    def to_json(self) -> dict:
+        """The form of a group in `audit --json`."""
+        return {
+            "bytes": self.nbytes,
+            "sha256": self.sha256,
+            "copies": [copy.to_json() for copy in self.copies],
+        }
 
 
 _PREFIX = 32

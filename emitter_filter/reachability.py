@@ -20,7 +20,7 @@ Roots, per execution plan (this list is the only place they are named):
   runtime's attribute and training APIs can read by name;
 - tensors the user keeps by name (`keep_constants`, `--keep`): callers add each
   Tensor value whose FQN matches a pattern to `PlanRefs.roots` (in memory
-  `prune_emitted._kept_values`, on disk `audit.analyse_file`).
+  `prune_emitted._kept_values`, on disk `analysis.analyse_file`).
 
 A value is kept if a root reaches it, directly or through the items of an
 `IntList`, `TensorList` or `OptionalTensorList` (`-1` is None). A data entry is

@@ -37,9 +37,9 @@ segment placement, the extended header) and the streamed, atomic write is
 `output`'s, as for `prune_file`; this module decides what to alias and
 where the constant segment needs zeros.
 
-`find_shared_ranges` is the analysis `audit` shares: which stored ranges several
-references share, and a `PteFormatError` for ranges that overlap without being
-the same range.
+What is valid and which ranges are already shared is `analysis.analyse_file`'s,
+the analysis `audit` and `prune` call: a file whose ranges overlap without being
+the same range is a `PteFormatError` here as there.
 """
 
 from __future__ import annotations
@@ -48,13 +48,14 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import flatbuffers
 
 from emitter_filter.duplicates import StoredCopy
-from emitter_filter.errors import InvariantError
+from emitter_filter.errors import InvariantError, PteFormatError
+from emitter_filter.ondisk.analysis import SharedRange, analyse_file
 from emitter_filter.ondisk.layout import (
     DEFAULT_SEGMENT_ALIGNMENT,
     PROGRAM_IDENTIFIER,
@@ -66,13 +67,12 @@ from emitter_filter.ondisk.layout import (
     segment_own_alignments,
 )
 from emitter_filter.ondisk.output import OutputFile, Piece, check_outputs, open_input, write_outputs
-from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.byte_source import ByteSource
 from emitter_filter.ondisk.file_model import PteFile
 from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.reachability import DataSpace
 
-__all__ = ["SharedRange", "DedupeReport", "find_shared_ranges", "dedupe_pte", "dedupe_file"]
+__all__ = ["DedupeReport", "dedupe_pte", "dedupe_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,42 +82,6 @@ _COMPARE_CHUNK = 1 << 20
 _PREFIX = 32
 
 _SEGMENT_SPACES = ("named_data", "delegate", "segments")
-
-
-@dataclass(frozen=True)
-class SharedRange:
-    """One stored range of a `.pte` that several references share.
-
-    Attributes:
-        file: The file's name (as `read_pte` gives it).
-        offset: Absolute offset of the range in the file.
-        nbytes: Its length.
-        copies: Each reference to it: a `constant` or `mutable` entry, a
-            `named_data` segment (with its keys), a `delegate` or an
-            unreferenced (`segments`) segment; indices are the file's own.
-    """
-
-    file: str
-    offset: int
-    nbytes: int
-    copies: tuple[StoredCopy, ...]
-
-    @property
-    def saved_bytes(self) -> int:
-        """Bytes the file would hold more if each reference had its own copy."""
-        return self.nbytes * (len(self.copies) - 1)
-
-    def to_json(self) -> dict:
-        """The form `audit --json` and `prune --dedupe --json` print."""
-        return {
-            "file": self.file,
-            "offset": self.offset,
-            "bytes": self.nbytes,
-            "copies": [
-                {"space": c.space, "tag": c.tag, "index": c.index, "names": list(c.names)}
-                for c in self.copies
-            ],
-        }
 
 
 @dataclass(frozen=True)
@@ -152,102 +116,6 @@ class DedupeReport:
             f"{self.bytes_before:,} -> {self.bytes_after:,} B ({self.saved_bytes:,} saved) "
             f"in {self.seconds * 1e3:.1f} ms"
         )
-
-
-# --- analysis: which ranges are shared -----------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Range:
-    offset: int
-    nbytes: int
-    copy: StoredCopy
-
-
-def _stored_ranges(pte: PteFile) -> Iterator[_Range]:
-    """Every non-empty range of the `.pte` a reference reads, in file order of the program."""
-    for space in (DataSpace.CONSTANT, DataSpace.MUTABLE):
-        for index, entry in sorted(pte.entries[space].items()):
-            if index and entry.nbytes:
-                yield _Range(entry.offset, entry.nbytes, StoredCopy(space.value, None, index, ()))
-    keys: dict[int, list[str]] = {}
-    for entry in pte.named_data:
-        if entry.file == pte.path:
-            keys.setdefault(entry.segment_index, []).append(entry.key)
-    for index, names in keys.items():
-        segment = pte.segments[index]
-        if segment.size:
-            copy = StoredCopy("named_data", None, index, tuple(names))
-            yield _Range(segment.offset, segment.size, copy)
-    for blob in pte.delegates:
-        if blob.location == "segment" and blob.nbytes:
-            yield _Range(blob.offset, blob.nbytes, StoredCopy("delegate", None, blob.index, ()))
-    for segment in pte.unreferenced_segments:
-        if segment.size:
-            yield _Range(segment.offset, segment.size, StoredCopy("segments", None, segment.index, ()))
-
-
-def find_shared_ranges(pte: PteFile) -> tuple[SharedRange, ...]:
-    """The ranges of a `.pte` that several references share, checking that no others overlap.
-
-    References are the constant and mutable entries and the named-data, delegate
-    and unreferenced segments. Two of them may only overlap by being the same
-    range (same offset, same length: the same bytes); a segment that lies in the
-    constant or mutable segment must be one of its entries.
-
-    Args:
-        pte: What `read_pte` returned. Not modified.
-
-    Returns:
-        One `SharedRange` per range with more than one reference, by offset.
-
-    Raises:
-        PteFormatError: Two ranges overlap without being the same range.
-    """
-    ranges = sorted(_stored_ranges(pte), key=lambda r: (r.offset, -r.nbytes))
-    groups: list[list[_Range]] = []
-    end = 0
-    for item in ranges:
-        if groups and (item.offset, item.nbytes) == (groups[-1][0].offset, groups[-1][0].nbytes):
-            groups[-1].append(item)
-            continue
-        if groups and item.offset < end:
-            other = groups[-1][0]
-            raise PteFormatError(
-                pte.path,
-                f"{_where(item.copy)} ({item.nbytes} bytes) overlaps {_where(other.copy)} "
-                f"({other.nbytes} bytes at {other.offset}) without being the same range",
-                item.offset,
-            )
-        groups.append([item])
-        end = max(end, item.offset + item.nbytes)
-    containers = [
-        (space, pte.segments[index])
-        for space, index in (("constant", pte.constant_segment), ("mutable", pte.mutable_segment))
-        if index is not None
-    ]
-    for group in groups:
-        first = group[0]
-        for space, segment in containers:
-            inside = first.offset < segment.offset + segment.size and segment.offset < (
-                first.offset + first.nbytes
-            )
-            if inside and not any(r.copy.space == space for r in group):
-                raise PteFormatError(
-                    pte.path,
-                    f"{_where(first.copy)} ({first.nbytes} bytes) lies in the {space} segment "
-                    f"{segment.index} but is none of its entries",
-                    first.offset,
-                )
-    return tuple(
-        SharedRange(pte.path, g[0].offset, g[0].nbytes, tuple(r.copy for r in g))
-        for g in groups
-        if len(g) > 1
-    )
-
-
-def _where(copy: StoredCopy) -> str:
-    return f"{copy.space}[{copy.index}]"
 
 
 # --- the transform ------------------------------------------------------------------------
@@ -365,7 +233,7 @@ def _plan(
 
     # Aliases already in the file (audit's rules), then the new ones.
     alias: dict[int, _Target] = {}
-    for shared in find_shared_ranges(pte):
+    for shared in analyse_file(pte, {}).shared:
         segments = [c.index for c in shared.copies if c.space in _SEGMENT_SPACES]
         spaces = {c.space for c in shared.copies}
         if "mutable" in spaces and segments:

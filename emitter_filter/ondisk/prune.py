@@ -7,7 +7,7 @@ rewrites:
     out.pte  [header | program'| constant: P W    | delegate | named: k0   ]
 
 1. Read: `read_pte.read_pte_program` reads headers and the program flatbuffer;
-   `audit.analyse_file` finds the kept values and data entries, the named data
+   `analysis.analyse_file` checks the file and finds the kept values and data entries, the named data
    no delegate reaches and what is dead, as `audit` counts it (with the
    `keep_constants` roots and `names`).
 2. Decide every output byte before any is written. A file with nothing dead is
@@ -60,7 +60,6 @@ from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import (
     DataSegmentT as FlatTensorDataSegmentT,
 )
-from emitter_filter.ondisk.audit import analyse_file
 from emitter_filter.errors import InvariantError, OutputFileError
 from emitter_filter.ondisk.layout import (
     PteLayout,
@@ -82,6 +81,7 @@ from emitter_filter.ondisk.output import (
     write_outputs,
 )
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
+from emitter_filter.ondisk.analysis import analyse_file
 from emitter_filter.ondisk.byte_source import ByteSource, table_text, vector_ints
 from emitter_filter.ondisk.file_model import PtdFile, PteFile
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
