@@ -37,12 +37,17 @@ __all__ = [
     "FileAnalysis",
     "stored_regions",
     "find_shared_ranges",
+    "Alias",
+    "find_aliases",
     "classify_file_named_data",
     "find_dead_entries",
     "analyse_file",
 ]
 
 logger = logging.getLogger(__name__)
+
+# The spaces of `stored_regions` that are whole segments of the `.pte`.
+_SEGMENT_SPACES = ("named_data", "delegate", "segments")
 
 #: The spaces of a file's data, in report order (`AuditReport.spaces`, `find_dead_entries`).
 SPACES = ("constant", "mutable", "external", "named_data", "delegate", "segments")
@@ -195,6 +200,36 @@ def find_shared_ranges(pte: PteFile) -> tuple[SharedRange, ...]:
         for g in groups
         if len(g) > 1
     )
+
+
+@dataclass(frozen=True)
+class Alias:
+    """What a segment that stores no bytes of its own reads.
+
+    `space` is "constant" or "mutable" (entry `index` of that segment) or
+    "segment" (the range of segment `index`, the first of those sharing it).
+    """
+
+    space: str
+    index: int
+
+
+def find_aliases(shared: Sequence[SharedRange]) -> dict[int, Alias]:
+    """The segments of a `.pte` that share another reference's range, and what they read.
+
+    Args:
+        shared: `find_shared_ranges` of the file. Not modified.
+    """
+    aliases: dict[int, Alias] = {}
+    for stored in shared:
+        segments = [c.index for c in stored.copies if c.space in _SEGMENT_SPACES]
+        entries = [c for c in stored.copies if c.space in ("constant", "mutable")]
+        if entries:
+            target = Alias(entries[0].space, entries[0].index)
+            aliases.update((index, target) for index in segments)
+        else:
+            aliases.update((index, Alias("segment", segments[0])) for index in segments[1:])
+    return aliases
 
 
 def _where(copy: StoredCopy) -> str:

@@ -65,12 +65,13 @@ from emitter_filter.ondisk.layout import (
     PteLayout,
     aligned,
     infer_ptd_layout,
-    infer_pte_layout,
     pack_program,
     place_segments,
     program_prefix,
     ptd_prefix,
-    segment_alignments,
+    ptd_segment_alignments,
+    read_pte_layout,
+    shared_segment_alignment,
 )
 from emitter_filter.ondisk.output import (
     OutputFile,
@@ -81,9 +82,9 @@ from emitter_filter.ondisk.output import (
     write_outputs,
 )
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
-from emitter_filter.ondisk.analysis import analyse_file
+from emitter_filter.ondisk.analysis import analyse_file, find_aliases, find_shared_ranges
 from emitter_filter.ondisk.byte_source import ByteSource, table_text, vector_ints
-from emitter_filter.ondisk.file_model import PtdFile, PteFile
+from emitter_filter.ondisk.file_model import PteFile
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.reachability import (
@@ -289,36 +290,6 @@ def _live_external_names(program, liveness: Liveness) -> set[str]:
     return names
 
 
-def _pte_segment_alignments(pte: PteFile, program) -> dict[int, tuple[int, ...]]:
-    base = pte.segment_base_offset
-    named = {e.segmentIndex for e in program.namedData or ()}
-    return segment_alignments(
-        base, pte.program_size, [(s.offset - base, s.size) for s in pte.segments],
-        [s.index not in named for s in pte.segments],
-    )
-
-
-def _ptd_segment_alignments(ptd: PtdFile) -> dict[int, tuple[int, ...]]:
-    base = ptd.segment_base_offset
-    return segment_alignments(
-        base, ptd.flatbuffer_end, [(s.offset - base, s.size) for s in ptd.segments],
-        [False] * len(ptd.segments),
-    )
-
-
-def _shared_segment_alignment(pte: PteFile, program) -> int | None:
-    """The first `segment_alignment` the `.pte` and all its `.ptd` files allow, if any.
-
-    One serializer call writes them all with one value: a `.ptd` may show what
-    the `.pte`'s offsets leave open.
-    """
-    candidates = [_ptd_segment_alignments(ptd) for ptd in pte.ptd_files]
-    return next(
-        (a for a in _pte_segment_alignments(pte, program) if all(a in c for c in candidates)),
-        None,
-    )
-
-
 def read_layout(
     src: str | os.PathLike | bytes, ptd_paths: Sequence[str | os.PathLike] = ()
 ) -> PteLayout:
@@ -328,39 +299,24 @@ def read_layout(
     they write the input back. Package-internal: for tests and diagnosis.
     """
     read = read_pte_program(src, ptd_paths)
-    pte, program, program_data = read.pte, read.program, read.program_data
-    return _pte_layout(pte, program, program_data, _shared_segment_alignment(pte, program))
-
-
-def _pte_layout(
-    pte: PteFile, program, program_data: bytes, segment_alignment: int | None
-) -> PteLayout:
-    """What `infer_pte_layout` reads back from the file (before `program` is rewritten)."""
-    constant = program.constantSegment
-    offsets = vector_ints(constant.offsets) if constant is not None else []
-    return infer_pte_layout(
-        program,
-        program_data,
-        pte.header_length,
-        _pte_segment_alignments(pte, program),
-        segment_alignment,
-        offsets,
-        {i: e.nbytes for i, e in pte.entries[DataSpace.CONSTANT].items()},
+    aliased = find_aliases(find_shared_ranges(read.pte))
+    return read_pte_layout(
+        read.pte, read.program, read.program_data, aliased,
+        shared_segment_alignment(read.pte, aliased),
     )
 
 
 def _pruned_pte(
     pte: PteFile,
     program,
-    program_data: bytes,
     liveness: Liveness,
     dead_keys: frozenset[str],
-    segment_alignment: int | None,
+    layout: PteLayout,
     fd: int,
     output: str,
 ) -> OutputFile:
-    """Decides every byte of the pruned `.pte`; rewrites `program` (our own copy) in place."""
-    layout = _pte_layout(pte, program, program_data, segment_alignment)
+    """Decides every byte of the pruned `.pte` laid out with `layout`; rewrites `program`
+    (our own copy) in place."""
     logger.debug("%s: %s", pte.path, layout)
     order = order_live_data(pte.plans, liveness)
     data_index = new_data_indices(order)
@@ -445,7 +401,7 @@ def _pruned_ptd(
     named = [e for e in (flat_tensor.namedData or ()) if keep(table_text(e.key) or "")]
     if not named:
         return None
-    layout = infer_ptd_layout(_ptd_segment_alignments(ptd), segment_alignment, len(segments))
+    layout = infer_ptd_layout(ptd_segment_alignments(ptd), segment_alignment, len(segments))
     new_index: dict[int, int] = {}
     out: list[_OutSegment] = []
     for entry in named:
@@ -561,7 +517,8 @@ def prune_file(
         and not any(e.key in dead_keys for e in pte.named_data if e.file == pte.path)
     )
 
-    segment_alignment = _shared_segment_alignment(pte, program)
+    aliased = find_aliases(analysis.shared)
+    segment_alignment = shared_segment_alignment(pte, aliased)
 
     opened: list[int] = []
     try:
@@ -572,7 +529,9 @@ def prune_file(
         else:
             outputs = [
                 _pruned_pte(
-                    pte, program, program_data, liveness, dead_keys, segment_alignment, fd, dst
+                    pte, program, liveness, dead_keys,
+                    read_pte_layout(pte, program, program_data, aliased, segment_alignment),
+                    fd, dst,
                 )
             ]
         ptd_written: dict[str, str] = {}

@@ -132,7 +132,8 @@ def test_a_ptd_executorch_wrote_prunes_to_what_it_writes_without_the_key(
     """The `.ptd` side of `prune` (`_pruned_ptd`): byte for byte ExecuTorch's file."""
     from emitter_filter.ondisk.output import write_outputs
     from emitter_filter.ondisk.read_ptd import read_ptd
-    from emitter_filter.ondisk.prune import _ptd_segment_alignments, _pruned_ptd
+    from emitter_filter.ondisk.layout import ptd_segment_alignments
+    from emitter_filter.ondisk.prune import _pruned_ptd
 
     alignments = [alignment or 1 for _, alignment, _ in payload]
     dropped = data.draw(st.integers(0, len(payload) - 1))
@@ -151,7 +152,7 @@ def test_a_ptd_executorch_wrote_prunes_to_what_it_writes_without_the_key(
     # Where the offsets leave the alignments open, the file is one that the options
     # read back write too; the output must be what they write.
     ptd = read_ptd(path)
-    read_alignment, own = next(iter(_ptd_segment_alignments(ptd).items()))
+    read_alignment, own = next(iter(ptd_segment_alignments(ptd).items()))
     assert _serialized(payload, own, read_alignment, None) == path.read_bytes()
     expected = _serialized(payload, own, read_alignment, dropped)
     assert (directory / "out.ptd").read_bytes() == expected
