@@ -3,7 +3,7 @@
 `ByteSource` reads only what is asked for (so reading a 1 GiB file's headers costs the
 same as a 1 KiB one's); `StoredSpan` defers reading an entry's bytes until `duplicates`
 asks. `check_identifier` and `unpack_root` turn a wrong or corrupt flatbuffer into one
-`PteFormatError`; `table_text` and `vector_ints` read the generated object API's fields.
+`PteFormatError`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ __all__ = [
     "StoredSpan",
     "check_identifier",
     "unpack_root",
-    "table_text",
-    "vector_ints",
 ]
 
 # Bytes per read when hashing stored data: bounds memory whatever the entry's size.
@@ -105,16 +103,6 @@ class StoredSpan:
 
     def sha256(self) -> bytes:
         return self.source.sha256(self.offset, self.nbytes, "stored data")
-
-
-def table_text(value: bytes | str | None) -> str | None:
-    """A generated string field as text (the object API gives bytes)."""
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
-
-
-def vector_ints(vector) -> list[int]:
-    """A generated vector field as a list; the object API leaves absent vectors None."""
-    return [] if vector is None else [int(i) for i in vector]
 
 
 def check_identifier(source: ByteSource, head: bytes, expected: bytes, kind: str) -> None:

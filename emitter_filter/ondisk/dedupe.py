@@ -63,7 +63,8 @@ from emitter_filter.ondisk.layout import (
     read_pte_layout,
 )
 from emitter_filter.ondisk.output import OutputFile, Piece, check_outputs, open_input, write_outputs
-from emitter_filter.ondisk.byte_source import ByteSource, vector_ints
+from emitter_filter.object_models import vector_ints
+from emitter_filter.ondisk.byte_source import ByteSource
 from emitter_filter.ondisk.file_model import PteFile
 from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.reachability import DataSpace

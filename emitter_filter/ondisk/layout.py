@@ -46,7 +46,7 @@ import flatbuffers
 
 from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program, ProgramT
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.byte_source import vector_ints
+from emitter_filter.object_models import vector_ints
 from emitter_filter.reachability import DataSpace
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ rewrites:
 2. Decide every output byte before any is written. A file with nothing dead is
    its own output, byte for byte. Otherwise `layout.infer_pte_layout` reads
    the serializer options back from the file; the unpacked program is
-   rewritten (values compacted in order and renumbered in `_remap_plan`, data
+   rewritten (values compacted in order and renumbered by `plan_indices`, data
    entries renumbered in first-reference order by `reachability.order_live_data`,
    the rule `prune_emitted.py` uses in memory) and packed with that layout; a `.ptd`
    with something dead is rebuilt the same way (`flat_tensor_writer`).
@@ -47,9 +47,6 @@ from typing import TYPE_CHECKING
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
 from emitter_filter._program_fbs.executorch_flatbuffer.DataSegment import DataSegmentT
-from emitter_filter._program_fbs.executorch_flatbuffer.InstructionArguments import (
-    InstructionArguments,
-)
 from emitter_filter._program_fbs.executorch_flatbuffer.KernelTypes import KernelTypes
 from emitter_filter._program_fbs.executorch_flatbuffer.SubsegmentOffsets import (
     SubsegmentOffsetsT,
@@ -60,7 +57,11 @@ from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import (
     DataSegmentT as FlatTensorDataSegmentT,
 )
-from emitter_filter.errors import InvariantError, OutputFileError
+from emitter_filter.errors import OutputFileError
+from emitter_filter.object_models import GENERATED, table_text, vector_ints
+from emitter_filter.ondisk.analysis import analyse_file, find_aliases, find_shared_ranges
+from emitter_filter.ondisk.byte_source import ByteSource
+from emitter_filter.ondisk.file_model import PteFile
 from emitter_filter.ondisk.layout import (
     PteLayout,
     aligned,
@@ -82,19 +83,10 @@ from emitter_filter.ondisk.output import (
     write_outputs,
 )
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
-from emitter_filter.ondisk.analysis import analyse_file, find_aliases, find_shared_ranges
-from emitter_filter.ondisk.byte_source import ByteSource, table_text, vector_ints
-from emitter_filter.ondisk.file_model import PteFile
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read_pte import read_pte_program
-from emitter_filter.reachability import (
-    DataSpace,
-    Liveness,
-    PlanRefs,
-    new_data_indices,
-    order_live_data,
-    value_remapper,
-)
+from emitter_filter.plan_indices import remap_data_indices, remap_plan_values
+from emitter_filter.reachability import DataSpace, Liveness, new_data_indices, order_live_data
 from emitter_filter.names import DroppedConstant
 from emitter_filter.state_names import StateFile, state_file
 
@@ -152,56 +144,6 @@ class FilePruneReport:
 
 
 # --- decide: the rewrite of the unpacked program --------------------------------------
-
-
-def _remap_plan(
-    plan, refs: PlanRefs, live: Sequence[int], data_index: dict[DataSpace, dict[int, int]]
-) -> None:
-    """Compacts one generated `ExecutionPlanT` to `live` and renumbers it; the only remap.
-
-    Builds the old-to-new value map, patches every field holding a value index
-    (the same fields as `prune_emitted._remap_values`), then renumbers each kept
-    Tensor's `data_buffer_idx` from the `refs` snapshot, checking that everything
-    patched was kept.
-    """
-    remap = value_remapper(refs.name, refs.num_values, live)
-
-    def remap_all(indices) -> list[int]:
-        return [remap(i) for i in vector_ints(indices)]
-
-    values = plan.values or []
-    plan.values = [values[old] for old in live]
-    plan.inputs = remap_all(plan.inputs)
-    plan.outputs = remap_all(plan.outputs)
-    for chain in plan.chains or ():
-        chain.inputs = remap_all(chain.inputs)
-        chain.outputs = remap_all(chain.outputs)
-        for instruction in chain.instructions or ():
-            kind, args = instruction.instrArgsType, instruction.instrArgs
-            if kind in (InstructionArguments.KernelCall, InstructionArguments.DelegateCall):
-                args.args = remap_all(args.args)
-            elif kind == InstructionArguments.MoveCall:
-                args.moveFrom, args.moveTo = remap(args.moveFrom), remap(args.moveTo)
-            elif kind == InstructionArguments.JumpFalseCall:
-                args.condValueIndex = remap(args.condValueIndex)
-            elif kind == InstructionArguments.FreeCall:
-                args.valueIndex = remap(args.valueIndex)
-    for new_value, old_value in enumerate(live):
-        evalue = plan.values[new_value]
-        kind, val = evalue.valType, evalue.val
-        if kind == KernelTypes.OptionalTensorList:
-            val.items = [-1 if i == -1 else remap(i) for i in vector_ints(val.items)]
-        elif kind in (KernelTypes.IntList, KernelTypes.TensorList):
-            val.items = remap_all(val.items)
-        ref = refs.data_refs.get(old_value)
-        if ref is not None:
-            try:
-                val.dataBufferIdx = data_index[ref.space][ref.index]
-            except KeyError:
-                raise InvariantError(
-                    f"plan {refs.name!r} value {old_value}: {ref.space.value} entry "
-                    f"{ref.index} is used but was dropped"
-                ) from None
 
 
 @dataclass
@@ -370,7 +312,8 @@ def _pruned_pte(
         program.namedData = kept_named
 
     for plan, refs, live in zip(program.executionPlan or (), pte.plans, liveness.live_values):
-        _remap_plan(plan, refs, live, data_index)
+        remap_plan_values(GENERATED, plan, refs, live)
+        remap_data_indices(GENERATED, plan, refs, live, data_index)
 
     offsets, data_size = place_segments(
         [(s.size, s.alignment) for s in out], layout.segment_alignment

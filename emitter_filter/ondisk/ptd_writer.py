@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter.ondisk.layout import FLAT_TENSOR_IDENTIFIER
-from emitter_filter.ondisk.byte_source import vector_ints
+from emitter_filter.object_models import vector_ints
 
 __all__ = ["pack_flat_tensor"]
 

@@ -10,13 +10,8 @@ import os
 
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.byte_source import (
-    ByteSource,
-    check_identifier,
-    table_text,
-    unpack_root,
-    vector_ints,
-)
+from emitter_filter.object_models import table_text, vector_ints
+from emitter_filter.ondisk.byte_source import ByteSource, check_identifier, unpack_root
 from emitter_filter.ondisk.file_model import NamedData, PtdFile, Segment, segment_at
 from emitter_filter.ondisk.layout import FH, FH_MAGIC, FLAT_TENSOR_IDENTIFIER, NUM_HEAD_BYTES
 

@@ -21,15 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
-from emitter_filter._program_fbs.executorch_flatbuffer.InstructionArguments import (
-    InstructionArguments,
-)
-from emitter_filter._program_fbs.executorch_flatbuffer.KernelTypes import KernelTypes
 from emitter_filter._program_fbs.executorch_flatbuffer.Program import ProgramT
 from emitter_filter._program_fbs.executorch_flatbuffer.ScalarType import ScalarType
-from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
-    TensorDataLocation,
-)
 from emitter_filter.delegates import (
     XNN_HEADER_SIZE,
     XNNPACK_BACKEND_ID,
@@ -38,13 +31,8 @@ from emitter_filter.delegates import (
 )
 from emitter_filter.errors import ProgramFormatError, PteFormatError
 from emitter_filter.named_keys import DelegateRef
-from emitter_filter.ondisk.byte_source import (
-    ByteSource,
-    check_identifier,
-    table_text,
-    unpack_root,
-    vector_ints,
-)
+from emitter_filter.object_models import GENERATED, table_text, vector_ints
+from emitter_filter.ondisk.byte_source import ByteSource, check_identifier, unpack_root
 from emitter_filter.ondisk.file_model import (
     DataEntry,
     DelegateData,
@@ -65,13 +53,8 @@ from emitter_filter.ondisk.layout import (
     PROGRAM_IDENTIFIER,
 )
 from emitter_filter.ondisk.read_ptd import read_ptd
-from emitter_filter.reachability import (
-    DataRef,
-    DataSpace,
-    PlanRefs,
-    classify_tensor_data,
-    is_attribute_root,
-)
+from emitter_filter.plan_indices import check_data_refs, collect_plan_refs
+from emitter_filter.reachability import DataRef, DataSpace, PlanRefs
 
 __all__ = ["PteProgram", "read_pte", "read_pte_program"]
 
@@ -122,68 +105,23 @@ def _tensor_nbytes(tensor, where: str) -> int | None:
 
 
 def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
-    """Describes a generated `ExecutionPlanT` for `find_live`, as `prune_emitted.collect_plan_refs`."""
+    """`plan_indices.collect_plan_refs` of a generated `ExecutionPlanT`; notes its tensors."""
     name = table_text(plan.name) or ""
-    roots: list[int] = [*vector_ints(plan.inputs), *vector_ints(plan.outputs)]
-    for chain in plan.chains or ():
-        roots.extend(vector_ints(chain.inputs))
-        roots.extend(vector_ints(chain.outputs))
-        for instruction in chain.instructions or ():
-            kind, args = instruction.instrArgsType, instruction.instrArgs
-            if args is None:
-                # The object API leaves a missing table None: a corrupt or truncated program.
-                raise ProgramFormatError(
-                    f"plan {name!r}: instruction of kind {kind} has no arguments"
-                )
-            if kind in (InstructionArguments.KernelCall, InstructionArguments.DelegateCall):
-                roots.extend(vector_ints(args.args))
-            elif kind == InstructionArguments.MoveCall:
-                roots.extend((args.moveFrom, args.moveTo))
-            elif kind == InstructionArguments.JumpFalseCall:
-                roots.append(args.condValueIndex)
-            elif kind == InstructionArguments.FreeCall:
-                roots.append(args.valueIndex)
-            else:
-                raise ProgramFormatError(f"plan {name!r}: unknown instruction kind {kind}")
-    list_items: dict[int, Sequence[int]] = {}
-    data_refs: dict[int, DataRef] = {}
-    for index, evalue in enumerate(plan.values or ()):
-        kind, val = evalue.valType, evalue.val
-        if val is None and kind != KernelTypes.NONE:
-            raise ProgramFormatError(f"plan {name!r}: value {index} of kind {kind} has no table")
-        if kind in (KernelTypes.IntList, KernelTypes.TensorList, KernelTypes.OptionalTensorList):
-            list_items[index] = vector_ints(val.items)
-        elif kind == KernelTypes.Tensor:
-            info = val.extraTensorInfo
-            fqn = table_text(info.fullyQualifiedName) if info is not None else None
-            mutable = val.allocationInfo is not None
-            ref = classify_tensor_data(
-                val.dataBufferIdx,
-                external=info is not None and info.location == TensorDataLocation.EXTERNAL,
-                mutable=mutable,
+
+    def found(index: int, tensor, ref: DataRef, fqn: str | None) -> None:
+        tensors.append(
+            TensorEntry(
+                plan=name,
+                value_index=index,
+                ref=ref,
+                dtype=_SCALAR_TYPE_NAMES.get(tensor.scalarType, str(tensor.scalarType)),
+                shape=tuple(vector_ints(tensor.sizes)),
+                nbytes=_tensor_nbytes(tensor, f"plan {name!r} value {index}"),
+                name=fqn,
             )
-            if ref is not None:
-                data_refs[index] = ref
-                tensors.append(
-                    TensorEntry(
-                        plan=name,
-                        value_index=index,
-                        ref=ref,
-                        dtype=_SCALAR_TYPE_NAMES.get(val.scalarType, str(val.scalarType)),
-                        shape=tuple(vector_ints(val.sizes)),
-                        nbytes=_tensor_nbytes(val, f"plan {name!r} value {index}"),
-                        name=fqn,
-                    )
-                )
-            if is_attribute_root(mutable=mutable, fully_qualified_name=fqn):
-                roots.append(index)
-    return PlanRefs(
-        name=name,
-        num_values=len(plan.values or ()),
-        roots=roots,
-        list_items=list_items,
-        data_refs=data_refs,
-    )
+        )
+
+    return collect_plan_refs(GENERATED, plan, on_tensor=found)
 
 
 def _read_header(source: ByteSource) -> tuple[int, int, int]:
@@ -455,14 +393,11 @@ def read_pte_program(
                 reader, DataSpace.MUTABLE, segment, vector_ints(mutable.offsets),
                 _first_nbytes(tensors, DataSpace.MUTABLE),
             )
-        for tensor in tensors:
-            space = entries[tensor.ref.space]
-            if tensor.ref.space is not DataSpace.EXTERNAL and tensor.ref.index not in space:
-                raise ProgramFormatError(
-                    f"{reader.name}: plan {tensor.plan!r} value {tensor.value_index}: "
-                    f"data_buffer_idx {tensor.ref.index} >= len({tensor.ref.space.value} "
-                    f"data) {len(space)}"
-                )
+        check_data_refs(
+            plans,
+            {space: len(entries[space]) for space in (DataSpace.CONSTANT, DataSpace.MUTABLE)},
+            reader.name,
+        )
         entries[DataSpace.EXTERNAL], used_keys = _external_entries(reader.name, tensors, ptds)
         referenced.update(i for i in (constant_segment, mutable_segment) if i is not None)
 
