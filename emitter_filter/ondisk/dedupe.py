@@ -32,10 +32,12 @@ Rules:
   placed as `serialize_pte_binary` places them.
 - Nothing to alias: the input is returned as it is, byte for byte.
 
-What is about the file format is `layout`'s (alignments the offsets show,
-segment placement, the extended header) and the streamed, atomic write is
-`output`'s, as for `prune_file`; this module decides what to alias and
-where the constant segment needs zeros.
+What is about the file format is `layout`'s, as for `prune_file`: the
+serializer options read back from the file (`read_pte_layout`: segment, tensor
+and delegate alignments, header padding), segment placement, the extended
+header, and the program packer that keeps inline blobs' force_align
+(`pack_program`). The streamed, atomic write is `output`'s. This module decides
+what to alias and where the constant segment needs zeros.
 
 What is valid and which ranges are already shared is `analysis.analyse_file`'s,
 the analysis `audit` and `prune` call: a file whose ranges overlap without being

@@ -396,20 +396,45 @@ def infer_pte_layout(
     # The header written: the 24-byte one of older releases where the input has it,
     # else the one this serializer writes (the fields of a longer one are unknown).
     written_length = EH_MINIMUM_LENGTH if 0 < header_length < _EH_LENGTH else _EH_LENGTH
-
-    def layout(tensor: int, delegate: int, padded: int, reproduced: bool) -> PteLayout:
-        return PteLayout(
-            segment_alignment, tensor, delegate, written_length, padded, own, reproduced
+    found = _reproducing_alignments(
+        program, program_data, header_length, packing, tensor_candidates,
+        bool(storage), bool(positions),
+    )
+    if found is None:
+        tensor, delegate = packing[0] if packing else (tensor_candidates[0], _SCHEMA_FORCE_ALIGN)
+        logger.info(
+            "the program is not laid out as ExecuTorch's serializer lays it out: "
+            "the pruned file is the same program in that layout"
         )
+        found = (tensor, delegate, _header_padded_length(tensor, delegate), False)
+    tensor, delegate, padded, reproduced = found
+    return PteLayout(
+        segment_alignment, tensor, delegate, written_length, padded, own, reproduced
+    )
 
-    # The flatbuffer packs as the input's, but its header padding fits no options:
-    # keep that padding (no ExecuTorch release wrote such a file).
+
+def _reproducing_alignments(
+    program: ProgramT,
+    program_data: bytes,
+    header_length: int,
+    packing: Sequence[tuple[int, int]],
+    tensor_candidates: Sequence[int],
+    inline_storage: bool,
+    inline_delegates: bool,
+) -> tuple[int, int, int, bool] | None:
+    """(tensor alignment, delegate alignment, header padded length, reproduced) of the first
+    (tensor, delegate) in `packing` with which the program packs to the input's bytes.
+
+    A packing that gives the flatbuffer back but whose header padding fits no
+    options keeps that padding, not reproduced (no ExecuTorch release wrote such
+    a file). None when no packing gives the flatbuffer back.
+    """
     packs_alike = None
     for tensor, delegate in packing:
         flatbuffer = pack_program(program, tensor, delegate)
         if not header_length:
             if flatbuffer == program_data:
-                return layout(tensor, delegate, _header_padded_length(tensor, delegate), True)
+                return tensor, delegate, _header_padded_length(tensor, delegate), True
             continue
         padded = len(program_data) - len(flatbuffer)
         if padded < header_length:
@@ -419,20 +444,15 @@ def infer_pte_layout(
             continue
         # The padding is the larger of the two alignments; without inline blobs,
         # the delegate alignment shows nowhere else, so any value may explain it.
-        tensors = [tensor] if storage else tensor_candidates
-        delegates = [delegate] if positions else _preferring(_SCHEMA_FORCE_ALIGN, _POWERS_OF_TWO)
+        tensors = [tensor] if inline_storage else tensor_candidates
+        delegates = (
+            [delegate] if inline_delegates else _preferring(_SCHEMA_FORCE_ALIGN, _POWERS_OF_TWO)
+        )
         for t, d in itertools.product(tensors, delegates):
             if _header_padded_length(t, d) == padded:
-                return layout(t, d, padded, True)
-        packs_alike = packs_alike or layout(tensor, delegate, padded, False)
-    if packs_alike is not None:
-        return packs_alike
-    tensor, delegate = packing[0] if packing else (tensor_candidates[0], _SCHEMA_FORCE_ALIGN)
-    logger.info(
-        "the program is not laid out as ExecuTorch's serializer lays it out: "
-        "the pruned file is the same program in that layout"
-    )
-    return layout(tensor, delegate, _header_padded_length(tensor, delegate), False)
+                return t, d, padded, True
+        packs_alike = packs_alike or (tensor, delegate, padded, False)
+    return packs_alike
 
 
 def pte_segment_alignments(

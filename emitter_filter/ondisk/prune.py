@@ -59,7 +59,12 @@ from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import (
 )
 from emitter_filter.errors import OutputFileError
 from emitter_filter.object_models import GENERATED, table_text, vector_ints
-from emitter_filter.ondisk.analysis import analyse_file, find_aliases, find_shared_ranges
+from emitter_filter.ondisk.analysis import (
+    FileAnalysis,
+    analyse_file,
+    find_aliases,
+    find_shared_ranges,
+)
 from emitter_filter.ondisk.byte_source import ByteSource
 from emitter_filter.ondisk.file_model import PteFile
 from emitter_filter.ondisk.layout import (
@@ -84,7 +89,7 @@ from emitter_filter.ondisk.output import (
 )
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
-from emitter_filter.ondisk.read_pte import read_pte_program
+from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
 from emitter_filter.plan_indices import remap_data_indices, remap_plan_values
 from emitter_filter.reachability import DataSpace, Liveness, new_data_indices, order_live_data
 from emitter_filter.names import DroppedConstant
@@ -248,21 +253,11 @@ def read_layout(
     )
 
 
-def _pruned_pte(
-    pte: PteFile,
-    program,
-    liveness: Liveness,
-    dead_keys: frozenset[str],
-    layout: PteLayout,
-    fd: int,
-    output: str,
-) -> OutputFile:
-    """Decides every byte of the pruned `.pte` laid out with `layout`; rewrites `program`
-    (our own copy) in place."""
-    logger.debug("%s: %s", pte.path, layout)
-    order = order_live_data(pte.plans, liveness)
-    data_index = new_data_indices(order)
-    out: list[_OutSegment] = []
+def _tensor_data_segments(
+    pte: PteFile, program, fd: int, order, layout: PteLayout, out: list[_OutSegment]
+) -> None:
+    """Appends the new constant and mutable data segments to `out`; rewrites `program`'s
+    `constant_segment` and `mutable_data_segments` to them."""
     if program.constantSegment is not None and vector_ints(program.constantSegment.offsets):
         constant, offsets = _constant_segment(
             pte, program, fd, order[DataSpace.CONSTANT], layout.tensor_alignment
@@ -281,8 +276,20 @@ def _pruned_pte(
             program.mutableDataSegments = [subsegment]
             out.append(mutable[0])
 
-    # Delegate segments, then named data, each in first-reference order, as
-    # `_extract_delegate_segments` and `_extract_named_data` append them.
+
+def _blob_segments(
+    pte: PteFile,
+    program,
+    fd: int,
+    dead_keys: frozenset[str],
+    layout: PteLayout,
+    out: list[_OutSegment],
+) -> None:
+    """Appends the delegate segments, then the live named data's, to `out`; renumbers them.
+
+    Each in first-reference order, as `_extract_delegate_segments` and
+    `_extract_named_data` append them; dead keys are dropped from `named_data`.
+    """
     delegate_segment: dict[int, int] = {}
     for plan in program.executionPlan or ():
         for delegate in plan.delegates or ():
@@ -311,6 +318,24 @@ def _pruned_pte(
     if program.namedData is not None:
         program.namedData = kept_named
 
+
+def _pruned_pte(
+    pte: PteFile,
+    program,
+    liveness: Liveness,
+    dead_keys: frozenset[str],
+    layout: PteLayout,
+    fd: int,
+    output: str,
+) -> OutputFile:
+    """Decides every byte of the pruned `.pte` laid out with `layout`; rewrites `program`
+    (our own copy) in place."""
+    logger.debug("%s: %s", pte.path, layout)
+    order = order_live_data(pte.plans, liveness)
+    out: list[_OutSegment] = []
+    _tensor_data_segments(pte, program, fd, order, layout, out)
+    _blob_segments(pte, program, fd, dead_keys, layout, out)
+    data_index = new_data_indices(order)
     for plan, refs, live in zip(program.executionPlan or (), pte.plans, liveness.live_values):
         remap_plan_values(GENERATED, plan, refs, live)
         remap_data_indices(GENERATED, plan, refs, live, data_index)
@@ -378,6 +403,66 @@ def _verbatim(path: str, fd: int, size: int) -> OutputFile:
 # --- the entry point ------------------------------------------------------------------
 
 
+def _keep_ptd_key(pte: PteFile, program, liveness: Liveness, dead_keys: frozenset[str]):
+    """Which keys of the `.ptd` files stay: live external constants, and live named data.
+
+    Reads `program` before it is rewritten (the live values are its indices).
+    """
+    external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
+    live_fqns = _live_external_names(program, liveness)
+
+    def keep(key: str) -> bool:
+        if key in external_fqns:
+            return key in live_fqns
+        return key not in dead_keys
+
+    return keep
+
+
+def _changes_pte(analysis: FileAnalysis) -> bool:
+    """Whether the `.pte` itself has dead values, data entries, segments or named data."""
+    pte, dead_keys = analysis.pte, frozenset(analysis.use.dead)
+    return (
+        analysis.liveness.dead_value_count(pte.plans) > 0
+        or any(d.space in ("constant", "mutable", "segments") for d in analysis.dead)
+        or any(e.key in dead_keys for e in pte.named_data if e.file == pte.path)
+    )
+
+
+def _decide_outputs(
+    src: str,
+    dst: str,
+    read: PteProgram,
+    analysis: FileAnalysis,
+    ptd_outputs: Sequence[tuple[str, str]],
+    opened: list[int],
+) -> tuple[list[OutputFile], dict[str, str]]:
+    """Every output file's bytes, and the `.ptd` outputs written, by input; opens the inputs
+    into `opened`. A file with nothing dead is its own output."""
+    pte, program, liveness = analysis.pte, read.program, analysis.liveness
+    dead_keys = frozenset(analysis.use.dead)
+    aliased = find_aliases(analysis.shared)
+    segment_alignment = shared_segment_alignment(pte, aliased)
+    keep_ptd_key = _keep_ptd_key(pte, program, liveness, dead_keys)
+    fd = open_input(src, opened)
+    if _changes_pte(analysis):
+        layout = read_pte_layout(pte, program, read.program_data, aliased, segment_alignment)
+        outputs = [_pruned_pte(pte, program, liveness, dead_keys, layout, fd, dst)]
+    else:
+        outputs = [_verbatim(dst, fd, pte.file_bytes)]
+    ptd_written: dict[str, str] = {}
+    for (path, output), ptd in zip(ptd_outputs, pte.ptd_files):
+        ptd_fd = open_input(path, opened)
+        if all(keep_ptd_key(key) for key in ptd.named_data):
+            written = _verbatim(output, ptd_fd, ptd.file_bytes)
+        else:
+            written = _pruned_ptd(path, output, ptd_fd, keep_ptd_key, segment_alignment)
+        if written is not None:
+            outputs.append(written)
+            ptd_written[path] = output
+    return outputs, ptd_written
+
+
 def prune_file(
     src: str | os.PathLike,
     dst: str | os.PathLike,
@@ -435,72 +520,30 @@ def prune_file(
             progress=progress, keep_constants=keep_constants, names=names,
         )
 
-    # Read.
+    # Read, then decide every output byte, then write.
     read = read_pte_program(src, ptd_paths)
-    pte, program, program_data = read.pte, read.program, read.program_data
     with ByteSource(src) as source:
-        analysis = analyse_file(pte, {pte.path: source}, keep_constants, state_file(names))
-    pte, liveness, use = analysis.pte, analysis.liveness, analysis.use
-    # Unused inline delegate blobs stay: the rewrite never touches backend_delegate_data.
-    dropped = tuple(d for d in analysis.dead if d.space != "delegate")
-    dropped_values = liveness.dead_value_count(pte.plans)
-    dead_keys = frozenset(use.dead)
-    external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
-    live_fqns = _live_external_names(program, liveness)
-
-    def keep_ptd_key(key: str) -> bool:
-        if key in external_fqns:
-            return key in live_fqns
-        return key not in dead_keys
-
-    # Dead values, data entries, segments or named data of the .pte itself change it.
-    pte_unchanged = (
-        dropped_values == 0
-        and not any(d.space in ("constant", "mutable", "segments") for d in dropped)
-        and not any(e.key in dead_keys for e in pte.named_data if e.file == pte.path)
-    )
-
-    aliased = find_aliases(analysis.shared)
-    segment_alignment = shared_segment_alignment(pte, aliased)
-
+        analysis = analyse_file(read.pte, {read.pte.path: source}, keep_constants, state_file(names))
     opened: list[int] = []
     try:
-        # Decide.
-        fd = open_input(src, opened)
-        if pte_unchanged:
-            outputs = [_verbatim(dst, fd, pte.file_bytes)]
-        else:
-            outputs = [
-                _pruned_pte(
-                    pte, program, liveness, dead_keys,
-                    read_pte_layout(pte, program, program_data, aliased, segment_alignment),
-                    fd, dst,
-                )
-            ]
-        ptd_written: dict[str, str] = {}
-        for path, output, ptd in zip(ptd_paths, ptd_outputs, pte.ptd_files):
-            ptd_fd = open_input(path, opened)
-            if all(keep_ptd_key(key) for key in ptd.named_data):
-                written = _verbatim(output, ptd_fd, ptd.file_bytes)
-            else:
-                written = _pruned_ptd(path, output, ptd_fd, keep_ptd_key, segment_alignment)
-            if written is not None:
-                outputs.append(written)
-                ptd_written[path] = output
-        # Write.
+        outputs, ptd_written = _decide_outputs(
+            src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs)), opened
+        )
         bytes_after = write_outputs(outputs, progress)
     finally:
         for input_fd in opened:
             os.close(input_fd)
 
+    pte, use = analysis.pte, analysis.use
     report = FilePruneReport(
         path=src,
         output=dst,
         ptd_outputs=tuple((p, ptd_written.get(p)) for p in ptd_paths),
         bytes_before=pte.file_bytes + sum(p.file_bytes for p in pte.ptd_files),
         bytes_after=bytes_after,
-        dropped=dropped,
-        dropped_values=dropped_values,
+        # Unused inline delegate blobs stay: the rewrite never touches backend_delegate_data.
+        dropped=tuple(d for d in analysis.dead if d.space != "delegate"),
+        dropped_values=analysis.liveness.dead_value_count(pte.plans),
         dropped_named_data=use.dead,
         kept_unprovable=use.kept_unprovable,
         seconds=time.perf_counter() - started,

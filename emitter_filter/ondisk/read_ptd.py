@@ -61,27 +61,45 @@ def _check_flat_tensor_fields(source: ByteSource, buffer: bytes) -> None:
         )
 
 
+def _read_header(source: ByteSource) -> tuple[int, int, int]:
+    """(flatbuffer end, segment base offset, segment data size) from the `FH01` header."""
+    head = source.read(0, min(NUM_HEAD_BYTES, source.size), "file header")
+    check_identifier(source, head, FLAT_TENSOR_IDENTIFIER, "PTD")
+    if len(head) < 8 + FH.size or head[8:12] != FH_MAGIC:
+        raise PteFormatError(source.name, f"missing {FH_MAGIC!r} header", 8)
+    _, length, fb_offset, fb_size, base, data_size = FH.unpack_from(head, 8)
+    if length < FH.size:
+        raise PteFormatError(source.name, f"{FH_MAGIC!r} header length {length} < {FH.size}", 12)
+    if fb_offset + fb_size > source.size or base + data_size > source.size:
+        raise PteFormatError(
+            source.name,
+            f"truncated: flatbuffer ends at {fb_offset + fb_size}, segment data at "
+            f"{base + data_size}, file has {source.size} bytes",
+            16,
+        )
+    return fb_offset + fb_size, base, data_size
+
+
+def _read_segments(source: ByteSource, flat_tensor, base: int, data_size: int) -> list[Segment]:
+    segments = []
+    for index, segment in enumerate(flat_tensor.segments or ()):
+        if segment.offset + segment.size > data_size:
+            raise PteFormatError(
+                source.name,
+                f"segment {index} (offset {segment.offset}, size {segment.size}) "
+                f"outside segment data ({data_size} bytes)",
+                base + segment.offset,
+            )
+        segments.append(Segment(index, base + segment.offset, segment.size))
+    return segments
+
+
 def read_ptd_flat_tensor(path: str | os.PathLike) -> tuple[PtdFile, FlatTensorT]:
     """`read_ptd`, plus the unpacked `FlatTensor`, for a rewrite."""
     source = ByteSource(path)
     try:
-        head = source.read(0, min(NUM_HEAD_BYTES, source.size), "file header")
-        check_identifier(source, head, FLAT_TENSOR_IDENTIFIER, "PTD")
-        if len(head) < 8 + FH.size or head[8:12] != FH_MAGIC:
-            raise PteFormatError(source.name, f"missing {FH_MAGIC!r} header", 8)
-        _, length, fb_offset, fb_size, base, data_size = FH.unpack_from(head, 8)
-        if length < FH.size:
-            raise PteFormatError(
-                source.name, f"{FH_MAGIC!r} header length {length} < {FH.size}", 12
-            )
-        if fb_offset + fb_size > source.size or base + data_size > source.size:
-            raise PteFormatError(
-                source.name,
-                f"truncated: flatbuffer ends at {fb_offset + fb_size}, segment data at "
-                f"{base + data_size}, file has {source.size} bytes",
-                16,
-            )
-        buffer = source.read(0, fb_offset + fb_size, "flatbuffer")
+        flatbuffer_end, base, data_size = _read_header(source)
+        buffer = source.read(0, flatbuffer_end, "flatbuffer")
         _check_flat_tensor_fields(source, buffer)
         flat_tensor = unpack_root(source, FlatTensorT, buffer, "flatbuffer")
         if flat_tensor.version > _FLAT_TENSOR_VERSION:
@@ -91,29 +109,18 @@ def read_ptd_flat_tensor(path: str | os.PathLike) -> tuple[PtdFile, FlatTensorT]
                 f"{_FLAT_TENSOR_VERSION}",
                 int.from_bytes(buffer[0:4], "little"),
             )
-        segments = []
-        for index, segment in enumerate(flat_tensor.segments or ()):
-            if segment.offset + segment.size > data_size:
-                raise PteFormatError(
-                    source.name,
-                    f"segment {index} (offset {segment.offset}, size {segment.size}) "
-                    f"outside segment data ({data_size} bytes)",
-                    base + segment.offset,
-                )
-            segments.append(Segment(index, base + segment.offset, segment.size))
+        segments = _read_segments(source, flat_tensor, base, data_size)
         named: dict[str, NamedData] = {}
         layouts: dict[str, tuple[int, tuple[int, ...]]] = {}
         for entry in flat_tensor.namedData or ():
             key = table_text(entry.key) or ""
             segment = segment_at(source.name, segments, entry.segmentIndex, f"named data {key!r}")
-            named[key] = NamedData(
-                key, source.name, segment.index, segment.offset, segment.size
-            )
+            named[key] = NamedData(key, source.name, segment.index, segment.offset, segment.size)
             if entry.tensorLayout is not None:
                 layout = entry.tensorLayout
                 layouts[key] = (layout.scalarType, tuple(vector_ints(layout.sizes)))
         ptd = PtdFile(
-            source.name, source.size, named, layouts, fb_offset + fb_size, base, tuple(segments)
+            source.name, source.size, named, layouts, flatbuffer_end, base, tuple(segments)
         )
         return ptd, flat_tensor
     finally:

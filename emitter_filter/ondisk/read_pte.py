@@ -349,6 +349,58 @@ def read_pte(
     return read_pte_program(source, ptd_paths).pte
 
 
+def _subsegment(
+    reader: ByteSource, segments, subsegment, space: DataSpace, what: str, tensors
+) -> tuple[int, dict[int, DataEntry]]:
+    """(segment index, entries) of the constant or mutable data subsegment `subsegment`."""
+    index = subsegment.segmentIndex
+    segment = segment_at(reader.name, segments, index, what)
+    entries = _subsegment_entries(
+        reader, space, segment, vector_ints(subsegment.offsets), _first_nbytes(tensors, space)
+    )
+    return index, entries
+
+
+def _tensor_data_entries(
+    reader: ByteSource, program, segments, tensors
+) -> tuple[dict[DataSpace, dict[int, DataEntry]], int | None, int | None]:
+    """(entries per space, constant segment index, mutable segment index), external left empty."""
+    entries: dict[DataSpace, dict[int, DataEntry]] = {space: {} for space in DataSpace}
+    constant_segment = mutable_segment = None
+    if program.constantSegment is not None and vector_ints(program.constantSegment.offsets):
+        constant_segment, entries[DataSpace.CONSTANT] = _subsegment(
+            reader, segments, program.constantSegment, DataSpace.CONSTANT,
+            "constant_segment", tensors,
+        )
+    elif any(len(vector_ints(b.storage)) for b in program.constantBuffer or ()):
+        # Only the empty placeholder entry is a program without constants: accepted.
+        raise PteFormatError(
+            reader.name,
+            "constants inline in Program.constant_buffer (the deprecated layout) "
+            "are not supported",
+        )
+    if program.mutableDataSegments:
+        mutable_segment, entries[DataSpace.MUTABLE] = _subsegment(
+            reader, segments, program.mutableDataSegments[0], DataSpace.MUTABLE,
+            "mutable_data_segments[0]", tensors,
+        )
+    return entries, constant_segment, mutable_segment
+
+
+def _named_data(
+    reader: ByteSource, program, segments, ptds: Sequence[PtdFile], used_keys: set[str]
+) -> tuple[NamedData, ...]:
+    """`Program.named_data`, located, then each `.ptd`'s keys that no tensor uses."""
+    named_data = []
+    for entry in program.namedData or ():
+        key = table_text(entry.key) or ""
+        segment = segment_at(reader.name, segments, entry.segmentIndex, f"named data {key!r}")
+        named_data.append(NamedData(key, reader.name, segment.index, segment.offset, segment.size))
+    for ptd in ptds:
+        named_data.extend(e for k, e in ptd.named_data.items() if k not in used_keys)
+    return tuple(named_data)
+
+
 def read_pte_program(
     source: str | os.PathLike | bytes, ptd_paths: Sequence[str | os.PathLike] = ()
 ) -> PteProgram:
@@ -366,53 +418,19 @@ def read_pte_program(
         except ProgramFormatError as error:
             # Name the file: the plan-level checks do not know it.
             raise PteFormatError(reader.name, str(error)) from error
-
-        entries: dict[DataSpace, dict[int, DataEntry]] = {space: {} for space in DataSpace}
-        referenced: set[int] = set()
-        constant_segment = mutable_segment = None
-        offsets = vector_ints(program.constantSegment.offsets) if program.constantSegment else []
-        if offsets:
-            constant_segment = program.constantSegment.segmentIndex
-            segment = segment_at(reader.name, segments, constant_segment, "constant_segment")
-            entries[DataSpace.CONSTANT] = _subsegment_entries(
-                reader, DataSpace.CONSTANT, segment, offsets,
-                _first_nbytes(tensors, DataSpace.CONSTANT),
-            )
-        elif any(len(vector_ints(b.storage)) for b in program.constantBuffer or ()):
-            # Only the empty placeholder entry is a program without constants: accepted.
-            raise PteFormatError(
-                reader.name,
-                "constants inline in Program.constant_buffer (the deprecated layout) "
-                "are not supported",
-            )
-        if program.mutableDataSegments:
-            mutable = program.mutableDataSegments[0]
-            mutable_segment = mutable.segmentIndex
-            segment = segment_at(reader.name, segments, mutable_segment, "mutable_data_segments[0]")
-            entries[DataSpace.MUTABLE] = _subsegment_entries(
-                reader, DataSpace.MUTABLE, segment, vector_ints(mutable.offsets),
-                _first_nbytes(tensors, DataSpace.MUTABLE),
-            )
+        entries, constant_segment, mutable_segment = _tensor_data_entries(
+            reader, program, segments, tensors
+        )
         check_data_refs(
             plans,
             {space: len(entries[space]) for space in (DataSpace.CONSTANT, DataSpace.MUTABLE)},
             reader.name,
         )
         entries[DataSpace.EXTERNAL], used_keys = _external_entries(reader.name, tensors, ptds)
-        referenced.update(i for i in (constant_segment, mutable_segment) if i is not None)
-
-        named_data = []
-        for entry in program.namedData or ():
-            key = table_text(entry.key) or ""
-            segment = segment_at(reader.name, segments, entry.segmentIndex, f"named data {key!r}")
-            referenced.add(segment.index)
-            named_data.append(
-                NamedData(key, reader.name, segment.index, segment.offset, segment.size)
-            )
-        for ptd in ptds:
-            named_data.extend(e for k, e in ptd.named_data.items() if k not in used_keys)
-
+        named_data = _named_data(reader, program, segments, ptds, used_keys)
         delegates = _read_delegates(reader, program, segments)
+        referenced = {i for i in (constant_segment, mutable_segment) if i is not None}
+        referenced.update(e.segment_index for e in named_data if e.file == reader.name)
         referenced.update(d.index for d in delegates if d.location == "segment")
         pte = PteFile(
             path=reader.name,
@@ -426,7 +444,7 @@ def read_pte_program(
             entries=entries,
             constant_segment=constant_segment,
             mutable_segment=mutable_segment,
-            named_data=tuple(named_data),
+            named_data=named_data,
             delegates=delegates,
             unreferenced_segments=tuple(s for s in segments if s.index not in referenced),
             ptd_files=ptds,
