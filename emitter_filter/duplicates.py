@@ -59,7 +59,9 @@ class StoredCopy:
 
     def to_json(self) -> dict:
         """The form of a copy in `audit --json` (duplicates, shared ranges) and `prune --json`."""
-        return {"space": self.space, "tag": self.tag, "index": self.index, "names": list(self.names)}
+        return {
+            "space": self.space, "tag": self.tag, "index": self.index, "names": list(self.names)
+        }
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,8 @@ def stored_regions(pte: PteFile) -> Iterator[StoredRegion]:
                 yield StoredRegion(copy, entry.file, entry.offset, entry.nbytes)
     in_pte = [entry for entry in pte.named_data if entry.file == pte.path]
     for index, (offset, size, keys) in _keys_by_segment(in_pte).items():
-        yield StoredRegion(StoredCopy("named_data", None, index, tuple(keys)), pte.path, offset, size)
+        copy = StoredCopy("named_data", None, index, tuple(keys))
+        yield StoredRegion(copy, pte.path, offset, size)
     for blob in pte.delegates:
         if blob.location == "segment":
             copy = StoredCopy("delegate", None, blob.index, ())
@@ -104,7 +105,8 @@ def stored_regions(pte: PteFile) -> Iterator[StoredRegion]:
     for ptd in pte.ptd_files:
         tag = os.path.splitext(os.path.basename(ptd.path))[0]
         for index, (offset, size, keys) in _keys_by_segment(ptd.named_data.values()).items():
-            yield StoredRegion(StoredCopy("external", tag, index, tuple(keys)), ptd.path, offset, size)
+            copy = StoredCopy("external", tag, index, tuple(keys))
+            yield StoredRegion(copy, ptd.path, offset, size)
 
 
 @dataclass(frozen=True)
@@ -223,7 +225,8 @@ def find_aliases(shared: Sequence[SharedRange]) -> dict[int, Alias]:
     aliases: dict[int, Alias] = {}
     for stored in shared:
         segments = [c.index for c in stored.copies if c.space in _SEGMENT_SPACES]
-        entries = [c for c in stored.copies if c.space in ("constant", "mutable")]
+        # Mutable first: bytes that mutable data shares are mutable, whatever else reads them.
+        entries = [c for s in ("mutable", "constant") for c in stored.copies if c.space == s]
         if entries:
             target = Alias(entries[0].space, entries[0].index)
             aliases.update((index, target) for index in segments)

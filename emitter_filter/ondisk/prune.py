@@ -7,11 +7,11 @@ rewrites:
     out.pte  [header | program'| constant: P W    | delegate | named: k0   ]
 
 1. Read: `read_pte.read_pte_program` reads headers and the program flatbuffer;
-   `analysis.analyse_file` checks the file and finds the kept values and data entries, the named data
-   no delegate reaches and what is dead, as `audit` counts it (with the
-   `keep_constants` roots and `names`).
+   `analysis.analyse_file` checks the file (refusing what `audit` refuses), then
+   finds the kept values and data entries, the named data no delegate reaches and
+   what is dead, as `audit` counts it (with the `keep_constants` roots and `names`).
 2. Decide every output byte before any is written. A file with nothing dead is
-   its own output, byte for byte. Otherwise `layout.infer_pte_layout` reads
+   its own output, byte for byte. Otherwise `layout.read_pte_layout` reads
    the serializer options back from the file; the unpacked program is
    rewritten (values compacted in order and renumbered by `plan_indices`, data
    entries renumbered in first-reference order by `reachability.order_live_data`,
@@ -345,7 +345,7 @@ def _pruned_pte(
     )
     if out or program.segments is not None:
         # ExecuTorch always writes the list; a file without it keeps it absent.
-        program.segments = [_program_segment(o, s.size) for o, s in zip(offsets, out)]
+        program.segments = [_data_segment(DataSegmentT, o, s.size) for o, s in zip(offsets, out)]
     flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
     prefix, base = program_prefix(flatbuffer, layout, data_size)
     result = OutputFile(output, fd, prefix)
@@ -354,8 +354,9 @@ def _pruned_pte(
     return result
 
 
-def _program_segment(offset: int, size: int) -> DataSegmentT:
-    segment = DataSegmentT()
+def _data_segment(cls, offset: int, size: int):
+    """A `DataSegmentT` of program.fbs or flat_tensor.fbs (`cls`): the same two fields."""
+    segment = cls()
     segment.offset, segment.size = offset, size
     return segment
 
@@ -384,15 +385,11 @@ def _pruned_ptd(
         [(s.size, s.alignment) for s in out], layout.segment_alignment
     )
     flat_tensor.namedData = named
-    flat_tensor.segments = [_flat_tensor_segment(o, s.size) for o, s in zip(offsets, out)]
+    flat_tensor.segments = [
+        _data_segment(FlatTensorDataSegmentT, o, s.size) for o, s in zip(offsets, out)
+    ]
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), layout, data_size)
     return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out)])
-
-
-def _flat_tensor_segment(offset: int, size: int) -> FlatTensorDataSegmentT:
-    segment = FlatTensorDataSegmentT()
-    segment.offset, segment.size = offset, size
-    return segment
 
 
 def _verbatim(path: str, fd: int, size: int) -> OutputFile:
@@ -523,7 +520,9 @@ def prune_file(
     # Read, then decide every output byte, then write.
     read = read_pte_program(src, ptd_paths)
     with ByteSource(src) as source:
-        analysis = analyse_file(read.pte, {read.pte.path: source}, keep_constants, state_file(names))
+        analysis = analyse_file(
+            read.pte, {read.pte.path: source}, keep_constants, state_file(names)
+        )
     opened: list[int] = []
     try:
         outputs, ptd_written = _decide_outputs(

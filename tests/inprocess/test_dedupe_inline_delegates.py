@@ -63,7 +63,9 @@ def _inline_blob_offsets(data: bytes) -> list[int]:
     return offsets
 
 
-@pytest.fixture(scope="module", params=[16, 64], ids=["delegate_alignment_16", "delegate_alignment_64"])
+@pytest.fixture(
+    scope="module", params=[16, 64], ids=["delegate_alignment_16", "delegate_alignment_64"]
+)
 def files(request):
     plain = _export(request.param)
     in_process = _export(request.param, dedupe_constants=True)
