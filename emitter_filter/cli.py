@@ -187,11 +187,14 @@ def _add_naming_arguments(command: argparse.ArgumentParser) -> None:
     )
 
 
-def _dead_json(d) -> dict:
-    from emitter_filter.ondisk.audit import names_json
+#: What `prune --json` says of each dropped entry: the fields of audit's "dead" entries
+#: that name it.
+_DROPPED_FIELDS = ("space", "index", "bytes", "name", "names", "readable_by_name")
 
-    return {"space": d.space, "index": d.index, "bytes": d.nbytes, "name": d.name,
-            "names": names_json(d), "readable_by_name": d.readable_by_name}
+
+def _dead_json(d) -> dict:
+    entry = d.to_json()
+    return {field: entry[field] for field in _DROPPED_FIELDS}
 
 
 def _progress_printer():

@@ -16,7 +16,10 @@ import struct
 from emitter_filter._program_fbs.fb_xnnpack.XNNGraph import XNNGraph
 from emitter_filter.errors import ProgramFormatError
 
-__all__ = ["XNNPACK_BACKEND_ID", "delegate_named_keys", "xnnpack_named_keys"]
+__all__ = [
+    "XNNPACK_BACKEND_ID", "XNN_HEADER_SIZE", "delegate_named_keys", "xnnpack_flatbuffer_span",
+    "xnnpack_named_keys",
+]
 
 #: `BackendDelegate.id` of XNNPACK delegates: the name of
 #: `backends/xnnpack/xnnpack_preprocess.py:XnnpackBackend`.
@@ -42,8 +45,8 @@ XNN_HEADER_SIZE = _XNN_HEADER.size
 def xnnpack_flatbuffer_span(head: bytes, blob_size: int) -> tuple[int, int]:
     """(offset, size) of the XNNGraph flatbuffer inside an XNNPACK blob.
 
-    Package-internal (not in `__all__`): the file side reads only this span of a
-    blob stored in a segment, never its constant data.
+    The file side reads only this span of a blob stored in a segment, never its
+    constant data.
 
     Args:
         head: The blob's first `XNN_HEADER_SIZE` bytes (fewer if it is shorter).

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from executorch.exir._serialize._named_data_store import NamedDataStoreOutput
     from executorch.exir.emit import EmitterOutput
 
-__all__ = ["StoredCopy", "DuplicateGroup", "find_duplicate_data"]
+__all__ = ["StoredCopy", "DuplicateGroup", "find_duplicate_data", "group_duplicates"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,12 @@ class StoredCopy:
     index: int | None
     names: tuple[str, ...]
 
+    def to_json(self) -> dict:
+        """The form of a copy in `audit --json` (duplicates, shared ranges) and `prune --json`."""
+        return {
+            "space": self.space, "tag": self.tag, "index": self.index, "names": list(self.names)
+        }
+
 
 @dataclass(frozen=True)
 class DuplicateGroup:
@@ -71,11 +77,19 @@ class DuplicateGroup:
         """Bytes that would be saved if the content were written once."""
         return self.nbytes * (len(self.copies) - 1)
 
+    def to_json(self) -> dict:
+        """The form of a group in `audit --json`."""
+        return {
+            "bytes": self.nbytes,
+            "sha256": self.sha256,
+            "copies": [copy.to_json() for copy in self.copies],
+        }
+
 
 _PREFIX = 32
 
 
-# `FileBackedData` (named data a backend left on disk) and `pte_file.StoredSpan`
+# `FileBackedData` (named data a backend left on disk) and `byte_source.StoredSpan`
 # read and hash themselves.
 def _prefix(data) -> bytes:
     return data.prefix(_PREFIX) if hasattr(data, "prefix") else data[:_PREFIX]
@@ -143,7 +157,7 @@ def _merge_same_file(copies: list[StoredCopy]) -> list[StoredCopy]:
 def group_duplicates(copies: Iterable[tuple[StoredCopy, object]]) -> tuple[DuplicateGroup, ...]:
     """Groups copies by content: the storage-neutral core of `find_duplicate_data`.
 
-    Package-internal (not in `__all__`): `audit` uses it on files.
+    The file side (`audit`) calls it on the copies a file stores.
 
     Args:
         copies: Each copy, in the order it is written, with its data: a bytes-like

@@ -66,6 +66,21 @@ class DroppedConstant:
         """
         return self.name is not None and self.space in TENSOR_SPACES
 
+    def to_json(self) -> dict:
+        """The entry as `audit --json` lists it under "dead" (`prune --json`, "dropped")."""
+        return {
+            "space": self.space,
+            "index": self.index,
+            "bytes": self.nbytes,
+            "plan": self.plan,
+            "value_index": self.value_index,
+            "dtype": self.dtype,
+            "shape": None if self.shape is None else list(self.shape),
+            "name": self.name,
+            "names": [{"name": n.name, "kind": n.kind, "plan": n.plan} for n in self.names],
+            "readable_by_name": self.readable_by_name,
+        }
+
     def label(self) -> str:
         """Its names joined by " = ", else `space[index]`."""
         names = dict.fromkeys(n.name for n in self.names) or ([self.name] if self.name else [])

@@ -2,7 +2,7 @@
 
 This module knows nothing about how a program is stored: callers describe each
 execution plan as a `PlanRefs` (the in-memory `exir.schema.Program` in
-`emitted.py`; a `.pte` file elsewhere), and `find_live` returns a frozen `Liveness`.
+`prune_emitted.py`; a `.pte` file elsewhere), and `find_live` returns a frozen `Liveness`.
 
 Before and after, for a plan whose value 2 is an unused buffer::
 
@@ -20,7 +20,7 @@ Roots, per execution plan (this list is the only place they are named):
   runtime's attribute and training APIs can read by name;
 - tensors the user keeps by name (`keep_constants`, `--keep`): callers add each
   Tensor value whose FQN matches a pattern to `PlanRefs.roots` (in memory
-  `emitted._kept_values`, on disk `audit.analyse_file`).
+  `prune_emitted._kept_values`, on disk `analysis.analyse_file`).
 
 A value is kept if a root reaches it, directly or through the items of an
 `IntList`, `TensorList` or `OptionalTensorList` (`-1` is None). A data entry is
@@ -224,7 +224,7 @@ def order_live_data(plans: Sequence[PlanRefs], liveness: Liveness) -> dict[DataS
 
     Plan by plan, value by value: the order in which the emitter would have
     allocated them had the dead constants never existed. Both rewrites (in memory,
-    `emitted.py`; on disk, `rewrite_file.py`) renumber by it, so each writes what
+    `prune_emitted.py`; on disk, `ondisk/prune.py`) renumber by it, so each writes what
     ExecuTorch writes for the model without the dead constants. Placeholders are
     left out.
 

@@ -9,12 +9,15 @@ Imports neither torch nor executorch, so that the file-tool tests run where only
 - `relayout` writes an existing `.pte` again as another producer might: every
   default-valued field written out (other vtables), the 24-byte extended
   header of older releases, other segment alignment, extra padding;
-- `old_flat_tensor` writes a `.ptd` in the schema of ExecuTorch 0.6 (early 2025).
+- `old_flat_tensor` writes a `.ptd` in the schema of ExecuTorch 0.6 (early 2025);
+- `with_program_changed` writes a `.pte` whose program says something else about
+  the same segment data (malformed files).
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import flatbuffers
@@ -56,7 +59,7 @@ from emitter_filter.ondisk.layout import (
     PROGRAM_IDENTIFIER,
     aligned,
 )
-from emitter_filter.ondisk.pte_file import read_pte_program
+from emitter_filter.ondisk.read_pte import read_pte_program
 
 LIVE = struct.pack("<4f", 1.0, 2.0, 3.0, 4.0)
 DEAD = struct.pack("<6f", *range(6))
@@ -262,7 +265,8 @@ def relayout(
         segment_alignment: Where each segment starts.
         padded: The bytes the extended header takes.
     """
-    _, program, data = read_pte_program(pte)
+    read = read_pte_program(pte)
+    program, data = read.program, read.program_data
     segments = []
     base = int.from_bytes(data[24:32], "little") if data[8:12] == EH_MAGIC else 0
     for segment in program.segments or ():
@@ -332,3 +336,16 @@ def build_constants(
 
 def without(constants: list[bytes], dead: frozenset[int]) -> list[bytes]:
     return [c for i, c in enumerate(constants) if i not in dead]
+
+
+def with_program_changed(pte: bytes, change: Callable[[ProgramT], None]) -> bytes:
+    """`pte` with `change(program)` applied to its program, its segment data as it was.
+
+    For files no writer makes (a hostile or corrupt input): the segment data is
+    kept byte for byte at the same offsets relative to the base, whatever the
+    changed program says about it.
+    """
+    read = read_pte_program(pte)
+    change(read.program)
+    data = pte[read.pte.segment_base_offset :]
+    return _with_header(pack(read.program), [data], [0])

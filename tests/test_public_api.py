@@ -33,10 +33,7 @@ _PYTEST_HOOKS = ("pytest_",)
 
 # Modules other work is renaming now (issue 18, b); each marked fails once it is fixed
 # (strict xfail), so that its mark is removed then.
-_BEING_RENAMED = {
-    "emitter_filter.delegates", "emitter_filter.duplicates", "emitter_filter.inprocess.prune_emitted",
-    "emitter_filter.ondisk.audit", "emitter_filter.ondisk.prune", "emitter_filter.ondisk.pte_file",
-}
+_BEING_RENAMED: set[str] = set()
 
 
 def test_the_package_exports_exactly_the_public_api():

@@ -1,6 +1,6 @@
 """Flatbuffer readers generated from ExecuTorch's own schemas; do not edit by hand.
 
-The file side (`pte_file`) reads `.pte`, `.ptd` and XNNPACK delegate blobs with
+The file side (`ondisk.read_pte`, `ondisk.read_ptd`) reads `.pte`, `.ptd` and XNNPACK delegate blobs with
 these instead of importing `executorch.exir`, whose import takes ~11 s.
 
 - `executorch_flatbuffer`: `schema/program.fbs` and `schema/scalar_type.fbs`

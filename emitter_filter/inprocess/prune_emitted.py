@@ -5,10 +5,12 @@ the values of `keep_constants` as more roots), asks `reachability.find_live`
 what is live, validates, and only then rewrites:
 
 - each plan's `values`, compacted in their original order (list items still come
-  before their lists) and every value index renumbered (`_remap_values`);
+  before their lists) and every value index renumbered
+  (`plan_indices.remap_plan_values`, shared with the file side);
 - `Program.constant_buffer`, `EmitterOutput.mutable_data` and
   `EmitterOutput.external_constant_buffer` / `external_constant_map`, each
-  compacted and every `Tensor.data_buffer_idx` renumbered (`_remap_data`).
+  compacted and every `Tensor.data_buffer_idx` renumbered (`_remap_data`, through
+  `plan_indices.remap_data_indices`).
 
 Data entries are renumbered in the order kept values first refer to them, plan by
 plan, value by value: the order in which the emitter would have allocated them had
@@ -32,103 +34,41 @@ import time
 from collections.abc import Sequence
 
 from executorch.exir.emit import EmitterOutput
-from executorch.exir.schema import (
-    DelegateCall,
-    ExecutionPlan,
-    FreeCall,
-    IntList,
-    JumpFalseCall,
-    KernelCall,
-    MoveCall,
-    OptionalTensorList,
-    Tensor,
-    TensorDataLocation,
-    TensorList,
-)
+from executorch.exir.schema import ExecutionPlan, Tensor
 
-from emitter_filter.errors import InvariantError, ProgramFormatError
+from emitter_filter import plan_indices
+from emitter_filter.object_models import EXIR_SCHEMA
 from emitter_filter.reachability import (
     DataRef,
     DataSpace,
     KeepList,
     Liveness,
     PlanRefs,
-    classify_tensor_data,
     find_live,
-    is_attribute_root,
     new_data_indices,
     order_live_data,
-    value_remapper,
 )
 from emitter_filter.inprocess.reports import PruneReport
 from emitter_filter.names import ConstantName, DroppedConstant
 from emitter_filter.state_names import PlaceholderNames, name_entries
 
-__all__ = ["collect_plan_refs", "prune_emitter_output"]
+__all__ = ["collect_plan_refs", "prune_emitter_output", "space_nbytes"]
 
 logger = logging.getLogger(__name__)
 
-_LIST_TYPES = (IntList, TensorList, OptionalTensorList)
-
-
-def tensor_data_ref(tensor: Tensor) -> DataRef | None:
+def _tensor_data_ref(tensor: Tensor) -> DataRef | None:
     """Where a Tensor value's bytes live (see `reachability.classify_tensor_data`)."""
-    info = tensor.extra_tensor_info
-    return classify_tensor_data(
-        tensor.data_buffer_idx,
-        external=info is not None and info.location == TensorDataLocation.EXTERNAL,
-        mutable=tensor.allocation_info is not None,
-    )
-
-
-def _instruction_value_indices(args) -> Sequence[int]:
-    if isinstance(args, (KernelCall, DelegateCall)):
-        return args.args
-    if isinstance(args, MoveCall):
-        return (args.move_from, args.move_to)
-    if isinstance(args, JumpFalseCall):
-        return (args.cond_value_index,)
-    if isinstance(args, FreeCall):
-        return (args.value_index,)
-    raise ProgramFormatError(f"unknown instruction kind {type(args).__name__}")
+    return plan_indices.tensor_data_ref(EXIR_SCHEMA, tensor)
 
 
 def collect_plan_refs(plan: ExecutionPlan, kept: Sequence[int] = ()) -> PlanRefs:
-    """Describes one `exir.schema.ExecutionPlan` for `find_live`. Not modified.
+    """Describes one `exir.schema.ExecutionPlan` for `find_live` (`plan_indices`). Not modified.
 
     Args:
         plan: The plan.
         kept: More roots: the values of constants the user keeps by name.
     """
-    roots: list[int] = [*plan.inputs, *plan.outputs, *kept]
-    for chain in plan.chains:
-        roots.extend(chain.inputs)
-        roots.extend(chain.outputs)
-        for instruction in chain.instructions:
-            roots.extend(_instruction_value_indices(instruction.instr_args))
-    list_items: dict[int, Sequence[int]] = {}
-    data_refs: dict[int, DataRef] = {}
-    for index, evalue in enumerate(plan.values):
-        val = evalue.val
-        if isinstance(val, _LIST_TYPES):
-            list_items[index] = val.items
-        elif isinstance(val, Tensor):
-            ref = tensor_data_ref(val)
-            if ref is not None:
-                data_refs[index] = ref
-            info = val.extra_tensor_info
-            if is_attribute_root(
-                mutable=val.allocation_info is not None,
-                fully_qualified_name=info.fully_qualified_name if info is not None else None,
-            ):
-                roots.append(index)
-    return PlanRefs(
-        name=plan.name,
-        num_values=len(plan.values),
-        roots=roots,
-        list_items=list_items,
-        data_refs=data_refs,
-    )
+    return plan_indices.collect_plan_refs(EXIR_SCHEMA, plan, kept)
 
 
 def _space_entries(emitter_output: EmitterOutput, space: DataSpace) -> list:
@@ -145,23 +85,11 @@ def _entry_nbytes(entry) -> int:
 
 
 def space_nbytes(emitter_output: EmitterOutput) -> dict[str, int]:
-    """Bytes per data space; package-internal (the hook reports a skipped prune with it)."""
+    """Bytes per data space (the hook reports a skipped prune with it)."""
     return {
         space.value: sum(_entry_nbytes(e) for e in _space_entries(emitter_output, space))
         for space in DataSpace
     }
-
-
-def _validate_data_refs(emitter_output: EmitterOutput, plans: Sequence[PlanRefs]) -> None:
-    """Checks every data reference before anything is modified."""
-    sizes = {space: len(_space_entries(emitter_output, space)) for space in DataSpace}
-    for plan in plans:
-        for index, ref in plan.data_refs.items():
-            if not 0 <= ref.index < sizes[ref.space]:
-                raise ProgramFormatError(
-                    f"plan {plan.name!r} value {index}: data_buffer_idx {ref.index} "
-                    f">= len({ref.space.value} data) {sizes[ref.space]}"
-                )
 
 
 def _kept_values(plan: ExecutionPlan, keep: KeepList, names: PlaceholderNames | None) -> list[int]:
@@ -173,7 +101,7 @@ def _kept_values(plan: ExecutionPlan, keep: KeepList, names: PlaceholderNames | 
     kept = []
     for index, evalue in enumerate(plan.values):
         tensor = evalue.val
-        if not isinstance(tensor, Tensor) or tensor_data_ref(tensor) is None:
+        if not isinstance(tensor, Tensor) or _tensor_data_ref(tensor) is None:
             continue
         info = tensor.extra_tensor_info
         candidates = [info.fully_qualified_name] if info and info.fully_qualified_name else []
@@ -241,42 +169,6 @@ def _dropped_constants(
     return tuple(sorted(dropped.values(), key=lambda d: (d.space, d.index))), users
 
 
-def _remap_values(plan: ExecutionPlan, live: Sequence[int]) -> None:
-    """Compacts `plan.values` to `live` and renumbers every value index in the plan.
-
-    The only place the in-memory rewrite renumbers value indices (`rewrite_file` does
-    the same on disk; both map through `reachability.value_remapper`, which checks
-    that each patched index was kept).
-    """
-    remap = value_remapper(plan.name, len(plan.values), live)
-
-    def remap_all(indices: Sequence[int]) -> list[int]:
-        return [remap(i) for i in indices]
-
-    plan.values = [plan.values[old] for old in live]
-    plan.inputs = remap_all(plan.inputs)
-    plan.outputs = remap_all(plan.outputs)
-    for chain in plan.chains:
-        chain.inputs = remap_all(chain.inputs)
-        chain.outputs = remap_all(chain.outputs)
-        for instruction in chain.instructions:
-            args = instruction.instr_args
-            if isinstance(args, (KernelCall, DelegateCall)):
-                args.args = remap_all(args.args)
-            elif isinstance(args, MoveCall):
-                args.move_from, args.move_to = remap(args.move_from), remap(args.move_to)
-            elif isinstance(args, JumpFalseCall):
-                args.cond_value_index = remap(args.cond_value_index)
-            else:
-                args.value_index = remap(args.value_index)
-    for evalue in plan.values:
-        val = evalue.val
-        if isinstance(val, OptionalTensorList):
-            val.items = [-1 if i == -1 else remap(i) for i in val.items]
-        elif isinstance(val, (IntList, TensorList)):
-            val.items = remap_all(val.items)
-
-
 def _remap_data(
     emitter_output: EmitterOutput,
     plans: Sequence[PlanRefs],
@@ -295,20 +187,12 @@ def _remap_data(
     live_fqns: set[str] = set()
     for plan_refs, plan, live in zip(plans, program.execution_plan, liveness.live_values):
         # plan.values is already compacted: kept value k was old value live[k].
-        for new_value, old_value in enumerate(live):
-            ref = plan_refs.data_refs.get(old_value)
-            if ref is None:
-                continue
-            tensor = plan.values[new_value].val
-            try:
-                tensor.data_buffer_idx = new_index[ref.space][ref.index]
-            except KeyError:
-                raise InvariantError(
-                    f"plan {plan.name!r} value {old_value}: {ref.space.value} entry "
-                    f"{ref.index} is used but was dropped"
-                ) from None
-            if ref.space is DataSpace.EXTERNAL:
-                live_fqns.add(tensor.extra_tensor_info.fully_qualified_name)
+        renumbered = plan_indices.remap_data_indices(EXIR_SCHEMA, plan, plan_refs, live, new_index)
+        live_fqns.update(
+            tensor.extra_tensor_info.fully_qualified_name
+            for ref, tensor in renumbered
+            if ref.space is DataSpace.EXTERNAL
+        )
 
     constant = program.constant_buffer
     program.constant_buffer = [constant[0]] + [constant[i] for i in order[DataSpace.CONSTANT]]
@@ -375,16 +259,18 @@ def prune_emitter_output(
         else:
             logger.warning("emitter_filter: keep_constants pattern %r matched no constant", pattern)
     liveness = find_live(plans)
-    _validate_data_refs(emitter_output, plans)
+    plan_indices.check_data_refs(
+        plans, {space: len(_space_entries(emitter_output, space)) for space in DataSpace}
+    )
     bytes_before = space_nbytes(emitter_output)
     dropped, users = _dropped_constants(emitter_output, plans, liveness)
     dropped_values = liveness.dead_value_count(plans)
 
     if dropped or dropped_values:
         order = order_live_data(plans, liveness)
-        for plan, live in zip(program.execution_plan, liveness.live_values):
+        for plan, refs, live in zip(program.execution_plan, plans, liveness.live_values):
             if len(live) != len(plan.values):
-                _remap_values(plan, live)
+                plan_indices.remap_plan_values(EXIR_SCHEMA, plan, refs, live)
         _remap_data(emitter_output, plans, liveness, order)
 
     report = PruneReport(

@@ -32,14 +32,16 @@ Rules:
   placed as `serialize_pte_binary` places them.
 - Nothing to alias: the input is returned as it is, byte for byte.
 
-What is about the file format is `file_layout`'s (alignments the offsets show,
-segment placement, the extended header) and the streamed, atomic write is
-`file_output`'s, as for `prune_file`; this module decides what to alias and
-where the constant segment needs zeros.
+What is about the file format is `layout`'s, as for `prune_file`: the
+serializer options read back from the file (`read_pte_layout`: segment, tensor
+and delegate alignments, header padding), segment placement, the extended
+header, and the program packer that keeps inline blobs' force_align
+(`pack_program`). The streamed, atomic write is `output`'s. This module decides
+what to alias and where the constant segment needs zeros.
 
-`find_shared_ranges` is the analysis `audit` shares: which stored ranges several
-references share, and a `PteFormatError` for ranges that overlap without being
-the same range.
+What is valid and which ranges are already shared is `analysis.analyse_file`'s,
+the analysis `audit` and `prune` call: a file whose ranges overlap without being
+the same range is a `PteFormatError` here as there.
 """
 
 from __future__ import annotations
@@ -48,29 +50,28 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import flatbuffers
-
 from emitter_filter.duplicates import StoredCopy
-from emitter_filter.errors import InvariantError
+from emitter_filter.errors import InvariantError, PteFormatError
+from emitter_filter.ondisk.analysis import Alias, SharedRange, analyse_file, find_aliases
 from emitter_filter.ondisk.layout import (
-    DEFAULT_SEGMENT_ALIGNMENT,
-    PROGRAM_IDENTIFIER,
-    extended_header_prefix,
-    padded_header_length,
+    PteLayout,
+    pack_program,
     place_segments,
     position_alignment,
-    segment_alignments,
-    segment_own_alignments,
+    program_prefix,
+    read_pte_layout,
 )
 from emitter_filter.ondisk.output import OutputFile, Piece, check_outputs, open_input, write_outputs
-from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.pte_file import ByteSource, PteFile, read_pte_program
+from emitter_filter.generated_fields import vector_ints
+from emitter_filter.ondisk.byte_source import ByteSource
+from emitter_filter.ondisk.file_model import PteFile
+from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.reachability import DataSpace
 
-__all__ = ["SharedRange", "DedupeReport", "find_shared_ranges", "dedupe_pte", "dedupe_file"]
+__all__ = ["DedupeReport", "dedupe_pte", "dedupe_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,42 +81,6 @@ _COMPARE_CHUNK = 1 << 20
 _PREFIX = 32
 
 _SEGMENT_SPACES = ("named_data", "delegate", "segments")
-
-
-@dataclass(frozen=True)
-class SharedRange:
-    """One stored range of a `.pte` that several references share.
-
-    Attributes:
-        file: The file's name (as `read_pte` gives it).
-        offset: Absolute offset of the range in the file.
-        nbytes: Its length.
-        copies: Each reference to it: a `constant` or `mutable` entry, a
-            `named_data` segment (with its keys), a `delegate` or an
-            unreferenced (`segments`) segment; indices are the file's own.
-    """
-
-    file: str
-    offset: int
-    nbytes: int
-    copies: tuple[StoredCopy, ...]
-
-    @property
-    def saved_bytes(self) -> int:
-        """Bytes the file would hold more if each reference had its own copy."""
-        return self.nbytes * (len(self.copies) - 1)
-
-    def to_json(self) -> dict:
-        """The form `audit --json` and `prune --dedupe --json` print."""
-        return {
-            "file": self.file,
-            "offset": self.offset,
-            "bytes": self.nbytes,
-            "copies": [
-                {"space": c.space, "tag": c.tag, "index": c.index, "names": list(c.names)}
-                for c in self.copies
-            ],
-        }
 
 
 @dataclass(frozen=True)
@@ -152,111 +117,7 @@ class DedupeReport:
         )
 
 
-# --- analysis: which ranges are shared -----------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Range:
-    offset: int
-    nbytes: int
-    copy: StoredCopy
-
-
-def _stored_ranges(pte: PteFile) -> Iterator[_Range]:
-    """Every non-empty range of the `.pte` a reference reads, in file order of the program."""
-    for space in (DataSpace.CONSTANT, DataSpace.MUTABLE):
-        for index, entry in sorted(pte.entries[space].items()):
-            if index and entry.nbytes:
-                yield _Range(entry.offset, entry.nbytes, StoredCopy(space.value, None, index, ()))
-    keys: dict[int, list[str]] = {}
-    for entry in pte.named_data:
-        if entry.file == pte.path:
-            keys.setdefault(entry.segment_index, []).append(entry.key)
-    for index, names in keys.items():
-        segment = pte.segments[index]
-        if segment.size:
-            copy = StoredCopy("named_data", None, index, tuple(names))
-            yield _Range(segment.offset, segment.size, copy)
-    for blob in pte.delegates:
-        if blob.location == "segment" and blob.nbytes:
-            yield _Range(blob.offset, blob.nbytes, StoredCopy("delegate", None, blob.index, ()))
-    for segment in pte.unreferenced_segments:
-        if segment.size:
-            yield _Range(segment.offset, segment.size, StoredCopy("segments", None, segment.index, ()))
-
-
-def find_shared_ranges(pte: PteFile) -> tuple[SharedRange, ...]:
-    """The ranges of a `.pte` that several references share, checking that no others overlap.
-
-    References are the constant and mutable entries and the named-data, delegate
-    and unreferenced segments. Two of them may only overlap by being the same
-    range (same offset, same length: the same bytes); a segment that lies in the
-    constant or mutable segment must be one of its entries.
-
-    Args:
-        pte: What `read_pte` returned. Not modified.
-
-    Returns:
-        One `SharedRange` per range with more than one reference, by offset.
-
-    Raises:
-        PteFormatError: Two ranges overlap without being the same range.
-    """
-    ranges = sorted(_stored_ranges(pte), key=lambda r: (r.offset, -r.nbytes))
-    groups: list[list[_Range]] = []
-    end = 0
-    for item in ranges:
-        if groups and (item.offset, item.nbytes) == (groups[-1][0].offset, groups[-1][0].nbytes):
-            groups[-1].append(item)
-            continue
-        if groups and item.offset < end:
-            other = groups[-1][0]
-            raise PteFormatError(
-                pte.path,
-                f"{_where(item.copy)} ({item.nbytes} bytes) overlaps {_where(other.copy)} "
-                f"({other.nbytes} bytes at {other.offset}) without being the same range",
-                item.offset,
-            )
-        groups.append([item])
-        end = max(end, item.offset + item.nbytes)
-    containers = [
-        (space, pte.segments[index])
-        for space, index in (("constant", pte.constant_segment), ("mutable", pte.mutable_segment))
-        if index is not None
-    ]
-    for group in groups:
-        first = group[0]
-        for space, segment in containers:
-            inside = first.offset < segment.offset + segment.size and segment.offset < (
-                first.offset + first.nbytes
-            )
-            if inside and not any(r.copy.space == space for r in group):
-                raise PteFormatError(
-                    pte.path,
-                    f"{_where(first.copy)} ({first.nbytes} bytes) lies in the {space} segment "
-                    f"{segment.index} but is none of its entries",
-                    first.offset,
-                )
-    return tuple(
-        SharedRange(pte.path, g[0].offset, g[0].nbytes, tuple(r.copy for r in g))
-        for g in groups
-        if len(g) > 1
-    )
-
-
-def _where(copy: StoredCopy) -> str:
-    return f"{copy.space}[{copy.index}]"
-
-
 # --- the transform ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Target:
-    """What an aliased segment points at: constant entry `index`, or segment `index`."""
-
-    space: str
-    index: int
 
 
 @dataclass(frozen=True)
@@ -272,32 +133,36 @@ class _Output:
     shared: tuple[SharedRange, ...]
 
 
-def _segment_alignments(
-    pte: PteFile, owned: Sequence[int], named: set[int]
-) -> tuple[int, dict[int, int]]:
-    """`segment_alignment`, and the alignment each owned segment keeps (a multiple of it).
+@dataclass(frozen=True)
+class _Aliases:
+    """Collected: every segment that reads another's range in the output.
 
-    The segment alignment is ExecuTorch's default if the offsets allow it, else
-    the largest they allow. ExecuTorch aligns a named-data segment to
-    lcm(segment_alignment, DataEntry.alignment); the entry's alignment is not
-    stored, so take the smallest that explains the gap before it (where none
-    does, the alignment its position shows).
+    Attributes:
+        alias: What each aliased segment reads, the input's aliases included.
+        existing: The segments aliased in the input already.
+        new: The named-data segments this run aliases to a constant, by index.
     """
-    base = pte.segment_base_offset
-    spans = [(pte.segments[i].offset - base, pte.segments[i].size) for i in owned]
-    plain = [i not in named for i in owned]
-    allowed = segment_alignments(base, pte.program_size, spans, plain)
-    if not allowed:
-        raise PteFormatError(pte.path, "segment offsets fit no segment alignment", base)
-    alignment = (
-        DEFAULT_SEGMENT_ALIGNMENT if DEFAULT_SEGMENT_ALIGNMENT in allowed else max(allowed)
-    )
-    shown = segment_own_alignments(base, pte.program_size, spans, plain, alignment)
-    own = {
-        index: max(alignment, position_alignment(at)) if o is None else math.lcm(alignment, o)
-        for index, (at, _), o in zip(owned, spans, shown)
-    }
-    return alignment, own
+
+    alias: dict[int, Alias]
+    existing: frozenset[int]
+    new: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """Where every segment goes, relative to the new segment base offset.
+
+    Attributes:
+        placed: (offset, size) of every segment, aliased ones included.
+        pieces: (dst, src absolute in the input, nbytes) of the bytes copied.
+        constant_offsets: The new `constant_segment.offsets`.
+        data_size: Bytes from the base to the end of the file.
+    """
+
+    placed: dict[int, tuple[int, int]]
+    pieces: tuple[tuple[int, int, int], ...]
+    constant_offsets: list[int]
+    data_size: int
 
 
 def _same_bytes(source: ByteSource, a: int, b: int, nbytes: int) -> bool:
@@ -353,125 +218,150 @@ def _find_repeated_constants(
     return found
 
 
-def _plan(
-    pte: PteFile, program, program_data: bytes, source: ByteSource, output_name: str
-) -> _Output | None:
-    """Decides every output byte; rewrites `program` (our own unpacked copy) in place."""
+def _collect_aliases(pte: PteFile, source: ByteSource) -> _Aliases | None:
+    """Collects the input's aliases (`analysis`) and the named data that repeats a constant.
+
+    None when there is nothing new to alias.
+
+    Raises:
+        PteFormatError: The file is malformed (`analyse_file`), or a segment aliases mutable data.
+    """
+    alias = find_aliases(analyse_file(pte, {}).shared)
     if pte.constant_segment is None or not pte.segment_base_offset:
         return None
+    mutable = [index for index, target in alias.items() if target.space == "mutable"]
+    if mutable:
+        raise PteFormatError(
+            pte.path, "a segment aliases mutable data; dedupe never writes that",
+            pte.segments[mutable[0]].offset,
+        )
+    existing = frozenset(alias)
     named = {e.segment_index for e in pte.named_data if e.file == pte.path}
-
-    # Aliases already in the file (audit's rules), then the new ones.
-    alias: dict[int, _Target] = {}
-    for shared in find_shared_ranges(pte):
-        segments = [c.index for c in shared.copies if c.space in _SEGMENT_SPACES]
-        spaces = {c.space for c in shared.copies}
-        if "mutable" in spaces and segments:
-            raise PteFormatError(
-                pte.path, "a segment aliases mutable data; dedupe never writes that", shared.offset
-            )
-        constants = [c.index for c in shared.copies if c.space == "constant"]
-        if constants:
-            alias.update((index, _Target("constant", constants[0])) for index in segments)
-        else:
-            alias.update((index, _Target("segment", segments[0])) for index in segments[1:])
-
-    owned = [s.index for s in pte.segments if s.index not in alias]
-    alignment, own = _segment_alignments(pte, owned, named)
-    # What each aliased segment's range must stay aligned to (relative to the base).
-    need = {
-        index: position_alignment(pte.segments[index].offset - pte.segment_base_offset)
-        for index in alias
-    }
-
-    new_aliases = []
-    candidates = [i for i in sorted(named) if i not in alias]
-    for index, target in _find_repeated_constants(pte, source, candidates).items():
-        alias[index] = _Target("constant", target)
-        need[index] = own[index]
-        new_aliases.append(index)
-    if not new_aliases:
+    candidates = [index for index in sorted(named) if index not in alias]
+    found = _find_repeated_constants(pte, source, candidates)
+    if not found:
         return None
+    alias.update((index, Alias("constant", entry)) for index, entry in found.items())
     # A segment that already shared the range of one now stored in the constant
     # segment follows it there (its target is never itself an alias: one step).
     for index, target in list(alias.items()):
         if target.space == "segment" and target.index in alias:
             alias[index] = alias[target.index]
+    return _Aliases(alias, existing, tuple(found))
 
+
+def _alignment_needs(
+    pte: PteFile, aliases: _Aliases, layout: PteLayout
+) -> tuple[dict[int, int], dict[int, int], list[int]]:
+    """Lays out the alignments: what each aliased range must keep, relative to the base.
+
+    Returns (need per aliased segment, need per constant entry an alias reads,
+    own alignment per segment). An input alias keeps the alignment its position
+    shows; a new one the alignment ExecuTorch gave the named data's segment.
+    """
+    base = pte.segment_base_offset
+    need = {
+        index: position_alignment(pte.segments[index].offset - base)
+        if index in aliases.existing
+        else math.lcm(layout.segment_alignment, layout.segment_alignments[index])
+        for index in aliases.alias
+    }
+    own = list(layout.segment_alignments)
     entry_alignment: dict[int, int] = {}
-    for index, target in alias.items():
+    for index, target in aliases.alias.items():
         if target.space == "constant":
             entry_alignment[target.index] = max(entry_alignment.get(target.index, 1), need[index])
         else:
             own[target.index] = max(own[target.index], need[index])
+    return need, entry_alignment, own
 
+
+def _place_segments(
+    pte: PteFile, program, aliases: _Aliases, layout: PteLayout
+) -> _Placement:
+    """Places every segment: the constant segment with the zeros its aliases need, the others
+    as `serialize_pte_binary` places them, and each alias on the range it reads."""
+    need, entry_alignment, own = _alignment_needs(pte, aliases, layout)
+    alignment, alias = layout.segment_alignment, aliases.alias
     # Where the constant segment starts decides the zeros it needs: place the
     # segments up to it first, then all of them with its new size.
-    kept = [index for index in owned if index not in alias]
+    kept = [s.index for s in pte.segments if s.index not in alias]
     constant = pte.segments[pte.constant_segment]
     sizes = {index: pte.segments[index].size for index in kept}
     sizes[constant.index] = 0
     offsets, _ = place_segments([(sizes[i], own[i]) for i in kept], alignment)
     constant_at = offsets[kept.index(constant.index)]
-    offsets_out, runs, sizes[constant.index] = _constant_layout(
-        [int(o) for o in program.constantSegment.offsets],
+    constant_offsets, runs, sizes[constant.index] = _constant_layout(
+        vector_ints(program.constantSegment.offsets),
         constant.size, constant_at, entry_alignment, pte.path,
     )
     offsets, end = place_segments([(sizes[i], own[i]) for i in kept], alignment)
     placed = {index: (at, sizes[index]) for index, at in zip(kept, offsets)}
-    pieces: list[tuple[int, int, int]] = []  # (dst relative to the new base, src absolute, nbytes)
+    pieces: list[tuple[int, int, int]] = []
     for index, at in zip(kept, offsets):
         if index == constant.index:
             pieces += [(at + dst, constant.offset + src, n) for dst, src, n in runs]
         else:
             pieces.append((at, pte.segments[index].offset, sizes[index]))
-
     for index, target in alias.items():
         size = pte.segments[index].size
         if target.space == "constant":
-            placed[index] = (constant_at + offsets_out[target.index], size)
+            placed[index] = (constant_at + constant_offsets[target.index], size)
         else:
             placed[index] = (placed[target.index][0], size)
         if placed[index][0] % need[index]:
             raise InvariantError(
                 f"segment {index} placed at {placed[index][0]}, not aligned to {need[index]}"
             )
-    for index, segment in enumerate(program.segments or ()):
-        segment.offset, segment.size = placed[index]
-    program.constantSegment.offsets = offsets_out
+    return _Placement(placed, tuple(pieces), constant_offsets, end)
 
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(program.Pack(builder), file_identifier=PROGRAM_IDENTIFIER)
-    header_length = padded_header_length(program_data)
-    if header_length % builder.minalign:
-        raise InvariantError(
-            f"extended header length {header_length} breaks the flatbuffer's alignment "
-            f"{builder.minalign}"
-        )
-    prefix, base = extended_header_prefix(bytes(builder.Output()), header_length, alignment, end)
 
-    shared = []
-    by_target: dict[_Target, list[int]] = {}
-    for index in new_aliases:
-        by_target.setdefault(alias[index], []).append(index)
+def _new_shared_ranges(
+    pte: PteFile, aliases: _Aliases, placement: _Placement, base: int, output_name: str
+) -> tuple[SharedRange, ...]:
+    """The ranges of the output this run shares, by offset."""
+    by_target: dict[Alias, list[int]] = {}
+    for index in aliases.new:
+        by_target.setdefault(aliases.alias[index], []).append(index)
     keys: dict[int, list[str]] = {}
     for entry in pte.named_data:
         keys.setdefault(entry.segment_index, []).append(entry.key)
+    shared = []
     for target, indices in by_target.items():
-        at, size = placed[indices[0]]
-        copies_out = (
+        at, size = placement.placed[indices[0]]
+        copies = (
             StoredCopy("constant", None, target.index, ()),
             *(StoredCopy("named_data", None, i, tuple(keys.get(i, ()))) for i in indices),
         )
-        shared.append(SharedRange(output_name, base + at, size, copies_out))
+        shared.append(SharedRange(output_name, base + at, size, copies))
+    return tuple(sorted(shared, key=lambda s: s.offset))
+
+
+def _alias_repeated_named_data(
+    pte: PteFile, program, program_data: bytes, source: ByteSource, output_name: str
+) -> _Output | None:
+    """Decides every output byte: collect, lay out, place, pack; None when nothing is aliased.
+
+    Rewrites `program` (our own unpacked copy) in place.
+    """
+    aliases = _collect_aliases(pte, source)
+    if aliases is None:
+        return None
+    layout = read_pte_layout(pte, program, program_data, aliases.existing, required=True)
+    placement = _place_segments(pte, program, aliases, layout)
+    for index, segment in enumerate(program.segments or ()):
+        segment.offset, segment.size = placement.placed[index]
+    program.constantSegment.offsets = placement.constant_offsets
+    flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
+    prefix, base = program_prefix(flatbuffer, layout, placement.data_size)
     logger.debug(
-        "%s: segment alignment %d, base %d -> %d, %d new aliases",
-        pte.path, alignment, pte.segment_base_offset, base, len(new_aliases),
+        "%s: %s, base %d -> %d, %d new aliases",
+        pte.path, layout, pte.segment_base_offset, base, len(aliases.new),
     )
     return _Output(
         prefix=prefix,
-        pieces=tuple((base + dst, src, n) for dst, src, n in pieces),
-        shared=tuple(sorted(shared, key=lambda s: s.offset)),
+        pieces=tuple((base + dst, src, n) for dst, src, n in placement.pieces),
+        shared=_new_shared_ranges(pte, aliases, placement, base, output_name),
     )
 
 
@@ -540,9 +430,10 @@ def dedupe_pte(data: bytes) -> tuple[bytes, DedupeReport]:
         ProgramFormatError: The program refers to something that does not exist.
     """
     started = time.perf_counter()
-    pte, program, program_data = read_pte_program(data)
+    read = read_pte_program(data)
+    pte, program, program_data = read.pte, read.program, read.program_data
     with ByteSource(data) as source:
-        output = _plan(pte, program, program_data, source, pte.path)
+        output = _alias_repeated_named_data(pte, program, program_data, source, pte.path)
     result = data if output is None else _join(data, output)
     report = DedupeReport(
         bytes_before=len(data),
@@ -557,7 +448,7 @@ def dedupe_pte(data: bytes) -> tuple[bytes, DedupeReport]:
 def dedupe_file(src: str | os.PathLike, dst: str | os.PathLike) -> DedupeReport:
     """Writes `src` with each named-data blob that repeats a constant stored once.
 
-    The same transform as `dedupe_pte`, streamed by `file_output` as `prune_file`
+    The same transform as `dedupe_pte`, streamed by `output` as `prune_file`
     writes: only headers, the program and the entries whose size another entry
     shares are read into memory.
 
@@ -575,9 +466,10 @@ def dedupe_file(src: str | os.PathLike, dst: str | os.PathLike) -> DedupeReport:
     started = time.perf_counter()
     src, dst = os.fspath(src), os.fspath(dst)
     check_outputs([src], [dst], "dedupe")
-    pte, program, program_data = read_pte_program(src)
+    read = read_pte_program(src)
+    pte, program, program_data = read.pte, read.program, read.program_data
     with ByteSource(src) as source:
-        output = _plan(pte, program, program_data, source, dst)
+        output = _alias_repeated_named_data(pte, program, program_data, source, dst)
     if output is None:
         output = _Output(b"", ((0, 0, pte.file_bytes),), ())
     opened: list[int] = []

@@ -3,7 +3,7 @@
     .pte  [root | "ET12" | eh00 header, padded | program flatbuffer | pad | segments]
     .ptd  [root | "FT01" | FH01 header, padded | FlatTensor flatbuffer | pad | segments]
 
-`pte_file` reads the headers with the structs defined here; `rewrite_file` asks
+`read_pte` and `read_ptd` read the headers with the structs defined here; `prune` asks
 `infer_pte_layout` / `infer_ptd_layout` which serializer options wrote a file,
 and lays the pruned file out with the same ones (`pack_program`,
 `program_prefix`, `place_segments`, `ptd_prefix`).
@@ -38,12 +38,19 @@ import itertools
 import logging
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import flatbuffers
 
 from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program, ProgramT
+from emitter_filter.errors import PteFormatError
+from emitter_filter.generated_fields import vector_ints
+from emitter_filter.reachability import DataSpace
+
+if TYPE_CHECKING:
+    from emitter_filter.ondisk.file_model import PtdFile, PteFile
 
 __all__ = [
     "PROGRAM_IDENTIFIER",
@@ -63,9 +70,12 @@ __all__ = [
     "position_alignment",
     "infer_pte_layout",
     "infer_ptd_layout",
+    "pte_segment_alignments",
+    "ptd_segment_alignments",
+    "shared_segment_alignment",
+    "read_pte_layout",
     "pack_program",
     "segment_alignments",
-    "segment_own_alignments",
     "padded_header_length",
     "extended_header_prefix",
     "place_segments",
@@ -240,7 +250,7 @@ def _tensor_alignments(offsets: Sequence[int], nbytes: dict[int, int]) -> list[i
     )
 
 
-def segment_own_alignments(
+def _segment_own_alignments(
     base: int,
     header_end: int,
     segments: Sequence[tuple[int, int]],
@@ -253,7 +263,8 @@ def segment_own_alignments(
     alignment is 1; a named-data segment's the smallest that puts it where it
     is (it starts at the previous end rounded up to lcm(segment_alignment,
     own)), or None where none does: the offsets fit, but no alignment explains
-    the gap before it.
+    the gap before it (`segment_alignments` then keeps the alignment its
+    position shows).
     """
     if not base:
         return (1,) * len(segments)
@@ -284,8 +295,9 @@ def segment_alignments(
     """Every `segment_alignment` the offsets allow, preferred first, with each segment's own.
 
     A `.pte` and its `.ptd` files are written with one `segment_alignment`:
-    `rewrite_file` takes the first that every file allows. An own alignment
-    no gap explains counts as 1 (`segment_own_alignments`).
+    `prune` takes the first that every file allows. Where no own alignment
+    explains a gap (`_segment_own_alignments`), the segment keeps the alignment
+    its position shows, so a rewrite never places it less aligned.
 
     Args:
         base: The segment base offset; 0 when there is no segment data (any fits).
@@ -296,9 +308,12 @@ def segment_alignments(
     """
     found = {}
     for alignment in _preferring(DEFAULT_SEGMENT_ALIGNMENT, _POWERS_OF_TWO, largest=True):
-        own = segment_own_alignments(base, header_end, segments, plain, alignment)
+        own = _segment_own_alignments(base, header_end, segments, plain, alignment)
         if own is not None:
-            found[alignment] = tuple(1 if o is None else o for o in own)
+            found[alignment] = tuple(
+                position_alignment(offset) if o is None else o
+                for (offset, _), o in zip(segments, own)
+            )
     # Named data rarely asks for more than the segment alignment: prefer the
     # values that need the fewest own alignments to explain the offsets.
     order = sorted(found, key=lambda a: sum(o > 1 for o in found[a]))
@@ -381,20 +396,45 @@ def infer_pte_layout(
     # The header written: the 24-byte one of older releases where the input has it,
     # else the one this serializer writes (the fields of a longer one are unknown).
     written_length = EH_MINIMUM_LENGTH if 0 < header_length < _EH_LENGTH else _EH_LENGTH
-
-    def layout(tensor: int, delegate: int, padded: int, reproduced: bool) -> PteLayout:
-        return PteLayout(
-            segment_alignment, tensor, delegate, written_length, padded, own, reproduced
+    found = _reproducing_alignments(
+        program, program_data, header_length, packing, tensor_candidates,
+        bool(storage), bool(positions),
+    )
+    if found is None:
+        tensor, delegate = packing[0] if packing else (tensor_candidates[0], _SCHEMA_FORCE_ALIGN)
+        logger.info(
+            "the program is not laid out as ExecuTorch's serializer lays it out: "
+            "the pruned file is the same program in that layout"
         )
+        found = (tensor, delegate, _header_padded_length(tensor, delegate), False)
+    tensor, delegate, padded, reproduced = found
+    return PteLayout(
+        segment_alignment, tensor, delegate, written_length, padded, own, reproduced
+    )
 
-    # The flatbuffer packs as the input's, but its header padding fits no options:
-    # keep that padding (no ExecuTorch release wrote such a file).
+
+def _reproducing_alignments(
+    program: ProgramT,
+    program_data: bytes,
+    header_length: int,
+    packing: Sequence[tuple[int, int]],
+    tensor_candidates: Sequence[int],
+    inline_storage: bool,
+    inline_delegates: bool,
+) -> tuple[int, int, int, bool] | None:
+    """(tensor alignment, delegate alignment, header padded length, reproduced) of the first
+    (tensor, delegate) in `packing` with which the program packs to the input's bytes.
+
+    A packing that gives the flatbuffer back but whose header padding fits no
+    options keeps that padding, not reproduced (no ExecuTorch release wrote such
+    a file). None when no packing gives the flatbuffer back.
+    """
     packs_alike = None
     for tensor, delegate in packing:
         flatbuffer = pack_program(program, tensor, delegate)
         if not header_length:
             if flatbuffer == program_data:
-                return layout(tensor, delegate, _header_padded_length(tensor, delegate), True)
+                return tensor, delegate, _header_padded_length(tensor, delegate), True
             continue
         padded = len(program_data) - len(flatbuffer)
         if padded < header_length:
@@ -404,20 +444,106 @@ def infer_pte_layout(
             continue
         # The padding is the larger of the two alignments; without inline blobs,
         # the delegate alignment shows nowhere else, so any value may explain it.
-        tensors = [tensor] if storage else tensor_candidates
-        delegates = [delegate] if positions else _preferring(_SCHEMA_FORCE_ALIGN, _POWERS_OF_TWO)
+        tensors = [tensor] if inline_storage else tensor_candidates
+        delegates = (
+            [delegate] if inline_delegates else _preferring(_SCHEMA_FORCE_ALIGN, _POWERS_OF_TWO)
+        )
         for t, d in itertools.product(tensors, delegates):
             if _header_padded_length(t, d) == padded:
-                return layout(t, d, padded, True)
-        packs_alike = packs_alike or layout(tensor, delegate, padded, False)
-    if packs_alike is not None:
-        return packs_alike
-    tensor, delegate = packing[0] if packing else (tensor_candidates[0], _SCHEMA_FORCE_ALIGN)
-    logger.info(
-        "the program is not laid out as ExecuTorch's serializer lays it out: "
-        "the pruned file is the same program in that layout"
+                return t, d, padded, True
+        packs_alike = packs_alike or (tensor, delegate, padded, False)
+    return packs_alike
+
+
+def pte_segment_alignments(
+    pte: PteFile, aliased: Collection[int] = ()
+) -> dict[int, tuple[int, ...]]:
+    """`segment_alignments` of a `.pte`'s segments: the one segment-alignment policy.
+
+    Segments in `aliased` store no bytes of their own (they share another's range,
+    as `dedupe` writes them): their offsets say nothing about the placement, so
+    they are left out, and their own alignment is 1.
+
+    Args:
+        pte: The file as read. Not modified.
+        aliased: Indices of the segments that share another reference's range.
+    """
+    base = pte.segment_base_offset
+    named = {e.segment_index for e in pte.named_data if e.file == pte.path}
+    owned = [s for s in pte.segments if s.index not in aliased]
+    found = segment_alignments(
+        base, pte.program_size, [(s.offset - base, s.size) for s in owned],
+        [s.index not in named for s in owned],
     )
-    return layout(tensor, delegate, _header_padded_length(tensor, delegate), False)
+    result = {}
+    for alignment, own in found.items():
+        by_index = {s.index: o for s, o in zip(owned, own)}
+        result[alignment] = tuple(by_index.get(s.index, 1) for s in pte.segments)
+    return result
+
+
+def ptd_segment_alignments(ptd: PtdFile) -> dict[int, tuple[int, ...]]:
+    """`segment_alignments` of a `.ptd`'s segments (all named data)."""
+    base = ptd.segment_base_offset
+    return segment_alignments(
+        base, ptd.flatbuffer_end, [(s.offset - base, s.size) for s in ptd.segments],
+        [False] * len(ptd.segments),
+    )
+
+
+def shared_segment_alignment(pte: PteFile, aliased: Collection[int] = ()) -> int | None:
+    """The first `segment_alignment` the `.pte` and all its `.ptd` files allow, if any.
+
+    One serializer call writes them all with one value: a `.ptd` may show what
+    the `.pte`'s offsets leave open.
+    """
+    candidates = [ptd_segment_alignments(ptd) for ptd in pte.ptd_files]
+    return next(
+        (a for a in pte_segment_alignments(pte, aliased) if all(a in c for c in candidates)),
+        None,
+    )
+
+
+def read_pte_layout(
+    pte: PteFile,
+    program: ProgramT,
+    program_data: bytes,
+    aliased: Collection[int] = (),
+    segment_alignment: int | None = None,
+    *,
+    required: bool = False,
+) -> PteLayout:
+    """The serializer options a `.pte` was written with: what `prune` and `dedupe` write with.
+
+    Args:
+        pte: The file as read. Not modified.
+        program: Its unpacked program, before any rewrite. Not modified.
+        program_data: The file's bytes up to the end of the program (header included).
+        aliased: Segments sharing another reference's range (`pte_segment_alignments`).
+        segment_alignment: The one to take if the file allows it (what its `.ptd`
+            files allow too: `shared_segment_alignment`).
+        required: Refuse a file whose segment offsets fit no segment alignment,
+            instead of laying it out with the default.
+
+    Raises:
+        PteFormatError: `required`, and the offsets fit no segment alignment.
+    """
+    candidates = pte_segment_alignments(pte, aliased)
+    if required and not candidates:
+        raise PteFormatError(
+            pte.path, "segment offsets fit no segment alignment", pte.segment_base_offset
+        )
+    constant = program.constantSegment
+    offsets = vector_ints(constant.offsets) if constant is not None else []
+    return infer_pte_layout(
+        program,
+        program_data,
+        pte.header_length,
+        candidates,
+        segment_alignment,
+        offsets,
+        {i: e.nbytes for i, e in pte.entries[DataSpace.CONSTANT].items()},
+    )
 
 
 def padded_header_length(program_data: bytes) -> int:

@@ -6,24 +6,24 @@ rewrites:
     in.pte   [header | program | constant: P W UB | delegate | named: k0 k1]
     out.pte  [header | program'| constant: P W    | delegate | named: k0   ]
 
-1. Read: `pte_file.read_pte_program` reads headers and the program flatbuffer;
-   `audit.analyse_file` finds the kept values and data entries, the named data
-   no delegate reaches and what is dead, as `audit` counts it (with the
-   `keep_constants` roots and `names`).
+1. Read: `read_pte.read_pte_program` reads headers and the program flatbuffer;
+   `analysis.analyse_file` checks the file (refusing what `audit` refuses), then
+   finds the kept values and data entries, the named data no delegate reaches and
+   what is dead, as `audit` counts it (with the `keep_constants` roots and `names`).
 2. Decide every output byte before any is written. A file with nothing dead is
-   its own output, byte for byte. Otherwise `file_layout.infer_pte_layout` reads
+   its own output, byte for byte. Otherwise `layout.read_pte_layout` reads
    the serializer options back from the file; the unpacked program is
-   rewritten (values compacted in order and renumbered in `_remap_plan`, data
+   rewritten (values compacted in order and renumbered by `plan_indices`, data
    entries renumbered in first-reference order by `reachability.order_live_data`,
-   the rule `emitted.py` uses in memory) and packed with that layout; a `.ptd`
+   the rule `prune_emitted.py` uses in memory) and packed with that layout; a `.ptd`
    with something dead is rebuilt the same way (`flat_tensor_writer`).
-3. Write: `file_output.write_outputs` streams the kept bytes from the inputs
+3. Write: `output.write_outputs` streams the kept bytes from the inputs
    into temporary files beside the outputs, renamed over them once complete.
 
 Byte identity: for a file ExecuTorch's serializer wrote, the layout read back
 reproduces the input (`PteLayout.reproduced`), and the pruned file is the one
 `to_executorch(prune_constants=True)` writes with the same options. What the
-file cannot tell (`file_layout`): an alignment no padding shows, such as a
+file cannot tell (`layout`): an alignment no padding shows, such as a
 `delegate_alignment` that inline blobs happen to satisfy at a smaller value,
 or the padding of the input's last constant once another entry follows it.
 There the output is the same program with the same bytes, laid out with the
@@ -47,9 +47,6 @@ from typing import TYPE_CHECKING
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
 from emitter_filter._program_fbs.executorch_flatbuffer.DataSegment import DataSegmentT
-from emitter_filter._program_fbs.executorch_flatbuffer.InstructionArguments import (
-    InstructionArguments,
-)
 from emitter_filter._program_fbs.executorch_flatbuffer.KernelTypes import KernelTypes
 from emitter_filter._program_fbs.executorch_flatbuffer.SubsegmentOffsets import (
     SubsegmentOffsetsT,
@@ -60,18 +57,28 @@ from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import (
     DataSegmentT as FlatTensorDataSegmentT,
 )
-from emitter_filter.ondisk.audit import analyse_file
-from emitter_filter.errors import InvariantError, OutputFileError
+from emitter_filter.errors import OutputFileError
+from emitter_filter.generated_fields import table_text, vector_ints
+from emitter_filter.object_models import GENERATED
+from emitter_filter.ondisk.analysis import (
+    FileAnalysis,
+    analyse_file,
+    find_aliases,
+    find_shared_ranges,
+)
+from emitter_filter.ondisk.byte_source import ByteSource
+from emitter_filter.ondisk.file_model import PteFile
 from emitter_filter.ondisk.layout import (
     PteLayout,
     aligned,
     infer_ptd_layout,
-    infer_pte_layout,
     pack_program,
     place_segments,
     program_prefix,
     ptd_prefix,
-    segment_alignments,
+    ptd_segment_alignments,
+    read_pte_layout,
+    shared_segment_alignment,
 )
 from emitter_filter.ondisk.output import (
     OutputFile,
@@ -82,30 +89,17 @@ from emitter_filter.ondisk.output import (
     write_outputs,
 )
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
-from emitter_filter.ondisk.pte_file import (
-    ByteSource,
-    PtdFile,
-    PteFile,
-    read_ptd_flat_tensor,
-    read_pte_program,
-    table_text,
-    vector_ints,
-)
-from emitter_filter.reachability import (
-    DataSpace,
-    Liveness,
-    PlanRefs,
-    new_data_indices,
-    order_live_data,
-    value_remapper,
-)
+from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
+from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
+from emitter_filter.plan_indices import remap_data_indices, remap_plan_values
+from emitter_filter.reachability import DataSpace, Liveness, new_data_indices, order_live_data
 from emitter_filter.names import DroppedConstant
 from emitter_filter.state_names import StateFile, state_file
 
 if TYPE_CHECKING:
     from emitter_filter.ondisk.dedupe import DedupeReport
 
-__all__ = ["FilePruneReport", "prune_file"]
+__all__ = ["FilePruneReport", "prune_file", "read_layout"]
 
 logger = logging.getLogger(__name__)
 
@@ -156,56 +150,6 @@ class FilePruneReport:
 
 
 # --- decide: the rewrite of the unpacked program --------------------------------------
-
-
-def _remap_plan(
-    plan, refs: PlanRefs, live: Sequence[int], data_index: dict[DataSpace, dict[int, int]]
-) -> None:
-    """Compacts one generated `ExecutionPlanT` to `live` and renumbers it; the only remap.
-
-    Builds the old-to-new value map, patches every field holding a value index
-    (the same fields as `emitted._remap_values`), then renumbers each kept
-    Tensor's `data_buffer_idx` from the `refs` snapshot, checking that everything
-    patched was kept.
-    """
-    remap = value_remapper(refs.name, refs.num_values, live)
-
-    def remap_all(indices) -> list[int]:
-        return [remap(i) for i in vector_ints(indices)]
-
-    values = plan.values or []
-    plan.values = [values[old] for old in live]
-    plan.inputs = remap_all(plan.inputs)
-    plan.outputs = remap_all(plan.outputs)
-    for chain in plan.chains or ():
-        chain.inputs = remap_all(chain.inputs)
-        chain.outputs = remap_all(chain.outputs)
-        for instruction in chain.instructions or ():
-            kind, args = instruction.instrArgsType, instruction.instrArgs
-            if kind in (InstructionArguments.KernelCall, InstructionArguments.DelegateCall):
-                args.args = remap_all(args.args)
-            elif kind == InstructionArguments.MoveCall:
-                args.moveFrom, args.moveTo = remap(args.moveFrom), remap(args.moveTo)
-            elif kind == InstructionArguments.JumpFalseCall:
-                args.condValueIndex = remap(args.condValueIndex)
-            elif kind == InstructionArguments.FreeCall:
-                args.valueIndex = remap(args.valueIndex)
-    for new_value, old_value in enumerate(live):
-        evalue = plan.values[new_value]
-        kind, val = evalue.valType, evalue.val
-        if kind == KernelTypes.OptionalTensorList:
-            val.items = [-1 if i == -1 else remap(i) for i in vector_ints(val.items)]
-        elif kind in (KernelTypes.IntList, KernelTypes.TensorList):
-            val.items = remap_all(val.items)
-        ref = refs.data_refs.get(old_value)
-        if ref is not None:
-            try:
-                val.dataBufferIdx = data_index[ref.space][ref.index]
-            except KeyError:
-                raise InvariantError(
-                    f"plan {refs.name!r} value {old_value}: {ref.space.value} entry "
-                    f"{ref.index} is used but was dropped"
-                ) from None
 
 
 @dataclass
@@ -294,81 +238,27 @@ def _live_external_names(program, liveness: Liveness) -> set[str]:
     return names
 
 
-def _pte_segment_alignments(pte: PteFile, program) -> dict[int, tuple[int, ...]]:
-    base = pte.segment_base_offset
-    named = {e.segmentIndex for e in program.namedData or ()}
-    return segment_alignments(
-        base, pte.program_size, [(s.offset - base, s.size) for s in pte.segments],
-        [s.index not in named for s in pte.segments],
-    )
-
-
-def _ptd_segment_alignments(ptd: PtdFile) -> dict[int, tuple[int, ...]]:
-    base = ptd.segment_base_offset
-    return segment_alignments(
-        base, ptd.flatbuffer_end, [(s.offset - base, s.size) for s in ptd.segments],
-        [False] * len(ptd.segments),
-    )
-
-
-def _shared_segment_alignment(pte: PteFile, program) -> int | None:
-    """The first `segment_alignment` the `.pte` and all its `.ptd` files allow, if any.
-
-    One serializer call writes them all with one value: a `.ptd` may show what
-    the `.pte`'s offsets leave open.
-    """
-    candidates = [_ptd_segment_alignments(ptd) for ptd in pte.ptd_files]
-    return next(
-        (a for a in _pte_segment_alignments(pte, program) if all(a in c for c in candidates)),
-        None,
-    )
-
-
 def read_layout(
     src: str | os.PathLike | bytes, ptd_paths: Sequence[str | os.PathLike] = ()
 ) -> PteLayout:
     """The serializer options `prune_file` reads back from a `.pte` and its `.ptd` files.
 
     What the pruned file is laid out with; `PteLayout.reproduced` says whether
-    they write the input back. Package-internal: for tests and diagnosis.
+    they write the input back. For tests and diagnosis.
     """
-    pte, program, program_data = read_pte_program(src, ptd_paths)
-    return _pte_layout(pte, program, program_data, _shared_segment_alignment(pte, program))
-
-
-def _pte_layout(
-    pte: PteFile, program, program_data: bytes, segment_alignment: int | None
-) -> PteLayout:
-    """What `infer_pte_layout` reads back from the file (before `program` is rewritten)."""
-    constant = program.constantSegment
-    offsets = vector_ints(constant.offsets) if constant is not None else []
-    return infer_pte_layout(
-        program,
-        program_data,
-        pte.header_length,
-        _pte_segment_alignments(pte, program),
-        segment_alignment,
-        offsets,
-        {i: e.nbytes for i, e in pte.entries[DataSpace.CONSTANT].items()},
+    read = read_pte_program(src, ptd_paths)
+    aliased = find_aliases(find_shared_ranges(read.pte))
+    return read_pte_layout(
+        read.pte, read.program, read.program_data, aliased,
+        shared_segment_alignment(read.pte, aliased),
     )
 
 
-def _pruned_pte(
-    pte: PteFile,
-    program,
-    program_data: bytes,
-    liveness: Liveness,
-    dead_keys: frozenset[str],
-    segment_alignment: int | None,
-    fd: int,
-    output: str,
-) -> OutputFile:
-    """Decides every byte of the pruned `.pte`; rewrites `program` (our own copy) in place."""
-    layout = _pte_layout(pte, program, program_data, segment_alignment)
-    logger.debug("%s: %s", pte.path, layout)
-    order = order_live_data(pte.plans, liveness)
-    data_index = new_data_indices(order)
-    out: list[_OutSegment] = []
+def _tensor_data_segments(
+    pte: PteFile, program, fd: int, order, layout: PteLayout, out: list[_OutSegment]
+) -> None:
+    """Appends the new constant and mutable data segments to `out`; rewrites `program`'s
+    `constant_segment` and `mutable_data_segments` to them."""
     if program.constantSegment is not None and vector_ints(program.constantSegment.offsets):
         constant, offsets = _constant_segment(
             pte, program, fd, order[DataSpace.CONSTANT], layout.tensor_alignment
@@ -387,8 +277,20 @@ def _pruned_pte(
             program.mutableDataSegments = [subsegment]
             out.append(mutable[0])
 
-    # Delegate segments, then named data, each in first-reference order, as
-    # `_extract_delegate_segments` and `_extract_named_data` append them.
+
+def _blob_segments(
+    pte: PteFile,
+    program,
+    fd: int,
+    dead_keys: frozenset[str],
+    layout: PteLayout,
+    out: list[_OutSegment],
+) -> None:
+    """Appends the delegate segments, then the live named data's, to `out`; renumbers them.
+
+    Each in first-reference order, as `_extract_delegate_segments` and
+    `_extract_named_data` append them; dead keys are dropped from `named_data`.
+    """
     delegate_segment: dict[int, int] = {}
     for plan in program.executionPlan or ():
         for delegate in plan.delegates or ():
@@ -417,15 +319,34 @@ def _pruned_pte(
     if program.namedData is not None:
         program.namedData = kept_named
 
+
+def _pruned_pte(
+    pte: PteFile,
+    program,
+    liveness: Liveness,
+    dead_keys: frozenset[str],
+    layout: PteLayout,
+    fd: int,
+    output: str,
+) -> OutputFile:
+    """Decides every byte of the pruned `.pte` laid out with `layout`; rewrites `program`
+    (our own copy) in place."""
+    logger.debug("%s: %s", pte.path, layout)
+    order = order_live_data(pte.plans, liveness)
+    out: list[_OutSegment] = []
+    _tensor_data_segments(pte, program, fd, order, layout, out)
+    _blob_segments(pte, program, fd, dead_keys, layout, out)
+    data_index = new_data_indices(order)
     for plan, refs, live in zip(program.executionPlan or (), pte.plans, liveness.live_values):
-        _remap_plan(plan, refs, live, data_index)
+        remap_plan_values(GENERATED, plan, refs, live)
+        remap_data_indices(GENERATED, plan, refs, live, data_index)
 
     offsets, data_size = place_segments(
         [(s.size, s.alignment) for s in out], layout.segment_alignment
     )
     if out or program.segments is not None:
         # ExecuTorch always writes the list; a file without it keeps it absent.
-        program.segments = [_program_segment(o, s.size) for o, s in zip(offsets, out)]
+        program.segments = [_data_segment(DataSegmentT, o, s.size) for o, s in zip(offsets, out)]
     flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
     prefix, base = program_prefix(flatbuffer, layout, data_size)
     result = OutputFile(output, fd, prefix)
@@ -434,8 +355,9 @@ def _pruned_pte(
     return result
 
 
-def _program_segment(offset: int, size: int) -> DataSegmentT:
-    segment = DataSegmentT()
+def _data_segment(cls, offset: int, size: int):
+    """A `DataSegmentT` of program.fbs or flat_tensor.fbs (`cls`): the same two fields."""
+    segment = cls()
     segment.offset, segment.size = offset, size
     return segment
 
@@ -449,7 +371,7 @@ def _pruned_ptd(
     named = [e for e in (flat_tensor.namedData or ()) if keep(table_text(e.key) or "")]
     if not named:
         return None
-    layout = infer_ptd_layout(_ptd_segment_alignments(ptd), segment_alignment, len(segments))
+    layout = infer_ptd_layout(ptd_segment_alignments(ptd), segment_alignment, len(segments))
     new_index: dict[int, int] = {}
     out: list[_OutSegment] = []
     for entry in named:
@@ -464,15 +386,11 @@ def _pruned_ptd(
         [(s.size, s.alignment) for s in out], layout.segment_alignment
     )
     flat_tensor.namedData = named
-    flat_tensor.segments = [_flat_tensor_segment(o, s.size) for o, s in zip(offsets, out)]
+    flat_tensor.segments = [
+        _data_segment(FlatTensorDataSegmentT, o, s.size) for o, s in zip(offsets, out)
+    ]
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), layout, data_size)
     return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out)])
-
-
-def _flat_tensor_segment(offset: int, size: int) -> FlatTensorDataSegmentT:
-    segment = FlatTensorDataSegmentT()
-    segment.offset, segment.size = offset, size
-    return segment
 
 
 def _verbatim(path: str, fd: int, size: int) -> OutputFile:
@@ -481,6 +399,66 @@ def _verbatim(path: str, fd: int, size: int) -> OutputFile:
 
 
 # --- the entry point ------------------------------------------------------------------
+
+
+def _keep_ptd_key(pte: PteFile, program, liveness: Liveness, dead_keys: frozenset[str]):
+    """Which keys of the `.ptd` files stay: live external constants, and live named data.
+
+    Reads `program` before it is rewritten (the live values are its indices).
+    """
+    external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
+    live_fqns = _live_external_names(program, liveness)
+
+    def keep(key: str) -> bool:
+        if key in external_fqns:
+            return key in live_fqns
+        return key not in dead_keys
+
+    return keep
+
+
+def _changes_pte(analysis: FileAnalysis) -> bool:
+    """Whether the `.pte` itself has dead values, data entries, segments or named data."""
+    pte, dead_keys = analysis.pte, frozenset(analysis.use.dead)
+    return (
+        analysis.liveness.dead_value_count(pte.plans) > 0
+        or any(d.space in ("constant", "mutable", "segments") for d in analysis.dead)
+        or any(e.key in dead_keys for e in pte.named_data if e.file == pte.path)
+    )
+
+
+def _decide_outputs(
+    src: str,
+    dst: str,
+    read: PteProgram,
+    analysis: FileAnalysis,
+    ptd_outputs: Sequence[tuple[str, str]],
+    opened: list[int],
+) -> tuple[list[OutputFile], dict[str, str]]:
+    """Every output file's bytes, and the `.ptd` outputs written, by input; opens the inputs
+    into `opened`. A file with nothing dead is its own output."""
+    pte, program, liveness = analysis.pte, read.program, analysis.liveness
+    dead_keys = frozenset(analysis.use.dead)
+    aliased = find_aliases(analysis.shared)
+    segment_alignment = shared_segment_alignment(pte, aliased)
+    keep_ptd_key = _keep_ptd_key(pte, program, liveness, dead_keys)
+    fd = open_input(src, opened)
+    if _changes_pte(analysis):
+        layout = read_pte_layout(pte, program, read.program_data, aliased, segment_alignment)
+        outputs = [_pruned_pte(pte, program, liveness, dead_keys, layout, fd, dst)]
+    else:
+        outputs = [_verbatim(dst, fd, pte.file_bytes)]
+    ptd_written: dict[str, str] = {}
+    for (path, output), ptd in zip(ptd_outputs, pte.ptd_files):
+        ptd_fd = open_input(path, opened)
+        if all(keep_ptd_key(key) for key in ptd.named_data):
+            written = _verbatim(output, ptd_fd, ptd.file_bytes)
+        else:
+            written = _pruned_ptd(path, output, ptd_fd, keep_ptd_key, segment_alignment)
+        if written is not None:
+            outputs.append(written)
+            ptd_written[path] = output
+    return outputs, ptd_written
 
 
 def prune_file(
@@ -540,68 +518,32 @@ def prune_file(
             progress=progress, keep_constants=keep_constants, names=names,
         )
 
-    # Read.
-    pte, program, program_data = read_pte_program(src, ptd_paths)
+    # Read, then decide every output byte, then write.
+    read = read_pte_program(src, ptd_paths)
     with ByteSource(src) as source:
-        analysis = analyse_file(pte, {pte.path: source}, keep_constants, state_file(names))
-    pte, liveness, use = analysis.pte, analysis.liveness, analysis.use
-    # Unused inline delegate blobs stay: the rewrite never touches backend_delegate_data.
-    dropped = tuple(d for d in analysis.dead if d.space != "delegate")
-    dropped_values = liveness.dead_value_count(pte.plans)
-    dead_keys = frozenset(use.dead)
-    external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
-    live_fqns = _live_external_names(program, liveness)
-
-    def keep_ptd_key(key: str) -> bool:
-        if key in external_fqns:
-            return key in live_fqns
-        return key not in dead_keys
-
-    # Dead values, data entries, segments or named data of the .pte itself change it.
-    pte_unchanged = (
-        dropped_values == 0
-        and not any(d.space in ("constant", "mutable", "segments") for d in dropped)
-        and not any(e.key in dead_keys for e in pte.named_data if e.file == pte.path)
-    )
-
-    segment_alignment = _shared_segment_alignment(pte, program)
-
+        analysis = analyse_file(
+            read.pte, {read.pte.path: source}, keep_constants, state_file(names)
+        )
     opened: list[int] = []
     try:
-        # Decide.
-        fd = open_input(src, opened)
-        if pte_unchanged:
-            outputs = [_verbatim(dst, fd, pte.file_bytes)]
-        else:
-            outputs = [
-                _pruned_pte(
-                    pte, program, program_data, liveness, dead_keys, segment_alignment, fd, dst
-                )
-            ]
-        ptd_written: dict[str, str] = {}
-        for path, output, ptd in zip(ptd_paths, ptd_outputs, pte.ptd_files):
-            ptd_fd = open_input(path, opened)
-            if all(keep_ptd_key(key) for key in ptd.named_data):
-                written = _verbatim(output, ptd_fd, ptd.file_bytes)
-            else:
-                written = _pruned_ptd(path, output, ptd_fd, keep_ptd_key, segment_alignment)
-            if written is not None:
-                outputs.append(written)
-                ptd_written[path] = output
-        # Write.
+        outputs, ptd_written = _decide_outputs(
+            src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs)), opened
+        )
         bytes_after = write_outputs(outputs, progress)
     finally:
         for input_fd in opened:
             os.close(input_fd)
 
+    pte, use = analysis.pte, analysis.use
     report = FilePruneReport(
         path=src,
         output=dst,
         ptd_outputs=tuple((p, ptd_written.get(p)) for p in ptd_paths),
         bytes_before=pte.file_bytes + sum(p.file_bytes for p in pte.ptd_files),
         bytes_after=bytes_after,
-        dropped=dropped,
-        dropped_values=dropped_values,
+        # Unused inline delegate blobs stay: the rewrite never touches backend_delegate_data.
+        dropped=tuple(d for d in analysis.dead if d.space != "delegate"),
+        dropped_values=analysis.liveness.dead_value_count(pte.plans),
         dropped_named_data=use.dead,
         kept_unprovable=use.kept_unprovable,
         seconds=time.perf_counter() - started,

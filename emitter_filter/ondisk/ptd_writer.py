@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter.ondisk.layout import FLAT_TENSOR_IDENTIFIER
-from emitter_filter.ondisk.pte_file import vector_ints
+from emitter_filter.generated_fields import vector_ints
 
 __all__ = ["pack_flat_tensor"]
 
@@ -180,7 +180,7 @@ def pack_flat_tensor(flat_tensor: FlatTensorT) -> bytes:
 
     Args:
         flat_tensor: The table to pack (the generated object API's `FlatTensorT`,
-            as `pte_file.read_ptd_flat_tensor` returns it). Not modified. Every
+            as `read_ptd.read_ptd_flat_tensor` returns it). Not modified. Every
             field is written as ExecuTorch's dataclass has it: absent vectors as
             empty ones.
 

@@ -30,11 +30,12 @@ from emitter_filter._program_fbs.executorch_flatbuffer.DataSegment import DataSe
 from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.cli import main
-from emitter_filter.ondisk.dedupe import dedupe_file, dedupe_pte, find_shared_ranges
+from emitter_filter.ondisk.analysis import find_shared_ranges
+from emitter_filter.ondisk.dedupe import dedupe_file, dedupe_pte
 from emitter_filter.errors import OutputFileError
 from emitter_filter.ondisk.layout import extended_header_prefix, pack_program, padded_header_length
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.pte_file import read_pte, read_pte_program
+from emitter_filter.ondisk.read_pte import read_pte, read_pte_program
 
 VOCAB, DIM = 512, 64
 TOKENS = torch.tensor([[1, 2, 3, 511]])
@@ -318,7 +319,8 @@ def _with_a_second_segment_over(data: bytes, index: int) -> bytes:
 
     A file whose writer already stored a segment once for two entries.
     """
-    pte, program, program_data = read_pte_program(data)
+    read = read_pte_program(data)
+    pte, program, program_data = read.pte, read.program, read.program_data
     copy = DataSegmentT()
     copy.offset, copy.size = program.segments[index].offset, program.segments[index].size
     program.segments.append(copy)
@@ -417,10 +419,9 @@ def test_prune_dedupe_json_reports_the_shared_ranges(build, tmp_path, capsys):
 
 
 def test_the_public_api_is_what_we_mean_it_to_be():
-    from emitter_filter.ondisk import dedupe
+    from emitter_filter.ondisk import analysis, dedupe
 
-    assert set(dedupe.__all__) == {
-        "SharedRange", "DedupeReport", "find_shared_ranges", "dedupe_pte", "dedupe_file",
-    }
+    assert set(dedupe.__all__) == {"DedupeReport", "dedupe_pte", "dedupe_file"}
+    assert {"SharedRange", "find_shared_ranges"} <= set(analysis.__all__)
     assert {"dedupe_file", "DedupeReport", "ENV_DEDUPE"} <= set(emitter_filter.__all__)
     assert emitter_filter.dedupe_file is dedupe_file

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from emitter_filter.ondisk import audit, pte_file
+from emitter_filter.ondisk import audit, byte_source
 from emitter_filter.ondisk.audit import JSON_SCHEMA, SPACES, audit_file, audit_pte
-from emitter_filter.ondisk.pte_file import ByteSource, read_pte
+from emitter_filter.ondisk.byte_source import ByteSource
+from emitter_filter.ondisk.read_pte import read_pte
 from emitter_filter.reachability import DataSpace
 from emitter_filter.names import DroppedConstant
 from emitter_filter.testing import assert_no_dead_constants
@@ -116,7 +117,7 @@ def test_audit_reads_no_data_whose_size_no_other_entry_shares(built, monkeypatch
             read.append(size)
         return original(self, offset, size, what)
 
-    monkeypatch.setattr(pte_file.ByteSource, "read", counting)
+    monkeypatch.setattr(byte_source.ByteSource, "read", counting)
     report = audit_file(built["plain"].pte)
     sizes = [e.nbytes for e in read_pte(built["plain"].pte).entries[DataSpace.CONSTANT].values()]
     assert len(set(sizes[1:])) == len(sizes) - 1  # the case has no two entries of one size

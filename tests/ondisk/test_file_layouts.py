@@ -26,7 +26,7 @@ from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.cli import main
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.pte_file import read_pte, read_pte_program
+from emitter_filter.ondisk.read_pte import read_pte, read_pte_program
 from emitter_filter.reachability import DataSpace
 from emitter_filter.ondisk.prune import prune_file, read_layout
 from tests.layouts import (
@@ -82,7 +82,7 @@ def _prune(tmp_path: Path, pte: Path, ptds, name: str):
 
 def _canonical(pte: bytes) -> bytes:
     """The program flatbuffer packed again by the generated object API: equal iff same program."""
-    _, program, _ = read_pte_program(pte)
+    program = read_pte_program(pte).program
     program.segments = None
     return pack(ProgramT.InitFromPackedBuf(pack(program), 0))
 
@@ -208,7 +208,7 @@ def test_a_placeholder_only_constant_buffer_is_a_program_without_constants(tmp_p
 
 
 def test_real_inline_constants_are_refused_in_one_line_naming_the_file(tmp_path):
-    _, program, _ = read_pte_program(build_program(dead=False, where="placeholder").pte)
+    program = read_pte_program(build_program(dead=False, where="placeholder").pte).program
     inline = BufferT()
     inline.storage = LIVE
     program.constantBuffer.append(inline)

@@ -3,7 +3,7 @@
 ExecuTorch writes the FlatTensor flatbuffer with the wheel's flatc from JSON
 (`_serialize_to_flatbuffer`); `flat_tensor_writer.pack_flat_tensor` must give
 the same bytes for every table, and a whole `.ptd` rebuilt from what
-`pte_file` reads of one `FlatTensorSerializer` wrote must be that file.
+`read_ptd` reads of one `FlatTensorSerializer` wrote must be that file.
 """
 
 from __future__ import annotations
@@ -131,8 +131,9 @@ def test_a_ptd_executorch_wrote_prunes_to_what_it_writes_without_the_key(
 ):
     """The `.ptd` side of `prune` (`_pruned_ptd`): byte for byte ExecuTorch's file."""
     from emitter_filter.ondisk.output import write_outputs
-    from emitter_filter.ondisk.pte_file import read_ptd
-    from emitter_filter.ondisk.prune import _ptd_segment_alignments, _pruned_ptd
+    from emitter_filter.ondisk.read_ptd import read_ptd
+    from emitter_filter.ondisk.layout import ptd_segment_alignments
+    from emitter_filter.ondisk.prune import _pruned_ptd
 
     alignments = [alignment or 1 for _, alignment, _ in payload]
     dropped = data.draw(st.integers(0, len(payload) - 1))
@@ -151,7 +152,7 @@ def test_a_ptd_executorch_wrote_prunes_to_what_it_writes_without_the_key(
     # Where the offsets leave the alignments open, the file is one that the options
     # read back write too; the output must be what they write.
     ptd = read_ptd(path)
-    read_alignment, own = next(iter(_ptd_segment_alignments(ptd).items()))
+    read_alignment, own = next(iter(ptd_segment_alignments(ptd).items()))
     assert _serialized(payload, own, read_alignment, None) == path.read_bytes()
     expected = _serialized(payload, own, read_alignment, dropped)
     assert (directory / "out.ptd").read_bytes() == expected

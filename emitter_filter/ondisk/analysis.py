@@ -1,0 +1,466 @@
+"""The one analysis of a file that `audit`, `prune` and `dedupe` all call.
+
+`analyse_file` first checks what makes a file valid beyond its offsets being in
+bounds (`read_pte` checked those): two stored ranges may only overlap by being the
+same range (`find_shared_ranges`). Then it runs the in-process filter's
+reachability (`reachability.find_live`) and named-data rules
+(`classify_file_named_data`), and lists what is dead (`find_dead_entries`), named
+as the `audit` module docstring says. So the three tools agree on what a valid
+file is and on what is dead.
+
+`stored_regions` is the one enumeration of what a file stores: every range a
+reference reads, in file order of the program; `audit` finds duplicates among
+them and `find_shared_ranges` the ranges several references share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from emitter_filter.duplicates import StoredCopy
+from emitter_filter.errors import PteFormatError
+from emitter_filter.named_keys import NamedDataUse, classify_named_keys
+from emitter_filter.names import ConstantName, DroppedConstant
+from emitter_filter.ondisk.byte_source import ByteSource
+from emitter_filter.ondisk.file_model import PteFile, TensorEntry
+from emitter_filter.reachability import DataRef, DataSpace, KeepList, Liveness, find_live
+from emitter_filter.state_names import StateFile
+
+__all__ = [
+    "SPACES",
+    "StoredRegion",
+    "SharedRange",
+    "FileAnalysis",
+    "stored_regions",
+    "find_shared_ranges",
+    "Alias",
+    "find_aliases",
+    "classify_file_named_data",
+    "find_dead_entries",
+    "analyse_file",
+]
+
+logger = logging.getLogger(__name__)
+
+# The spaces of `stored_regions` that are whole segments of the `.pte`.
+_SEGMENT_SPACES = ("named_data", "delegate", "segments")
+
+#: The spaces of a file's data, in report order (`AuditReport.spaces`, `find_dead_entries`).
+SPACES = ("constant", "mutable", "external", "named_data", "delegate", "segments")
+
+
+# --- what a file stores ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredRegion:
+    """One range a reference reads: `nbytes` at absolute `offset` of `file`, and who reads it."""
+
+    copy: StoredCopy
+    file: str
+    offset: int
+    nbytes: int
+
+
+def _keys_by_segment(entries) -> dict[int, tuple[int, int, list[str]]]:
+    """{segment index: (offset, size, keys)} of named-data entries, in first-key order."""
+    segments: dict[int, tuple[int, int, list[str]]] = {}
+    for entry in entries:
+        segments.setdefault(entry.segment_index, (entry.offset, entry.nbytes, []))[2].append(
+            entry.key
+        )
+    return segments
+
+
+def stored_regions(pte: PteFile) -> Iterator[StoredRegion]:
+    """Every range of a file and its `.ptd` files a reference reads, in file order of the program.
+
+    The constant and mutable entries but the placeholders, each named-data segment
+    of the `.pte` once (with all its keys), the delegate blobs in segments, the
+    segments nothing refers to, then each `.ptd`'s segments (space "external",
+    tagged with the file's name). External entries sized from shapes (no `.ptd`
+    given) are stored nowhere we read, so they are no regions. Empty ranges are
+    included; callers skip them.
+    """
+    for space in (DataSpace.CONSTANT, DataSpace.MUTABLE):
+        for index, entry in sorted(pte.entries[space].items()):
+            if index:
+                copy = StoredCopy(space.value, None, index, ())
+                yield StoredRegion(copy, entry.file, entry.offset, entry.nbytes)
+    in_pte = [entry for entry in pte.named_data if entry.file == pte.path]
+    for index, (offset, size, keys) in _keys_by_segment(in_pte).items():
+        copy = StoredCopy("named_data", None, index, tuple(keys))
+        yield StoredRegion(copy, pte.path, offset, size)
+    for blob in pte.delegates:
+        if blob.location == "segment":
+            copy = StoredCopy("delegate", None, blob.index, ())
+            yield StoredRegion(copy, pte.path, blob.offset, blob.nbytes)
+    for segment in pte.unreferenced_segments:
+        copy = StoredCopy("segments", None, segment.index, ())
+        yield StoredRegion(copy, pte.path, segment.offset, segment.size)
+    for ptd in pte.ptd_files:
+        tag = os.path.splitext(os.path.basename(ptd.path))[0]
+        for index, (offset, size, keys) in _keys_by_segment(ptd.named_data.values()).items():
+            copy = StoredCopy("external", tag, index, tuple(keys))
+            yield StoredRegion(copy, ptd.path, offset, size)
+
+
+@dataclass(frozen=True)
+class SharedRange:
+    """One stored range of a `.pte` that several references share.
+
+    Attributes:
+        file: The file's name (as `read_pte` gives it).
+        offset: Absolute offset of the range in the file.
+        nbytes: Its length.
+        copies: Each reference to it: a `constant` or `mutable` entry, a
+            `named_data` segment (with its keys), a `delegate` or an
+            unreferenced (`segments`) segment; indices are the file's own.
+    """
+
+    file: str
+    offset: int
+    nbytes: int
+    copies: tuple[StoredCopy, ...]
+
+    @property
+    def saved_bytes(self) -> int:
+        """Bytes the file would hold more if each reference had its own copy."""
+        return self.nbytes * (len(self.copies) - 1)
+
+    def to_json(self) -> dict:
+        """The form `audit --json` and `prune --dedupe --json` print."""
+        return {
+            "file": self.file,
+            "offset": self.offset,
+            "bytes": self.nbytes,
+            "copies": [copy.to_json() for copy in self.copies],
+        }
+
+
+def find_shared_ranges(pte: PteFile) -> tuple[SharedRange, ...]:
+    """The ranges of a `.pte` that several references share, checking that no others overlap.
+
+    References are the constant and mutable entries and the named-data, delegate
+    and unreferenced segments. Two of them may only overlap by being the same
+    range (same offset, same length: the same bytes); a segment that lies in the
+    constant or mutable segment must be one of its entries.
+
+    Args:
+        pte: What `read_pte` returned. Not modified.
+
+    Returns:
+        One `SharedRange` per range with more than one reference, by offset.
+
+    Raises:
+        PteFormatError: Two ranges overlap without being the same range.
+    """
+    ranges = sorted(
+        (r for r in stored_regions(pte) if r.nbytes and r.copy.space != "external"),
+        key=lambda r: (r.offset, -r.nbytes),
+    )
+    groups: list[list[StoredRegion]] = []
+    end = 0
+    for item in ranges:
+        if groups and (item.offset, item.nbytes) == (groups[-1][0].offset, groups[-1][0].nbytes):
+            groups[-1].append(item)
+            continue
+        if groups and item.offset < end:
+            other = groups[-1][0]
+            raise PteFormatError(
+                pte.path,
+                f"{_where(item.copy)} ({item.nbytes} bytes) overlaps {_where(other.copy)} "
+                f"({other.nbytes} bytes at {other.offset}) without being the same range",
+                item.offset,
+            )
+        groups.append([item])
+        end = max(end, item.offset + item.nbytes)
+    containers = [
+        (space, pte.segments[index])
+        for space, index in (("constant", pte.constant_segment), ("mutable", pte.mutable_segment))
+        if index is not None
+    ]
+    for group in groups:
+        first = group[0]
+        for space, segment in containers:
+            inside = first.offset < segment.offset + segment.size and segment.offset < (
+                first.offset + first.nbytes
+            )
+            if inside and not any(r.copy.space == space for r in group):
+                raise PteFormatError(
+                    pte.path,
+                    f"{_where(first.copy)} ({first.nbytes} bytes) lies in the {space} segment "
+                    f"{segment.index} but is none of its entries",
+                    first.offset,
+                )
+    return tuple(
+        SharedRange(pte.path, g[0].offset, g[0].nbytes, tuple(r.copy for r in g))
+        for g in groups
+        if len(g) > 1
+    )
+
+
+@dataclass(frozen=True)
+class Alias:
+    """What a segment that stores no bytes of its own reads.
+
+    `space` is "constant" or "mutable" (entry `index` of that segment) or
+    "segment" (the range of segment `index`, the first of those sharing it).
+    """
+
+    space: str
+    index: int
+
+
+def find_aliases(shared: Sequence[SharedRange]) -> dict[int, Alias]:
+    """The segments of a `.pte` that share another reference's range, and what they read.
+
+    Args:
+        shared: `find_shared_ranges` of the file. Not modified.
+    """
+    aliases: dict[int, Alias] = {}
+    for stored in shared:
+        segments = [c.index for c in stored.copies if c.space in _SEGMENT_SPACES]
+        # Mutable first: bytes that mutable data shares are mutable, whatever else reads them.
+        entries = [c for s in ("mutable", "constant") for c in stored.copies if c.space == s]
+        if entries:
+            target = Alias(entries[0].space, entries[0].index)
+            aliases.update((index, target) for index in segments)
+        else:
+            aliases.update((index, Alias("segment", segments[0])) for index in segments[1:])
+    return aliases
+
+
+def _where(copy: StoredCopy) -> str:
+    return f"{copy.space}[{copy.index}]"
+
+
+# --- what is dead ---------------------------------------------------------------------
+
+
+def classify_file_named_data(pte: PteFile) -> NamedDataUse:
+    """Which named-data keys of a file its delegates can reach: the hook's rules, on disk.
+
+    The roots are every plan's `delegates` entries (`named_data` module
+    docstring); the keys are `pte.named_data` less the external constants'
+    fully qualified names, which are tensor data, not named data. `audit` counts
+    and `prune` drops exactly `dead`.
+
+    Args:
+        pte: What `read_pte` returned. Not modified.
+    """
+    plan_position = {plan.name: position for position, plan in enumerate(pte.plans)}
+    uses = sorted(
+        ((ref, blob.named_keys) for blob in pte.delegates for ref in blob.users),
+        key=lambda use: (plan_position[use[0].plan], use[0].index),
+    )
+    external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
+    return classify_named_keys(
+        [(ref, None if keys is None else tuple(sorted(keys))) for ref, keys in uses],
+        [entry.key for entry in pte.named_data if entry.key not in external_fqns],
+    )
+
+
+def _dead_tensor_data(pte: PteFile, liveness: Liveness) -> list[DroppedConstant]:
+    """Dead entries of the three tensor data spaces, named after the first value using each."""
+    first_user = {}
+    for tensor in pte.tensors:
+        first_user.setdefault(tensor.ref, tensor)
+    dead = []
+    for space in DataSpace:
+        for index, entry in sorted(pte.entries[space].items()):
+            if index in liveness.live_data[space] or (space.has_placeholder and index == 0):
+                continue
+            user = first_user.get(DataRef(space, index))
+            dead.append(
+                DroppedConstant(
+                    space=space.value,
+                    index=index,
+                    nbytes=entry.nbytes,
+                    plan=user.plan if user else None,
+                    value_index=user.value_index if user else None,
+                    dtype=user.dtype if user else None,
+                    shape=user.shape if user else None,
+                    name=user.name if user else None,
+                    names=(
+                        (ConstantName(user.name, None, user.plan),) if user and user.name else ()
+                    ),
+                )
+            )
+    return dead
+
+
+def _bare(space: str, index: int, nbytes: int, name: str | None = None) -> DroppedConstant:
+    names = () if name is None else (ConstantName(name, "named_data", None),)
+    return DroppedConstant(space, index, nbytes, None, None, None, None, name, names)
+
+
+def _dead_named_data(pte: PteFile, use: NamedDataUse) -> list[DroppedConstant]:
+    """One entry per dead key, `index` its position in its own file's named data.
+
+    A segment's bytes count once, on its first dead key, and only when no live
+    key shares the segment: the bytes `prune` really drops.
+    """
+    dead = frozenset(use.dead)
+    keys_of_segment: dict[tuple[str, int], list[str]] = {}
+    position: dict[tuple[str, str], int] = {}
+    for entry in pte.named_data:
+        keys_of_segment.setdefault((entry.file, entry.segment_index), []).append(entry.key)
+    in_pte = (entry.key for entry in pte.named_data if entry.file == pte.path)
+    position.update(((pte.path, key), i) for i, key in enumerate(in_pte))
+    for ptd in pte.ptd_files:
+        # Among all the .ptd's keys, external constants included.
+        position.update(((ptd.path, key), i) for i, key in enumerate(ptd.named_data))
+    counted: set[tuple[str, int]] = set()
+    entries = []
+    for entry in pte.named_data:
+        if entry.key not in dead:
+            continue
+        segment = (entry.file, entry.segment_index)
+        freed = segment not in counted and all(k in dead for k in keys_of_segment[segment])
+        counted.add(segment)
+        nbytes = entry.nbytes if freed else 0
+        entries.append(_bare("named_data", position[(entry.file, entry.key)], nbytes, entry.key))
+    return entries
+
+
+def find_dead_entries(pte: PteFile, liveness: Liveness, use: NamedDataUse) -> list[DroppedConstant]:
+    """Every entry of a file no program can reach, by space then index; shared with `prune`.
+
+    Args:
+        pte: What `read_pte` returned. Not modified.
+        liveness: `find_live(pte.plans)`.
+        use: `classify_file_named_data(pte)`.
+    """
+    dead = _dead_tensor_data(pte, liveness)
+    dead += _dead_named_data(pte, use)
+    dead += [_bare("delegate", d.index, d.nbytes) for d in pte.delegates if not d.users]
+    dead += [_bare("segments", s.index, s.size) for s in pte.unreferenced_segments]
+    return sorted(dead, key=lambda d: (SPACES.index(d.space), d.index))
+
+
+@dataclass(frozen=True)
+class FileAnalysis:
+    """What `analyse_file` found; shared by `audit`, `prune` and `dedupe`.
+
+    Attributes:
+        pte: The file as read, with the values of kept constants added to its plans' roots.
+        shared: `find_shared_ranges(pte)`: the ranges several references share.
+        liveness: `find_live(pte.plans)`.
+        use: `classify_file_named_data(pte)`.
+        dead: `find_dead_entries`, each named as the `audit` module docstring says.
+    """
+
+    pte: PteFile
+    shared: tuple[SharedRange, ...]
+    liveness: Liveness
+    use: NamedDataUse
+    dead: tuple[DroppedConstant, ...]
+
+
+class _DeadNamer:
+    """Names dead tensor entries from the file, and by content from a state file."""
+
+    def __init__(self, pte: PteFile, sources: Mapping[str, ByteSource], state: StateFile | None):
+        self._pte, self._sources, self._state = pte, sources, state
+        self._data: dict[DataRef, bytes] = {}
+
+    def _read(self, ref: DataRef) -> bytes:
+        if ref not in self._data:
+            entry = self._pte.entries[ref.space][ref.index]
+            source = self._sources[entry.file]
+            self._data[ref] = source.read(entry.offset, entry.nbytes, "stored data")
+        return self._data[ref]
+
+    def value_names(self, tensor: TensorEntry) -> tuple[ConstantName, ...]:
+        """A dead value's names: its FQN, else the state tensors with its shape and bytes."""
+        if tensor.name is not None:
+            known = self._state.name_of(tensor.name) if self._state else None
+            return (dataclasses.replace(known, plan=tensor.plan) if known else
+                    ConstantName(tensor.name, None, tensor.plan),)
+        entry = self._pte.entries[tensor.ref.space].get(tensor.ref.index)
+        if self._state is None or entry is None or entry.offset < 0:
+            return ()
+        found = self._state.match(entry.nbytes, [tensor.shape], lambda: self._read(tensor.ref))
+        kind = "mutable_buffer" if tensor.ref.space is DataSpace.MUTABLE else None
+        return tuple(dataclasses.replace(n, kind=kind or n.kind, plan=tensor.plan) for n in found)
+
+
+def _dead_users(pte: PteFile, liveness: Liveness) -> dict[DataRef, list[TensorEntry]]:
+    users: dict[DataRef, list[TensorEntry]] = {}
+    for tensor in pte.tensors:
+        if tensor.ref.index not in liveness.live_data[tensor.ref.space]:
+            users.setdefault(tensor.ref, []).append(tensor)
+    return users
+
+
+def _keep_roots(
+    pte: PteFile,
+    users: Mapping[DataRef, Sequence[TensorEntry]],
+    namer: _DeadNamer,
+    keep: KeepList,
+) -> PteFile:
+    """`pte` with the dead values whose names match `keep` as more roots."""
+    extra: dict[str, list[int]] = {}
+    for tensors in users.values():
+        for tensor in tensors:
+            if keep.matches(n.name for n in namer.value_names(tensor)):
+                extra.setdefault(tensor.plan, []).append(tensor.value_index)
+    for pattern in keep.unmatched():
+        logger.warning(
+            "%s: --keep %r matched no dead constant (constant-segment entries have "
+            "names only with --names)", pte.path, pattern,
+        )
+    plans = tuple(
+        dataclasses.replace(plan, roots=[*plan.roots, *extra[plan.name]])
+        if plan.name in extra else plan
+        for plan in pte.plans
+    )
+    return dataclasses.replace(pte, plans=plans)
+
+
+def analyse_file(
+    pte: PteFile,
+    sources: Mapping[str, ByteSource],
+    keep_constants: Sequence[str] = (),
+    state: StateFile | None = None,
+) -> FileAnalysis:
+    """Checks a file, then finds what no program of it can reach, keeping and naming as asked.
+
+    Args:
+        pte: What `read_pte` returned. Not modified.
+        sources: The files `pte` was read from, open, by the names it gives them;
+            read only for dead entries, and only with `state`.
+        keep_constants: `fnmatch` patterns of FQNs whose constants are roots.
+        state: The model's state tensors, to name constant-segment entries by content.
+
+    Raises:
+        PteFormatError: Two stored ranges overlap without being the same range.
+        ProgramFormatError: The program refers to something that does not exist.
+    """
+    shared = find_shared_ranges(pte)
+    liveness = find_live(pte.plans)
+    namer = _DeadNamer(pte, sources, state)
+    if keep_constants:
+        pte = _keep_roots(pte, _dead_users(pte, liveness), namer, KeepList(keep_constants))
+        liveness = find_live(pte.plans)
+    use = classify_file_named_data(pte)
+    dead = find_dead_entries(pte, liveness, use)
+    if state is not None:
+        users = _dead_users(pte, liveness)
+        named = []
+        for entry in dead:
+            ref = DataRef(DataSpace(entry.space), entry.index) if entry.space in (
+                "constant", "mutable", "external") else None
+            found = {n.name: n for t in users.get(ref, ()) for n in namer.value_names(t)}
+            named.append(
+                dataclasses.replace(entry, names=tuple(found.values())) if found else entry
+            )
+        dead = named
+    return FileAnalysis(pte, shared, liveness, use, tuple(dead))
+
+
