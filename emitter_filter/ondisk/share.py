@@ -1,0 +1,463 @@
+"""Several programs, one copy of their common bytes: `share_files` writes them into one `.ptd`.
+
+    A.pte [program | constant: P W H1 | named: k]    out/A.pte [program' | constant: P H1]
+    B.pte [program | constant: P W H2 | named: k] -> out/B.pte [program' | constant: P H2]
+                                                     out/shared.ptd [W as key(W) | k]
+
+1. Read every input (`read_pte_program`, `read_ptd_flat_tensor`) and the layout
+   each `.pte` was written with (`prune.pte_layout`, before anything changes).
+2. Find the contents stored in two or more files (`share_find.find_shared`).
+3. Decide every output byte: a program with nothing shared is its own output,
+   byte for byte. Otherwise each tensor reading a moved constant becomes
+   `EXTERNAL` with its key (`extra_tensor_info`, as `external_constants=True`
+   writes it), the moved named data leave `Program.named_data` (keys unchanged:
+   delegate blobs name them), and prune's rewrite (`prune.pruned_pte`, every
+   value kept) lays the program out again as ExecuTorch's serializer does.
+   The shared `.ptd` holds every input `.ptd` entry, then each shared content
+   once, as `FlatTensorSerializer` writes a `.ptd` (`ptd_writer`, `layout`).
+4. Write: `output.write_outputs` streams the bytes from the inputs into
+   temporary files beside the outputs, renamed over them once all are complete.
+
+A set with nothing in common comes out byte for byte (each input `.ptd` under
+its own name); so does `share` run again on its own output. The runtime loads
+each program with the shared `.ptd` as its data file: external constants are
+found by key and checked against its tensor layout, delegate named data are
+looked up in the `.ptd`, then in the `.pte`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from emitter_filter._program_fbs.executorch_flatbuffer.ExtraTensorInfo import ExtraTensorInfoT
+from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
+    TensorDataLocation,
+)
+from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
+from emitter_filter._program_fbs.flat_tensor_flatbuffer.NamedData import NamedDataT
+from emitter_filter._program_fbs.flat_tensor_flatbuffer.TensorLayout import TensorLayoutT
+from emitter_filter.errors import OutputFileError, PteFormatError
+from emitter_filter.ondisk.byte_source import ByteSource, table_text, vector_ints
+from emitter_filter.ondisk.layout import (
+    DEFAULT_SEGMENT_ALIGNMENT,
+    PtdLayout,
+    PteLayout,
+    infer_ptd_layout,
+    place_segments,
+    ptd_prefix,
+)
+from emitter_filter.ondisk.output import (
+    OutputFile,
+    Piece,
+    ProgressFn,
+    check_outputs,
+    open_input,
+    write_outputs,
+)
+from emitter_filter.ondisk.prune import (
+    OutSegment,
+    flat_tensor_segment,
+    ptd_segment_alignments,
+    pruned_pte,
+    pte_layout,
+    shared_segment_alignment,
+    verbatim,
+)
+from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
+from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
+from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
+from emitter_filter.ondisk.share_find import SharedSet, TensorLayoutKey, find_shared
+from emitter_filter.reachability import DataRef, DataSpace, Liveness
+
+__all__ = ["DEFAULT_MIN_BYTES", "SharedProgram", "ShareReport", "share_files"]
+
+logger = logging.getLogger(__name__)
+
+# Below this, moving a blob costs about what it saves: its key is written twice
+# (tensor and .ptd entry), with a TensorLayout and its tables (~200 B for a
+# constant), and the .ptd pads each segment to the segment alignment (128).
+DEFAULT_MIN_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class SharedProgram:
+    """One program of the set: what was written for it.
+
+    Attributes:
+        path: The input `.pte`.
+        output: The `.pte` written.
+        bytes_before: The input's size.
+        bytes_after: The output's size.
+        moved_constants: Constant entries now read from the shared `.ptd`.
+        moved_named_data: Named-data keys now read from the shared `.ptd`.
+    """
+
+    path: str
+    output: str
+    bytes_before: int
+    bytes_after: int
+    moved_constants: int
+    moved_named_data: int
+
+
+@dataclass(frozen=True)
+class ShareReport:
+    """What `share_files` wrote.
+
+    Attributes:
+        programs: Each program, in the order given.
+        ptd_inputs: The input `.ptd` files.
+        ptd_outputs: The `.ptd` files written: the shared one, or each input's
+            copy when nothing was shared.
+        bytes_before: Size of the input files together.
+        bytes_after: Size of the output files together.
+        shared_contents: Contents now stored once for several files.
+        shared_bytes: Their bytes (each counted once).
+        seconds: Wall time.
+    """
+
+    programs: tuple[SharedProgram, ...]
+    ptd_inputs: tuple[str, ...]
+    ptd_outputs: tuple[str, ...]
+    bytes_before: int
+    bytes_after: int
+    shared_contents: int
+    shared_bytes: int
+    seconds: float
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.bytes_before - self.bytes_after
+
+    def summary(self) -> str:
+        """One line, for the log and the CLI."""
+        where = ", ".join(self.ptd_outputs) or "no .ptd"
+        return (
+            f"{len(self.programs)} programs: {self.bytes_before:,} -> {self.bytes_after:,} B "
+            f"({self.saved_bytes:,} saved); {self.shared_contents} contents "
+            f"({self.shared_bytes:,} B) stored once in {where} in {self.seconds * 1e3:.1f} ms"
+        )
+
+    def to_json(self) -> dict:
+        """The form `share --json` prints."""
+        return {
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+            "programs": [dataclasses.asdict(p) for p in self.programs],
+            "saved_bytes": self.saved_bytes,
+        }
+
+
+# --- decide: one program ----------------------------------------------------------------
+
+
+def _external_info(tensor, key: str) -> ExtraTensorInfoT:
+    """The tensor's `extra_tensor_info`, now EXTERNAL under `key` (other fields kept)."""
+    info = ExtraTensorInfoT()
+    old = tensor.extraTensorInfo
+    if old is not None:
+        info.mutableDataSegmentsIdx = old.mutableDataSegmentsIdx
+        info.deviceType, info.deviceIndex = old.deviceType, old.deviceIndex
+    info.fullyQualifiedName = key
+    info.location = TensorDataLocation.EXTERNAL
+    return info
+
+
+def _externalize(read: PteProgram, keys) -> tuple:
+    """Points every tensor reading a moved constant at its key; returns the new `PlanRefs`.
+
+    External data indices follow the existing ones (one per key); prune's
+    rewrite renumbers them in first-reference order.
+    """
+    pte, program = read.pte, read.program
+    index_of = {t.name: t.ref.index for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
+    plans = []
+    for plan, refs in zip(program.executionPlan or (), pte.plans):
+        data_refs = dict(refs.data_refs)
+        for value_index, ref in refs.data_refs.items():
+            layouts = keys.get(ref.index) if ref.space is DataSpace.CONSTANT else None
+            if layouts is None:
+                continue
+            tensor = plan.values[value_index].val
+            key = layouts[
+                TensorLayoutKey(
+                    int(tensor.scalarType),
+                    tuple(vector_ints(tensor.sizes)),
+                    tuple(vector_ints(tensor.dimOrder)),
+                )
+            ]
+            tensor.extraTensorInfo = _external_info(tensor, key)
+            index = index_of.setdefault(key, max(index_of.values(), default=-1) + 1)
+            data_refs[value_index] = DataRef(DataSpace.EXTERNAL, index)
+        plans.append(dataclasses.replace(refs, data_refs=data_refs))
+    return tuple(plans)
+
+
+def _every_value(plans) -> Liveness:
+    """Every value of every plan kept: `share` moves data, it drops nothing."""
+    live_data: dict[DataSpace, set[int]] = {space: set() for space in DataSpace}
+    for plan in plans:
+        for ref in plan.data_refs.values():
+            live_data[ref.space].add(ref.index)
+    return Liveness(
+        live_values=tuple(tuple(range(p.num_values)) for p in plans),
+        live_data={s: frozenset(i for i in e if i or not s.has_placeholder) for s, e in live_data.items()},
+    )
+
+
+def _shared_pte(
+    number: int, read: PteProgram, layout: PteLayout, found: SharedSet, fd: int, output: str
+) -> OutputFile:
+    """The program's output: itself when nothing of it moves, else rewritten."""
+    keys = {i: k for (p, i), k in found.constant_keys.items() if p == number}
+    moved_keys = found.moved_keys.get(number, frozenset())
+    if not keys and not moved_keys:
+        return verbatim(output, fd, read.pte.file_bytes)
+    segment_alignment = shared_segment_alignment(read.pte, read.program)
+    plans = _externalize(read, keys)
+    return pruned_pte(
+        dataclasses.replace(read.pte, plans=plans), read.program, read.program_data,
+        _every_value(plans), moved_keys, segment_alignment, fd, output, layout=layout,
+    )
+
+
+# --- decide: the shared .ptd ------------------------------------------------------------
+
+
+def _tensor_layout(layout: TensorLayoutKey) -> TensorLayoutT:
+    table = TensorLayoutT()
+    table.scalarType, table.sizes, table.dimOrder = (
+        layout.scalar_type, list(layout.sizes), list(layout.dim_order)
+    )
+    return table
+
+
+def _named(key: str, segment: int, layout: TensorLayoutKey | None = None) -> NamedDataT:
+    entry = NamedDataT()
+    entry.key, entry.segmentIndex = key, segment
+    entry.tensorLayout = None if layout is None else _tensor_layout(layout)
+    return entry
+
+
+class _PtdBuilder:
+    """The shared `.ptd`'s entries and segments, each content stored once."""
+
+    def __init__(self, found: SharedSet) -> None:
+        self.found = found
+        self.segments: list[OutSegment] = []
+        self.named: list[NamedDataT] = []
+        self.keys: set[str] = set()
+        self._segment_of: dict[object, int] = {}
+
+    def segment(self, blob, alignment: int, piece: Piece) -> int:
+        """The segment holding `blob`'s content, added (aligned to `alignment`) if new."""
+        content = self.found.content_of.get(blob, blob)
+        if content not in self._segment_of:
+            self._segment_of[content] = len(self.segments)
+            self.segments.append(OutSegment(alignment, [piece]))
+        return self._segment_of[content]
+
+    def add(self, key: str, segment: int, layout: TensorLayoutKey | None = None) -> None:
+        if key not in self.keys:
+            self.keys.add(key)
+            self.named.append(_named(key, segment, layout))
+
+
+def _shared_ptd(
+    found: SharedSet, ptds, blobs_by_place, fds: dict[str, int], output: str, alignment: int
+) -> OutputFile:
+    """The shared `.ptd`: every input `.ptd` entry, then each shared content once."""
+    builder = _PtdBuilder(found)
+    for ptd, flat_tensor, own in ptds:
+        for entry in flat_tensor.namedData or ():
+            segment = ptd.segments[entry.segmentIndex]
+            blob = blobs_by_place.get((ptd.path, entry.segmentIndex), (ptd.path, segment.index))
+            piece = Piece(fds[ptd.path], segment.offset, segment.size)
+            index = builder.segment(blob, own[entry.segmentIndex], piece)
+            layout = entry.tensorLayout
+            builder.add(
+                table_text(entry.key) or "", index,
+                None if layout is None else TensorLayoutKey(
+                    int(layout.scalarType), tuple(vector_ints(layout.sizes)),
+                    tuple(vector_ints(layout.dimOrder)),
+                ),
+            )
+    for content in found.shared:
+        first = content.copies[0]
+        piece = Piece(fds[first.file], first.offset, content.nbytes)
+        index = builder.segment(first, content.alignment, piece)
+        for blob in content.copies:
+            for key in blob.keys:
+                builder.add(key, index)
+            for layout, key in found.constant_keys.get((blob.program, blob.index), {}).items():
+                if blob.kind == "constant":
+                    builder.add(key, index, layout)
+    offsets, data_size = place_segments(
+        [(s.size, s.alignment) for s in builder.segments], alignment
+    )
+    flat_tensor = FlatTensorT()
+    flat_tensor.segments = [
+        flat_tensor_segment(o, s.size) for o, s in zip(offsets, builder.segments)
+    ]
+    flat_tensor.namedData = builder.named
+    prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), PtdLayout(alignment, ()), data_size)
+    first_fd = next(iter(fds.values()))
+    return OutputFile(
+        output, first_fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, builder.segments)]
+    )
+
+
+# --- the entry point --------------------------------------------------------------------
+
+
+def _check_inputs(ptes: Sequence[str], ptd_paths: Sequence[str], out_dir: str) -> None:
+    if not ptes:
+        raise OutputFileError("share: no programs given")
+    names = [os.path.basename(p) for p in [*ptes, *ptd_paths]]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise OutputFileError(
+            f"{out_dir}: several inputs are named {repeated[0]!r}; share writes each "
+            "program under its own name"
+        )
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise OutputFileError(f"{out_dir}: not a directory")
+
+
+def _read(ptes, ptd_paths):
+    """Every program (with every `.ptd`, whose keys any of them may read) and every `.ptd`."""
+    reads = [read_pte_program(path, ptd_paths) for path in ptes]
+    for read in reads:
+        external = [t for t in read.pte.tensors if t.ref.space is DataSpace.EXTERNAL]
+        if external and not ptd_paths:
+            raise PteFormatError(
+                read.pte.path,
+                f"{len(external)} external tensors (e.g. {external[0].name!r}) and no .ptd "
+                "given: pass the .ptd files the programs load with",
+            )
+    ptds = []
+    for path in ptd_paths:
+        ptd, flat_tensor = read_ptd_flat_tensor(path)
+        own = infer_ptd_layout(ptd_segment_alignments(ptd), None, len(ptd.segments))
+        ptds.append((ptd, flat_tensor, own.segment_alignments))
+    return reads, ptds
+
+
+def share_files(
+    ptes: Sequence[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    *,
+    ptd_paths: Sequence[str | os.PathLike] = (),
+    ptd_name: str = "shared.ptd",
+    min_bytes: int = DEFAULT_MIN_BYTES,
+    progress: ProgressFn | None = None,
+) -> ShareReport:
+    """Writes the programs into `out_dir` with the bytes they have in common in one `.ptd`.
+
+    Args:
+        ptes: The programs. Not modified.
+        out_dir: Where to write each program (under its own name) and the
+            shared `.ptd`; created if missing. Every output is written
+            atomically; on any error none is left.
+        ptd_paths: The `.ptd` files the programs load with (each program is
+            read with all of them). Not modified. Their entries go into the
+            shared `.ptd`.
+        ptd_name: The shared `.ptd`'s file name.
+        min_bytes: Contents shorter than this stay where they are.
+        progress: Called with (bytes written, bytes to write).
+
+    Returns:
+        What was written.
+
+    Raises:
+        PteFormatError: A file is malformed, or one key holds different bytes
+            in two inputs.
+        OutputFileError: An output would replace an input, or cannot be written.
+    """
+    started = time.perf_counter()
+    ptes = [os.fspath(p) for p in ptes]
+    ptd_paths = [os.fspath(p) for p in ptd_paths]
+    out_dir = os.fspath(out_dir)
+    _check_inputs(ptes, ptd_paths, out_dir)
+    pte_outputs = [os.path.join(out_dir, os.path.basename(p)) for p in ptes]
+    shared_output = os.path.join(out_dir, ptd_name)
+    copy_outputs = [os.path.join(out_dir, os.path.basename(p)) for p in ptd_paths]
+    check_outputs([*ptes, *ptd_paths], [*pte_outputs, shared_output], "share")
+    check_outputs([*ptes, *ptd_paths], [*pte_outputs, *copy_outputs], "share")
+
+    reads, ptds = _read(ptes, ptd_paths)
+    layouts = [
+        pte_layout(r.pte, r.program, r.program_data, shared_segment_alignment(r.pte, r.program))
+        for r in reads
+    ]
+    with contextlib.ExitStack() as stack:
+        sources = {p: stack.enter_context(ByteSource(p)) for p in [*ptd_paths, *ptes]}
+        found = find_shared(
+            reads, layouts, [(ptd, own) for ptd, _, own in ptds], sources, min_bytes
+        )
+    os.makedirs(out_dir, exist_ok=True)
+    opened: list[int] = []
+    try:
+        fds = {p: open_input(p, opened) for p in [*ptes, *ptd_paths]}
+        outputs = [
+            _shared_pte(n, read, layout, found, fds[read.pte.path], output)
+            for n, (read, layout, output) in enumerate(zip(reads, layouts, pte_outputs))
+        ]
+        if found.shared:
+            alignment = max(
+                [DEFAULT_SEGMENT_ALIGNMENT, *(layout.segment_alignment for layout in layouts)]
+            )
+            outputs.append(
+                _shared_ptd(found, ptds, _ptd_blobs_by_place(found), fds, shared_output, alignment)
+            )
+            ptd_outputs = [shared_output]
+        else:
+            outputs += [
+                verbatim(o, fds[ptd.path], ptd.file_bytes)
+                for (ptd, _, _), o in zip(ptds, copy_outputs)
+            ]
+            ptd_outputs = copy_outputs
+        sizes = [o.size for o in outputs]
+        bytes_after = write_outputs(outputs, progress)
+    finally:
+        for fd in opened:
+            os.close(fd)
+    return _report(reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started)
+
+
+def _ptd_blobs_by_place(found: SharedSet) -> dict:
+    """Every `.ptd` segment that is a copy of some grouped content, by (file, segment)."""
+    return {
+        (b.file, b.index): b for b in found.content_of if b.kind == "external"
+    }
+
+
+def _report(reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started):
+    programs = tuple(
+        SharedProgram(
+            path=read.pte.path,
+            output=output,
+            bytes_before=read.pte.file_bytes,
+            bytes_after=size,
+            moved_constants=sum(1 for p, _ in found.constant_keys if p == number),
+            moved_named_data=len(found.moved_keys.get(number, ())),
+        )
+        for number, (read, output, size) in enumerate(zip(reads, pte_outputs, sizes))
+    )
+    report = ShareReport(
+        programs=programs,
+        ptd_inputs=tuple(ptd.path for ptd, _, _ in ptds),
+        ptd_outputs=tuple(ptd_outputs),
+        bytes_before=sum(r.pte.file_bytes for r in reads) + sum(p.file_bytes for p, _, _ in ptds),
+        bytes_after=bytes_after,
+        shared_contents=len(found.shared),
+        shared_bytes=sum(c.nbytes for c in found.shared),
+        seconds=time.perf_counter() - started,
+    )
+    logger.info("%s", report.summary())
+    return report
