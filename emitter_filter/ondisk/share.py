@@ -27,7 +27,6 @@ looked up in the `.ptd`, then in the `.pte`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -42,13 +41,12 @@ from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.NamedData import NamedDataT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.TensorLayout import TensorLayoutT
-from emitter_filter.errors import OutputFileError, PteFormatError
-from emitter_filter.ondisk.byte_source import ByteSource, table_text, vector_ints
+from emitter_filter.errors import OutputFileError
+from emitter_filter.ondisk.byte_source import table_text, vector_ints
 from emitter_filter.ondisk.layout import (
     DEFAULT_SEGMENT_ALIGNMENT,
     PtdLayout,
     PteLayout,
-    infer_ptd_layout,
     place_segments,
     ptd_prefix,
 )
@@ -63,16 +61,18 @@ from emitter_filter.ondisk.output import (
 from emitter_filter.ondisk.prune import (
     OutSegment,
     flat_tensor_segment,
-    ptd_segment_alignments,
     pruned_pte,
-    pte_layout,
     shared_segment_alignment,
     verbatim,
 )
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
-from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
-from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
-from emitter_filter.ondisk.share_find import SharedSet, TensorLayoutKey, find_shared
+from emitter_filter.ondisk.read_pte import PteProgram
+from emitter_filter.ondisk.share_find import (
+    SharedSet,
+    TensorLayoutKey,
+    find_set_shared,
+    read_set,
+)
 from emitter_filter.reachability import DataRef, DataSpace, Liveness
 
 __all__ = ["DEFAULT_MIN_BYTES", "SharedProgram", "ShareReport", "share_files"]
@@ -206,7 +206,10 @@ def _every_value(plans) -> Liveness:
             live_data[ref.space].add(ref.index)
     return Liveness(
         live_values=tuple(tuple(range(p.num_values)) for p in plans),
-        live_data={s: frozenset(i for i in e if i or not s.has_placeholder) for s, e in live_data.items()},
+        live_data={
+            space: frozenset(i for i in entries if i or not space.has_placeholder)
+            for space, entries in live_data.items()
+        },
     )
 
 
@@ -329,25 +332,6 @@ def _check_inputs(ptes: Sequence[str], ptd_paths: Sequence[str], out_dir: str) -
         raise OutputFileError(f"{out_dir}: not a directory")
 
 
-def _read(ptes, ptd_paths):
-    """Every program (with every `.ptd`, whose keys any of them may read) and every `.ptd`."""
-    reads = [read_pte_program(path, ptd_paths) for path in ptes]
-    for read in reads:
-        external = [t for t in read.pte.tensors if t.ref.space is DataSpace.EXTERNAL]
-        if external and not ptd_paths:
-            raise PteFormatError(
-                read.pte.path,
-                f"{len(external)} external tensors (e.g. {external[0].name!r}) and no .ptd "
-                "given: pass the .ptd files the programs load with",
-            )
-    ptds = []
-    for path in ptd_paths:
-        ptd, flat_tensor = read_ptd_flat_tensor(path)
-        own = infer_ptd_layout(ptd_segment_alignments(ptd), None, len(ptd.segments))
-        ptds.append((ptd, flat_tensor, own.segment_alignments))
-    return reads, ptds
-
-
 def share_files(
     ptes: Sequence[str | os.PathLike],
     out_dir: str | os.PathLike,
@@ -390,16 +374,9 @@ def share_files(
     check_outputs([*ptes, *ptd_paths], [*pte_outputs, shared_output], "share")
     check_outputs([*ptes, *ptd_paths], [*pte_outputs, *copy_outputs], "share")
 
-    reads, ptds = _read(ptes, ptd_paths)
-    layouts = [
-        pte_layout(r.pte, r.program, r.program_data, shared_segment_alignment(r.pte, r.program))
-        for r in reads
-    ]
-    with contextlib.ExitStack() as stack:
-        sources = {p: stack.enter_context(ByteSource(p)) for p in [*ptd_paths, *ptes]}
-        found = find_shared(
-            reads, layouts, [(ptd, own) for ptd, _, own in ptds], sources, min_bytes
-        )
+    programs = read_set(ptes, ptd_paths)
+    reads, layouts, ptds = programs.reads, programs.layouts, programs.ptds
+    found = find_set_shared(programs, min_bytes)
     os.makedirs(out_dir, exist_ok=True)
     opened: list[int] = []
     try:

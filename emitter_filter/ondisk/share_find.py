@@ -27,6 +27,7 @@ different bytes in two inputs cannot be loaded from one `.ptd` and is refused
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -35,8 +36,11 @@ from emitter_filter.duplicates import StoredCopy, group_duplicates
 from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan, table_text, vector_ints
 from emitter_filter.ondisk.file_model import PtdFile
-from emitter_filter.ondisk.layout import PteLayout
-from emitter_filter.ondisk.read_pte import PteProgram
+from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
+from emitter_filter.ondisk.layout import PteLayout, infer_ptd_layout
+from emitter_filter.ondisk.prune import ptd_segment_alignments, pte_layout, shared_segment_alignment
+from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
+from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
 from emitter_filter.reachability import DataSpace
 
 __all__ = [
@@ -44,8 +48,11 @@ __all__ = [
     "TensorLayoutKey",
     "SharedContent",
     "SharedSet",
+    "ProgramSet",
     "constant_key",
+    "read_set",
     "find_shared",
+    "find_set_shared",
 ]
 
 _SCALAR_TYPE_NAMES = {
@@ -132,6 +139,56 @@ class SharedSet:
     constant_keys: Mapping[tuple[int, int], Mapping[TensorLayoutKey, str]]
     moved_keys: Mapping[int, frozenset[str]]
     content_of: Mapping[StoredBlob, int]
+
+
+@dataclass(frozen=True)
+class ProgramSet:
+    """The inputs of `share` (and of a set's audit), read.
+
+    Attributes:
+        reads: Each program, read with every `.ptd` (any of them may hold its keys).
+        layouts: The layout each program was written with (`prune.pte_layout`),
+            read before anything changes.
+        ptds: Each `.ptd`, its unpacked `FlatTensor`, and each segment's own alignment.
+    """
+
+    reads: tuple[PteProgram, ...]
+    layouts: tuple[PteLayout, ...]
+    ptds: tuple[tuple[PtdFile, FlatTensorT, tuple[int, ...]], ...]
+
+
+def read_set(ptes: Sequence[str], ptd_paths: Sequence[str]) -> ProgramSet:
+    """Reads every program and every `.ptd`; refuses external tensors without a `.ptd`."""
+    reads = tuple(read_pte_program(path, ptd_paths) for path in ptes)
+    for read in reads:
+        external = [t for t in read.pte.tensors if t.ref.space is DataSpace.EXTERNAL]
+        if external and not ptd_paths:
+            raise PteFormatError(
+                read.pte.path,
+                f"{len(external)} external tensors (e.g. {external[0].name!r}) and no .ptd "
+                "given: pass the .ptd files the programs load with",
+            )
+    ptds = []
+    for path in ptd_paths:
+        ptd, flat_tensor = read_ptd_flat_tensor(path)
+        own = infer_ptd_layout(ptd_segment_alignments(ptd), None, len(ptd.segments))
+        ptds.append((ptd, flat_tensor, own.segment_alignments))
+    layouts = tuple(
+        pte_layout(r.pte, r.program, r.program_data, shared_segment_alignment(r.pte, r.program))
+        for r in reads
+    )
+    return ProgramSet(reads, layouts, tuple(ptds))
+
+
+def find_set_shared(programs: ProgramSet, min_bytes: int) -> SharedSet:
+    """`find_shared` on a read set, each file opened for the time it takes."""
+    paths = [*(p.path for p, _, _ in programs.ptds), *(r.pte.path for r in programs.reads)]
+    with contextlib.ExitStack() as stack:
+        sources = {p: stack.enter_context(ByteSource(p)) for p in paths}
+        return find_shared(
+            programs.reads, programs.layouts,
+            [(ptd, own) for ptd, _, own in programs.ptds], sources, min_bytes,
+        )
 
 
 def constant_key(sha256: str, layout: TensorLayoutKey) -> str:
