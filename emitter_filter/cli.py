@@ -91,7 +91,8 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     audit.add_argument(
         "--ptd", action="append", default=[], metavar="FILE.ptd",
-        help="a .ptd file with the program's external constants (repeatable)",
+        help="a .ptd file with the program's external constants (repeatable); with several "
+        "programs, the .ptd they all load with (what share writes): audited as one set",
     )
     audit.add_argument("--json", action="store_true", help="print the report as JSON")
     audit.add_argument(
@@ -428,8 +429,7 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.state_names import state_file
 
     if options.ptd and len(options.pte) > 1:
-        print("emitter-filter audit: --ptd needs a single MODEL.pte", file=sys.stderr)
-        return EXIT_USAGE
+        return _audit_set(options)
     names = state_file(options.names)
     reports = [
         audit_file(pte, options.ptd, keep_constants=options.keep, names=names)
@@ -452,6 +452,22 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_DEAD_BYTES if over else EXIT_OK
+
+
+def _audit_set(options: argparse.Namespace) -> int:
+    """`audit A.pte B.pte --ptd shared.ptd`: the programs as one set (what `share` writes)."""
+    from emitter_filter.ondisk.audit_set import audit_set
+
+    report = audit_set(options.pte, options.ptd)
+    print(json.dumps(report.to_json(), indent=2) if options.json else "\n".join(report.lines()))
+    if options.max_dead_bytes is not None and report.dead_bytes > options.max_dead_bytes:
+        print(
+            f"emitter-filter: the set has {report.dead_bytes:,} dead bytes > "
+            f"--max-dead-bytes {options.max_dead_bytes:,}",
+            file=sys.stderr,
+        )
+        return EXIT_DEAD_BYTES
+    return EXIT_OK
 
 
 def _demo(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from executorch.extension.pybindings.portable_lib import (
 )
 from executorch.runtime import Runtime
 
+from emitter_filter.ondisk.audit_set import audit_set
 from emitter_filter.ondisk.read_pte import read_pte
 from emitter_filter.ondisk.share import share_files
 from emitter_filter.reachability import DataSpace
@@ -144,6 +145,14 @@ def test_the_backbone_is_stored_once(shared_set):
             assert sum(1 for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL) >= 2
         kept = [e for e in pte.named_data if e.file == pte.path]
         assert sum(e.nbytes for e in kept) < weights
+
+
+def test_the_audit_of_the_set_is_clean(shared_set):
+    originals, out, _, _ = shared_set
+    before = audit_set(originals, [])
+    assert before.duplicated_bytes >= 64 * 128 * 4 + 128 * 128 * 4
+    after = audit_set([out / p.name for p in originals], [out / "shared.ptd"])
+    assert after.dead_bytes == 0 and after.shared == ()
 
 
 def test_share_again_on_its_output_changes_nothing(shared_set, tmp_path):

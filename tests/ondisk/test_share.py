@@ -14,6 +14,7 @@ import pytest
 
 from emitter_filter.cli import main
 from emitter_filter.errors import OutputFileError, PteFormatError
+from emitter_filter.ondisk.audit_set import audit_set
 from emitter_filter.ondisk.read_ptd import read_ptd
 from emitter_filter.ondisk.read_pte import read_pte, read_pte_program
 from emitter_filter.ondisk.share import share_files
@@ -139,3 +140,42 @@ def test_cli_share_prints_the_report_as_json(tmp_path, capsys):
     assert report["ptd_outputs"] == [str(tmp_path / "out" / "shared.ptd")]
     assert main(argv) == 0
     assert "stored once in" in capsys.readouterr().out
+
+
+def test_constants_equal_to_an_input_ptd_entry_point_at_it(tmp_path):
+    a = _copy("plain", "dirty", tmp_path / "a.pte")
+    pte, ptds = saved(GOLDEN / "external" / "dirty")
+    b = tmp_path / "b.pte"
+    shutil.copyfile(pte, b)
+    report = share_files([a, b], tmp_path / "out", ptd_paths=ptds, min_bytes=1)
+    ptd = read_ptd(tmp_path / "out" / "shared.ptd")
+    # b's .ptd entries are all kept; a's four constants equal four of them.
+    assert set(read_ptd(ptds[0]).named_data) < set(ptd.named_data)
+    assert len(ptd.segments) == len(read_ptd(ptds[0]).segments) == 4
+    assert [p.moved_constants for p in report.programs] == [4, 0]
+    assert (tmp_path / "out" / "b.pte").read_bytes() == b.read_bytes()
+
+
+def test_the_audit_of_a_shared_set_counts_a_ptd_entry_dead_only_if_no_program_reads_it(
+    tmp_path,
+):
+    a = _copy("plain", "pruned", tmp_path / "a.pte")
+    b = _copy("clean", "dirty", tmp_path / "b.pte")
+    before = audit_set([a, b], [], min_bytes=1)
+    assert before.duplicated_bytes == 48 + 12 and before.dead_bytes == 0
+    share_files([a, b], tmp_path / "out", min_bytes=1)
+    out = tmp_path / "out"
+    ptd = out / "shared.ptd"
+    report = audit_set([out / "a.pte", out / "b.pte"], [ptd], min_bytes=1)
+    assert report.dead_bytes == 0 and report.shared == ()
+    assert [p.ptd_bytes for p in report.programs] == [60, 60]
+    # Alone, each program reads the whole .ptd: a third program reading none of it
+    # makes nothing dead, but a .ptd entry no program reads is.
+    alone = audit_set([out / "a.pte"], [ptd], min_bytes=1)
+    assert alone.dead_bytes == 0
+    c = _copy("mutated", "pruned", tmp_path / "c.pte")
+    d = _copy("mutated", "pruned", tmp_path / "d.pte")
+    assert audit_set([c, d], [ptd]).dead_bytes == 60
+    code = main(["audit", str(out / "a.pte"), str(out / "b.pte"), "--ptd", str(ptd),
+                 "--max-dead-bytes", "0"])
+    assert code == 0
