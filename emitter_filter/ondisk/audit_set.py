@@ -132,7 +132,7 @@ def audit_set(
     ptes = [os.fspath(p) for p in ptes]
     ptd_paths = [os.fspath(p) for p in ptd_paths]
     programs = read_set(ptes, ptd_paths)
-    ptd_files = [ptd for ptd, _, _ in programs.ptds]
+    ptd_files = [ptd for ptd, _ in programs.ptds]
     segment_of = {
         key: (ptd.path, entry.segment_index, entry.nbytes)
         for ptd in ptd_files for key, entry in ptd.named_data.items()
@@ -148,7 +148,9 @@ def audit_set(
             if not (d.space in ("named_data", "external") and d.name in segment_of)
         )
         ptd_bytes = sum(n for _, _, n in {segment_of[k] for k in keys})
-        members.append(ProgramInSet(read.pte.path, read.pte.file_bytes, ptd_bytes, own_dead, report))
+        members.append(
+            ProgramInSet(read.pte.path, read.pte.file_bytes, ptd_bytes, own_dead, report)
+        )
     read_segments = {segment_of[k][:2] for k in read_by_any}
     counted: set[tuple[str, int]] = set()
     dead_keys = []

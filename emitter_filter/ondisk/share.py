@@ -47,6 +47,7 @@ from emitter_filter.ondisk.layout import (
     DEFAULT_SEGMENT_ALIGNMENT,
     PtdLayout,
     PteLayout,
+    infer_ptd_layout,
     place_segments,
     ptd_prefix,
 )
@@ -62,12 +63,15 @@ from emitter_filter.ondisk.prune import (
     OutSegment,
     flat_tensor_segment,
     pruned_pte,
+    ptd_segment_alignments,
+    pte_layout,
     shared_segment_alignment,
     verbatim,
 )
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
 from emitter_filter.ondisk.read_pte import PteProgram
 from emitter_filter.ondisk.share_find import (
+    ProgramSet,
     SharedSet,
     TensorLayoutKey,
     find_set_shared,
@@ -332,6 +336,19 @@ def _check_inputs(ptes: Sequence[str], ptd_paths: Sequence[str], out_dir: str) -
         raise OutputFileError(f"{out_dir}: not a directory")
 
 
+def _with_layouts(programs: ProgramSet) -> ProgramSet:
+    """The set with each input's layout, read back as `prune` reads it, before anything changes."""
+    layouts = tuple(
+        pte_layout(r.pte, r.program, r.program_data, shared_segment_alignment(r.pte, r.program))
+        for r in programs.reads
+    )
+    own = tuple(
+        infer_ptd_layout(ptd_segment_alignments(ptd), None, len(ptd.segments)).segment_alignments
+        for ptd, _ in programs.ptds
+    )
+    return dataclasses.replace(programs, layouts=layouts, ptd_alignments=own)
+
+
 def share_files(
     ptes: Sequence[str | os.PathLike],
     out_dir: str | os.PathLike,
@@ -374,8 +391,9 @@ def share_files(
     check_outputs([*ptes, *ptd_paths], [*pte_outputs, shared_output], "share")
     check_outputs([*ptes, *ptd_paths], [*pte_outputs, *copy_outputs], "share")
 
-    programs = read_set(ptes, ptd_paths)
-    reads, layouts, ptds = programs.reads, programs.layouts, programs.ptds
+    programs = _with_layouts(read_set(ptes, ptd_paths))
+    reads, layouts = programs.reads, programs.layouts
+    ptds = [(*ptd, own) for ptd, own in zip(programs.ptds, programs.ptd_alignments)]
     found = find_set_shared(programs, min_bytes)
     os.makedirs(out_dir, exist_ok=True)
     opened: list[int] = []

@@ -37,8 +37,7 @@ from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan, table_text, vector_ints
 from emitter_filter.ondisk.file_model import PtdFile
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
-from emitter_filter.ondisk.layout import PteLayout, infer_ptd_layout
-from emitter_filter.ondisk.prune import ptd_segment_alignments, pte_layout, shared_segment_alignment
+from emitter_filter.ondisk.layout import PteLayout
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
 from emitter_filter.reachability import DataSpace
@@ -147,14 +146,17 @@ class ProgramSet:
 
     Attributes:
         reads: Each program, read with every `.ptd` (any of them may hold its keys).
-        layouts: The layout each program was written with (`prune.pte_layout`),
-            read before anything changes.
-        ptds: Each `.ptd`, its unpacked `FlatTensor`, and each segment's own alignment.
+        ptds: Each `.ptd` and its unpacked `FlatTensor`.
+        layouts: The layout each program was written with (`prune.pte_layout`, read
+            by `share` before anything changes), for the alignments; None when
+            only the contents matter (the audit).
+        ptd_alignments: Each `.ptd` segment's own alignment, per `.ptd`; None as `layouts`.
     """
 
     reads: tuple[PteProgram, ...]
-    layouts: tuple[PteLayout, ...]
-    ptds: tuple[tuple[PtdFile, FlatTensorT, tuple[int, ...]], ...]
+    ptds: tuple[tuple[PtdFile, FlatTensorT], ...]
+    layouts: tuple[PteLayout, ...] | None = None
+    ptd_alignments: tuple[tuple[int, ...], ...] | None = None
 
 
 def read_set(ptes: Sequence[str], ptd_paths: Sequence[str]) -> ProgramSet:
@@ -168,26 +170,18 @@ def read_set(ptes: Sequence[str], ptd_paths: Sequence[str]) -> ProgramSet:
                 f"{len(external)} external tensors (e.g. {external[0].name!r}) and no .ptd "
                 "given: pass the .ptd files the programs load with",
             )
-    ptds = []
-    for path in ptd_paths:
-        ptd, flat_tensor = read_ptd_flat_tensor(path)
-        own = infer_ptd_layout(ptd_segment_alignments(ptd), None, len(ptd.segments))
-        ptds.append((ptd, flat_tensor, own.segment_alignments))
-    layouts = tuple(
-        pte_layout(r.pte, r.program, r.program_data, shared_segment_alignment(r.pte, r.program))
-        for r in reads
-    )
-    return ProgramSet(reads, layouts, tuple(ptds))
+    return ProgramSet(reads, tuple(read_ptd_flat_tensor(path) for path in ptd_paths))
 
 
 def find_set_shared(programs: ProgramSet, min_bytes: int) -> SharedSet:
     """`find_shared` on a read set, each file opened for the time it takes."""
-    paths = [*(p.path for p, _, _ in programs.ptds), *(r.pte.path for r in programs.reads)]
+    paths = [*(p.path for p, _ in programs.ptds), *(r.pte.path for r in programs.reads)]
+    alignments = programs.ptd_alignments or [None] * len(programs.ptds)
     with contextlib.ExitStack() as stack:
         sources = {p: stack.enter_context(ByteSource(p)) for p in paths}
         return find_shared(
             programs.reads, programs.layouts,
-            [(ptd, own) for ptd, _, own in programs.ptds], sources, min_bytes,
+            [(ptd, own) for (ptd, _), own in zip(programs.ptds, alignments)], sources, min_bytes,
         )
 
 
@@ -220,7 +214,9 @@ def _tensor_layouts(read: PteProgram) -> dict[int, list[tuple[TensorLayoutKey, s
     return layouts
 
 
-def _program_blobs(number: int, read: PteProgram, layout: PteLayout) -> Iterator[StoredBlob]:
+def _program_blobs(
+    number: int, read: PteProgram, layout: PteLayout | None
+) -> Iterator[StoredBlob]:
     """The constants tensors read, then the `.pte`'s own named-data segments."""
     pte = read.pte
     used = _tensor_layouts(read)
@@ -228,7 +224,7 @@ def _program_blobs(number: int, read: PteProgram, layout: PteLayout) -> Iterator
         if index and entry.nbytes and index in used:
             yield StoredBlob(
                 "constant", pte.path, index, entry.offset, entry.nbytes, (), number,
-                layout.tensor_alignment,
+                1 if layout is None else layout.tensor_alignment,
             )
     keys: dict[int, list[str]] = {}
     for named in pte.named_data:
@@ -239,11 +235,11 @@ def _program_blobs(number: int, read: PteProgram, layout: PteLayout) -> Iterator
         if segment.size and index not in (pte.constant_segment, pte.mutable_segment):
             yield StoredBlob(
                 "named_data", pte.path, index, segment.offset, segment.size, tuple(names),
-                number, layout.segment_alignments[index],
+                number, 1 if layout is None else layout.segment_alignments[index],
             )
 
 
-def _ptd_blobs(ptd: PtdFile, alignments: Sequence[int]) -> Iterator[StoredBlob]:
+def _ptd_blobs(ptd: PtdFile, alignments: Sequence[int] | None) -> Iterator[StoredBlob]:
     keys: dict[int, list[str]] = {}
     for key, named in ptd.named_data.items():
         keys.setdefault(named.segment_index, []).append(key)
@@ -252,7 +248,7 @@ def _ptd_blobs(ptd: PtdFile, alignments: Sequence[int]) -> Iterator[StoredBlob]:
         if segment.size:
             yield StoredBlob(
                 "external", ptd.path, index, segment.offset, segment.size, tuple(names),
-                None, alignments[index],
+                None, 1 if alignments is None else alignments[index],
             )
 
 
@@ -285,8 +281,8 @@ def _movable(
 
 def find_shared(
     reads: Sequence[PteProgram],
-    layouts: Sequence[PteLayout],
-    ptds: Sequence[tuple[PtdFile, Sequence[int]]],
+    layouts: Sequence[PteLayout] | None,
+    ptds: Sequence[tuple[PtdFile, Sequence[int] | None]],
     sources: Mapping[str, ByteSource],
     min_bytes: int,
 ) -> SharedSet:
@@ -294,8 +290,9 @@ def find_shared(
 
     Args:
         reads: Each input program, as `read_pte_program` read it. Not modified.
-        layouts: Each program's layout (`prune.pte_layout`), for the alignments.
-        ptds: Each input `.ptd` with the own alignment of each of its segments.
+        layouts: Each program's layout (`prune.pte_layout`), for the alignments;
+            None: every alignment counts as 1.
+        ptds: Each input `.ptd` with the own alignment of each of its segments (or None).
         sources: An open `ByteSource` for every input file, by path.
         min_bytes: Contents shorter than this stay where they are.
 
@@ -303,7 +300,7 @@ def find_shared(
         PteFormatError: One key names different bytes in two inputs.
     """
     blobs = [b for ptd, alignments in ptds for b in _ptd_blobs(ptd, alignments)]
-    for number, (read, layout) in enumerate(zip(reads, layouts)):
+    for number, (read, layout) in enumerate(zip(reads, layouts or [None] * len(reads))):
         blobs.extend(_program_blobs(number, read, layout))
     tensor_layouts = {number: _tensor_layouts(read) for number, read in enumerate(reads)}
     groups = _group(blobs, sources)
