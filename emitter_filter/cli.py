@@ -267,6 +267,10 @@ def _add_share_parser(commands) -> None:
         "--min-bytes", type=_byte_count, default=None, metavar="N",
         help="leave contents shorter than N bytes where they are (default: 1024)",
     )
+    share.add_argument(
+        "--prune", action="store_true",
+        help="first prune each program as prune does (not with --data), then share them",
+    )
     share.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -276,7 +280,7 @@ def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     report = share_files(
         options.pte, options.out, ptd_paths=options.data, ptd_name=options.ptd,
         min_bytes=DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes,
-        progress=_progress_printer(),
+        prune=options.prune, progress=_progress_printer(),
     )
     print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
     return EXIT_OK

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ from emitter_filter.ondisk.output import (
 from emitter_filter.ondisk.prune import (
     OutSegment,
     flat_tensor_segment,
+    prune_file,
     pruned_pte,
     ptd_segment_alignments,
     pte_layout,
@@ -356,6 +358,7 @@ def share_files(
     ptd_paths: Sequence[str | os.PathLike] = (),
     ptd_name: str = "shared.ptd",
     min_bytes: int = DEFAULT_MIN_BYTES,
+    prune: bool = False,
     progress: ProgressFn | None = None,
 ) -> ShareReport:
     """Writes the programs into `out_dir` with the bytes they have in common in one `.ptd`.
@@ -370,6 +373,10 @@ def share_files(
             shared `.ptd`.
         ptd_name: The shared `.ptd`'s file name.
         min_bytes: Contents shorter than this stay where they are.
+        prune: First prune each program as `prune_file` does (into a temporary
+            directory beside `out_dir`), then share the pruned programs. Not
+            with `ptd_paths`: a `.ptd` several programs read cannot be pruned
+            for one of them.
         progress: Called with (bytes written, bytes to write).
 
     Returns:
@@ -385,6 +392,11 @@ def share_files(
     ptd_paths = [os.fspath(p) for p in ptd_paths]
     out_dir = os.fspath(out_dir)
     _check_inputs(ptes, ptd_paths, out_dir)
+    if prune:
+        return _prune_then_share(
+            ptes, out_dir, ptd_paths, started,
+            ptd_name=ptd_name, min_bytes=min_bytes, progress=progress,
+        )
     pte_outputs = [os.path.join(out_dir, os.path.basename(p)) for p in ptes]
     shared_output = os.path.join(out_dir, ptd_name)
     copy_outputs = [os.path.join(out_dir, os.path.basename(p)) for p in ptd_paths]
@@ -423,6 +435,34 @@ def share_files(
         for fd in opened:
             os.close(fd)
     return _report(reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started)
+
+
+def _prune_then_share(ptes, out_dir, ptd_paths, started, **options) -> ShareReport:
+    """`prune_file` of each program into a temporary directory, then `share_files` of those."""
+    if ptd_paths:
+        raise OutputFileError(
+            f"{out_dir}: prune with .ptd files: a .ptd several programs read cannot be "
+            "pruned for one; prune each program with its own .ptd first, then share"
+        )
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    try:
+        temp = tempfile.TemporaryDirectory(dir=parent, prefix=".emitter-filter-")
+    except OSError as error:
+        raise OutputFileError(f"{out_dir}: cannot write: {error.strerror}") from error
+    with temp:
+        pruned = [os.path.join(temp.name, os.path.basename(p)) for p in ptes]
+        for source, target in zip(ptes, pruned):
+            prune_file(source, target)
+        report = share_files(pruned, out_dir, **options)
+    return dataclasses.replace(
+        report,
+        programs=tuple(
+            dataclasses.replace(p, path=source, bytes_before=os.path.getsize(source))
+            for p, source in zip(report.programs, ptes)
+        ),
+        bytes_before=sum(os.path.getsize(p) for p in ptes),
+        seconds=time.perf_counter() - started,
+    )
 
 
 def _ptd_blobs_by_place(found: SharedSet) -> dict:

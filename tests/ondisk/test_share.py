@@ -179,3 +179,18 @@ def test_the_audit_of_a_shared_set_counts_a_ptd_entry_dead_only_if_no_program_re
     code = main(["audit", str(out / "a.pte"), str(out / "b.pte"), "--ptd", str(ptd),
                  "--max-dead-bytes", "0"])
     assert code == 0
+
+
+def test_prune_first_drops_what_no_plan_reads_then_shares(tmp_path):
+    a = _copy("plain", "dirty", tmp_path / "a.pte")
+    b = _copy("plain", "dirty", tmp_path / "b.pte")
+    out = tmp_path / "out"
+    assert audit_set([a, b], []).dead_bytes > 0
+    report = share_files([a, b], out, min_bytes=1, prune=True)
+    assert [p.path for p in report.programs] == [str(a), str(b)]
+    assert report.bytes_before == 2 * a.stat().st_size
+    after = audit_set([out / "a.pte", out / "b.pte"], [out / "shared.ptd"], min_bytes=1)
+    assert after.dead_bytes == 0 and after.shared == ()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary left"
+    with pytest.raises(OutputFileError, match="prune with .ptd files"):
+        share_files([a, b], tmp_path / "other", ptd_paths=[tmp_path / "c.ptd"], prune=True)
