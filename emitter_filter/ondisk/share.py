@@ -324,9 +324,13 @@ def _shared_ptd(
 # --- the entry point --------------------------------------------------------------------
 
 
-def _check_inputs(ptes: Sequence[str], ptd_paths: Sequence[str], out_dir: str) -> None:
+def _check_inputs(
+    ptes: Sequence[str], ptd_paths: Sequence[str], out_dir: str, ptd_name: str
+) -> None:
     if not ptes:
         raise OutputFileError("share: no programs given")
+    if not ptd_name or os.path.basename(ptd_name) != ptd_name:
+        raise OutputFileError(f"{ptd_name!r}: the shared .ptd's name must be a file name")
     names = [os.path.basename(p) for p in [*ptes, *ptd_paths]]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
@@ -391,7 +395,7 @@ def share_files(
     ptes = [os.fspath(p) for p in ptes]
     ptd_paths = [os.fspath(p) for p in ptd_paths]
     out_dir = os.fspath(out_dir)
-    _check_inputs(ptes, ptd_paths, out_dir)
+    _check_inputs(ptes, ptd_paths, out_dir, ptd_name)
     if prune:
         return _prune_then_share(
             ptes, out_dir, ptd_paths, started,
