@@ -194,3 +194,13 @@ def test_prune_first_drops_what_no_plan_reads_then_shares(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary left"
     with pytest.raises(OutputFileError, match="prune with .ptd files"):
         share_files([a, b], tmp_path / "other", ptd_paths=[tmp_path / "c.ptd"], prune=True)
+
+
+def test_a_program_with_nothing_in_common_with_the_others_is_written_byte_for_byte(tmp_path):
+    a = _copy("plain", "dirty", tmp_path / "a.pte")
+    b = _copy("clean", "dirty", tmp_path / "b.pte")
+    c = _copy("mutated", "pruned", tmp_path / "c.pte")
+    report = share_files([a, b, c], tmp_path / "out", min_bytes=1)
+    assert [p.moved_constants for p in report.programs] == [2, 2, 0]
+    assert (tmp_path / "out" / "c.pte").read_bytes() == c.read_bytes()
+    assert (tmp_path / "out" / "a.pte").read_bytes() != a.read_bytes()
