@@ -408,37 +408,44 @@ def share_files(
     check_outputs([*ptes, *ptd_paths], [*pte_outputs, *copy_outputs], "share")
 
     programs = _with_layouts(read_set(ptes, ptd_paths))
-    reads, layouts = programs.reads, programs.layouts
     ptds = [(*ptd, own) for ptd, own in zip(programs.ptds, programs.ptd_alignments)]
     found = find_set_shared(programs, min_bytes)
     os.makedirs(out_dir, exist_ok=True)
     opened: list[int] = []
     try:
         fds = {p: open_input(p, opened) for p in [*ptes, *ptd_paths]}
-        outputs = [
-            _shared_pte(n, read, layout, found, fds[read.pte.path], output)
-            for n, (read, layout, output) in enumerate(zip(reads, layouts, pte_outputs))
-        ]
-        if found.shared:
-            alignment = max(
-                [DEFAULT_SEGMENT_ALIGNMENT, *(layout.segment_alignment for layout in layouts)]
-            )
-            outputs.append(
-                _shared_ptd(found, ptds, _ptd_blobs_by_place(found), fds, shared_output, alignment)
-            )
-            ptd_outputs = [shared_output]
-        else:
-            outputs += [
-                verbatim(o, fds[ptd.path], ptd.file_bytes)
-                for (ptd, _, _), o in zip(ptds, copy_outputs)
-            ]
-            ptd_outputs = copy_outputs
+        outputs, ptd_outputs = _outputs(
+            programs, ptds, found, fds, pte_outputs, shared_output, copy_outputs
+        )
         sizes = [o.size for o in outputs]
         bytes_after = write_outputs(outputs, progress)
     finally:
         for fd in opened:
             os.close(fd)
-    return _report(reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started)
+    return _report(programs.reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started)
+
+
+def _outputs(programs, ptds, found, fds, pte_outputs, shared_output, copy_outputs):
+    """Every output, decided: (outputs, the `.ptd` files among them)."""
+    outputs = [
+        _shared_pte(n, read, layout, found, fds[read.pte.path], output)
+        for n, (read, layout, output) in enumerate(
+            zip(programs.reads, programs.layouts, pte_outputs)
+        )
+    ]
+    if not found.shared:
+        outputs += [
+            verbatim(o, fds[ptd.path], ptd.file_bytes)
+            for (ptd, _, _), o in zip(ptds, copy_outputs)
+        ]
+        return outputs, copy_outputs
+    alignment = max(
+        [DEFAULT_SEGMENT_ALIGNMENT, *(layout.segment_alignment for layout in programs.layouts)]
+    )
+    outputs.append(
+        _shared_ptd(found, ptds, _ptd_blobs_by_place(found), fds, shared_output, alignment)
+    )
+    return outputs, [shared_output]
 
 
 def _prune_then_share(ptes, out_dir, ptd_paths, started, **options) -> ShareReport:
