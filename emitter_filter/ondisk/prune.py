@@ -99,7 +99,7 @@ if TYPE_CHECKING:
     from emitter_filter.ondisk.dedupe import DedupeReport
 
 # Besides these, `share` builds on the rewrite's parts: `pruned_pte`, `OutSegment`,
-# `flat_tensor_segment` and `verbatim`.
+# `data_segment` and `verbatim`.
 __all__ = ["FilePruneReport", "prune_file"]
 
 logger = logging.getLogger(__name__)
@@ -347,7 +347,7 @@ def pruned_pte(
     )
     if out or program.segments is not None:
         # ExecuTorch always writes the list; a file without it keeps it absent.
-        program.segments = [_data_segment(DataSegmentT, o, s.size) for o, s in zip(offsets, out)]
+        program.segments = [data_segment(DataSegmentT, o, s.size) for o, s in zip(offsets, out)]
     flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
     prefix, base = program_prefix(flatbuffer, layout, data_size)
     result = OutputFile(output, fd, prefix)
@@ -356,7 +356,7 @@ def pruned_pte(
     return result
 
 
-def _data_segment(cls, offset: int, size: int):
+def data_segment(cls, offset: int, size: int):
     """A `DataSegmentT` of program.fbs or flat_tensor.fbs (`cls`): the same two fields."""
     segment = cls()
     segment.offset, segment.size = offset, size
@@ -388,7 +388,7 @@ def _pruned_ptd(
     )
     flat_tensor.namedData = named
     flat_tensor.segments = [
-        _data_segment(FlatTensorDataSegmentT, o, s.size) for o, s in zip(offsets, out)
+        data_segment(FlatTensorDataSegmentT, o, s.size) for o, s in zip(offsets, out)
     ]
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), layout, data_size)
     return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out)])

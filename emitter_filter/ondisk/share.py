@@ -5,7 +5,7 @@
                                                      out/shared.ptd [W as key(W) | k]
 
 1. Read every input (`read_pte_program`, `read_ptd_flat_tensor`) and the layout
-   each `.pte` was written with (`prune.pte_layout`, before anything changes).
+   each `.pte` was written with (`layout.read_pte_layout`, before anything changes).
 2. Find the contents stored in two or more files (`share_find.find_shared`).
 3. Decide every output byte: a program with nothing shared is its own output,
    byte for byte. Otherwise each tensor reading a moved constant becomes
@@ -39,11 +39,15 @@ from emitter_filter._program_fbs.executorch_flatbuffer.ExtraTensorInfo import Ex
 from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
     TensorDataLocation,
 )
+from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import (
+    DataSegmentT as FlatTensorDataSegmentT,
+)
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.NamedData import NamedDataT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.TensorLayout import TensorLayoutT
 from emitter_filter.errors import OutputFileError
-from emitter_filter.ondisk.byte_source import table_text, vector_ints
+from emitter_filter.object_models import table_text, vector_ints
+from emitter_filter.ondisk.analysis import find_aliases, find_shared_ranges
 from emitter_filter.ondisk.layout import (
     DEFAULT_SEGMENT_ALIGNMENT,
     PtdLayout,
@@ -51,6 +55,9 @@ from emitter_filter.ondisk.layout import (
     infer_ptd_layout,
     place_segments,
     ptd_prefix,
+    ptd_segment_alignments,
+    read_pte_layout,
+    shared_segment_alignment,
 )
 from emitter_filter.ondisk.output import (
     OutputFile,
@@ -62,12 +69,9 @@ from emitter_filter.ondisk.output import (
 )
 from emitter_filter.ondisk.prune import (
     OutSegment,
-    flat_tensor_segment,
+    data_segment,
     prune_file,
     pruned_pte,
-    ptd_segment_alignments,
-    pte_layout,
-    shared_segment_alignment,
     verbatim,
 )
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
@@ -227,11 +231,10 @@ def _shared_pte(
     moved_keys = found.moved_keys.get(number, frozenset())
     if not keys and not moved_keys:
         return verbatim(output, fd, read.pte.file_bytes)
-    segment_alignment = shared_segment_alignment(read.pte, read.program)
     plans = _externalize(read, keys)
     return pruned_pte(
-        dataclasses.replace(read.pte, plans=plans), read.program, read.program_data,
-        _every_value(plans), moved_keys, segment_alignment, fd, output, layout=layout,
+        dataclasses.replace(read.pte, plans=plans), read.program, _every_value(plans),
+        moved_keys, layout, fd, output,
     )
 
 
@@ -311,7 +314,8 @@ def _shared_ptd(
     )
     flat_tensor = FlatTensorT()
     flat_tensor.segments = [
-        flat_tensor_segment(o, s.size) for o, s in zip(offsets, builder.segments)
+        data_segment(FlatTensorDataSegmentT, o, s.size)
+        for o, s in zip(offsets, builder.segments)
     ]
     flat_tensor.namedData = builder.named
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), PtdLayout(alignment, ()), data_size)
@@ -344,15 +348,18 @@ def _check_inputs(
 
 def _with_layouts(programs: ProgramSet) -> ProgramSet:
     """The set with each input's layout, read back as `prune` reads it, before anything changes."""
-    layouts = tuple(
-        pte_layout(r.pte, r.program, r.program_data, shared_segment_alignment(r.pte, r.program))
-        for r in programs.reads
-    )
+    layouts = []
+    for read in programs.reads:
+        aliased = find_aliases(find_shared_ranges(read.pte))
+        layouts.append(read_pte_layout(
+            read.pte, read.program, read.program_data, aliased,
+            shared_segment_alignment(read.pte, aliased),
+        ))
     own = tuple(
         infer_ptd_layout(ptd_segment_alignments(ptd), None, len(ptd.segments)).segment_alignments
         for ptd, _ in programs.ptds
     )
-    return dataclasses.replace(programs, layouts=layouts, ptd_alignments=own)
+    return dataclasses.replace(programs, layouts=tuple(layouts), ptd_alignments=own)
 
 
 def share_files(

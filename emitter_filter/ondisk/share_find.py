@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from emitter_filter._program_fbs.executorch_flatbuffer.ScalarType import ScalarType
 from emitter_filter.duplicates import StoredCopy, group_duplicates
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan, table_text, vector_ints
+from emitter_filter.object_models import table_text, vector_ints
+from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan
 from emitter_filter.ondisk.file_model import PtdFile
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter.ondisk.layout import PteLayout
@@ -147,7 +148,7 @@ class ProgramSet:
     Attributes:
         reads: Each program, read with every `.ptd` (any of them may hold its keys).
         ptds: Each `.ptd` and its unpacked `FlatTensor`.
-        layouts: The layout each program was written with (`prune.pte_layout`, read
+        layouts: The layout each program was written with (`layout.read_pte_layout`, read
             by `share` before anything changes), for the alignments; None when
             only the contents matter (the audit).
         ptd_alignments: Each `.ptd` segment's own alignment, per `.ptd`; None as `layouts`.
@@ -290,7 +291,7 @@ def find_shared(
 
     Args:
         reads: Each input program, as `read_pte_program` read it. Not modified.
-        layouts: Each program's layout (`prune.pte_layout`), for the alignments;
+        layouts: Each program's layout (`layout.read_pte_layout`), for the alignments;
             None: every alignment counts as 1.
         ptds: Each input `.ptd` with the own alignment of each of its segments (or None).
         sources: An open `ByteSource` for every input file, by path.
