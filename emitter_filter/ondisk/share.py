@@ -429,7 +429,9 @@ def share_files(
     finally:
         for fd in opened:
             os.close(fd)
-    return _report(programs.reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started)
+    return _report(
+        programs.reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started
+    )
 
 
 def _outputs(programs, ptds, found, fds, pte_outputs, shared_output, copy_outputs):
