@@ -14,7 +14,9 @@ Run `python -m bench --help`. The modules, by concern:
 
 Scripts stand beside the suite: for files on disk, `bench_files.py` times
 `emitter-filter audit` and `prune` on a generated 1 GiB `.pte` against `cp` and
-ExecuTorch's own round trip, and `fuzz_files.py` runs mutated files through both;
+ExecuTorch's own round trip, `bench_share.py` times `emitter-filter share` on a
+generated set of programs that share most of their bytes against `cp`, and
+`fuzz_files.py` runs mutated files through audit and prune;
 `startup.py` times `python -c pass` with and without the start-up hook.
 
 Kept out of the default test run: the project's `testpaths` is `tests/`.

@@ -78,13 +78,13 @@ def measure(argv: list[str]) -> dict:
     return json.loads(result.stdout)
 
 
-def _median(runs: list[dict], key: str) -> float:
+def median(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
-def _summary(runs: list[dict]) -> dict:
+def summarize_runs(runs: list[dict]) -> dict:
     return {
-        "seconds_median": round(_median(runs, "seconds"), 3),
+        "seconds_median": round(median(runs, "seconds"), 3),
         "seconds_all": [round(r["seconds"], 3) for r in runs],
         "peak_rss_mib": round(max(r["peak_rss_kib"] for r in runs) / 1024, 1),
         "exit_codes": sorted({r["code"] for r in runs}),
@@ -131,7 +131,7 @@ def main() -> int:
         report = json.loads(
             subprocess.run([*cli, "audit", pte, "--json"], capture_output=True, check=True).stdout
         )
-        cp_seconds = _median(results["cp"], "seconds")
+        cp_seconds = median(results["cp"], "seconds")
         summary = {
             "file_bytes": os.path.getsize(pte),
             "live_table_bytes": live,
@@ -139,13 +139,13 @@ def main() -> int:
             "pruned_bytes": pruned_bytes,
         "pruned_dead_bytes": pruned_audit["dead_bytes"],
             "build_seconds": round(build_seconds, 1),
-            **{name: _summary(runs) for name, runs in results.items()},
-            "audit_over_cp": round(_median(results["audit"], "seconds") / cp_seconds, 3),
-            "prune_over_cp": round(_median(results["prune"], "seconds") / cp_seconds, 3),
+            **{name: summarize_runs(runs) for name, runs in results.items()},
+            "audit_over_cp": round(median(results["audit"], "seconds") / cp_seconds, 3),
+            "prune_over_cp": round(median(results["prune"], "seconds") / cp_seconds, 3),
         }
         if "round_trip" in results:
             summary["prune_over_round_trip"] = round(
-                _median(results["prune"], "seconds") / _median(results["round_trip"], "seconds"), 3
+                median(results["prune"], "seconds") / median(results["round_trip"], "seconds"), 3
             )
         print(json.dumps(summary, indent=2))
     finally:

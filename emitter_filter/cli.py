@@ -101,7 +101,8 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     audit.add_argument(
         "--ptd", action="append", default=[], metavar="FILE.ptd",
-        help="a .ptd file with the program's external constants (repeatable)",
+        help="a .ptd file with the program's external constants (repeatable); with several "
+        "programs, the .ptd they all load with (what share writes): audited as one set",
     )
     audit.add_argument("--json", action="store_true", help="print the report as JSON")
     audit.add_argument(
@@ -136,6 +137,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "the .ptd files are left as pruned",
     )
     _add_naming_arguments(prune)
+
+    _add_share_parser(commands)
 
     demo = commands.add_parser(
         "demo",
@@ -284,6 +287,51 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         print(report.summary())
         if dedupe_report is not None:
             print(f"{report.output}: {dedupe_report.summary()}")
+    return EXIT_OK
+
+
+def _add_share_parser(commands) -> None:
+    share = commands.add_parser(
+        "share",
+        help="write several programs with the bytes they have in common in one .ptd",
+        description=(
+            "Write each program into DIR with the constants and named data it has in common "
+            "with the others moved into one shared .ptd, stored once; each program then "
+            "loads with that .ptd as its data file. A set with nothing in common is copied "
+            "byte for byte. Never modifies its inputs; writes atomically. Exit 2 if a file "
+            "is malformed, two programs use one key for different bytes, or an output "
+            "cannot be written."
+        ),
+    )
+    share.add_argument("pte", nargs="+", metavar="IN.pte", help="the programs")
+    share.add_argument("--out", required=True, metavar="DIR",
+                       help="where to write the programs (under their names) and the .ptd")
+    share.add_argument("--ptd", default="shared.ptd", metavar="NAME.ptd",
+                       help="the shared .ptd's file name (default: shared.ptd)")
+    share.add_argument(
+        "--data", action="append", default=[], metavar="IN.ptd",
+        help="a .ptd the programs load with (repeatable); its entries go into the shared .ptd",
+    )
+    share.add_argument(
+        "--min-bytes", type=_byte_count, default=None, metavar="N",
+        help="leave contents shorter than N bytes where they are (default: 1024)",
+    )
+    share.add_argument(
+        "--prune", action="store_true",
+        help="first prune each program as prune does (not with --data), then share them",
+    )
+    share.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.share import DEFAULT_MIN_BYTES, share_files
+
+    report = share_files(
+        options.pte, options.out, ptd_paths=options.data, ptd_name=options.ptd,
+        min_bytes=DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes,
+        prune=options.prune, progress=_progress_printer(),
+    )
+    print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
     return EXIT_OK
 
 
@@ -473,8 +521,7 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.state_names import state_file
 
     if options.ptd and len(options.pte) > 1:
-        print("emitter-filter audit: --ptd needs a single MODEL.pte", file=sys.stderr)
-        return EXIT_USAGE
+        return _audit_set(options)
     names = state_file(options.names)
     reports = [
         audit_file(pte, options.ptd, keep_constants=options.keep, names=names)
@@ -497,6 +544,22 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_DEAD_BYTES if over else EXIT_OK
+
+
+def _audit_set(options: argparse.Namespace) -> int:
+    """`audit A.pte B.pte --ptd shared.ptd`: the programs as one set (what `share` writes)."""
+    from emitter_filter.ondisk.audit_set import audit_set
+
+    report = audit_set(options.pte, options.ptd)
+    print(json.dumps(report.to_json(), indent=2) if options.json else "\n".join(report.lines()))
+    if options.max_dead_bytes is not None and report.dead_bytes > options.max_dead_bytes:
+        print(
+            f"emitter-filter: the set has {report.dead_bytes:,} dead bytes > "
+            f"--max-dead-bytes {options.max_dead_bytes:,}",
+            file=sys.stderr,
+        )
+        return EXIT_DEAD_BYTES
+    return EXIT_OK
 
 
 def _demo(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
@@ -536,11 +599,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # One INFO line per prune is the point of `run`: show it unless asked for more.
     # `prune` prints its own summary on stdout, so it logs only when asked to.
-    quiet = options.command == "prune" and not options.verbose
+    quiet = options.command in ("prune", "share") and not options.verbose
     logging.getLogger("emitter_filter").setLevel(
         logging.DEBUG if options.verbose > 1 else logging.WARNING if quiet else logging.INFO
     )
-    commands = {"run": _run, "audit": _audit, "prune": _prune, "demo": _demo, "env": _env}
+    commands = {"run": _run, "audit": _audit, "prune": _prune, "demo": _demo, "env": _env,
+                "share": _share}
     try:
         return commands[options.command](parser, options)
     except EmitterFilterError as error:

@@ -21,6 +21,7 @@ PUBLIC_API = {
     "ConstantName", "install", "uninstall",
     # files on disk
     "audit_file", "AuditReport", "prune_file", "FilePruneReport", "dedupe_file", "DedupeReport",
+    "share_files", "ShareReport",
     # errors
     "EmitterFilterError", "UnsupportedExecutorchError", "ProgramFormatError", "PteFormatError",
     "OutputFileError", "EnvironmentVariableError", "InvariantError", "ReportNotFoundError",

@@ -99,7 +99,11 @@ from emitter_filter.state_names import StateFile, state_file
 if TYPE_CHECKING:
     from emitter_filter.ondisk.dedupe import DedupeReport
 
-__all__ = ["FilePruneReport", "prune_file", "read_layout"]
+# Besides `prune_file`, `share` builds on the rewrite's parts.
+__all__ = [
+    "FilePruneReport", "prune_file", "read_layout",
+    "pruned_pte", "OutSegment", "data_segment", "verbatim",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +157,7 @@ class FilePruneReport:
 
 
 @dataclass
-class _OutSegment:
+class OutSegment:
     """One segment of an output: its own alignment and its pieces."""
 
     alignment: int
@@ -173,7 +177,7 @@ def _subsegment_spans(offsets: Sequence[int], segment_size: int) -> list[int]:
 
 def _constant_segment(
     pte: PteFile, program, fd: int, order: Sequence[int], alignment: int
-) -> tuple[_OutSegment, list[int]]:
+) -> tuple[OutSegment, list[int]]:
     """The new constant segment and its offsets (`_extract_constant_segment`)."""
     offsets = vector_ints(program.constantSegment.offsets)
     segment = pte.segments[program.constantSegment.segmentIndex]
@@ -195,12 +199,12 @@ def _constant_segment(
         new_offsets.append(at)
         pieces.append(Piece(fd, segment.offset + offsets[index], raw, pad))
         at += raw + pad
-    return _OutSegment(1, pieces), new_offsets
+    return OutSegment(1, pieces), new_offsets
 
 
 def _mutable_segment(
     pte: PteFile, program, fd: int, order: Sequence[int]
-) -> tuple[_OutSegment, list[int]] | None:
+) -> tuple[OutSegment, list[int]] | None:
     """The new mutable data segment and its offsets; None when no data is left."""
     subsegment = program.mutableDataSegments[0]
     offsets = vector_ints(subsegment.offsets)
@@ -220,7 +224,7 @@ def _mutable_segment(
         at += size
     if at == 0:
         return None
-    return _OutSegment(1, pieces), new_offsets
+    return OutSegment(1, pieces), new_offsets
 
 
 def _live_external_names(program, liveness: Liveness) -> set[str]:
@@ -255,7 +259,7 @@ def read_layout(
 
 
 def _tensor_data_segments(
-    pte: PteFile, program, fd: int, order, layout: PteLayout, out: list[_OutSegment]
+    pte: PteFile, program, fd: int, order, layout: PteLayout, out: list[OutSegment]
 ) -> None:
     """Appends the new constant and mutable data segments to `out`; rewrites `program`'s
     `constant_segment` and `mutable_data_segments` to them."""
@@ -284,7 +288,7 @@ def _blob_segments(
     fd: int,
     dead_keys: frozenset[str],
     layout: PteLayout,
-    out: list[_OutSegment],
+    out: list[OutSegment],
 ) -> None:
     """Appends the delegate segments, then the live named data's, to `out`; renumbers them.
 
@@ -300,7 +304,7 @@ def _blob_segments(
             if old not in delegate_segment:
                 delegate_segment[old] = len(out)
                 source = pte.segments[old]
-                out.append(_OutSegment(1, [Piece(fd, source.offset, source.size)]))
+                out.append(OutSegment(1, [Piece(fd, source.offset, source.size)]))
             delegate.processed.index = delegate_segment[old]
     named_segment: dict[int, int] = {}
     kept_named = []
@@ -312,7 +316,7 @@ def _blob_segments(
             named_segment[old] = len(out)
             source = pte.segments[old]
             out.append(
-                _OutSegment(layout.segment_alignments[old], [Piece(fd, source.offset, source.size)])
+                OutSegment(layout.segment_alignments[old], [Piece(fd, source.offset, source.size)])
             )
         entry.segmentIndex = named_segment[old]
         kept_named.append(entry)
@@ -320,7 +324,7 @@ def _blob_segments(
         program.namedData = kept_named
 
 
-def _pruned_pte(
+def pruned_pte(
     pte: PteFile,
     program,
     liveness: Liveness,
@@ -333,7 +337,7 @@ def _pruned_pte(
     (our own copy) in place."""
     logger.debug("%s: %s", pte.path, layout)
     order = order_live_data(pte.plans, liveness)
-    out: list[_OutSegment] = []
+    out: list[OutSegment] = []
     _tensor_data_segments(pte, program, fd, order, layout, out)
     _blob_segments(pte, program, fd, dead_keys, layout, out)
     data_index = new_data_indices(order)
@@ -346,7 +350,7 @@ def _pruned_pte(
     )
     if out or program.segments is not None:
         # ExecuTorch always writes the list; a file without it keeps it absent.
-        program.segments = [_data_segment(DataSegmentT, o, s.size) for o, s in zip(offsets, out)]
+        program.segments = [data_segment(DataSegmentT, o, s.size) for o, s in zip(offsets, out)]
     flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
     prefix, base = program_prefix(flatbuffer, layout, data_size)
     result = OutputFile(output, fd, prefix)
@@ -355,7 +359,7 @@ def _pruned_pte(
     return result
 
 
-def _data_segment(cls, offset: int, size: int):
+def data_segment(cls, offset: int, size: int):
     """A `DataSegmentT` of program.fbs or flat_tensor.fbs (`cls`): the same two fields."""
     segment = cls()
     segment.offset, segment.size = offset, size
@@ -373,27 +377,27 @@ def _pruned_ptd(
         return None
     layout = infer_ptd_layout(ptd_segment_alignments(ptd), segment_alignment, len(segments))
     new_index: dict[int, int] = {}
-    out: list[_OutSegment] = []
+    out: list[OutSegment] = []
     for entry in named:
         old = entry.segmentIndex
         if old not in new_index:
             new_index[old] = len(out)
             source = segments[old]
             piece = Piece(fd, ptd.segment_base_offset + source.offset, source.size)
-            out.append(_OutSegment(layout.segment_alignments[old], [piece]))
+            out.append(OutSegment(layout.segment_alignments[old], [piece]))
         entry.segmentIndex = new_index[old]
     offsets, data_size = place_segments(
         [(s.size, s.alignment) for s in out], layout.segment_alignment
     )
     flat_tensor.namedData = named
     flat_tensor.segments = [
-        _data_segment(FlatTensorDataSegmentT, o, s.size) for o, s in zip(offsets, out)
+        data_segment(FlatTensorDataSegmentT, o, s.size) for o, s in zip(offsets, out)
     ]
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), layout, data_size)
     return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out)])
 
 
-def _verbatim(path: str, fd: int, size: int) -> OutputFile:
+def verbatim(path: str, fd: int, size: int) -> OutputFile:
     """An output that is its input, byte for byte."""
     return OutputFile(path, fd, b"", [(0, [Piece(fd, 0, size)])])
 
@@ -445,14 +449,14 @@ def _decide_outputs(
     fd = open_input(src, opened)
     if _changes_pte(analysis):
         layout = read_pte_layout(pte, program, read.program_data, aliased, segment_alignment)
-        outputs = [_pruned_pte(pte, program, liveness, dead_keys, layout, fd, dst)]
+        outputs = [pruned_pte(pte, program, liveness, dead_keys, layout, fd, dst)]
     else:
-        outputs = [_verbatim(dst, fd, pte.file_bytes)]
+        outputs = [verbatim(dst, fd, pte.file_bytes)]
     ptd_written: dict[str, str] = {}
     for (path, output), ptd in zip(ptd_outputs, pte.ptd_files):
         ptd_fd = open_input(path, opened)
         if all(keep_ptd_key(key) for key in ptd.named_data):
-            written = _verbatim(output, ptd_fd, ptd.file_bytes)
+            written = verbatim(output, ptd_fd, ptd.file_bytes)
         else:
             written = _pruned_ptd(path, output, ptd_fd, keep_ptd_key, segment_alignment)
         if written is not None:

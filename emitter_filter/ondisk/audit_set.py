@@ -1,0 +1,168 @@
+"""Audit several programs that load with the same `.ptd` files (what `share` writes) as one set.
+
+Audited alone, each program would count the entries of a shared `.ptd` that
+only the others read as dead. As a set: each program's own entries are judged
+by `audit_file`, as for a file on its own; a `.ptd` entry is dead only when no
+program of the set reads it (an external tensor names it, or one of its
+delegates may: `analysis.classify_file_named_data`'s rules); and a content
+stored in two or more files of the set is what `share` would still store once
+(`share_find.find_shared`, with the same `min_bytes`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from emitter_filter.ondisk.audit import AuditReport, audit_file
+from emitter_filter.ondisk.share_find import SharedContent, find_set_shared, read_set
+
+__all__ = ["ProgramInSet", "SetAuditReport", "audit_set"]
+
+# `share`'s default: below it, storing a content once costs about what it saves.
+_DEFAULT_MIN_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class ProgramInSet:
+    """One program of the set.
+
+    Attributes:
+        path: The `.pte`.
+        file_bytes: Its size.
+        ptd_bytes: Bytes of the `.ptd` entries it reads (each segment once).
+        dead_bytes: Bytes of its own (`.pte`) entries no plan of it reaches.
+        report: `audit_file` of it with the set's `.ptd` files, for the details.
+    """
+
+    path: str
+    file_bytes: int
+    ptd_bytes: int
+    dead_bytes: int
+    report: AuditReport
+
+
+@dataclass(frozen=True)
+class SetAuditReport:
+    """What `audit_set` found.
+
+    Attributes:
+        programs: Each program, in the order given.
+        ptd_files: Each `.ptd` and its size.
+        dead_ptd_keys: `.ptd` keys no program of the set reads, with their bytes
+            (a segment counted once, when none of its keys is read).
+        shared: Contents stored in two or more files of the set.
+    """
+
+    programs: tuple[ProgramInSet, ...]
+    ptd_files: tuple[tuple[str, int], ...]
+    dead_ptd_keys: tuple[tuple[str, int], ...]
+    shared: tuple[SharedContent, ...]
+
+    @property
+    def dead_bytes(self) -> int:
+        return sum(p.dead_bytes for p in self.programs) + sum(n for _, n in self.dead_ptd_keys)
+
+    @property
+    def duplicated_bytes(self) -> int:
+        return sum(c.saved_bytes for c in self.shared)
+
+    def lines(self) -> list[str]:
+        """The text `audit A.pte B.pte --ptd shared.ptd` prints."""
+        lines = [
+            f"{p.path}: {p.file_bytes:,} B, reads {p.ptd_bytes:,} B of the .ptd; "
+            f"{p.dead_bytes:,} B dead"
+            for p in self.programs
+        ]
+        lines += [f"{path}: {size:,} B" for path, size in self.ptd_files]
+        dead = sum(n for _, n in self.dead_ptd_keys)
+        lines.append(
+            f"set: {self.dead_bytes:,} dead bytes ({len(self.dead_ptd_keys)} .ptd entries no "
+            f"program reads, {dead:,} B); {self.duplicated_bytes:,} B stored in more than one "
+            f"file ({len(self.shared)} contents)"
+        )
+        lines += [f"  dead in the .ptd: {key} ({n:,} B)" for key, n in self.dead_ptd_keys]
+        for content in self.shared:
+            files = ", ".join(sorted({c.file for c in content.copies}))
+            lines.append(f"  stored in {files}: {content.nbytes:,} B")
+        return lines
+
+    def to_json(self) -> dict:
+        return {
+            "programs": [
+                {"path": p.path, "bytes": p.file_bytes, "ptd_bytes": p.ptd_bytes,
+                 "dead_bytes": p.dead_bytes}
+                for p in self.programs
+            ],
+            "ptd_files": [{"path": path, "bytes": size} for path, size in self.ptd_files],
+            "dead_bytes": self.dead_bytes,
+            "dead_ptd_keys": [{"key": k, "bytes": n} for k, n in self.dead_ptd_keys],
+            "duplicated_bytes": self.duplicated_bytes,
+            "shared": [
+                {"bytes": c.nbytes, "sha256": c.sha256,
+                 "files": sorted({b.file for b in c.copies})}
+                for c in self.shared
+            ],
+        }
+
+
+def _read_keys(report: AuditReport, ptd_keys: set[str]) -> set[str]:
+    """The `.ptd` keys a program reads: all but those its own audit finds dead."""
+    dead = {d.name for d in report.dead if d.space in ("named_data", "external")}
+    return ptd_keys - dead
+
+
+def audit_set(
+    ptes: Sequence[str | os.PathLike],
+    ptd_paths: Sequence[str | os.PathLike],
+    *,
+    min_bytes: int = _DEFAULT_MIN_BYTES,
+) -> SetAuditReport:
+    """Audits programs that load with the same `.ptd` files as one set.
+
+    Args:
+        ptes: The programs. Not modified.
+        ptd_paths: The `.ptd` files each of them loads with. Not modified.
+        min_bytes: Contents stored in several files count as shared from this size.
+
+    Raises:
+        PteFormatError: A file is malformed, or a `.ptd` does not match a program.
+    """
+    ptes = [os.fspath(p) for p in ptes]
+    ptd_paths = [os.fspath(p) for p in ptd_paths]
+    programs = read_set(ptes, ptd_paths)
+    ptd_files = [ptd for ptd, _ in programs.ptds]
+    segment_of = {
+        key: (ptd.path, entry.segment_index, entry.nbytes)
+        for ptd in ptd_files for key, entry in ptd.named_data.items()
+    }
+    reports = [audit_file(path, ptd_paths) for path in ptes]
+    read_by_any: set[str] = set()
+    members = []
+    for read, report in zip(programs.reads, reports):
+        keys = _read_keys(report, set(segment_of))
+        read_by_any |= keys
+        own_dead = sum(
+            d.nbytes for d in report.dead
+            if not (d.space in ("named_data", "external") and d.name in segment_of)
+        )
+        ptd_bytes = sum(n for _, _, n in {segment_of[k] for k in keys})
+        members.append(
+            ProgramInSet(read.pte.path, read.pte.file_bytes, ptd_bytes, own_dead, report)
+        )
+    read_segments = {segment_of[k][:2] for k in read_by_any}
+    counted: set[tuple[str, int]] = set()
+    dead_keys = []
+    for key, (path, segment, nbytes) in segment_of.items():
+        if key in read_by_any:
+            continue
+        freed = (path, segment) not in read_segments and (path, segment) not in counted
+        counted.add((path, segment))
+        dead_keys.append((key, nbytes if freed else 0))
+    return SetAuditReport(
+        programs=tuple(members),
+        ptd_files=tuple((p.path, p.file_bytes) for p in ptd_files),
+        dead_ptd_keys=tuple(dead_keys),
+        shared=find_set_shared(programs, min_bytes).shared,
+    )

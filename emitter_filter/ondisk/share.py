@@ -1,0 +1,518 @@
+"""Several programs, one copy of their common bytes: `share_files` writes them into one `.ptd`.
+
+    A.pte [program | constant: P W H1 | named: k]    out/A.pte [program' | constant: P H1]
+    B.pte [program | constant: P W H2 | named: k] -> out/B.pte [program' | constant: P H2]
+                                                     out/shared.ptd [W as key(W) | k]
+
+1. Read every input (`read_pte_program`, `read_ptd_flat_tensor`) and the layout
+   each `.pte` was written with (`layout.read_pte_layout`, before anything changes).
+2. Find the contents stored in two or more files (`share_find.find_shared`).
+3. Decide every output byte: a program with nothing shared is its own output,
+   byte for byte. Otherwise each tensor reading a moved constant becomes
+   `EXTERNAL` with its key (`extra_tensor_info`, as `external_constants=True`
+   writes it), the moved named data leave `Program.named_data` (keys unchanged:
+   delegate blobs name them), and prune's rewrite (`prune.pruned_pte`, every
+   value kept) lays the program out again as ExecuTorch's serializer does.
+   The shared `.ptd` holds every input `.ptd` entry, then each shared content
+   once, as `FlatTensorSerializer` writes a `.ptd` (`ptd_writer`, `layout`).
+4. Write: `output.write_outputs` streams the bytes from the inputs into
+   temporary files beside the outputs, renamed over them once all are complete.
+
+A set with nothing in common comes out byte for byte (each input `.ptd` under
+its own name); so does `share` run again on its own output. The runtime loads
+each program with the shared `.ptd` as its data file: external constants are
+found by key and checked against its tensor layout, delegate named data are
+looked up in the `.ptd`, then in the `.pte`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from emitter_filter._program_fbs.executorch_flatbuffer.ExtraTensorInfo import ExtraTensorInfoT
+from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
+    TensorDataLocation,
+)
+from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import (
+    DataSegmentT as FlatTensorDataSegmentT,
+)
+from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
+from emitter_filter._program_fbs.flat_tensor_flatbuffer.NamedData import NamedDataT
+from emitter_filter._program_fbs.flat_tensor_flatbuffer.TensorLayout import TensorLayoutT
+from emitter_filter.errors import OutputFileError
+from emitter_filter.object_models import table_text, vector_ints
+from emitter_filter.ondisk.analysis import find_aliases, find_shared_ranges
+from emitter_filter.ondisk.layout import (
+    DEFAULT_SEGMENT_ALIGNMENT,
+    PtdLayout,
+    PteLayout,
+    infer_ptd_layout,
+    place_segments,
+    ptd_prefix,
+    ptd_segment_alignments,
+    read_pte_layout,
+    shared_segment_alignment,
+)
+from emitter_filter.ondisk.output import (
+    OutputFile,
+    Piece,
+    ProgressFn,
+    check_outputs,
+    open_input,
+    write_outputs,
+)
+from emitter_filter.ondisk.prune import (
+    OutSegment,
+    data_segment,
+    prune_file,
+    pruned_pte,
+    verbatim,
+)
+from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
+from emitter_filter.ondisk.read_pte import PteProgram
+from emitter_filter.ondisk.share_find import (
+    ProgramSet,
+    SharedSet,
+    TensorLayoutKey,
+    find_set_shared,
+    read_set,
+)
+from emitter_filter.reachability import DataRef, DataSpace, Liveness
+
+__all__ = ["DEFAULT_MIN_BYTES", "SharedProgram", "ShareReport", "share_files"]
+
+logger = logging.getLogger(__name__)
+
+# Below this, moving a blob costs about what it saves: its key is written twice
+# (tensor and .ptd entry), with a TensorLayout and its tables (~200 B for a
+# constant), and the .ptd pads each segment to the segment alignment (128).
+DEFAULT_MIN_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class SharedProgram:
+    """One program of the set: what was written for it.
+
+    Attributes:
+        path: The input `.pte`.
+        output: The `.pte` written.
+        bytes_before: The input's size.
+        bytes_after: The output's size.
+        moved_constants: Constant entries now read from the shared `.ptd`.
+        moved_named_data: Named-data keys now read from the shared `.ptd`.
+    """
+
+    path: str
+    output: str
+    bytes_before: int
+    bytes_after: int
+    moved_constants: int
+    moved_named_data: int
+
+
+@dataclass(frozen=True)
+class ShareReport:
+    """What `share_files` wrote.
+
+    Attributes:
+        programs: Each program, in the order given.
+        ptd_inputs: The input `.ptd` files.
+        ptd_outputs: The `.ptd` files written: the shared one, or each input's
+            copy when nothing was shared.
+        bytes_before: Size of the input files together.
+        bytes_after: Size of the output files together.
+        shared_contents: Contents now stored once for several files.
+        shared_bytes: Their bytes (each counted once).
+        seconds: Wall time.
+    """
+
+    programs: tuple[SharedProgram, ...]
+    ptd_inputs: tuple[str, ...]
+    ptd_outputs: tuple[str, ...]
+    bytes_before: int
+    bytes_after: int
+    shared_contents: int
+    shared_bytes: int
+    seconds: float
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.bytes_before - self.bytes_after
+
+    def summary(self) -> str:
+        """One line, for the log and the CLI."""
+        where = ", ".join(self.ptd_outputs) or "no .ptd"
+        return (
+            f"{len(self.programs)} programs: {self.bytes_before:,} -> {self.bytes_after:,} B "
+            f"({self.saved_bytes:,} saved); {self.shared_contents} contents "
+            f"({self.shared_bytes:,} B) stored once in {where} in {self.seconds * 1e3:.1f} ms"
+        )
+
+    def to_json(self) -> dict:
+        """The form `share --json` prints."""
+        return {
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+            "programs": [dataclasses.asdict(p) for p in self.programs],
+            "saved_bytes": self.saved_bytes,
+        }
+
+
+# --- decide: one program ----------------------------------------------------------------
+
+
+def _external_info(tensor, key: str) -> ExtraTensorInfoT:
+    """The tensor's `extra_tensor_info`, now EXTERNAL under `key` (other fields kept)."""
+    info = ExtraTensorInfoT()
+    old = tensor.extraTensorInfo
+    if old is not None:
+        info.mutableDataSegmentsIdx = old.mutableDataSegmentsIdx
+        info.deviceType, info.deviceIndex = old.deviceType, old.deviceIndex
+    info.fullyQualifiedName = key
+    info.location = TensorDataLocation.EXTERNAL
+    return info
+
+
+def _externalize(read: PteProgram, keys) -> tuple:
+    """Points every tensor reading a moved constant at its key; returns the new `PlanRefs`.
+
+    External data indices follow the existing ones (one per key); prune's
+    rewrite renumbers them in first-reference order.
+    """
+    pte, program = read.pte, read.program
+    index_of = {t.name: t.ref.index for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
+    plans = []
+    for plan, refs in zip(program.executionPlan or (), pte.plans):
+        data_refs = dict(refs.data_refs)
+        for value_index, ref in refs.data_refs.items():
+            layouts = keys.get(ref.index) if ref.space is DataSpace.CONSTANT else None
+            if layouts is None:
+                continue
+            tensor = plan.values[value_index].val
+            key = layouts[
+                TensorLayoutKey(
+                    int(tensor.scalarType),
+                    tuple(vector_ints(tensor.sizes)),
+                    tuple(vector_ints(tensor.dimOrder)),
+                )
+            ]
+            tensor.extraTensorInfo = _external_info(tensor, key)
+            index = index_of.setdefault(key, max(index_of.values(), default=-1) + 1)
+            data_refs[value_index] = DataRef(DataSpace.EXTERNAL, index)
+        plans.append(dataclasses.replace(refs, data_refs=data_refs))
+    return tuple(plans)
+
+
+def _every_value(plans) -> Liveness:
+    """Every value of every plan kept: `share` moves data, it drops nothing."""
+    live_data: dict[DataSpace, set[int]] = {space: set() for space in DataSpace}
+    for plan in plans:
+        for ref in plan.data_refs.values():
+            live_data[ref.space].add(ref.index)
+    return Liveness(
+        live_values=tuple(tuple(range(p.num_values)) for p in plans),
+        live_data={
+            space: frozenset(i for i in entries if i or not space.has_placeholder)
+            for space, entries in live_data.items()
+        },
+    )
+
+
+def _shared_pte(
+    number: int, read: PteProgram, layout: PteLayout, found: SharedSet, fd: int, output: str
+) -> OutputFile:
+    """The program's output: itself when nothing of it moves, else rewritten."""
+    keys = {i: k for (p, i), k in found.constant_keys.items() if p == number}
+    moved_keys = found.moved_keys.get(number, frozenset())
+    if not keys and not moved_keys:
+        return verbatim(output, fd, read.pte.file_bytes)
+    plans = _externalize(read, keys)
+    return pruned_pte(
+        dataclasses.replace(read.pte, plans=plans), read.program, _every_value(plans),
+        moved_keys, layout, fd, output,
+    )
+
+
+# --- decide: the shared .ptd ------------------------------------------------------------
+
+
+def _tensor_layout(layout: TensorLayoutKey) -> TensorLayoutT:
+    table = TensorLayoutT()
+    table.scalarType, table.sizes, table.dimOrder = (
+        layout.scalar_type, list(layout.sizes), list(layout.dim_order)
+    )
+    return table
+
+
+def _named(key: str, segment: int, layout: TensorLayoutKey | None = None) -> NamedDataT:
+    entry = NamedDataT()
+    entry.key, entry.segmentIndex = key, segment
+    entry.tensorLayout = None if layout is None else _tensor_layout(layout)
+    return entry
+
+
+class _PtdBuilder:
+    """The shared `.ptd`'s entries and segments, each content stored once."""
+
+    def __init__(self, found: SharedSet) -> None:
+        self.found = found
+        self.segments: list[OutSegment] = []
+        self.named: list[NamedDataT] = []
+        self.keys: set[str] = set()
+        self._segment_of: dict[object, int] = {}
+
+    def segment(self, blob, alignment: int, piece: Piece) -> int:
+        """The segment holding `blob`'s content, added (aligned to `alignment`) if new."""
+        content = self.found.content_of.get(blob, blob)
+        if content not in self._segment_of:
+            self._segment_of[content] = len(self.segments)
+            self.segments.append(OutSegment(alignment, [piece]))
+        return self._segment_of[content]
+
+    def add(self, key: str, segment: int, layout: TensorLayoutKey | None = None) -> None:
+        if key not in self.keys:
+            self.keys.add(key)
+            self.named.append(_named(key, segment, layout))
+
+
+def _shared_ptd(
+    found: SharedSet, ptds, blobs_by_place, fds: dict[str, int], output: str, alignment: int
+) -> OutputFile:
+    """The shared `.ptd`: every input `.ptd` entry, then each shared content once."""
+    builder = _PtdBuilder(found)
+    for ptd, flat_tensor, own in ptds:
+        for entry in flat_tensor.namedData or ():
+            segment = ptd.segments[entry.segmentIndex]
+            blob = blobs_by_place.get((ptd.path, entry.segmentIndex), (ptd.path, segment.index))
+            piece = Piece(fds[ptd.path], segment.offset, segment.size)
+            index = builder.segment(blob, own[entry.segmentIndex], piece)
+            layout = entry.tensorLayout
+            builder.add(
+                table_text(entry.key) or "", index,
+                None if layout is None else TensorLayoutKey(
+                    int(layout.scalarType), tuple(vector_ints(layout.sizes)),
+                    tuple(vector_ints(layout.dimOrder)),
+                ),
+            )
+    for content in found.shared:
+        first = content.copies[0]
+        piece = Piece(fds[first.file], first.offset, content.nbytes)
+        index = builder.segment(first, content.alignment, piece)
+        for blob in content.copies:
+            for key in blob.keys:
+                builder.add(key, index)
+            for layout, key in found.constant_keys.get((blob.program, blob.index), {}).items():
+                if blob.kind == "constant":
+                    builder.add(key, index, layout)
+    offsets, data_size = place_segments(
+        [(s.size, s.alignment) for s in builder.segments], alignment
+    )
+    flat_tensor = FlatTensorT()
+    flat_tensor.segments = [
+        data_segment(FlatTensorDataSegmentT, o, s.size)
+        for o, s in zip(offsets, builder.segments)
+    ]
+    flat_tensor.namedData = builder.named
+    prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), PtdLayout(alignment, ()), data_size)
+    first_fd = next(iter(fds.values()))
+    return OutputFile(
+        output, first_fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, builder.segments)]
+    )
+
+
+# --- the entry point --------------------------------------------------------------------
+
+
+def _check_inputs(
+    ptes: Sequence[str], ptd_paths: Sequence[str], out_dir: str, ptd_name: str
+) -> None:
+    if not ptes:
+        raise OutputFileError("share: no programs given")
+    if not ptd_name or os.path.basename(ptd_name) != ptd_name:
+        raise OutputFileError(f"{ptd_name!r}: the shared .ptd's name must be a file name")
+    names = [os.path.basename(p) for p in [*ptes, *ptd_paths]]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise OutputFileError(
+            f"{out_dir}: several inputs are named {repeated[0]!r}; share writes each "
+            "program under its own name"
+        )
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise OutputFileError(f"{out_dir}: not a directory")
+
+
+def _with_layouts(programs: ProgramSet) -> ProgramSet:
+    """The set with each input's layout, read back as `prune` reads it, before anything changes."""
+    layouts = []
+    for read in programs.reads:
+        aliased = find_aliases(find_shared_ranges(read.pte))
+        layouts.append(read_pte_layout(
+            read.pte, read.program, read.program_data, aliased,
+            shared_segment_alignment(read.pte, aliased),
+        ))
+    own = tuple(
+        infer_ptd_layout(ptd_segment_alignments(ptd), None, len(ptd.segments)).segment_alignments
+        for ptd, _ in programs.ptds
+    )
+    return dataclasses.replace(programs, layouts=tuple(layouts), ptd_alignments=own)
+
+
+def share_files(
+    ptes: Sequence[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    *,
+    ptd_paths: Sequence[str | os.PathLike] = (),
+    ptd_name: str = "shared.ptd",
+    min_bytes: int = DEFAULT_MIN_BYTES,
+    prune: bool = False,
+    progress: ProgressFn | None = None,
+) -> ShareReport:
+    """Writes the programs into `out_dir` with the bytes they have in common in one `.ptd`.
+
+    Args:
+        ptes: The programs. Not modified.
+        out_dir: Where to write each program (under its own name) and the
+            shared `.ptd`; created if missing. Every output is written
+            atomically; on any error none is left.
+        ptd_paths: The `.ptd` files the programs load with (each program is
+            read with all of them). Not modified. Their entries go into the
+            shared `.ptd`.
+        ptd_name: The shared `.ptd`'s file name.
+        min_bytes: Contents shorter than this stay where they are.
+        prune: First prune each program as `prune_file` does (into a temporary
+            directory beside `out_dir`), then share the pruned programs. Not
+            with `ptd_paths`: a `.ptd` several programs read cannot be pruned
+            for one of them.
+        progress: Called with (bytes written, bytes to write).
+
+    Returns:
+        What was written.
+
+    Raises:
+        PteFormatError: A file is malformed, or one key holds different bytes
+            in two inputs.
+        OutputFileError: An output would replace an input, or cannot be written.
+    """
+    started = time.perf_counter()
+    ptes = [os.fspath(p) for p in ptes]
+    ptd_paths = [os.fspath(p) for p in ptd_paths]
+    out_dir = os.fspath(out_dir)
+    _check_inputs(ptes, ptd_paths, out_dir, ptd_name)
+    if prune:
+        return _prune_then_share(
+            ptes, out_dir, ptd_paths, started,
+            ptd_name=ptd_name, min_bytes=min_bytes, progress=progress,
+        )
+    pte_outputs = [os.path.join(out_dir, os.path.basename(p)) for p in ptes]
+    shared_output = os.path.join(out_dir, ptd_name)
+    copy_outputs = [os.path.join(out_dir, os.path.basename(p)) for p in ptd_paths]
+    check_outputs([*ptes, *ptd_paths], [*pte_outputs, shared_output], "share")
+    check_outputs([*ptes, *ptd_paths], [*pte_outputs, *copy_outputs], "share")
+
+    programs = _with_layouts(read_set(ptes, ptd_paths))
+    ptds = [(*ptd, own) for ptd, own in zip(programs.ptds, programs.ptd_alignments)]
+    found = find_set_shared(programs, min_bytes)
+    os.makedirs(out_dir, exist_ok=True)
+    opened: list[int] = []
+    try:
+        fds = {p: open_input(p, opened) for p in [*ptes, *ptd_paths]}
+        outputs, ptd_outputs = _outputs(
+            programs, ptds, found, fds, pte_outputs, shared_output, copy_outputs
+        )
+        sizes = [o.size for o in outputs]
+        bytes_after = write_outputs(outputs, progress)
+    finally:
+        for fd in opened:
+            os.close(fd)
+    return _report(
+        programs.reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started
+    )
+
+
+def _outputs(programs, ptds, found, fds, pte_outputs, shared_output, copy_outputs):
+    """Every output, decided: (outputs, the `.ptd` files among them)."""
+    outputs = [
+        _shared_pte(n, read, layout, found, fds[read.pte.path], output)
+        for n, (read, layout, output) in enumerate(
+            zip(programs.reads, programs.layouts, pte_outputs)
+        )
+    ]
+    if not found.shared:
+        outputs += [
+            verbatim(o, fds[ptd.path], ptd.file_bytes)
+            for (ptd, _, _), o in zip(ptds, copy_outputs)
+        ]
+        return outputs, copy_outputs
+    alignment = max(
+        [DEFAULT_SEGMENT_ALIGNMENT, *(layout.segment_alignment for layout in programs.layouts)]
+    )
+    outputs.append(
+        _shared_ptd(found, ptds, _ptd_blobs_by_place(found), fds, shared_output, alignment)
+    )
+    return outputs, [shared_output]
+
+
+def _prune_then_share(ptes, out_dir, ptd_paths, started, **options) -> ShareReport:
+    """`prune_file` of each program into a temporary directory, then `share_files` of those."""
+    if ptd_paths:
+        raise OutputFileError(
+            f"{out_dir}: prune with .ptd files: a .ptd several programs read cannot be "
+            "pruned for one; prune each program with its own .ptd first, then share"
+        )
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    try:
+        temp = tempfile.TemporaryDirectory(dir=parent, prefix=".emitter-filter-")
+    except OSError as error:
+        raise OutputFileError(f"{out_dir}: cannot write: {error.strerror}") from error
+    with temp:
+        pruned = [os.path.join(temp.name, os.path.basename(p)) for p in ptes]
+        for source, target in zip(ptes, pruned):
+            prune_file(source, target)
+        report = share_files(pruned, out_dir, **options)
+    return dataclasses.replace(
+        report,
+        programs=tuple(
+            dataclasses.replace(p, path=source, bytes_before=os.path.getsize(source))
+            for p, source in zip(report.programs, ptes)
+        ),
+        bytes_before=sum(os.path.getsize(p) for p in ptes),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _ptd_blobs_by_place(found: SharedSet) -> dict:
+    """Every `.ptd` segment that is a copy of some grouped content, by (file, segment)."""
+    return {
+        (b.file, b.index): b for b in found.content_of if b.kind == "external"
+    }
+
+
+def _report(reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started):
+    programs = tuple(
+        SharedProgram(
+            path=read.pte.path,
+            output=output,
+            bytes_before=read.pte.file_bytes,
+            bytes_after=size,
+            moved_constants=sum(1 for p, _ in found.constant_keys if p == number),
+            moved_named_data=len(found.moved_keys.get(number, ())),
+        )
+        for number, (read, output, size) in enumerate(zip(reads, pte_outputs, sizes))
+    )
+    report = ShareReport(
+        programs=programs,
+        ptd_inputs=tuple(ptd.path for ptd, _, _ in ptds),
+        ptd_outputs=tuple(ptd_outputs),
+        bytes_before=sum(r.pte.file_bytes for r in reads) + sum(p.file_bytes for p, _, _ in ptds),
+        bytes_after=bytes_after,
+        shared_contents=len(found.shared),
+        shared_bytes=sum(c.nbytes for c in found.shared),
+        seconds=time.perf_counter() - started,
+    )
+    logger.info("%s", report.summary())
+    return report

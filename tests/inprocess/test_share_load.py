@@ -1,0 +1,172 @@
+"""Programs exported separately, written by `share` with one `.ptd`, loaded and run.
+
+Each set is exported here from random weights (fixed seeds): (a) one backbone
+with two different heads, (c) one base model with two LoRA-style adapters,
+each portable and lowered to XNNPACK. Every program of the shared set, loaded
+with the shared `.ptd` by every loader the release has, computes bit for bit
+what its original computes; the backbone is stored once.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import to_edge, to_edge_transform_and_lower
+from executorch.extension.pybindings.portable_lib import (
+    _load_for_executorch,
+    _load_for_executorch_from_buffer,
+)
+from executorch.runtime import Runtime
+
+from emitter_filter.ondisk.audit_set import audit_set
+from emitter_filter.ondisk.read_pte import read_pte
+from emitter_filter.ondisk.share import share_files
+from emitter_filter.reachability import DataSpace
+
+INPUT = (torch.randn(2, 64, generator=torch.Generator().manual_seed(7)),)
+
+
+class Backbone(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(64, 128)
+        self.second = torch.nn.Linear(128, 128)
+
+    def forward(self, x):
+        return self.second(self.first(x).relu()).relu()
+
+
+class WithHead(torch.nn.Module):
+    def __init__(self, backbone: Backbone, outputs: int) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.head = torch.nn.Linear(128, outputs)
+
+    def forward(self, x):
+        return self.head(self.backbone(x))
+
+
+class LoraLinear(torch.nn.Module):
+    """A frozen base linear plus a rank-4 adapter: base(x) + up(down(x))."""
+
+    def __init__(self, base: torch.nn.Linear, rank: int = 4) -> None:
+        super().__init__()
+        self.base = base
+        self.down = torch.nn.Linear(base.in_features, rank, bias=False)
+        self.up = torch.nn.Linear(rank, base.out_features, bias=False)
+
+    def forward(self, x):
+        return self.base(x) + self.up(self.down(x))
+
+
+class LoraModel(torch.nn.Module):
+    def __init__(self, backbone: Backbone) -> None:
+        super().__init__()
+        self.first = LoraLinear(backbone.first)
+        self.second = LoraLinear(backbone.second)
+
+    def forward(self, x):
+        return self.second(self.first(x).relu())
+
+
+def _heads() -> list[torch.nn.Module]:
+    torch.manual_seed(0)
+    backbone = Backbone()
+    return [WithHead(backbone, 10), WithHead(backbone, 3)]
+
+
+def _lora() -> list[torch.nn.Module]:
+    torch.manual_seed(1)
+    backbone = Backbone()
+    return [LoraModel(backbone) for _ in range(2)]  # each adapter its own random weights
+
+
+def _export(model: torch.nn.Module, backend: str) -> bytes:
+    exported = torch.export.export(model.eval(), INPUT)
+    if backend == "xnnpack":
+        edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    else:
+        edge = to_edge(exported)
+    return edge.to_executorch().buffer
+
+
+SETS = {"heads": _heads, "lora": _lora}
+
+
+@pytest.fixture(scope="module", params=[(s, b) for s in SETS for b in ("portable", "xnnpack")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
+def shared_set(request, tmp_path_factory):
+    """The set's originals, and `share`'s output for them."""
+    name, backend = request.param
+    root = tmp_path_factory.mktemp(f"{name}-{backend}")
+    originals = []
+    for number, model in enumerate(SETS[name]()):
+        path = root / f"program{number}.pte"
+        path.write_bytes(_export(model, backend))
+        originals.append(path)
+    report = share_files(originals, root / "out")
+    return originals, root / "out", report, backend
+
+
+def _run_all_loaders(pte, ptd) -> list[torch.Tensor]:
+    """`forward` on INPUT through every loader the release has, the shared .ptd as data."""
+    program_bytes, data_bytes = pte.read_bytes(), ptd.read_bytes()  # kept alive while used
+    method = Runtime.get().load_program(str(pte), data_path=str(ptd)).load_method("forward")
+    outputs = [method.execute(list(INPUT))[0]]
+    outputs.append(_load_for_executorch(str(pte), str(ptd)).forward(INPUT)[0])
+    module = _load_for_executorch_from_buffer(program_bytes, data_bytes)
+    outputs.append(module.forward(INPUT)[0])
+    return outputs
+
+
+def test_every_program_loaded_with_the_shared_ptd_computes_what_its_original_computes(
+    shared_set,
+):
+    originals, out, report, _ = shared_set
+    ptd = out / "shared.ptd"
+    assert ptd.exists() and report.shared_contents > 0
+    for original in originals:
+        data = original.read_bytes()
+        want = _load_for_executorch_from_buffer(data).forward(INPUT)[0]
+        for got in _run_all_loaders(out / original.name, ptd):
+            assert torch.equal(got, want), original.name
+
+
+def test_the_backbone_is_stored_once(shared_set):
+    originals, out, report, backend = shared_set
+    weights = 64 * 128 * 4 + 128 * 128 * 4  # the two backbone weights, fp32
+    # Every program stored the backbone; now the .ptd stores it once.
+    assert report.shared_bytes >= weights
+    assert report.saved_bytes >= weights * (len(originals) - 1) - 4096
+    for original in originals:
+        pte = read_pte(out / original.name, [out / "shared.ptd"])
+        if backend == "portable":
+            assert sum(1 for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL) >= 2
+        kept = [e for e in pte.named_data if e.file == pte.path]
+        assert sum(e.nbytes for e in kept) < weights
+
+
+def test_the_audit_of_the_set_is_clean(shared_set):
+    originals, out, _, _ = shared_set
+    before = audit_set(originals, [])
+    assert before.duplicated_bytes >= 64 * 128 * 4 + 128 * 128 * 4
+    after = audit_set([out / p.name for p in originals], [out / "shared.ptd"])
+    assert after.dead_bytes == 0 and after.shared == ()
+
+
+def test_share_again_on_its_output_changes_nothing(shared_set, tmp_path):
+    originals, out, _, _ = shared_set
+    again = share_files(
+        [out / p.name for p in originals], tmp_path, ptd_paths=[out / "shared.ptd"]
+    )
+    assert again.shared_contents == 0
+    for path in [*(out / p.name for p in originals), out / "shared.ptd"]:
+        assert (tmp_path / path.name).read_bytes() == path.read_bytes()
+
+
+def test_a_program_loaded_without_the_shared_ptd_fails_in_the_runtime(shared_set):
+    originals, out, _, backend = shared_set
+    program = Runtime.get().load_program(str(out / originals[0].name))
+    with pytest.raises(RuntimeError, match="Failed to load method forward"):
+        program.load_method("forward")
