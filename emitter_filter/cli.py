@@ -29,6 +29,8 @@ EXIT_USAGE = 2
 EXIT_DEMO_FAILED = 1
 # Dead entries the `audit` table lists; --json lists them all.
 _TABLE_DEAD_ENTRIES = 20
+# Parts (or groups) the `explain` table lists by default; --json lists them all.
+_TABLE_PARTS = 10
 
 
 def _byte_count(text: str) -> int:
@@ -155,10 +157,43 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
     )
 
+    subcommands = [audit, prune, demo, env, *_add_size_commands(commands)]
     # -v also after the subcommand; counted apart, since a subparser overwrites its parent's value.
-    for subcommand in (audit, prune, demo, env):
+    for subcommand in subcommands:
         _add_verbose(subcommand, "verbose_after", argparse.SUPPRESS)
     return parser
+
+
+def _add_size_commands(commands) -> list[argparse.ArgumentParser]:
+    """explain, diff and budget: where a file's bytes go, and why it grew."""
+    from emitter_filter.ondisk.explain import GROUPINGS
+
+    explain = commands.add_parser(
+        "explain",
+        help="attribute every byte of a .pte (and its .ptd files): what holds it, who reads it",
+        description=(
+            "Attribute every byte of MODEL.pte (and its .ptd files) to the header, the program "
+            "flatbuffer, each constant, mutable, named-data and .ptd entry, each delegate blob "
+            "or padding, the parts adding up to the file sizes exactly; each with its dtype, "
+            "shape, names, readers and status (live, dead, duplicated, shared), as audit finds "
+            "them. Needs only flatbuffers (--names imports torch). Exit 2 if a file is malformed."
+        ),
+    )
+    explain.add_argument("pte", metavar="MODEL.pte", help="the program file")
+    explain.add_argument("--ptd", action="append", default=[], metavar="FILE.ptd",
+                         help="a .ptd file with the program's external data (repeatable)")
+    explain.add_argument("--names", metavar="FILE",
+                         help="a torch.export .pt2 or an ETRecord of the same model: name "
+                         "constant and mutable entries by content (imports torch)")
+    explain.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    explain.add_argument("--html", metavar="OUT.html",
+                         help="also write a self-contained page with a treemap of the bytes")
+    explain.add_argument("--top", type=_byte_count, default=None, metavar="N",
+                         help="the N largest parts (or groups) to list (default 10; --json: "
+                         "all parts unless given)")
+    explain.add_argument("--by", choices=GROUPINGS, default=None,
+                         help="group the bytes by this instead of listing parts")
+    return [explain]
 
 
 def _add_naming_arguments(command: argparse.ArgumentParser) -> None:
@@ -411,6 +446,21 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     return EXIT_DEAD_BYTES if over else EXIT_OK
 
 
+def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.explain import explain_file
+
+    explanation = explain_file(options.pte, options.ptd, names=options.names)
+    if options.html:
+        from emitter_filter.ondisk.explain_page import write_explain_page
+
+        write_explain_page(explanation, options.html)
+    if options.json:
+        print(json.dumps(explanation.to_json(options.top, options.by), indent=2))
+    else:
+        print(explanation.to_text(_TABLE_PARTS if options.top is None else options.top, options.by))
+    return EXIT_OK
+
+
 def _demo(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -452,7 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("emitter_filter").setLevel(
         logging.DEBUG if options.verbose > 1 else logging.WARNING if quiet else logging.INFO
     )
-    commands = {"run": _run, "audit": _audit, "prune": _prune, "demo": _demo, "env": _env}
+    commands = {"run": _run, "audit": _audit, "prune": _prune, "demo": _demo, "env": _env,
+                "explain": _explain}
     try:
         return commands[options.command](parser, options)
     except EmitterFilterError as error:
