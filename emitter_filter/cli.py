@@ -1,6 +1,7 @@
 """The `emitter-filter` command line (also `python -m emitter_filter`).
 
-Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`;
+Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`,
+`diff` a growth over `--max-growth`, `budget check` a file over its budget;
 2 usage error, bad input or an output `prune` cannot write (a one-line message
 naming the file, and the offset where one applies; a traceback only with -v; no
 output file); for `run`, what the script exited with; for `demo`, 1 if one of
@@ -193,7 +194,33 @@ def _add_size_commands(commands) -> list[argparse.ArgumentParser]:
                          "all parts unless given)")
     explain.add_argument("--by", choices=GROUPINGS, default=None,
                          help="group the bytes by this instead of listing parts")
-    return [explain]
+    diff = commands.add_parser(
+        "diff",
+        help="say why a .pte grew: the entries added, removed, grown and shrunk",
+        description=(
+            "Explain OLD.pte and NEW.pte and match their entries (by name or key, then by "
+            "readers, dtype and shape, then by content, then by readers alone); print the "
+            "change by storage and status, then each entry that changed, largest first, and "
+            "what changed (dtype, shape, newly dead, a new duplicate). Exit 1 if NEW exceeds "
+            "OLD by more than --max-growth, 2 if a file is malformed."
+        ),
+    )
+    diff.add_argument("old", metavar="OLD.pte")
+    diff.add_argument("new", metavar="NEW.pte")
+    for side in ("old", "new"):
+        diff.add_argument(f"--{side}-ptd", action="append", default=[], metavar="FILE.ptd",
+                          help=f"a .ptd file of {side.upper()}.pte (repeatable)")
+        diff.add_argument(f"--{side}-names", metavar="FILE",
+                          help=f"a .pt2 or ETRecord naming {side.upper()}.pte's entries "
+                          "(imports torch)")
+    diff.add_argument("--json", action="store_true", help="print the diff as JSON")
+    diff.add_argument("--markdown", action="store_true",
+                      help="print tables ready for a pull request's comment")
+    diff.add_argument("--max-growth", metavar="BYTES|PCT%",
+                      help="exit 1 if NEW is larger than OLD by more than BYTES, or PCT%% of OLD")
+    diff.add_argument("--top", type=_byte_count, default=20, metavar="N",
+                      help="the N largest changes to list (default 20; --json: all)")
+    return [explain, diff]
 
 
 def _add_naming_arguments(command: argparse.ArgumentParser) -> None:
@@ -461,6 +488,37 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
     return EXIT_OK
 
 
+def _diff(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.diff import diff_files, growth_limit
+
+    try:
+        limit = None if options.max_growth is None else growth_limit(options.max_growth)
+    except ValueError as error:
+        print(f"emitter-filter diff: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    result = diff_files(options.old, options.new, options.old_ptd, options.new_ptd,
+                        old_names=options.old_names, new_names=options.new_names)
+    if options.json:
+        print(json.dumps(result.to_json(), indent=2))
+    elif options.markdown:
+        print(result.to_markdown(options.top))
+    else:
+        print(result.to_text(options.top))
+    if limit is not None and result.over(limit):
+        _print_growth(result, f"--max-growth {options.max_growth}")
+        return EXIT_DEAD_BYTES
+    return EXIT_OK
+
+
+def _print_growth(result, limit: str) -> None:
+    """On stderr: the growth over `limit`, and the entries that account for it."""
+    print(f"emitter-filter: {result.new_path}: grew {result.delta:+,} bytes over {result.old_path}"
+          f", more than {limit}; from:", file=sys.stderr)
+    for change in result.growth():
+        notes = f" ({'; '.join(change.notes)})" if change.notes else ""
+        print(f"  {change.delta:+,} B  {change.kind} {change.label}{notes}", file=sys.stderr)
+
+
 def _demo(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -503,7 +561,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.DEBUG if options.verbose > 1 else logging.WARNING if quiet else logging.INFO
     )
     commands = {"run": _run, "audit": _audit, "prune": _prune, "demo": _demo, "env": _env,
-                "explain": _explain}
+                "explain": _explain, "diff": _diff}
     try:
         return commands[options.command](parser, options)
     except EmitterFilterError as error:
