@@ -220,7 +220,31 @@ def _add_size_commands(commands) -> list[argparse.ArgumentParser]:
                       help="exit 1 if NEW is larger than OLD by more than BYTES, or PCT%% of OLD")
     diff.add_argument("--top", type=_byte_count, default=20, metavar="N",
                       help="the N largest changes to list (default 20; --json: all)")
-    return [explain, diff]
+    budget = commands.add_parser(
+        "budget",
+        help="record .pte sizes in a committed budget file, and check files against it",
+        description=(
+            "budget write FILE... -o pte-budget.json records each file's bytes, bytes per "
+            "storage and entries; budget check FILE... --budget pte-budget.json exits 1 if a "
+            "file grew past its budget (or has none), printing the diff against the recorded "
+            "entries. --benchmark-json writes the sizes for github-action-benchmark "
+            "(customSmallerIsBetter)."
+        ),
+    )
+    actions = budget.add_subparsers(dest="budget_action", required=True, metavar="ACTION")
+    write = actions.add_parser("write", help="record the files' sizes and entries")
+    write.add_argument("-o", "--output", required=True, metavar="BUDGET.json")
+    check = actions.add_parser("check", help="fail on growth past the recorded budget")
+    check.add_argument("--budget", required=True, metavar="BUDGET.json")
+    check.add_argument("--tolerance", type=float, default=0.0, metavar="PCT",
+                       help="allow this much growth, in percent of the recorded bytes")
+    check.add_argument("--markdown", action="store_true",
+                       help="print the diffs as tables for a pull request's comment")
+    for action in (write, check):
+        action.add_argument("pte", nargs="+", metavar="FILE.pte")
+        action.add_argument("--benchmark-json", metavar="OUT.json",
+                            help="also write the sizes as github-action-benchmark reads them")
+    return [explain, diff, budget, write, check]
 
 
 def _add_naming_arguments(command: argparse.ArgumentParser) -> None:
@@ -519,6 +543,32 @@ def _print_growth(result, limit: str) -> None:
         print(f"  {change.delta:+,} B  {change.kind} {change.label}{notes}", file=sys.stderr)
 
 
+def _budget(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.budget import benchmark_json, check_budget, read_budget, write_budget
+    from emitter_filter.ondisk.output import write_text
+
+    if options.budget_action == "write":
+        _, explanations = write_budget(options.pte, options.output)
+        print(f"wrote {options.output}: " + ", ".join(
+            f"{e.path} {e.file_bytes:,} B" for e in explanations))
+        over = []
+    else:
+        checks = check_budget(options.pte, read_budget(options.budget), options.tolerance)
+        explanations = [c.explanation for c in checks]
+        for check in checks:
+            print(check.summary())
+            if check.over and check.diff is not None:
+                print(check.diff.to_markdown() if options.markdown else check.diff.to_text())
+        over = [c for c in checks if c.over]
+        for check in over:
+            if check.diff is not None:
+                _print_growth(check.diff, f"the budget ({check.allowed_bytes:,} B allowed)")
+    if options.benchmark_json:
+        write_text(options.benchmark_json, json.dumps(benchmark_json(explanations), indent=2),
+                   inputs=options.pte)
+    return EXIT_DEAD_BYTES if over else EXIT_OK
+
+
 def _demo(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -561,7 +611,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.DEBUG if options.verbose > 1 else logging.WARNING if quiet else logging.INFO
     )
     commands = {"run": _run, "audit": _audit, "prune": _prune, "demo": _demo, "env": _env,
-                "explain": _explain, "diff": _diff}
+                "explain": _explain, "diff": _diff, "budget": _budget}
     try:
         return commands[options.command](parser, options)
     except EmitterFilterError as error:
