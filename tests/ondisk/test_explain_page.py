@@ -1,0 +1,121 @@
+"""`explain --html`: one self-contained page, drawn by headless Chromium offline.
+
+The browser tests need Debian's `chromium` (`apt-get install -y chromium`) and
+skip without it. Chromium runs with every host name resolving nowhere and a
+proxy that refuses, so a page needing the network would not draw; and the page
+is checked for external URLs (a check shown to catch one).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from emitter_filter.cli import main
+from emitter_filter.ondisk.explain import explain_file
+from emitter_filter.ondisk.explain_page import COLOURS, render_explain_page
+from tests.files import GOLDEN, saved
+from tests.layouts import build_constants
+
+pytestmark = pytest.mark.filetools
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)"
+)
+WINDOW = (1200, 900)
+# Anything a page could fetch: a URL with a scheme or protocol-relative, CSS url()/@import.
+EXTERNAL = re.compile(r"""(?:https?|ftp|wss?):|(?:src|href)\s*=\s*["']?//|url\(|@import""", re.I)
+CELL = re.compile(r'<div class="cell" data-bytes="(\d+)" data-label="([^"]*)" data-status="(\w+)"'
+                  r'[^>]*style="left: ([\d.]+)px; top: ([\d.]+)px; width: ([\d.]+)px; '
+                  r'height: ([\d.]+)px;')
+
+
+def external_urls(page: str) -> list[str]:
+    return EXTERNAL.findall(page)
+
+
+@pytest.fixture
+def page(tmp_path) -> Path:
+    """A page for a file with live, dead, duplicated and padding bytes."""
+    same = bytes(range(1, 129))
+    constants = [same, bytes(range(50, 114)), same, bytes(i % 250 + 1 for i in range(1024))]
+    pte = tmp_path / "model.pte"
+    pte.write_bytes(build_constants(constants, frozenset({1})))
+    out = tmp_path / "model.html"
+    assert main(["explain", str(pte), "--html", str(out)]) == 0
+    return out
+
+
+def _chromium(tmp_path: Path, *flags: str, url: str) -> subprocess.CompletedProcess:
+    profile = tmp_path / "profile"
+    profile.mkdir(exist_ok=True)
+    argv = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", f"--user-data-dir={profile}",
+        "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9",
+        f"--window-size={WINDOW[0]},{WINDOW[1]}", *flags, url,
+    ]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+
+
+def test_the_page_is_one_file_with_nothing_to_fetch(page):
+    text = page.read_text()
+    assert external_urls(text) == []
+    assert "<script src" not in text and "<link" not in text and "<img" not in text
+
+
+def test_the_url_check_catches_a_page_that_would_fetch():
+    for bad in ('<script src="https://cdn.example/d3.js">', '<link href="//fonts.example/x">',
+                "<style>body { background: url(x.png) }</style>", "@import 'x.css';"):
+        assert external_urls(bad), bad
+
+
+def test_a_name_cannot_end_the_pages_script_early(tmp_path):
+    pte, ptds = saved(GOLDEN / "plain" / "dirty")
+    explanation = explain_file(pte, ptds)
+    evil = explanation.parts[0].__class__(**{**explanation.parts[0].__dict__,
+                                             "names": ("</script><b>x",)})
+    page = render_explain_page(explanation.__class__(
+        explanation.path, explanation.files, (evil, *explanation.parts[1:]), (), explanation.audit))
+    assert "</script><b>" not in page
+
+
+@needs_chromium
+def test_the_treemaps_areas_are_the_bytes_in_headless_chromium(page, tmp_path):
+    dom = _chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom",
+                    url=page.as_uri()).stdout
+    assert 'data-drawn="yes"' in dom, "the page's script did not draw"
+    width = float(re.search(r'id="map" data-width="([\d.]+)"', dom)[1])
+    height = float(re.search(r'data-height="([\d.]+)"', dom)[1])
+    cells = [(int(b), label, status, *map(float, box)) for b, label, status, *box
+             in CELL.findall(dom)]
+    explanation = explain_file(page.with_suffix(".pte"))
+    assert sorted((c[0], c[1]) for c in cells) == sorted(
+        (p.nbytes, p.label) for p in explanation.parts)
+    assert {c[2] for c in cells} == {"live", "dead", "duplicated", "padding"}
+    total = sum(c[0] for c in cells)
+    for nbytes, label, _, left, top, w, h in cells:
+        # Coordinates are written to 3 decimals: the area is right to that rounding.
+        assert w * h == pytest.approx(nbytes / total * width * height, abs=(w + h) * 1e-3 + 1e-3)
+        assert left + w <= width + 1e-2 and top + h <= height + 1e-2, label
+
+
+@needs_chromium
+def test_the_screenshot_shows_each_status_colour(page, tmp_path):
+    image = pytest.importorskip("matplotlib.image")
+    shot = tmp_path / "shot.png"
+    _chromium(tmp_path, "--virtual-time-budget=5000", f"--screenshot={shot}", url=page.as_uri())
+    pixels = image.imread(str(shot))
+    assert pixels.shape[:2] == (WINDOW[1], WINDOW[0])
+    seen = {tuple(round(float(v) * 255) for v in pixel[:3]) for pixel in pixels[::4, ::4]
+            .reshape(-1, pixels.shape[2])}
+    for status in ("live", "dead", "duplicated", "padding"):
+        colour = COLOURS[status]
+        rgb = tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
+        assert rgb in seen, f"no {status} rectangle ({colour}) in the screenshot"
