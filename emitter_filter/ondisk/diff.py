@@ -29,7 +29,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.duplicates import StoredCopy, group_duplicates
-from emitter_filter.ondisk.explain import STORAGES, Explanation, Part, explain_pte
+from emitter_filter.ondisk.explain import STORAGES, Explanation, Part, explain_pte, shorten
 from emitter_filter.ondisk.pte_file import ByteSource, StoredSpan, read_pte_program
 from emitter_filter.state_names import StateFile, state_file
 
@@ -76,7 +76,7 @@ class Change:
     def label(self) -> str:
         """The part's names where it has any, else its place (`constant[3]`)."""
         part = self.new or self.old
-        names = ", ".join(n for n in part.names if part.storage != "delegate")
+        names = ", ".join(shorten(n) for n in part.names if part.storage != "delegate")
         place = part.label if not self.old or not self.new or self.old.label == self.new.label \
             else f"{self.old.label} -> {self.new.label}"
         return f"{names} ({place})" if names else place

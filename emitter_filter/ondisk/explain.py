@@ -131,8 +131,11 @@ class Part:
         if by == "reader":
             return self.readers[0].op if self.readers else f"({self.storage})"
         if by == "module":
-            fqn = next((n for n in self.names if "." in n), None)
-            return fqn.rsplit(".", 1)[0] if fqn else f"({self.storage})"
+            # Tensors' FQNs only: named-data keys and backends are no module paths.
+            fqn = next(iter(self.names), None) if self.dtype else None
+            if fqn is None:
+                return f"({self.storage})"
+            return fqn.rsplit(".", 1)[0] if "." in fqn else "(top level)"
         raise ValueError(f"unknown grouping {by!r}; expected one of {', '.join(GROUPINGS)}")
 
     def to_json(self) -> dict:
@@ -243,19 +246,23 @@ class Explanation:
         return "\n".join(lines)
 
 
-def _short(text: str, limit: int = 40) -> str:
-    """`text`, cut in the middle past `limit` characters (named-data keys are sha256s)."""
+def shorten(text: str, limit: int = 40) -> str:
+    """`text`, cut in the middle past `limit` characters (named-data keys are sha256s).
+
+    Package-internal: the text forms of `explain` and `diff`.
+    """
     return text if len(text) <= limit else f"{text[:limit // 2 - 1]}..{text[-(limit // 2 - 1):]}"
 
 
 def _part_line(part: Part) -> str:
     shape = "-" if part.shape is None else "[" + ", ".join(map(str, part.shape)) + "]"
-    names = ", ".join(_short(name) for name in part.names) or "-"
-    readers = ", ".join(_short(r.describe(), 72) for r in part.readers[:2])
+    names = ", ".join(shorten(name) for name in part.names) or "-"
+    readers = ", ".join(replace(r, key=r.key and shorten(r.key, 20)).describe()
+                        for r in part.readers[:2])
     more = len(part.readers) - 2
     readers += f" (+{more} more)" if more > 0 else ""
     copies = f"; copies: {', '.join(part.copies)}" if part.copies else ""
-    return (f"{part.nbytes:>14,}  {_short(part.label, 23):<24}{part.status:<12}{part.dtype or '-':<8}"
+    return (f"{part.nbytes:>14,}  {shorten(part.label, 23):<24}{part.status:<12}{part.dtype or '-':<8}"
             f"{shape:<16}{names}; {readers or '-'}{copies}")
 
 
@@ -416,9 +423,9 @@ def _merge_shared(parts: list[Part], report: AuditReport) -> list[Part]:
                 f"{part.offset}, which audit does not list as shared"
             )
         status = first.status if first.status == "dead" else "shared"
+        # Names stay the first reference's (a key is not the tensor's name); readers are all.
         merged[where] = replace(
             first, status=status, copies=(*first.copies, part.label),
-            names=tuple(dict.fromkeys((*first.names, *part.names))),
             readers=tuple(dict.fromkeys((*first.readers, *part.readers))),
         )
     return list(merged.values())

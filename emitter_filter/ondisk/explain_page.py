@@ -85,8 +85,8 @@ function group(parts, key) {
   return [...groups.values()];
 }
 function moduleOrReader(p) {
-  const fqn = p.names.find(n => n.includes("."));
-  if (fqn) return fqn.slice(0, fqn.lastIndexOf("."));
+  const fqn = p.dtype ? p.names[0] : undefined;
+  if (fqn) return fqn.includes(".") ? fqn.slice(0, fqn.lastIndexOf(".")) : "(top level)";
   return p.readers.length ? p.readers[0].replace(/ in plan .*/, "") : "(" + p.storage + ")";
 }
 function describe(p) {
