@@ -113,7 +113,8 @@ function draw() {
           `width:${w.toFixed(3)}px;height:${h.toFixed(3)}px;background:${colours[p.status]}`;
         cell.dataset.bytes = p.bytes; cell.dataset.label = p.label; cell.dataset.status = p.status;
         cell.title = describe(p);
-        if (w > 40 && h > 14) cell.textContent = p.label;
+        const name = p.dtype && p.names.length ? p.names[0] + " " : "";
+        if (w > 40 && h > 14) cell.textContent = name + p.label + " " + p.bytes.toLocaleString("en") + " B";
         cell.onmouseenter = () => { if (!pinned) details.textContent = describe(p); };
         cell.onclick = () => { pinned = pinned === p ? null : p; details.textContent = describe(p); };
         map.appendChild(cell);
