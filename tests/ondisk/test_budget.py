@@ -98,3 +98,35 @@ def test_write_budget_records_every_part_but_padding(model):
     record = document["files"]["model.pte"]
     assert record["bytes"] == pte.stat().st_size
     assert len(record["parts"]) == sum(1 for p in explanation.parts if p.storage != "padding")
+
+
+def test_assert_within_budget_fails_a_test_with_the_explanation(model):
+    from emitter_filter.testing import assert_within_budget
+
+    pte, budget = model
+    (check,) = assert_within_budget(["model.pte"], budget)
+    assert not check.over
+    pte.write_bytes(build_constants(_constants(64, 32, 256), frozenset()))
+    with pytest.raises(AssertionError, match=r"(?s)over budget.*\+256  added    constant\[3\]"):
+        assert_within_budget(["model.pte"], budget)
+
+
+def test_the_pre_commit_budget_hook_runs_budget_check_on_the_staged_files(model):
+    import shlex
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    yaml = pytest.importorskip("yaml")
+    repo = Path(__file__).resolve().parents[2]
+    hooks = yaml.safe_load((repo / ".pre-commit-hooks.yaml").read_text())
+    (hook,) = [h for h in hooks if h["id"] == "emitter-filter-budget"]
+    assert hook["language"] == "python" and hook["files"] == r"\.pte$"
+    command, *arguments = shlex.split(hook["entry"])
+    argv = [str(Path(sys.executable).with_name(command)), *arguments, "model.pte"]
+    pte, _ = model
+    assert subprocess.run(argv, capture_output=True, text=True).returncode == 0
+    pte.write_bytes(build_constants(_constants(64, 32, 256), frozenset()))
+    result = subprocess.run(argv, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "+256 B  added constant[3]" in result.stderr
