@@ -38,7 +38,7 @@ __all__ = ["JSON_SCHEMA", "Change", "SizeDiff", "diff_parts", "diff_files", "gro
 #: The value of the "schema" key of `SizeDiff.to_json()`.
 JSON_SCHEMA = "emitter-filter-diff/1"
 
-_STRUCTURE = ("header", "program", "ptd_header")
+_STRUCTURE = ("header", "program", "values", "instructions", "operators", "ptd_header")
 _ANY_BYTES = ("constant", "mutable", "external", "named_data")
 
 

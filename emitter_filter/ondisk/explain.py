@@ -8,8 +8,10 @@
 parts add up to the files' sizes exactly. Storages:
 
 - `header`: the `.pte`'s extended header (`eh00`, its length field's bytes);
-- `program`: the rest of the program flatbuffer (plans, values, instructions,
-  operators, delegates' metadata, the padding flatbuffers leaves), not split;
+- `values`, `instructions`, `operators`: the bytes of each plan's `values`,
+  `chains` and `operators` in the program flatbuffer (`program_sections`);
+- `program`: the rest of the program flatbuffer (the program's and plans' own
+  tables, delegates' metadata, segment tables, the padding flatbuffers leaves);
 - `delegate_inline`: each inline delegate blob (`backend_delegate_data[i].data`);
 - `constant`, `mutable`: each entry of the constant and mutable segments;
 - `named_data`: each named-data segment, with every key that refers to it;
@@ -43,6 +45,7 @@ from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program, P
 from emitter_filter.errors import InvariantError, PteFormatError
 from emitter_filter.ondisk.audit import AuditReport, audit_pte
 from emitter_filter.ondisk.pte_file import ByteSource, PteFile, read_pte_program
+from emitter_filter.ondisk.program_sections import count_plan_sections
 from emitter_filter.ondisk.readers import Reader, find_named_data_readers, find_tensor_readers
 from emitter_filter.reachability import DataRef, DataSpace
 from emitter_filter.state_names import StateFile, state_file
@@ -64,7 +67,7 @@ logger = logging.getLogger(__name__)
 JSON_SCHEMA = "emitter-filter-explain/1"
 #: Every `Part.storage`, in report order.
 STORAGES = (
-    "header", "program", "delegate_inline", "constant", "mutable", "external",
+    "header", "program", "values", "instructions", "operators", "delegate_inline", "constant", "mutable", "external",
     "named_data", "delegate", "segments", "ptd_header", "padding",
 )
 #: Every `Part.status`.
@@ -86,7 +89,8 @@ class Part:
         index: The entry's index in its space (`constant[i]`), the segment index
             (`named_data`, `delegate`, `segments`, `external`), the inline blob's
             index (`delegate_inline`); None for the rest.
-        tag: The `.ptd`'s name without extension, for its parts.
+        tag: The `.ptd`'s name without extension, for its parts; the plan's name
+            for `values`, `instructions` and `operators`.
         status: One of `STATUSES`.
         dtype, shape: Of the first tensor value that refers to it, if any.
         names: The FQNs of the tensors that refer to it (with `names`, also the
@@ -470,6 +474,23 @@ def _fill_gaps(file: str, size: int, structure_end: int, structure: str,
     return out
 
 
+def _split_program(pte: PteFile, program_data: bytes, parts: list[Part]) -> list[Part]:
+    """`parts` with each plan's values, instructions and operators taken out of `program`."""
+    sections = [
+        Part(pte.path, 0, nbytes, section, tag=plan.name)
+        for plan, counts in zip(pte.plans, count_plan_sections(
+            program_data, pte.path, (8, pte.header_length)))
+        for section, nbytes in counts.items() if nbytes
+    ]
+    taken = sum(p.nbytes for p in sections)
+    (position,) = [i for i, p in enumerate(parts) if p.storage == "program"] or [None]
+    if position is None or parts[position].nbytes < taken:
+        raise InvariantError(f"{pte.path}: plan sections of {taken} bytes exceed the program's")
+    rest = replace(parts[position], nbytes=parts[position].nbytes - taken)
+    return [*parts[:position], *([rest] if rest.nbytes else []), *sections,
+            *parts[position + 1:]]
+
+
 def explain_pte(
     pte: PteFile,
     program: ProgramT,
@@ -491,8 +512,8 @@ def explain_pte(
     by_file: dict[str, list[Part]] = {}
     for part in parts:
         by_file.setdefault(part.file, []).append(part)
-    placed = _fill_gaps(pte.path, pte.file_bytes, pte.program_size, "program",
-                        by_file.get(pte.path, ()))
+    placed = _split_program(pte, program_data, _fill_gaps(
+        pte.path, pte.file_bytes, pte.program_size, "program", by_file.get(pte.path, ())))
     for ptd in pte.ptd_files:
         placed += _fill_gaps(ptd.path, ptd.file_bytes, ptd.flatbuffer_end, "ptd_header",
                              by_file.get(ptd.path, ()))

@@ -38,7 +38,8 @@ def _check_attribution(explanation) -> None:
             assert part.storage in STORAGES and part.status in STATUSES
             if part.storage == "padding":
                 assert data[part.offset : part.end] == bytes(part.nbytes), part
-        placed = sorted((p for p in parts if p.storage not in ("program", "ptd_header")),
+        spread = ("program", "values", "instructions", "operators", "ptd_header")
+        placed = sorted((p for p in parts if p.storage not in spread),
                         key=lambda p: p.offset)
         for before, after in zip(placed, placed[1:]):
             assert before.end <= after.offset, (before, after)
@@ -168,3 +169,24 @@ def test_the_parts_of_the_real_world_files_add_up_to_their_sizes():
     for pte in files:
         ptds = [pte.with_suffix(".ptd")] if pte.with_suffix(".ptd").exists() else []
         _check_attribution(explain_file(pte, ptds))
+
+
+def test_the_program_flatbuffer_is_split_into_each_plans_values_instructions_operators():
+    pte, _ = saved(GOLDEN / "plain" / "dirty")
+    parts = {p.label: p for p in explain_file(pte).parts}
+    for section in ("values", "instructions", "operators"):
+        assert parts[f"{section}:forward"].nbytes > 0
+    # The values hold a Tensor table per constant and more: the largest of the three.
+    assert parts["values:forward"].nbytes > parts["instructions:forward"].nbytes
+
+
+def test_more_values_and_calls_are_more_bytes_in_their_sections(tmp_path):
+    from emitter_filter.ondisk.diff import diff_files
+
+    constants = [bytes(range(1 + i, 33 + i)) for i in range(6)]
+    small, large = tmp_path / "small.pte", tmp_path / "large.pte"
+    small.write_bytes(build_constants(constants[:2], frozenset()))
+    large.write_bytes(build_constants(constants, frozenset()))
+    grown = {c.new.label: c.delta for c in diff_files(small, large).changes if c.kind == "grown"}
+    assert grown["values:forward"] > 0 and grown["instructions:forward"] > 0
+    assert "operators:forward" not in grown  # one operator either way
