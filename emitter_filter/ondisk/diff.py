@@ -9,8 +9,10 @@ parts the steps before left unmatched:
    plan, operator, argument, and the how-manieth call of that operator);
 3. by content: identical bytes (`duplicates.group_duplicates`, the duplicate
    search `audit` runs: only parts whose size and first bytes agree are hashed);
-4. by readers alone (a dtype or shape that changed), then by storage and
-   index (the program, the headers, the n-th delegate).
+4. by readers alone (a dtype or shape that changed); XNNPACK's named data (keyed
+   by content, so a new key when the weight changes) by its delegate, its dims
+   and how many such came before it; then the program's sections, the headers
+   and the delegates by place.
 
 Reading content only after names and readers keeps a diff of two large files
 from reading their tensors: what the first two steps match is never read. What
@@ -116,7 +118,8 @@ def _notes(old: Part, new: Part) -> tuple[str, ...]:
 
 def _alone(part: Part) -> tuple[str, ...]:
     """What an added or removed part is: its tensor type, and its status if not live."""
-    notes = [f"{part.dtype}{_shape(part.shape)}"] if part.dtype else []
+    shape = "" if part.shape is None else _shape(part.shape)
+    notes = [f"{part.dtype}{shape}"] if part.dtype else []
     if part.status not in ("live", "padding"):
         notes.append(part.status)
     return tuple(notes)
@@ -166,6 +169,18 @@ def _match_content(olds: list[Part], news: list[Part], sources: Mapping[str, Byt
     return pairs
 
 
+def _delegate_ranks(parts: list[Part]) -> dict[int, tuple]:
+    """For named data XNNPACK types: (its delegates, its dims, how many such came before it)."""
+    ranks, seen = {}, {}
+    for part in parts:
+        if part.storage != "named_data" or part.shape is None or not part.readers:
+            continue
+        key = (tuple((r.plan, r.op) for r in part.readers), part.shape)
+        ranks[id(part)] = (*key, seen.get(key, 0))
+        seen[key] = seen.get(key, 0) + 1
+    return ranks
+
+
 def diff_parts(
     old: Iterable[Part], new: Iterable[Part], sources: Mapping[str, ByteSource] | None = None
 ) -> list[Change]:
@@ -191,8 +206,14 @@ def diff_parts(
         pairs += [(how, o, n) for o, n in _match_unique(olds, news, key)]
     if sources is not None:
         pairs += [("content", o, n) for o, n in _match_content(olds, news, sources)]
+    pairs += [("readers only", o, n) for o, n in
+              _match_unique(olds, news, lambda p: _reader_key(p) or None)]
+    # Named data is keyed by content: a weight that changed has a new key. Its
+    # delegate and dims, and how many such came before it, still name it.
+    ranks = {**_delegate_ranks(olds), **_delegate_ranks(news)}
+    pairs += [("delegate and dims", o, n)
+              for o, n in _match_unique(olds, news, lambda p: ranks.get(id(p)))]
     for how, key in (
-        ("readers only", lambda p: _reader_key(p) or None),
         ("place", lambda p: (p.storage, p.tag, p.index)
          if p.storage in (*_STRUCTURE, "delegate", "delegate_inline") else None),
     ):

@@ -41,12 +41,18 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program, ProgramT
+from emitter_filter._program_fbs.executorch_flatbuffer.Program import ProgramT
 from emitter_filter.errors import InvariantError, PteFormatError
 from emitter_filter.ondisk.audit import AuditReport, audit_pte
 from emitter_filter.ondisk.pte_file import ByteSource, PteFile, read_pte_program
 from emitter_filter.ondisk.program_sections import count_plan_sections
-from emitter_filter.ondisk.readers import Reader, find_named_data_readers, find_tensor_readers
+from emitter_filter.ondisk.readers import (
+    Reader,
+    find_named_data_readers,
+    find_named_data_types,
+    find_tensor_readers,
+    inline_delegate_spans,
+)
 from emitter_filter.reachability import DataRef, DataSpace
 from emitter_filter.state_names import StateFile, state_file
 
@@ -92,7 +98,8 @@ class Part:
         tag: The `.ptd`'s name without extension, for its parts; the plan's name
             for `values`, `instructions` and `operators`.
         status: One of `STATUSES`.
-        dtype, shape: Of the first tensor value that refers to it, if any.
+        dtype, shape: Of the first tensor value that refers to it, if any; for
+            XNNPACK's named data, the datatype and dims XNNPACK reads it as.
         names: The FQNs of the tensors that refer to it (with `names`, also the
             state tensors with its shape and bytes), the named-data keys, or the
             delegate's backend.
@@ -136,7 +143,8 @@ class Part:
             return self.readers[0].op if self.readers else f"({self.storage})"
         if by == "module":
             # Tensors' FQNs only: named-data keys and backends are no module paths.
-            fqn = next(iter(self.names), None) if self.dtype else None
+            tensor = self.storage in ("constant", "mutable", "external")
+            fqn = next(iter(self.names), None) if tensor else None
             if fqn is None:
                 return f"({self.storage})"
             return fqn.rsplit(".", 1)[0] if "." in fqn else "(top level)"
@@ -273,25 +281,16 @@ def _part_line(part: Part) -> str:
 # --- attribution -------------------------------------------------------------
 
 
-def _inline_delegate_spans(program_data: bytes) -> list[tuple[int, int]]:
-    """(offset, size) of each `backend_delegate_data[i].data` vector in the flatbuffer."""
-    root = Program.GetRootAs(program_data, 0)
-    spans = []
-    for index in range(root.BackendDelegateDataLength()):
-        table = root.BackendDelegateData(index)._tab
-        field = table.Offset(4)  # BackendDelegateInlineData.data, the table's first field
-        spans.append((table.Vector(field), table.VectorLen(field)) if field else (0, 0))
-    return spans
-
-
 class _Attributor:
     """Builds the parts of one `.pte` and its `.ptd` files from what audit found."""
 
-    def __init__(self, pte: PteFile, program: ProgramT, report: AuditReport,
-                 sources: Mapping[str, ByteSource], state: StateFile | None) -> None:
+    def __init__(self, pte: PteFile, program: ProgramT, program_data: bytes,
+                 report: AuditReport, sources: Mapping[str, ByteSource],
+                 state: StateFile | None) -> None:
         self.pte, self.report, self.sources, self.state = pte, report, sources, state
         self.tensor_readers = find_tensor_readers(pte, program)
         self.named_readers = find_named_data_readers(pte)
+        self.named_types = find_named_data_types(pte, program_data, sources[pte.path])
         self.users: dict[DataRef, list] = {}
         for tensor in pte.tensors:
             self.users.setdefault(tensor.ref, []).append(tensor)
@@ -323,7 +322,7 @@ class _Attributor:
         parts = []
         if pte.header_length:
             parts.append(Part(path, 8, pte.header_length, "header"))
-        spans = _inline_delegate_spans(program_data)
+        spans = inline_delegate_spans(program_data)
         for blob in pte.delegates:
             storage = "delegate" if blob.location == "segment" else "delegate_inline"
             offset, nbytes = (blob.offset, blob.nbytes) if storage == "delegate" else spans[blob.index]
@@ -353,9 +352,12 @@ class _Attributor:
         keys = [e.key for e in entries]
         dead = all(("named_data", key) in self.dead for key in keys)
         readers = tuple(dict.fromkeys(r for key in keys for r in self.named_readers.get(key, ())))
+        dtype, shape = next((self.named_types[k] for k in keys if k in self.named_types),
+                            (None, None))
         first = entries[0]
         return Part(first.file, first.offset, first.nbytes, storage, index, tag,
-                    status="dead" if dead else "live", names=tuple(keys), readers=readers)
+                    status="dead" if dead else "live", dtype=dtype, shape=shape,
+                    names=tuple(keys), readers=readers)
 
     def ptd_parts(self) -> list[Part]:
         by_fqn = {t.name: t for t in self.pte.tensors if t.ref.space is DataSpace.EXTERNAL}
@@ -506,7 +508,7 @@ def explain_pte(
         state: The model's state tensors, to name entries by content.
     """
     report = audit_pte(pte, sources, (), state)
-    attributor = _Attributor(pte, program, report, sources, state)
+    attributor = _Attributor(pte, program, program_data, report, sources, state)
     found = [p for p in attributor.pte_parts(program_data) + attributor.ptd_parts() if p.nbytes]
     parts = _merge_shared(_mark_copies(found, report), report)
     by_file: dict[str, list[Part]] = {}

@@ -85,7 +85,8 @@ function group(parts, key) {
   return [...groups.values()];
 }
 function moduleOrReader(p) {
-  const fqn = p.dtype ? p.names[0] : undefined;
+  const tensor = ["constant", "mutable", "external"].includes(p.storage);
+  const fqn = tensor ? p.names[0] : undefined;
   if (fqn) return fqn.includes(".") ? fqn.slice(0, fqn.lastIndexOf(".")) : "(top level)";
   return p.readers.length ? p.readers[0].replace(/ in plan .*/, "") : "(" + p.storage + ")";
 }
@@ -113,7 +114,8 @@ function draw() {
           `width:${w.toFixed(3)}px;height:${h.toFixed(3)}px;background:${colours[p.status]}`;
         cell.dataset.bytes = p.bytes; cell.dataset.label = p.label; cell.dataset.status = p.status;
         cell.title = describe(p);
-        const name = p.dtype && p.names.length ? p.names[0] + " " : "";
+        const tensor = ["constant", "mutable", "external"].includes(p.storage);
+        const name = tensor && p.names.length ? p.names[0] + " " : "";
         if (w > 40 && h > 14) cell.textContent = name + p.label + " " + p.bytes.toLocaleString("en") + " B";
         cell.onmouseenter = () => { if (!pinned) details.textContent = describe(p); };
         cell.onclick = () => { pinned = pinned === p ? null : p; details.textContent = describe(p); };

@@ -21,11 +21,24 @@ from dataclasses import dataclass
 from emitter_filter._program_fbs.executorch_flatbuffer.InstructionArguments import (
     InstructionArguments,
 )
-from emitter_filter._program_fbs.executorch_flatbuffer.Program import ProgramT
-from emitter_filter.ondisk.pte_file import PteFile, table_text, vector_ints
+from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program, ProgramT
+from emitter_filter.delegates import (
+    XNN_HEADER_SIZE,
+    XNNPACK_BACKEND_ID,
+    xnnpack_constant_types,
+    xnnpack_flatbuffer_span,
+)
+from emitter_filter.errors import ProgramFormatError, PteFormatError
+from emitter_filter.ondisk.pte_file import ByteSource, PteFile, table_text, vector_ints
 from emitter_filter.reachability import DataRef
 
-__all__ = ["Reader", "find_tensor_readers", "find_named_data_readers"]
+__all__ = [
+    "Reader",
+    "find_tensor_readers",
+    "find_named_data_readers",
+    "find_named_data_types",
+    "inline_delegate_spans",
+]
 
 
 @dataclass(frozen=True)
@@ -133,3 +146,48 @@ def find_named_data_readers(pte: PteFile) -> Mapping[str, Sequence[Reader]]:
                 readers.setdefault(key, []).append(Reader(user.plan, op, -1, key=key))
     keys = {entry.key for entry in pte.named_data}
     return {key: tuple(readers.get(key, ())) or tuple(opaque) for key in keys}
+
+
+def find_named_data_types(
+    pte: PteFile, program_data: bytes, source: ByteSource
+) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The datatype and dims XNNPACK reads each named-data key as (`FP32`, `QBINT4`, ...).
+
+    Reads each XNNPACK blob's header and flatbuffer, never its constant data.
+
+    Args:
+        pte: What `read_pte_program` returned with `program_data`. Not modified.
+        program_data: The program flatbuffer, for inline blobs.
+        source: The `.pte`, open, for blobs in segments.
+    """
+    types: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for blob in pte.delegates:
+        if not blob.users or any(u.backend_id != XNNPACK_BACKEND_ID for u in blob.users):
+            continue
+        if blob.location == "segment":
+            def read(start, count, offset=blob.offset):
+                return source.read(offset + start, count, "XNNPACK blob")
+        else:
+            spans = inline_delegate_spans(program_data)
+
+            def read(start, count, span=spans[blob.index]):
+                return program_data[span[0] + start : span[0] + min(start + count, span[1])]
+        try:
+            head = read(0, min(XNN_HEADER_SIZE, blob.nbytes))
+            offset, size = xnnpack_flatbuffer_span(head, blob.nbytes)
+            for key, found in xnnpack_constant_types(read(0, offset + size)).items():
+                types.setdefault(key, found)
+        except ProgramFormatError as error:
+            raise PteFormatError(pte.path, f"XNNPACK blob: {error}", blob.offset) from error
+    return types
+
+
+def inline_delegate_spans(program_data: bytes) -> list[tuple[int, int]]:
+    """(offset, size) of each `backend_delegate_data[i].data` vector in the flatbuffer."""
+    root = Program.GetRootAs(program_data, 0)
+    spans = []
+    for index in range(root.BackendDelegateDataLength()):
+        table = root.BackendDelegateData(index)._tab
+        field = table.Offset(4)  # BackendDelegateInlineData.data, the table's first field
+        spans.append((table.Vector(field), table.VectorLen(field)) if field else (0, 0))
+    return spans

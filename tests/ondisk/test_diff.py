@@ -144,3 +144,47 @@ def _export_mlp(tmp_path, name, hidden, half=False):
     manager.save(str(out / "model.pte"))
     manager.write_tensor_data_to_file(str(out))
     return out / "model.pte", sorted(out.glob("*.ptd"))
+
+
+def test_xnnpack_named_data_has_the_type_xnnpack_reads_it_as():
+    from emitter_filter.ondisk.explain import explain_file
+
+    pte, _ = saved(GOLDEN / "xnnpack" / "dirty")
+    named = [p for p in explain_file(pte).parts if p.storage == "named_data"]
+    assert named and all(p.dtype == "FP32" and p.shape for p in named)
+    assert sorted(p.nbytes for p in named) == sorted(4 * _numel(p.shape) for p in named)
+
+
+def _numel(shape) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+@pytest.mark.skipif(not HAVE_EXECUTORCH, reason="builds models with torch and executorch")
+def test_fp32_against_8da4w_names_the_dtype_changes_of_the_weights(tmp_path):
+    import copy
+
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    quant_api = pytest.importorskip("torchao.quantization.quant_api")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8)).eval()
+    paths = {}
+    for name in ("fp32", "8da4w"):
+        quantized = copy.deepcopy(model)
+        if name == "8da4w":
+            quantized = quant_api.Int8DynActInt4WeightQuantizer(groupsize=32).quantize(quantized)
+        exported = torch.export.export(quantized, (torch.randn(1, 64),))
+        lowered = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+        paths[name] = tmp_path / f"{name}.pte"
+        paths[name].write_bytes(lowered.to_executorch().buffer)
+    changes = diff_files(paths["fp32"], paths["8da4w"]).changes
+    weights = [c for c in changes if c.old and c.new and c.new.storage == "named_data"]
+    assert [(c.old.shape, c.notes) for c in weights[:2]] == [
+        ((64, 64), ("dtype FP32 -> QBINT4",)), ((8, 64), ("dtype FP32 -> QBINT4",))]
+    assert weights[0].delta == 64 * 64 // 2 - 64 * 64 * 4
+    assert {c.new.dtype for c in changes if c.kind == "added"} == {"scales"}

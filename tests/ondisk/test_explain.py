@@ -190,3 +190,29 @@ def test_more_values_and_calls_are_more_bytes_in_their_sections(tmp_path):
     grown = {c.new.label: c.delta for c in diff_files(small, large).changes if c.kind == "grown"}
     assert grown["values:forward"] > 0 and grown["instructions:forward"] > 0
     assert "operators:forward" not in grown  # one operator either way
+
+
+def test_explain_diff_and_budget_import_neither_torch_nor_executorch(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    pte, ptds = saved(GOLDEN / "external" / "dirty")
+    pruned, _ = saved(GOLDEN / "xnnpack" / "pruned")
+    dirty, _ = saved(GOLDEN / "xnnpack" / "dirty")
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from emitter_filter import cli
+        assert cli.main(["explain", {str(pte)!r}, "--ptd", {str(ptds[0])!r},
+                         "--html", {str(tmp_path / "page.html")!r}]) == 0
+        assert cli.main(["diff", {str(pruned)!r}, {str(dirty)!r}, "--markdown"]) == 0
+        assert cli.main(["budget", "write", {str(dirty)!r}, "-o", {str(tmp_path / "b.json")!r}]) == 0
+        assert cli.main(["budget", "check", {str(dirty)!r}, "--budget",
+                         {str(tmp_path / "b.json")!r}]) == 0
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "executorch"))
+        assert not loaded, loaded
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
