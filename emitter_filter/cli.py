@@ -167,6 +167,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _add_size_commands(commands) -> list[argparse.ArgumentParser]:
     """explain, diff and budget: where a file's bytes go, and why it grew."""
+    return [_add_explain(commands), _add_diff(commands), *_add_budget(commands)]
+
+
+def _add_explain(commands) -> argparse.ArgumentParser:
     from emitter_filter.ondisk.explain import GROUPINGS
 
     explain = commands.add_parser(
@@ -194,6 +198,10 @@ def _add_size_commands(commands) -> list[argparse.ArgumentParser]:
                          "all parts unless given)")
     explain.add_argument("--by", choices=GROUPINGS, default=None,
                          help="group the bytes by this instead of listing parts")
+    return explain
+
+
+def _add_diff(commands) -> argparse.ArgumentParser:
     diff = commands.add_parser(
         "diff",
         help="say why a .pte grew: the entries added, removed, grown and shrunk",
@@ -220,6 +228,10 @@ def _add_size_commands(commands) -> list[argparse.ArgumentParser]:
                       help="exit 1 if NEW is larger than OLD by more than BYTES, or PCT%% of OLD")
     diff.add_argument("--top", type=_byte_count, default=20, metavar="N",
                       help="the N largest changes to list (default 20; --json: all)")
+    return diff
+
+
+def _add_budget(commands) -> list[argparse.ArgumentParser]:
     budget = commands.add_parser(
         "budget",
         help="record .pte sizes in a committed budget file, and check files against it",
@@ -244,7 +256,7 @@ def _add_size_commands(commands) -> list[argparse.ArgumentParser]:
         action.add_argument("pte", nargs="+", metavar="FILE.pte")
         action.add_argument("--benchmark-json", metavar="OUT.json",
                             help="also write the sizes as github-action-benchmark reads them")
-    return [explain, diff, budget, write, check]
+    return [budget, write, check]
 
 
 def _add_naming_arguments(command: argparse.ArgumentParser) -> None:
