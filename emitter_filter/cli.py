@@ -1,6 +1,7 @@
 """The `emitter-filter` command line (also `python -m emitter_filter`).
 
-Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`;
+Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`,
+`diff` a growth over `--max-growth`, `budget check` a file over its budget;
 2 usage error, bad input or an output `prune` cannot write (a one-line message
 naming the file, and the offset where one applies; with -v also the traceback,
 the exit code unchanged; no output file); for `run`, what the script exited with;
@@ -39,6 +40,8 @@ EXIT_DEMO_FAILED = 1
 EXIT_TERMINATED = 128 + signal.SIGTERM
 # Dead entries the `audit` table lists; --json lists them all.
 _TABLE_DEAD_ENTRIES = 20
+# Parts (or groups) the `explain` table lists by default; --json lists them all.
+_TABLE_PARTS = 10
 
 
 def _byte_count(text: str) -> int:
@@ -169,10 +172,105 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
     )
 
+    subcommands = [audit, prune, demo, env, *_add_size_commands(commands)]
     # -v also after the subcommand; counted apart, since a subparser overwrites its parent's value.
-    for subcommand in (audit, prune, demo, env):
+    for subcommand in subcommands:
         _add_verbose(subcommand, "verbose_after", argparse.SUPPRESS)
     return parser
+
+
+def _add_size_commands(commands) -> list[argparse.ArgumentParser]:
+    """explain, diff and budget: where a file's bytes go, and why it grew."""
+    return [_add_explain(commands), _add_diff(commands), *_add_budget(commands)]
+
+
+def _add_explain(commands) -> argparse.ArgumentParser:
+    from emitter_filter.ondisk.explain import GROUPINGS
+
+    explain = commands.add_parser(
+        "explain",
+        help="attribute every byte of a .pte (and its .ptd files): what holds it, who reads it",
+        description=(
+            "Attribute every byte of MODEL.pte (and its .ptd files) to the header, the program "
+            "flatbuffer, each constant, mutable, named-data and .ptd entry, each delegate blob "
+            "or padding, the parts adding up to the file sizes exactly; each with its dtype, "
+            "shape, names, readers and status (live, dead, duplicated, shared), as audit finds "
+            "them. Needs only flatbuffers (--names imports torch). Exit 2 if a file is malformed."
+        ),
+    )
+    explain.add_argument("pte", metavar="MODEL.pte", help="the program file")
+    explain.add_argument("--ptd", action="append", default=[], metavar="FILE.ptd",
+                         help="a .ptd file with the program's external data (repeatable)")
+    explain.add_argument("--names", metavar="FILE",
+                         help="a torch.export .pt2 or an ETRecord of the same model: name "
+                         "constant and mutable entries by content (imports torch)")
+    explain.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    explain.add_argument("--html", metavar="OUT.html",
+                         help="also write a self-contained page with a treemap of the bytes")
+    explain.add_argument("--top", type=_byte_count, default=None, metavar="N",
+                         help="the N largest parts (or groups) to list (default 10; --json: "
+                         "all parts unless given)")
+    explain.add_argument("--by", choices=GROUPINGS, default=None,
+                         help="group the bytes by this instead of listing parts")
+    return explain
+
+
+def _add_diff(commands) -> argparse.ArgumentParser:
+    diff = commands.add_parser(
+        "diff",
+        help="say why a .pte grew: the entries added, removed, grown and shrunk",
+        description=(
+            "Explain OLD.pte and NEW.pte and match their entries (by name or key, then by "
+            "readers, dtype and shape, then by content, then by readers alone); print the "
+            "change by storage and status, then each entry that changed, largest first, and "
+            "what changed (dtype, shape, newly dead, a new duplicate). Exit 1 if NEW exceeds "
+            "OLD by more than --max-growth, 2 if a file is malformed."
+        ),
+    )
+    diff.add_argument("old", metavar="OLD.pte")
+    diff.add_argument("new", metavar="NEW.pte")
+    for side in ("old", "new"):
+        diff.add_argument(f"--{side}-ptd", action="append", default=[], metavar="FILE.ptd",
+                          help=f"a .ptd file of {side.upper()}.pte (repeatable)")
+        diff.add_argument(f"--{side}-names", metavar="FILE",
+                          help=f"a .pt2 or ETRecord naming {side.upper()}.pte's entries "
+                          "(imports torch)")
+    diff.add_argument("--json", action="store_true", help="print the diff as JSON")
+    diff.add_argument("--markdown", action="store_true",
+                      help="print tables ready for a pull request's comment")
+    diff.add_argument("--max-growth", metavar="BYTES|PCT%",
+                      help="exit 1 if NEW is larger than OLD by more than BYTES, or PCT%% of OLD")
+    diff.add_argument("--top", type=_byte_count, default=20, metavar="N",
+                      help="the N largest changes to list (default 20; --json: all)")
+    return diff
+
+
+def _add_budget(commands) -> list[argparse.ArgumentParser]:
+    budget = commands.add_parser(
+        "budget",
+        help="record .pte sizes in a committed budget file, and check files against it",
+        description=(
+            "budget write FILE... -o pte-budget.json records each file's bytes, bytes per "
+            "storage and entries; budget check FILE... --budget pte-budget.json exits 1 if a "
+            "file grew past its budget (or has none), printing the diff against the recorded "
+            "entries. --benchmark-json writes the sizes for github-action-benchmark "
+            "(customSmallerIsBetter)."
+        ),
+    )
+    actions = budget.add_subparsers(dest="budget_action", required=True, metavar="ACTION")
+    write = actions.add_parser("write", help="record the files' sizes and entries")
+    write.add_argument("-o", "--output", required=True, metavar="BUDGET.json")
+    check = actions.add_parser("check", help="fail on growth past the recorded budget")
+    check.add_argument("--budget", required=True, metavar="BUDGET.json")
+    check.add_argument("--tolerance", type=float, default=0.0, metavar="PCT",
+                       help="allow this much growth, in percent of the recorded bytes")
+    check.add_argument("--markdown", action="store_true",
+                       help="print the diffs as tables for a pull request's comment")
+    for action in (write, check):
+        action.add_argument("pte", nargs="+", metavar="FILE.pte")
+        action.add_argument("--benchmark-json", metavar="OUT.json",
+                            help="also write the sizes as github-action-benchmark reads them")
+    return [budget, write, check]
 
 
 def _add_naming_arguments(command: argparse.ArgumentParser) -> None:
@@ -562,6 +660,78 @@ def _audit_set(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.explain import explain_file
+
+    explanation = explain_file(options.pte, options.ptd, names=options.names)
+    if options.html:
+        from emitter_filter.ondisk.explain_page import write_explain_page
+
+        write_explain_page(explanation, options.html)
+    if options.json:
+        print(json.dumps(explanation.to_json(options.top, options.by), indent=2))
+    else:
+        print(explanation.to_text(_TABLE_PARTS if options.top is None else options.top, options.by))
+    return EXIT_OK
+
+
+def _diff(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.diff import diff_files, growth_limit
+
+    try:
+        limit = None if options.max_growth is None else growth_limit(options.max_growth)
+    except ValueError as error:
+        print(f"emitter-filter diff: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    result = diff_files(options.old, options.new, options.old_ptd, options.new_ptd,
+                        old_names=options.old_names, new_names=options.new_names)
+    if options.json:
+        print(json.dumps(result.to_json(), indent=2))
+    elif options.markdown:
+        print(result.to_markdown(options.top))
+    else:
+        print(result.to_text(options.top))
+    if limit is not None and result.over(limit):
+        _print_growth(result, f"--max-growth {options.max_growth}")
+        return EXIT_DEAD_BYTES
+    return EXIT_OK
+
+
+def _print_growth(result, limit: str) -> None:
+    """On stderr: the growth over `limit`, and the entries that account for it."""
+    print(f"emitter-filter: {result.new_path}: grew {result.delta:+,} bytes over {result.old_path}"
+          f", more than {limit}; from:", file=sys.stderr)
+    for change in result.growth():
+        notes = f" ({'; '.join(change.notes)})" if change.notes else ""
+        print(f"  {change.delta:+,} B  {change.kind} {change.label}{notes}", file=sys.stderr)
+
+
+def _budget(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.budget import benchmark_json, check_budget, read_budget, write_budget
+    from emitter_filter.ondisk.output import write_text
+
+    if options.budget_action == "write":
+        _, explanations = write_budget(options.pte, options.output)
+        print(f"wrote {options.output}: " + ", ".join(
+            f"{e.path} {e.file_bytes:,} B" for e in explanations))
+        over = []
+    else:
+        checks = check_budget(options.pte, read_budget(options.budget), options.tolerance)
+        explanations = [c.explanation for c in checks]
+        for check in checks:
+            print(check.summary())
+            if check.over and check.diff is not None:
+                print(check.diff.to_markdown() if options.markdown else check.diff.to_text())
+        over = [c for c in checks if c.over]
+        for check in over:
+            if check.diff is not None:
+                _print_growth(check.diff, f"the budget ({check.allowed_bytes:,} B allowed)")
+    if options.benchmark_json:
+        write_text(options.benchmark_json, json.dumps(benchmark_json(explanations), indent=2),
+                   inputs=options.pte)
+    return EXIT_DEAD_BYTES if over else EXIT_OK
+
+
 def _demo(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -604,7 +774,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.DEBUG if options.verbose > 1 else logging.WARNING if quiet else logging.INFO
     )
     commands = {"run": _run, "audit": _audit, "prune": _prune, "demo": _demo, "env": _env,
-                "share": _share}
+                "share": _share, "explain": _explain, "diff": _diff, "budget": _budget}
     try:
         return commands[options.command](parser, options)
     except EmitterFilterError as error:

@@ -13,12 +13,20 @@ from __future__ import annotations
 
 import struct
 
+from emitter_filter._program_fbs.fb_xnnpack.PerChannelGroupQuant import PerChannelGroupQuant
+from emitter_filter._program_fbs.fb_xnnpack.XNNDatatype import XNNDatatype
 from emitter_filter._program_fbs.fb_xnnpack.XNNGraph import XNNGraph
+from emitter_filter._program_fbs.fb_xnnpack.XNNQuantizedTensorValue import (
+    XNNQuantizedTensorValue,
+)
+from emitter_filter._program_fbs.fb_xnnpack.XNNQuantParams import XNNQuantParams
+from emitter_filter._program_fbs.fb_xnnpack.XNNTensorValue import XNNTensorValue
+from emitter_filter._program_fbs.fb_xnnpack.XValueUnion import XValueUnion
 from emitter_filter.errors import ProgramFormatError
 
 __all__ = [
     "XNNPACK_BACKEND_ID", "XNN_HEADER_SIZE", "delegate_named_keys", "xnnpack_flatbuffer_span",
-    "xnnpack_named_keys",
+    "xnnpack_named_keys", "xnnpack_constant_types",
 ]
 
 #: `BackendDelegate.id` of XNNPACK delegates: the name of
@@ -91,6 +99,75 @@ def xnnpack_named_keys(processed: bytes) -> tuple[str, ...]:
     except (struct.error, IndexError, TypeError, ValueError, UnicodeDecodeError) as e:
         raise ProgramFormatError(f"malformed XNNPACK flatbuffer: {e}") from e
     return tuple(keys)
+
+
+_XNN_DATATYPES = {
+    value: name.removeprefix("xnn_datatype_").upper()
+    for name, value in vars(XNNDatatype).items() if name.startswith("xnn_datatype_")
+}
+
+
+def _graph(processed: bytes) -> XNNGraph:
+    offset, size = xnnpack_flatbuffer_span(processed[:_XNN_HEADER.size], len(processed))
+    identifier = processed[offset + 4 : offset + 8]
+    if size < 8 or identifier not in _XNN_FLATBUFFER_IDS:
+        raise ProgramFormatError(
+            f"XNNPACK flatbuffer identifier {identifier!r} is not one of {_XNN_FLATBUFFER_IDS}"
+        )
+    return XNNGraph.GetRootAs(processed, offset)
+
+
+def xnnpack_constant_types(processed: bytes) -> dict[str, tuple[str, tuple[int, ...] | None]]:
+    """The XNNPACK datatype and dims of each named constant a blob reads, in value order.
+
+    Package-internal (not in `__all__`): `explain` gives XNNPACK's named data
+    the type XNNPACK reads it as (`FP32`, `QBINT4`, ...), and its dims; a
+    blockwise-quantized tensor's scales, when stored as named data too, are
+    `("scales", None)`.
+
+    Args:
+        processed: The blob's bytes, or at least its header and flatbuffer
+            (`xnnpack_flatbuffer_span`). Not modified.
+
+    Raises:
+        ProgramFormatError: The blob is not an XNNPACK graph the runtime would load.
+    """
+    types: dict[str, tuple[str, tuple[int, ...] | None]] = {}
+    try:
+        graph = _graph(processed)
+        keys = [graph.ConstantData(i).NamedKey() for i in range(graph.ConstantDataLength())]
+
+        def key(index: int) -> str | None:
+            return keys[index].decode("utf-8") if 0 < index < len(keys) and keys[index] else None
+
+        for index in range(graph.XvaluesLength()):
+            xvalue = graph.Xvalues(index)
+            union, kind = xvalue.XvalueUnion(), xvalue.XvalueUnionType()
+            quant = None
+            if kind == XValueUnion.XNNQuantizedTensorValue:
+                quantized = XNNQuantizedTensorValue()
+                quantized.Init(union.Bytes, union.Pos)
+                tensor, quant = quantized.TensorValue(), quantized
+            elif kind == XValueUnion.XNNTensorValue:
+                tensor = XNNTensorValue()
+                tensor.Init(union.Bytes, union.Pos)
+            else:
+                continue
+            dtype = _XNN_DATATYPES.get(tensor.Datatype(), str(tensor.Datatype()))
+            dims = tuple(int(tensor.Dims(j)) for j in range(tensor.DimsLength()))
+            name = key(tensor.ConstantBufferIdx())
+            if name is not None:
+                types.setdefault(name, (dtype, dims))
+            if quant is not None and quant.QuantParamsType() == XNNQuantParams.PerChannelGroupQuant:
+                params = PerChannelGroupQuant()
+                table = quant.QuantParams()
+                params.Init(table.Bytes, table.Pos)
+                scales = key(params.ScaleBufferIdx())
+                if scales is not None:
+                    types.setdefault(scales, ("scales", None))
+    except (struct.error, IndexError, TypeError, ValueError, UnicodeDecodeError) as e:
+        raise ProgramFormatError(f"malformed XNNPACK flatbuffer: {e}") from e
+    return types
 
 
 def delegate_named_keys(backend_id: str, processed: bytes) -> tuple[str, ...] | None:

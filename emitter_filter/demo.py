@@ -26,7 +26,7 @@ from emitter_filter import _upstream
 from emitter_filter.errors import EmitterFilterError, UnsupportedExecutorchError
 
 if TYPE_CHECKING:
-    from emitter_filter.ondisk.audit import AuditReport
+    from emitter_filter.ondisk.audit_report import AuditReport
     from emitter_filter.inprocess.reports import PruneReport
 
 __all__ = [

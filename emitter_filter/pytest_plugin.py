@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from emitter_filter.ondisk.audit import AuditReport
+    from emitter_filter.ondisk.audit_report import AuditReport
     from emitter_filter.inprocess.hook import SerializedProgram
     from emitter_filter.inprocess.reports import PruneReport
 
@@ -147,6 +147,19 @@ class PteBudget:
     exempt: bool = False
     audited: bool = False
     programs: list[ProgramRecord] = dataclasses.field(default_factory=list)
+
+    def check_size(
+        self, *paths: str | os.PathLike, budget: str | os.PathLike = "pte-budget.json",
+        tolerance_percent: float = 0.0,
+    ) -> list:
+        """Fails the test if a `.pte` it wrote is larger than its record in a size budget.
+
+        The budget file is the one `emitter-filter budget write` writes and the
+        pre-commit hook reads (`testing.assert_within_budget`).
+        """
+        from emitter_filter.testing import assert_within_budget
+
+        return assert_within_budget(paths, budget, tolerance_percent)
 
     def over_budget(self) -> list[ProgramRecord]:
         """The programs the gate fails the test for: over budget, or unreadable."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from emitter_filter.ondisk.audit import AuditReport, audit_file
+from emitter_filter.ondisk.audit import audit_file
+from emitter_filter.ondisk.audit_report import AuditReport
 
-__all__ = ["assert_no_dead_constants", "describe_dead_bytes"]
+__all__ = ["assert_no_dead_constants", "assert_within_budget", "describe_dead_bytes"]
 
 # Dead entries an assertion message lists; the rest are counted.
 _LISTED_ENTRIES = 10
@@ -53,3 +54,36 @@ def assert_no_dead_constants(
     if report.dead_bytes > max_dead_bytes:
         raise AssertionError(describe_dead_bytes(report, max_dead_bytes))
     return report
+
+
+def assert_within_budget(
+    paths: Sequence[str | os.PathLike],
+    budget: str | os.PathLike = "pte-budget.json",
+    tolerance_percent: float = 0.0,
+) -> list:
+    """Fails if a `.pte` is larger than its record in a committed size budget.
+
+    The budget is the file `emitter-filter budget write` writes, the one
+    `budget check` and the pre-commit hook read.
+
+    Args:
+        paths: The `.pte` files, as the budget names them. Not modified.
+        budget: The budget file.
+        tolerance_percent: Growth allowed, in percent of the recorded bytes.
+
+    Returns:
+        The `budget.BudgetCheck` of each file.
+
+    Raises:
+        AssertionError: A file is over its budget or has none; the message is
+            `budget check`'s, with the diff against the recorded entries.
+    """
+    from emitter_filter.ondisk.budget import check_budget, read_budget
+
+    checks = check_budget(paths, read_budget(budget), tolerance_percent)
+    over = [c for c in checks if c.over]
+    if over:
+        raise AssertionError("\n".join(
+            c.summary() + ("" if c.diff is None else "\n" + c.diff.to_text()) for c in over
+        ))
+    return checks

@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def hook_definition() -> dict:
-    (definition,) = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
-    return definition
+    hooks = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+    return next(hook for hook in hooks if hook["id"] == "emitter-filter-audit")
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from emitter_filter.ondisk.audit import AuditReport, audit_file
+from emitter_filter.ondisk.audit import audit_file
+from emitter_filter.ondisk.audit_report import AuditReport
 from emitter_filter.ondisk.share_find import SharedContent, find_set_shared, read_set
 
 __all__ = ["ProgramInSet", "SetAuditReport", "audit_set"]

@@ -31,6 +31,7 @@ __all__ = [
     "open_input",
     "write_file",
     "write_outputs",
+    "write_text",
 ]
 
 # Bytes per copy call: bounds memory on the fallback path and paces progress reports.
@@ -271,3 +272,27 @@ def write_outputs(outputs: Sequence[OutputFile], progress: ProgressFn | None = N
             except FileNotFoundError:
                 pass  # Renamed into place before a later output failed.
     return written
+
+
+def write_text(path: str | os.PathLike, text: str, inputs: Sequence[str] = ()) -> None:
+    """Writes a small text output (a report, a page) atomically, never onto an input.
+
+    Refuses to replace anything but a regular file (a directory, a device, a pipe).
+
+    Raises:
+        OutputFileError: `path` is an input or not a regular file, or cannot be written.
+    """
+    path = os.fspath(path)
+    check_outputs([os.fspath(i) for i in inputs], [path], "writing a report")
+    if os.path.lexists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+        raise OutputFileError(f"{path}: not a regular file; not replacing it")
+    fd, temp = _open_temp(path, 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temp, path)
+    except OSError as error:
+        raise OutputFileError(f"{path}: cannot write: {error.strerror or error}") from error
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)

@@ -46,7 +46,7 @@ from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTe
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.NamedData import NamedDataT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.TensorLayout import TensorLayoutT
 from emitter_filter.errors import OutputFileError
-from emitter_filter.object_models import table_text, vector_ints
+from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.analysis import find_aliases, find_shared_ranges
 from emitter_filter.ondisk.layout import (
     DEFAULT_SEGMENT_ALIGNMENT,

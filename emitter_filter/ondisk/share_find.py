@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from emitter_filter._program_fbs.executorch_flatbuffer.ScalarType import ScalarType
 from emitter_filter.duplicates import StoredCopy, group_duplicates
 from emitter_filter.errors import PteFormatError
-from emitter_filter.object_models import table_text, vector_ints
+from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan
 from emitter_filter.ondisk.file_model import PtdFile
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT

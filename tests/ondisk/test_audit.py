@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from emitter_filter.ondisk import audit, byte_source
-from emitter_filter.ondisk.audit import JSON_SCHEMA, SPACES, audit_file, audit_pte
+from emitter_filter.ondisk import audit_report, byte_source
+from emitter_filter.ondisk.audit import audit_file
+from emitter_filter.ondisk.audit_report import JSON_SCHEMA, SPACES, audit_pte
 from emitter_filter.ondisk.byte_source import ByteSource
 from emitter_filter.ondisk.read_pte import read_pte
 from emitter_filter.reachability import DataSpace
@@ -104,7 +105,7 @@ def test_named_data_of_an_opaque_delegate_is_kept_as_unprovable_and_never_dead(b
 
 
 def test_dead_entries_are_the_reports_dropped_constant_class(built):
-    assert not hasattr(audit, "DeadEntry")
+    assert not hasattr(audit_report, "DeadEntry")
     assert all(type(d) is DroppedConstant for d in audit_file(built["plain"].pte).dead)
 
 

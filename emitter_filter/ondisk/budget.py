@@ -1,0 +1,176 @@
+"""A committed size budget for `.pte` files: `emitter-filter budget write` and `check`.
+
+    pte-budget.json  {"schema": "emitter-filter-budget/1",
+                      "files": {"models/model.pte": {"bytes": N, "storage": {...}, "parts": [...]}}}
+
+`write_budget` records each file's size, its bytes per storage and its parts
+(`explain`'s, without offsets' meaning: what `diff` needs to match them again).
+`check_budget` explains each file again and compares it with its record: a file
+larger than its recorded bytes plus the tolerance is over budget, and the
+`diff` against the recorded parts says which entries grew (matched by name and
+readers; the recorded file's bytes are gone, so never by content). The pytest
+plugin's `pte_budget` fixture and the pre-commit hook read the same file.
+`benchmark_json` gives the sizes in the form github-action-benchmark reads
+(`customSmallerIsBetter`: a list of `{name, unit, value}`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from emitter_filter.errors import PteFormatError
+from emitter_filter.ondisk.diff import SizeDiff, diff_parts, totals_of
+from emitter_filter.ondisk.explain import Explanation, Part, explain_file
+from emitter_filter.ondisk.output import write_text
+from emitter_filter.ondisk.readers import Reader
+
+__all__ = [
+    "JSON_SCHEMA",
+    "BudgetCheck",
+    "record_explanation",
+    "write_budget",
+    "read_budget",
+    "check_budget",
+    "benchmark_json",
+]
+
+#: The value of the "schema" key of a budget file.
+JSON_SCHEMA = "emitter-filter-budget/1"
+
+
+def _part_record(part: Part) -> dict:
+    return {
+        "storage": part.storage, "index": part.index, "tag": part.tag, "bytes": part.nbytes,
+        "status": part.status, "dtype": part.dtype,
+        "shape": None if part.shape is None else list(part.shape),
+        "names": list(part.names),
+        "readers": [[r.plan, r.op, r.arg, r.ordinal, r.key] for r in part.readers],
+    }
+
+
+def _part_from_record(file: str, record: Mapping) -> Part:
+    shape = record.get("shape")
+    return Part(
+        file, -1, int(record["bytes"]), record["storage"], record.get("index"),
+        record.get("tag"), record.get("status", "live"), record.get("dtype"),
+        None if shape is None else tuple(shape), tuple(record.get("names", ())),
+        tuple(Reader(*reader) for reader in record.get("readers", ())),
+    )
+
+
+def record_explanation(explanation: Explanation) -> dict:
+    """One file's budget record: its size, bytes per storage and status, and its parts."""
+    return {
+        "bytes": explanation.file_bytes,
+        "totals": totals_of(explanation.parts),
+        "parts": [_part_record(p) for p in explanation.parts if p.storage != "padding"],
+    }
+
+
+def write_budget(
+    paths: Sequence[str | os.PathLike], out: str | os.PathLike
+) -> tuple[dict, list[Explanation]]:
+    """Explains each `.pte` and writes their records to `out` (atomically).
+
+    Files are keyed by the path as given, so give them as the check will (relative
+    to the repository, as pre-commit passes them).
+    """
+    explanations = [explain_file(p) for p in paths]
+    document = {
+        "schema": JSON_SCHEMA,
+        "files": {os.fspath(p): record_explanation(e) for p, e in zip(paths, explanations)},
+    }
+    write_text(out, json.dumps(document, indent=2) + "\n", inputs=[os.fspath(p) for p in paths])
+    return document, explanations
+
+
+def read_budget(path: str | os.PathLike) -> dict:
+    """Reads a budget file, checking its schema.
+
+    Raises:
+        PteFormatError: Not a budget file of this schema.
+    """
+    name = os.fspath(path)
+    try:
+        with open(name, encoding="utf-8") as f:
+            document = json.load(f)
+    except OSError as error:
+        raise PteFormatError(name, f"cannot read: {error.strerror}") from error
+    except ValueError as error:
+        raise PteFormatError(name, f"not JSON: {error}") from error
+    if not isinstance(document, dict) or document.get("schema") != JSON_SCHEMA:
+        found = document.get("schema") if isinstance(document, dict) else None
+        raise PteFormatError(name, f"schema {found!r}, expected {JSON_SCHEMA!r}")
+    return document
+
+
+@dataclass(frozen=True)
+class BudgetCheck:
+    """One file against its record.
+
+    Attributes:
+        path: The file, as given.
+        explanation: The file explained now.
+        budget_bytes: The recorded size; None when the budget has no record of it.
+        allowed_bytes: The recorded size plus the tolerance.
+        diff: The file against its record (None without a record).
+    """
+
+    path: str
+    explanation: Explanation
+    budget_bytes: int | None
+    allowed_bytes: int | None
+    diff: SizeDiff | None
+
+    @property
+    def over(self) -> bool:
+        return self.diff is None or self.diff.new_bytes > self.allowed_bytes
+
+    def summary(self) -> str:
+        if self.diff is None:
+            return f"{self.path}: no budget recorded (run emitter-filter budget write)"
+        verdict = "over budget" if self.over else "within budget"
+        return (f"{self.path}: {self.diff.new_bytes:,} bytes, budget {self.budget_bytes:,} "
+                f"(allowed {self.allowed_bytes:,}): {verdict}")
+
+
+def check_budget(
+    paths: Sequence[str | os.PathLike], budget: Mapping, tolerance_percent: float = 0.0
+) -> list[BudgetCheck]:
+    """Compares each `.pte` with its record in `budget` (what `read_budget` returned)."""
+    checks = []
+    for path in map(os.fspath, paths):
+        record = budget["files"].get(path)
+        explanation = explain_file(path)
+        if record is None:
+            checks.append(BudgetCheck(path, explanation, None, None, None))
+            continue
+        recorded = [_part_from_record(f"{path} (budget)", r) for r in record["parts"]]
+        diff = SizeDiff(
+            f"{path} (budget)", path, int(record["bytes"]), explanation.file_bytes,
+            record.get("totals", {}), totals_of(explanation.parts),
+            tuple(diff_parts(recorded, explanation.parts)),
+        )
+        allowed = int(record["bytes"] * (1 + tolerance_percent / 100))
+        checks.append(BudgetCheck(path, explanation, int(record["bytes"]), allowed, diff))
+    return checks
+
+
+def benchmark_json(explanations: Sequence[Explanation]) -> list[dict]:
+    """Sizes as github-action-benchmark's `customSmallerIsBetter` tool reads them.
+
+    One entry per file (its bytes), and one per storage holding bytes
+    (`model.pte constant`), so a chart shows which part moved.
+    """
+    entries = []
+    for explanation in explanations:
+        entries.append({"name": explanation.path, "unit": "bytes",
+                        "value": explanation.file_bytes})
+        for storage, nbytes in totals_of(explanation.parts).items():
+            if not storage.startswith("status:"):
+                entries.append({"name": f"{explanation.path} {storage}", "unit": "bytes",
+                                "value": nbytes})
+    return entries

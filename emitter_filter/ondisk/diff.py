@@ -1,0 +1,396 @@
+"""Why a `.pte` grew: `emitter-filter diff OLD NEW`, entry by entry.
+
+Both files are explained (`explain.explain_pte`: the same attribution, the same
+audit), then their parts are matched, in this order, each step only among the
+parts the steps before left unmatched:
+
+1. by name: the FQNs or named-data keys, where the set of them is unique on both sides;
+2. by readers, dtype and shape: the same calls read them (`readers.Reader`:
+   plan, operator, argument, and the how-manieth call of that operator);
+3. by content: identical bytes (`duplicates.group_duplicates`, the duplicate
+   search `audit` runs: only parts whose size and first bytes agree are hashed);
+4. by readers alone (a dtype or shape that changed); XNNPACK's named data (keyed
+   by content, so a new key when the weight changes) by its delegate, its dims
+   and how many such came before it; then the program's sections, the headers
+   and the delegates by place.
+
+Reading content only after names and readers keeps a diff of two large files
+from reading their tensors: what the first two steps match is never read. What
+is left is added (only in NEW) or removed (only in OLD). Padding is compared as
+one total per file.
+
+`diff_parts` does the matching on parts alone (content only when it is given
+sources), so a budget can compare a file with a recorded breakdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from emitter_filter.duplicates import StoredCopy, group_duplicates
+from emitter_filter.ondisk.explain import STORAGES, Explanation, Part, explain_pte, shorten
+from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan
+from emitter_filter.ondisk.read_pte import read_pte_program
+from emitter_filter.state_names import StateFile, state_file
+
+__all__ = [
+    "JSON_SCHEMA", "Change", "SizeDiff", "diff_parts", "diff_files", "diff_explanations",
+    "growth_limit", "totals_of",
+]
+
+#: The value of the "schema" key of `SizeDiff.to_json()`.
+JSON_SCHEMA = "emitter-filter-diff/1"
+
+_STRUCTURE = ("header", "program", "values", "instructions", "operators", "ptd_header")
+_ANY_BYTES = ("constant", "mutable", "external", "named_data")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One part of OLD matched with one of NEW (or with nothing).
+
+    Attributes:
+        old, new: The parts; None for an added (`old`) or removed (`new`) one.
+        matched_by: "name", "readers", "content", "readers only", "place", or None.
+        notes: What changed besides the size: dtype, shape, storage, status.
+    """
+
+    old: Part | None
+    new: Part | None
+    matched_by: str | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def delta(self) -> int:
+        return (self.new.nbytes if self.new else 0) - (self.old.nbytes if self.old else 0)
+
+    @property
+    def kind(self) -> str:
+        """added, removed, grown, shrunk, changed (same size, something else), same."""
+        if self.old is None:
+            return "added"
+        if self.new is None:
+            return "removed"
+        if self.delta:
+            return "grown" if self.delta > 0 else "shrunk"
+        return "changed" if self.notes else "same"
+
+    @property
+    def label(self) -> str:
+        """The part's names where it has any, else its place (`constant[3]`)."""
+        part = self.new or self.old
+        names = ", ".join(shorten(n) for n in part.names if part.storage != "delegate")
+        place = part.label if not self.old or not self.new or self.old.label == self.new.label \
+            else f"{self.old.label} -> {self.new.label}"
+        return f"{names} ({place})" if names else place
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "old": None if self.old is None else self.old.to_json(),
+            "new": None if self.new is None else self.new.to_json(),
+            "delta": self.delta,
+            "matched_by": self.matched_by,
+            "notes": list(self.notes),
+        }
+
+
+def _shape(shape) -> str:
+    return "-" if shape is None else "[" + ", ".join(map(str, shape)) + "]"
+
+
+def _notes(old: Part, new: Part) -> tuple[str, ...]:
+    notes = []
+    if old.dtype != new.dtype:
+        notes.append(f"dtype {old.dtype or '-'} -> {new.dtype or '-'}")
+    if old.shape != new.shape:
+        notes.append(f"shape {_shape(old.shape)} -> {_shape(new.shape)}")
+    if old.storage != new.storage:
+        notes.append(f"moved {old.storage} -> {new.storage}")
+    if old.status != new.status:
+        becomes = {"dead": "newly dead", "duplicated": "a new duplicate of " +
+                   ", ".join(new.copies), "shared": "now shared with " + ", ".join(new.copies)}
+        notes.append(becomes.get(new.status, f"{old.status} -> {new.status}"))
+    if old.storage in ("delegate", "delegate_inline") and new.nbytes != old.nbytes:
+        notes.append(f"delegate blob {'grew' if new.nbytes > old.nbytes else 'shrank'}")
+    return tuple(notes)
+
+
+def _alone(part: Part) -> tuple[str, ...]:
+    """What an added or removed part is: its tensor type, and its status if not live."""
+    shape = "" if part.shape is None else _shape(part.shape)
+    notes = [f"{part.dtype}{shape}"] if part.dtype else []
+    if part.status not in ("live", "padding"):
+        notes.append(part.status)
+    return tuple(notes)
+
+
+def _reader_key(part: Part) -> tuple:
+    return tuple((r.plan, r.op, r.arg, r.ordinal, r.key) for r in part.readers)
+
+
+def _match_unique(olds: list[Part], news: list[Part], key: Callable[[Part], Hashable | None]):
+    """Pairs of parts whose key is not None and unique on both sides; removes them from the lists."""
+    def unique(parts):
+        found: dict = {}
+        for part in parts:
+            k = key(part)
+            if k is not None:
+                found.setdefault(k, []).append(part)
+        return {k: v[0] for k, v in found.items() if len(v) == 1}
+
+    old_keys, new_keys = unique(olds), unique(news)
+    pairs = [(old_keys[k], new_keys[k]) for k in old_keys if k in new_keys]
+    matched_old = {id(o) for o, _ in pairs}
+    matched_new = {id(n) for _, n in pairs}
+    olds[:] = [p for p in olds if id(p) not in matched_old]
+    news[:] = [p for p in news if id(p) not in matched_new]
+    return pairs
+
+
+def _match_content(olds: list[Part], news: list[Part], sources: Mapping[str, ByteSource]):
+    """Pairs of parts with identical bytes, found by the duplicate search audit runs."""
+    sizes = {p.nbytes for p in olds if p.storage in _ANY_BYTES} & {
+        p.nbytes for p in news if p.storage in _ANY_BYTES}
+    candidates = [("old", i, p) for i, p in enumerate(olds)] + [
+        ("new", i, p) for i, p in enumerate(news)]
+    copies = [
+        (StoredCopy(side, None, i, ()), StoredSpan(sources[p.file], p.offset, p.nbytes))
+        for side, i, p in candidates if p.storage in _ANY_BYTES and p.nbytes in sizes
+    ]
+    pairs = []
+    for group in group_duplicates(copies):
+        old_side = [olds[c.index] for c in group.copies if c.space == "old"]
+        new_side = [news[c.index] for c in group.copies if c.space == "new"]
+        pairs += zip(old_side, new_side)
+    matched = {id(p) for pair in pairs for p in pair}
+    olds[:] = [p for p in olds if id(p) not in matched]
+    news[:] = [p for p in news if id(p) not in matched]
+    return pairs
+
+
+def _delegate_ranks(parts: list[Part]) -> dict[int, tuple]:
+    """For named data XNNPACK types: (its delegates, its dims, how many such came before it)."""
+    ranks, seen = {}, {}
+    for part in parts:
+        if part.storage != "named_data" or part.shape is None or not part.readers:
+            continue
+        key = (tuple((r.plan, r.op) for r in part.readers), part.shape)
+        ranks[id(part)] = (*key, seen.get(key, 0))
+        seen[key] = seen.get(key, 0) + 1
+    return ranks
+
+
+def diff_parts(
+    old: Iterable[Part], new: Iterable[Part], sources: Mapping[str, ByteSource] | None = None
+) -> list[Change]:
+    """Matches two files' parts (the module docstring's order); padding left out.
+
+    Args:
+        old, new: Parts of two explanations (or records of one). Not modified.
+        sources: Open files by name, for the content step; without them it is skipped.
+
+    Returns:
+        Every change, the largest size change first (then by label); parts that
+        match with the same size and nothing else changed are left out.
+    """
+    olds = [p for p in old if p.storage != "padding"]
+    news = [p for p in new if p.storage != "padding"]
+    steps: list[tuple[str, Callable]] = [
+        ("name", lambda p: tuple(sorted(p.names))
+         if p.names and p.storage not in ("delegate", "delegate_inline") else None),
+        ("readers", lambda p: (_reader_key(p), p.dtype, p.shape) if p.readers else None),
+    ]
+    pairs: list[tuple[str, Part, Part]] = []
+    for how, key in steps:
+        pairs += [(how, o, n) for o, n in _match_unique(olds, news, key)]
+    if sources is not None:
+        pairs += [("content", o, n) for o, n in _match_content(olds, news, sources)]
+    pairs += [("readers only", o, n) for o, n in
+              _match_unique(olds, news, lambda p: _reader_key(p) or None)]
+    # Named data is keyed by content: a weight that changed has a new key. Its
+    # delegate and dims, and how many such came before it, still name it.
+    ranks = {**_delegate_ranks(olds), **_delegate_ranks(news)}
+    pairs += [("delegate and dims", o, n)
+              for o, n in _match_unique(olds, news, lambda p: ranks.get(id(p)))]
+    for how, key in (
+        ("place", lambda p: (p.storage, p.tag, p.index)
+         if p.storage in (*_STRUCTURE, "delegate", "delegate_inline") else None),
+    ):
+        pairs += [(how, o, n) for o, n in _match_unique(olds, news, key)]
+    changes = [Change(o, n, how, _notes(o, n)) for how, o, n in pairs]
+    changes += [Change(o, None, None, _alone(o)) for o in olds]
+    changes += [Change(None, n, None, _alone(n)) for n in news]
+    changes = [c for c in changes if c.kind != "same"]
+    return sorted(changes, key=lambda c: (-abs(c.delta), c.label))
+
+
+def growth_limit(text: str) -> tuple[int | None, float | None]:
+    """`--max-growth`: `BYTES` or `PCT%`, as (bytes, None) or (None, percent)."""
+    value = text.strip()
+    number = value[:-1] if value.endswith("%") else value
+    try:
+        parsed = float(number) if value.endswith("%") else int(number)
+    except ValueError:
+        raise ValueError(f"--max-growth {text!r}: expected BYTES or PCT% (e.g. 4096 or 1.5%)")
+    if parsed < 0:
+        raise ValueError(f"--max-growth {text!r}: must not be negative")
+    return (None, float(parsed)) if value.endswith("%") else (int(parsed), None)
+
+
+@dataclass(frozen=True)
+class SizeDiff:
+    """The result of `diff_files`: OLD and NEW, by storage and status, and each change.
+
+    Attributes:
+        old_path, new_path: The two `.pte` files.
+        old_bytes, new_bytes: Their sizes with their `.ptd` files.
+        old_totals, new_totals: Bytes per storage, then per status (`"status:dead"`).
+        changes: What `diff_parts` returned.
+    """
+
+    old_path: str
+    new_path: str
+    old_bytes: int
+    new_bytes: int
+    old_totals: Mapping[str, int]
+    new_totals: Mapping[str, int]
+    changes: tuple[Change, ...]
+
+    @property
+    def delta(self) -> int:
+        return self.new_bytes - self.old_bytes
+
+    @property
+    def unchanged(self) -> bool:
+        return not self.changes and dict(self.old_totals) == dict(self.new_totals)
+
+    def over(self, limit: tuple[int | None, float | None]) -> bool:
+        """Whether NEW exceeds OLD by more than `growth_limit`'s result."""
+        nbytes, percent = limit
+        allowed = nbytes if nbytes is not None else self.old_bytes * percent / 100
+        return self.delta > allowed
+
+    def growth(self) -> tuple[Change, ...]:
+        """The changes that account for the growth, largest first, until they cover it."""
+        found, covered = [], 0
+        for change in sorted(self.changes, key=lambda c: -c.delta):
+            if change.delta <= 0 or covered >= self.delta:
+                break
+            found.append(change)
+            covered += change.delta
+        return tuple(found)
+
+    def rows(self) -> list[tuple[str, int, int]]:
+        """(storage or status, old, new) for each with bytes in either file."""
+        keys = [k for k in (*STORAGES, *(f"status:{s}" for s in ("live", "dead", "duplicated",
+                                                                   "shared")))
+                if self.old_totals.get(k) or self.new_totals.get(k)]
+        return [(k, self.old_totals.get(k, 0), self.new_totals.get(k, 0)) for k in keys]
+
+    def headline(self) -> str:
+        if self.unchanged:
+            return f"{self.old_path} -> {self.new_path}: no change ({self.new_bytes:,} bytes)"
+        percent = f", {self.delta / self.old_bytes:+.1%}" if self.old_bytes else ""
+        return (f"{self.old_path} -> {self.new_path}: {self.old_bytes:,} -> {self.new_bytes:,} "
+                f"bytes ({self.delta:+,}{percent})")
+
+    def to_json(self) -> dict:
+        """The stable JSON form; README.md documents it, `JSON_SCHEMA` versions it."""
+        return {
+            "schema": JSON_SCHEMA,
+            "old": {"path": self.old_path, "bytes": self.old_bytes, "totals": dict(self.old_totals)},
+            "new": {"path": self.new_path, "bytes": self.new_bytes, "totals": dict(self.new_totals)},
+            "delta": self.delta,
+            "unchanged": self.unchanged,
+            "changes": [change.to_json() for change in self.changes],
+        }
+
+    def to_text(self, top: int = 20) -> str:
+        lines = [self.headline()]
+        if self.unchanged:
+            return lines[0]
+        lines.append(f"{'':<20}{'old':>14}{'new':>14}{'delta':>14}")
+        lines += [f"{k:<20}{o:>14,}{n:>14,}{n - o:>+14,}" for k, o, n in self.rows()]
+        shown = self.changes[:top]
+        lines.append(f"changes, largest first ({len(shown)} of {len(self.changes)}):")
+        for change in shown:
+            notes = f"  ({'; '.join(change.notes)})" if change.notes else ""
+            lines.append(f"{change.delta:>+14,}  {change.kind:<8} {change.label}{notes}")
+        return "\n".join(lines)
+
+    def to_markdown(self, top: int = 20) -> str:
+        """Tables ready for a pull request's comment."""
+        if self.unchanged:
+            return f"**{os.path.basename(self.new_path)}**: no change ({self.new_bytes:,} bytes)"
+        percent = f", {self.delta / self.old_bytes:+.1%}" if self.old_bytes else ""
+        lines = [
+            f"**{os.path.basename(self.new_path)}**: {self.old_bytes:,} → {self.new_bytes:,} "
+            f"bytes ({self.delta:+,}{percent})", "",
+            "| | old | new | delta |", "|---|---:|---:|---:|",
+        ]
+        lines += [f"| {k} | {o:,} | {n:,} | {n - o:+,} |" for k, o, n in self.rows()]
+        lines += ["", "| change | entry | old | new | delta | what changed |",
+                  "|---|---|---:|---:|---:|---|"]
+        for change in self.changes[:top]:
+            old = "" if change.old is None else f"{change.old.nbytes:,}"
+            new = "" if change.new is None else f"{change.new.nbytes:,}"
+            lines.append(f"| {change.kind} | `{change.label}` | {old} | {new} | "
+                         f"{change.delta:+,} | {'; '.join(change.notes)} |")
+        if len(self.changes) > top:
+            lines.append(f"\n{len(self.changes) - top} more changes not shown.")
+        return "\n".join(lines)
+
+
+def totals_of(parts: Iterable[Part]) -> dict[str, int]:
+    """Bytes per storage and per `status:<status>`: what `SizeDiff` compares."""
+    totals: dict[str, int] = {}
+    for part in parts:
+        totals[part.storage] = totals.get(part.storage, 0) + part.nbytes
+        key = f"status:{part.status}"
+        totals[key] = totals.get(key, 0) + part.nbytes
+    return totals
+
+
+def diff_explanations(old: Explanation, new: Explanation,
+                      sources: Mapping[str, ByteSource] | None = None) -> SizeDiff:
+    """`SizeDiff` of two explanations; `sources` as `diff_parts` takes them."""
+    return SizeDiff(old.path, new.path, old.file_bytes, new.file_bytes,
+                    totals_of(old.parts), totals_of(new.parts),
+                    tuple(diff_parts(old.parts, new.parts, sources)))
+
+
+def _explain_open(stack, path, ptd_paths, state) -> tuple[Explanation, dict[str, ByteSource]]:
+    read = read_pte_program(path, ptd_paths)
+    opened = {s.name: s for s in (stack.enter_context(ByteSource(p)) for p in (path, *ptd_paths))}
+    return explain_pte(read.pte, read.program, read.program_data, opened, state), opened
+
+
+def diff_files(
+    old: str | os.PathLike,
+    new: str | os.PathLike,
+    old_ptd: Sequence[str | os.PathLike] = (),
+    new_ptd: Sequence[str | os.PathLike] = (),
+    *,
+    old_names: str | os.PathLike | StateFile | None = None,
+    new_names: str | os.PathLike | StateFile | None = None,
+) -> SizeDiff:
+    """Explains two `.pte` files (with their `.ptd` files) and matches their parts.
+
+    Args:
+        old, new: The two programs. Not modified.
+        old_ptd, new_ptd: Their `.ptd` files. Not modified.
+        old_names, new_names: `.pt2` or ETRecord files naming their entries (torch).
+
+    Raises:
+        PteFormatError: A file is malformed, or a `.ptd` does not match its `.pte`.
+    """
+    with contextlib.ExitStack() as stack:
+        before, old_sources = _explain_open(stack, old, old_ptd, state_file(old_names))
+        after, new_sources = _explain_open(stack, new, new_ptd, state_file(new_names))
+        # A file on both sides (diff a.pte a.pte) is read through either: the same bytes.
+        return diff_explanations(before, after, {**old_sources, **new_sources})

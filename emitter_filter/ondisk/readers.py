@@ -1,0 +1,193 @@
+"""Who reads each stored entry of a `.pte`: the operator or delegate call, or the key's delegate.
+
+`explain` says, for every entry, what reads it; `diff` matches entries of two
+files by it when they carry no name. One pass over each plan's instructions:
+
+- a tensor value in a `KernelCall`'s or `DelegateCall`'s `args` (directly, or as
+  an item of a `TensorList`/`OptionalTensorList` argument) is read by that call:
+  `aten::linear.out arg 1 in plan 'forward'`, or `XnnpackBackend delegate 0 arg 2`;
+- a tensor value among a plan's outputs is read by whoever calls the method;
+- a named-data key is read by every delegate whose blob names it (XNNPACK), or
+  maybe by any opaque delegate (whose blob we cannot read).
+
+Only the program flatbuffer is read, never tensor bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program, ProgramT
+from emitter_filter.delegates import (
+    XNN_HEADER_SIZE,
+    XNNPACK_BACKEND_ID,
+    xnnpack_constant_types,
+    xnnpack_flatbuffer_span,
+)
+from emitter_filter.errors import ProgramFormatError, PteFormatError
+from emitter_filter.generated_fields import table_text, vector_ints
+from emitter_filter.object_models import GENERATED
+from emitter_filter.ondisk.byte_source import ByteSource
+from emitter_filter.ondisk.file_model import PteFile
+from emitter_filter.reachability import DataRef
+
+__all__ = [
+    "Reader",
+    "find_tensor_readers",
+    "find_named_data_readers",
+    "find_named_data_types",
+    "inline_delegate_spans",
+]
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One call (or method output) that reads an entry.
+
+    Attributes:
+        plan: The execution plan's name.
+        op: The operator (`aten::linear.out`), `<backend> delegate <i>`, or `output`.
+        arg: The argument's position in the call (the output's position for
+            `output`); -1 for a delegate reading named data.
+        ordinal: How many calls of the same `op` come before it in the plan: with
+            `plan`, `op` and `arg`, a name for the reader that survives unrelated
+            calls being added elsewhere (what `diff` matches on).
+        key: The named-data key the delegate reads it by, if any.
+    """
+
+    plan: str
+    op: str
+    arg: int
+    ordinal: int = 0
+    key: str | None = None
+
+    def describe(self) -> str:
+        """`aten::embedding.out arg 0 in plan 'forward'` (`via key ...` for named data)."""
+        if self.op == "output":
+            what = f"output {self.arg}"
+        else:
+            what = self.op if self.arg < 0 else f"{self.op} arg {self.arg}"
+        via = "" if self.key is None else f" via key {self.key}"
+        return f"{what} in plan {self.plan!r}{via}"
+
+
+def _operator_names(plan) -> list[str]:
+    names = []
+    for operator in plan.operators or ():
+        name, overload = table_text(operator.name) or "?", table_text(operator.overload)
+        names.append(f"{name}.{overload}" if overload else name)
+    return names
+
+
+def _delegate_names(plan) -> list[str]:
+    return [f"{table_text(d.id) or '?'} delegate {i}" for i, d in enumerate(plan.delegates or ())]
+
+
+def _plan_calls(plan) -> list[tuple[str, list[int]]]:
+    """(op, args) of each kernel and delegate call, in chain then instruction order."""
+    operators, delegates = _operator_names(plan), _delegate_names(plan)
+    calls = []
+    for chain in plan.chains or ():
+        for instruction in chain.instructions or ():
+            kind, args = GENERATED.instruction(instruction)
+            if kind == "KernelCall":
+                op = operators[args.opIndex] if 0 <= args.opIndex < len(operators) else "?"
+            elif kind == "DelegateCall":
+                index = args.delegateIndex
+                op = delegates[index] if 0 <= index < len(delegates) else "?"
+            else:
+                continue
+            calls.append((op, vector_ints(args.args)))
+    return calls
+
+
+def find_tensor_readers(pte: PteFile, program: ProgramT) -> dict[DataRef, tuple[Reader, ...]]:
+    """The calls that read each tensor data entry, over every plan, in plan then call order.
+
+    Args:
+        pte: What `read_pte_program` returned with `program`. Not modified.
+        program: The unpacked program. Not modified.
+    """
+    readers: dict[DataRef, list[Reader]] = {}
+    for refs, plan in zip(pte.plans, program.executionPlan or ()):
+        seen: dict[str, int] = {}
+        for op, args in _plan_calls(plan):
+            ordinal = seen[op] = seen.get(op, -1) + 1
+            for position, value in enumerate(args):
+                for item in (value, *refs.list_items.get(value, ())):
+                    ref = refs.data_refs.get(item)
+                    if ref is not None:
+                        readers.setdefault(ref, []).append(
+                            Reader(refs.name, op, position, ordinal)
+                        )
+        for position, value in enumerate(vector_ints(plan.outputs)):
+            ref = refs.data_refs.get(value)
+            if ref is not None:
+                readers.setdefault(ref, []).append(Reader(refs.name, "output", position))
+    return {ref: tuple(dict.fromkeys(found)) for ref, found in readers.items()}
+
+
+def find_named_data_readers(pte: PteFile) -> Mapping[str, Sequence[Reader]]:
+    """The delegates that read each named-data key; opaque delegates may read any key.
+
+    A key no readable delegate names gets every opaque delegate, `op` marked
+    `(opaque)`: the same rule as `classify_file_named_data`, which keeps such keys.
+    """
+    readers: dict[str, list[Reader]] = {}
+    opaque: list[Reader] = []
+    for blob in pte.delegates:
+        for user in blob.users:
+            op = f"{user.backend_id} delegate {user.index}"
+            if blob.named_keys is None:
+                opaque.append(Reader(user.plan, f"{op} (opaque)", -1))
+                continue
+            for key in sorted(blob.named_keys):
+                readers.setdefault(key, []).append(Reader(user.plan, op, -1, key=key))
+    keys = {entry.key for entry in pte.named_data}
+    return {key: tuple(readers.get(key, ())) or tuple(opaque) for key in keys}
+
+
+def find_named_data_types(
+    pte: PteFile, program_data: bytes, source: ByteSource
+) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The datatype and dims XNNPACK reads each named-data key as (`FP32`, `QBINT4`, ...).
+
+    Reads each XNNPACK blob's header and flatbuffer, never its constant data.
+
+    Args:
+        pte: What `read_pte_program` returned with `program_data`. Not modified.
+        program_data: The program flatbuffer, for inline blobs.
+        source: The `.pte`, open, for blobs in segments.
+    """
+    types: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for blob in pte.delegates:
+        if not blob.users or any(u.backend_id != XNNPACK_BACKEND_ID for u in blob.users):
+            continue
+        if blob.location == "segment":
+            def read(start, count, offset=blob.offset):
+                return source.read(offset + start, count, "XNNPACK blob")
+        else:
+            spans = inline_delegate_spans(program_data)
+
+            def read(start, count, span=spans[blob.index]):
+                return program_data[span[0] + start : span[0] + min(start + count, span[1])]
+        try:
+            head = read(0, min(XNN_HEADER_SIZE, blob.nbytes))
+            offset, size = xnnpack_flatbuffer_span(head, blob.nbytes)
+            for key, found in xnnpack_constant_types(read(0, offset + size)).items():
+                types.setdefault(key, found)
+        except ProgramFormatError as error:
+            raise PteFormatError(pte.path, f"XNNPACK blob: {error}", blob.offset) from error
+    return types
+
+
+def inline_delegate_spans(program_data: bytes) -> list[tuple[int, int]]:
+    """(offset, size) of each `backend_delegate_data[i].data` vector in the flatbuffer."""
+    root = Program.GetRootAs(program_data, 0)
+    spans = []
+    for index in range(root.BackendDelegateDataLength()):
+        table = root.BackendDelegateData(index)._tab
+        field = table.Offset(4)  # BackendDelegateInlineData.data, the table's first field
+        spans.append((table.Vector(field), table.VectorLen(field)) if field else (0, 0))
+    return spans

@@ -1,0 +1,132 @@
+"""`emitter-filter budget write` / `check`: a committed size budget, explained when it fails."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from emitter_filter.cli import main
+from emitter_filter.ondisk.budget import JSON_SCHEMA, check_budget, read_budget, write_budget
+from tests.layouts import build_constants
+
+pytestmark = pytest.mark.filetools
+
+
+def _constants(*sizes: int) -> list[bytes]:
+    return [bytes((i * 7 + j) % 251 + 1 for j in range(size)) for i, size in enumerate(sizes)]
+
+
+@pytest.fixture
+def model(tmp_path, monkeypatch):
+    """model.pte in the current directory, its budget written; returns (path, budget path)."""
+    monkeypatch.chdir(tmp_path)
+    pte = tmp_path / "model.pte"
+    pte.write_bytes(build_constants(_constants(64, 32), frozenset()))
+    assert main(["budget", "write", "model.pte", "-o", "pte-budget.json"]) == 0
+    return pte, tmp_path / "pte-budget.json"
+
+
+def test_a_file_as_recorded_is_within_its_budget(model, capsys):
+    pte, budget = model
+    capsys.readouterr()
+    assert json.loads(budget.read_text())["schema"] == JSON_SCHEMA
+    assert main(["budget", "check", "model.pte", "--budget", str(budget)]) == 0
+    size = pte.stat().st_size
+    assert capsys.readouterr().out == (
+        f"model.pte: {size:,} bytes, budget {size:,} (allowed {size:,}): within budget\n"
+    )
+
+
+def test_an_added_tensor_fails_the_check_with_the_explanation(model, capsys):
+    pte, budget = model
+    pte.write_bytes(build_constants(_constants(64, 32, 256), frozenset()))
+    capsys.readouterr()
+    assert main(["budget", "check", "model.pte", "--budget", str(budget)]) == 1
+    captured = capsys.readouterr()
+    assert "over budget" in captured.out
+    assert "+256  added    constant[3]  (FLOAT[64])" in captured.out
+    assert "+256 B  added constant[3]" in captured.err
+    (check,) = check_budget(["model.pte"], read_budget(budget))
+    assert check.over and check.diff.changes[0].new.label == "constant[3]"
+
+
+def test_the_tolerance_allows_that_much_growth(model):
+    pte, budget = model
+    before = pte.stat().st_size
+    pte.write_bytes(build_constants(_constants(64, 36), frozenset()))
+    percent = 100 * (pte.stat().st_size - before) / before
+    argv = ["budget", "check", "model.pte", "--budget", str(budget), "--tolerance"]
+    assert main([*argv, f"{percent + 0.5:.2f}"]) == 0
+    assert main([*argv, f"{max(percent - 0.5, 0):.2f}"]) == 1
+
+
+def test_a_file_without_a_record_fails(model, tmp_path, capsys):
+    _, budget = model
+    other = tmp_path / "other.pte"
+    other.write_bytes(build_constants(_constants(16), frozenset()))
+    capsys.readouterr()
+    assert main(["budget", "check", "other.pte", "--budget", str(budget)]) == 1
+    assert "other.pte: no budget recorded" in capsys.readouterr().out
+
+
+def test_a_file_that_is_no_budget_is_a_usage_error(model, tmp_path, capsys):
+    pte, _ = model
+    bogus = tmp_path / "bogus.json"
+    bogus.write_text('{"schema": "something-else"}')
+    assert main(["budget", "check", "model.pte", "--budget", str(bogus)]) == 2
+    assert "expected 'emitter-filter-budget/1'" in capsys.readouterr().err
+    before = pte.read_bytes()
+    assert main(["budget", "write", "model.pte", "-o", "model.pte"]) == 2
+    assert pte.read_bytes() == before
+
+
+def test_benchmark_json_is_what_github_action_benchmark_reads(model, tmp_path):
+    pte, budget = model
+    out = tmp_path / "bench.json"
+    argv = ["budget", "check", "model.pte", "--budget", str(budget), "--benchmark-json", str(out)]
+    assert main(argv) == 0
+    entries = json.loads(out.read_text())
+    assert entries[0] == {"name": "model.pte", "unit": "bytes", "value": pte.stat().st_size}
+    assert all(set(e) == {"name", "unit", "value"} for e in entries)
+    assert sum(e["value"] for e in entries[1:]) == pte.stat().st_size
+
+
+def test_write_budget_records_every_part_but_padding(model):
+    pte, budget = model
+    document, (explanation,) = write_budget(["model.pte"], budget)
+    record = document["files"]["model.pte"]
+    assert record["bytes"] == pte.stat().st_size
+    assert len(record["parts"]) == sum(1 for p in explanation.parts if p.storage != "padding")
+
+
+def test_assert_within_budget_fails_a_test_with_the_explanation(model):
+    from emitter_filter.testing import assert_within_budget
+
+    pte, budget = model
+    (check,) = assert_within_budget(["model.pte"], budget)
+    assert not check.over
+    pte.write_bytes(build_constants(_constants(64, 32, 256), frozenset()))
+    with pytest.raises(AssertionError, match=r"(?s)over budget.*\+256  added    constant\[3\]"):
+        assert_within_budget(["model.pte"], budget)
+
+
+def test_the_pre_commit_budget_hook_runs_budget_check_on_the_staged_files(model):
+    import shlex
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    yaml = pytest.importorskip("yaml")
+    repo = Path(__file__).resolve().parents[2]
+    hooks = yaml.safe_load((repo / ".pre-commit-hooks.yaml").read_text())
+    (hook,) = [h for h in hooks if h["id"] == "emitter-filter-budget"]
+    assert hook["language"] == "python" and hook["files"] == r"\.pte$"
+    command, *arguments = shlex.split(hook["entry"])
+    argv = [str(Path(sys.executable).with_name(command)), *arguments, "model.pte"]
+    pte, _ = model
+    assert subprocess.run(argv, capture_output=True, text=True).returncode == 0
+    pte.write_bytes(build_constants(_constants(64, 32, 256), frozenset()))
+    result = subprocess.run(argv, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "+256 B  added constant[3]" in result.stderr

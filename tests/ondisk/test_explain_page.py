@@ -1,0 +1,177 @@
+"""`explain --html`: one self-contained page, drawn by headless Chromium offline.
+
+The browser tests need Debian's `chromium` (`apt-get install -y chromium`) and
+skip without it. Chromium runs with every host name resolving nowhere and a
+proxy that refuses, so a page needing the network would not draw; and the page
+is checked for external URLs (a check shown to catch one).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from emitter_filter.cli import main
+from emitter_filter.ondisk.explain import explain_file
+from emitter_filter.ondisk.explain_page import COLOURS, render_explain_page
+from tests.files import GOLDEN, saved
+from tests.layouts import build_constants
+
+pytestmark = pytest.mark.filetools
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)"
+)
+WINDOW = (1200, 900)
+# Anything a page could fetch: a URL with a scheme or protocol-relative, CSS url()/@import.
+EXTERNAL = re.compile(r"""(?:https?|ftp|wss?):|(?:src|href)\s*=\s*["']?//|url\(|@import""", re.I)
+CELL = re.compile(r'<div class="cell" data-bytes="(\d+)" data-label="([^"]*)" data-status="(\w+)"'
+                  r'[^>]*style="left: ([\d.]+)px; top: ([\d.]+)px; width: ([\d.]+)px; '
+                  r'height: ([\d.]+)px;')
+
+
+def external_urls(page: str) -> list[str]:
+    return EXTERNAL.findall(page)
+
+
+@pytest.fixture
+def page(tmp_path) -> Path:
+    """A page for a file with live, dead, duplicated and padding bytes."""
+    same = bytes(range(1, 129))
+    constants = [same, bytes(range(50, 114)), same, bytes(i % 250 + 1 for i in range(1024))]
+    pte = tmp_path / "model.pte"
+    pte.write_bytes(build_constants(constants, frozenset({1})))
+    out = tmp_path / "model.html"
+    assert main(["explain", str(pte), "--html", str(out)]) == 0
+    return out
+
+
+def _chromium(tmp_path: Path, *flags: str, url: str) -> subprocess.CompletedProcess:
+    profile = tmp_path / "profile"
+    profile.mkdir(exist_ok=True)
+    argv = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", f"--user-data-dir={profile}",
+        "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9",
+        f"--window-size={WINDOW[0]},{WINDOW[1]}", *flags, url,
+    ]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+
+
+def test_the_page_is_one_file_with_nothing_to_fetch(page):
+    text = page.read_text()
+    assert external_urls(text) == []
+    assert "<script src" not in text and "<link" not in text and "<img" not in text
+
+
+def test_the_url_check_catches_a_page_that_would_fetch():
+    for bad in ('<script src="https://cdn.example/d3.js">', '<link href="//fonts.example/x">',
+                "<style>body { background: url(x.png) }</style>", "@import 'x.css';"):
+        assert external_urls(bad), bad
+
+
+def test_a_name_cannot_end_the_pages_script_early(tmp_path):
+    pte, ptds = saved(GOLDEN / "plain" / "dirty")
+    explanation = explain_file(pte, ptds)
+    evil = explanation.parts[0].__class__(**{**explanation.parts[0].__dict__,
+                                             "names": ("</script><b>x",)})
+    page = render_explain_page(explanation.__class__(
+        explanation.path, explanation.files, (evil, *explanation.parts[1:]), (), explanation.audit))
+    assert "</script><b>" not in page
+
+
+@needs_chromium
+def test_the_treemaps_areas_are_the_bytes_in_headless_chromium(page, tmp_path):
+    dom = _chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom",
+                    url=page.as_uri()).stdout
+    assert 'data-drawn="yes"' in dom, "the page's script did not draw"
+    width = float(re.search(r'id="map" data-width="([\d.]+)"', dom)[1])
+    height = float(re.search(r'data-height="([\d.]+)"', dom)[1])
+    cells = [(int(b), label, status, *map(float, box)) for b, label, status, *box
+             in CELL.findall(dom)]
+    explanation = explain_file(page.with_suffix(".pte"))
+    assert sorted((c[0], c[1]) for c in cells) == sorted(
+        (p.nbytes, p.label) for p in explanation.parts)
+    assert {c[2] for c in cells} == {"live", "dead", "duplicated", "padding"}
+    total = sum(c[0] for c in cells)
+    for nbytes, label, _, left, top, w, h in cells:
+        # Coordinates are written to 3 decimals: the area is right to that rounding.
+        assert w * h == pytest.approx(nbytes / total * width * height, abs=(w + h) * 1e-3 + 1e-3)
+        assert left + w <= width + 1e-2 and top + h <= height + 1e-2, label
+
+
+class _Masks(dict):
+    """Per-length masks of every byte's low 7 bits or high bit, for bytewise addition."""
+
+    def __init__(self, byte: int) -> None:
+        super().__init__()
+        self.byte = byte
+
+    def __missing__(self, length: int) -> int:
+        self[length] = int.from_bytes(bytes([self.byte]) * length, "big")
+        return self[length]
+
+
+_LOW7, _HIGH1 = _Masks(0x7F), _Masks(0x80)
+
+
+def _png_pixels(data: bytes) -> tuple[int, int, Counter]:
+    """(width, height, colours of every 4th pixel of each row) of an 8-bit RGB(A) PNG."""
+    width, height, depth, colour = struct.unpack(">IIBB", data[16:26])
+    assert depth == 8 and colour in (2, 6), (depth, colour)
+    chunks, at = [], 8
+    while at < len(data):
+        (length,), kind = struct.unpack(">I", data[at : at + 4]), data[at + 4 : at + 8]
+        if kind == b"IDAT":
+            chunks.append(data[at + 8 : at + 8 + length])
+        at += 12 + length
+    raw, step = zlib.decompress(b"".join(chunks)), 3 if colour == 2 else 4
+    stride, previous, colours = width * step, bytearray(width * step), Counter()
+    for row in range(height):
+        start = row * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
+        if kind == 2:  # "Up", most of Chromium's rows: bytewise sums of two big integers
+            a, b = int.from_bytes(line, "big"), int.from_bytes(previous, "big")
+            low = (a & _LOW7[stride]) + (b & _LOW7[stride])
+            line = bytearray(((low ^ ((a ^ b) & _HIGH1[stride]))).to_bytes(stride, "big"))
+            kind = 0
+        for i in range(stride if kind else 0):
+            left = line[i - step] if i >= step else 0
+            up, corner = previous[i], previous[i - step] if i >= step else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 255
+            elif kind == 4:
+                p = left + up - corner
+                near = min((abs(p - left), 0, left), (abs(p - up), 1, up), (abs(p - corner), 2, corner))
+                line[i] = (line[i] + near[2]) & 255
+        colours.update(tuple(line[i : i + 3]) for i in range(0, stride, step * 4))
+        previous = line
+    return width, height, colours
+
+
+@needs_chromium
+def test_the_screenshot_shows_each_status_colour(page, tmp_path):
+    shot = tmp_path / "shot.png"
+    _chromium(tmp_path, "--virtual-time-budget=5000", f"--screenshot={shot}", url=page.as_uri())
+    width, height, seen = _png_pixels(shot.read_bytes())
+    assert (width, height) == WINDOW
+    explanation = explain_file(page.with_suffix(".pte"))
+    # The map is 560 px high and about the window wide; a quarter of each row is sampled.
+    # Half of a status's share of it must show its colour: the legend's swatches do not.
+    samples = 560 * (WINDOW[0] - 40) / 4
+    for status in ("live", "dead", "duplicated", "padding"):
+        share = sum(p.nbytes for p in explanation.parts if p.status == status) / explanation.file_bytes
+        colour = COLOURS[status]
+        rgb = tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
+        assert seen[rgb] > share * samples / 2, f"{status} ({colour}): {seen[rgb]} pixels"
