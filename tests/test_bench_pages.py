@@ -5,16 +5,13 @@ log kept; the test then reads the DOM after the page's script ran and checks
 each drawn point against the figure computed here from the raw `results.json`
 (not through `bench.results`), and its position against its value.
 
-Needs Chromium (Debian: `apt-get install -y chromium`); skips where it is absent.
+Chromium runs as `tests.browser` runs it (offline; skipped where it is missing).
 """
 
 from __future__ import annotations
 
 import json
-import re
-import shutil
 import statistics
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -27,14 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.cli import EXIT_OK, main  # noqa: E402
 from tests import bench_runs  # noqa: E402
+from tests.browser import external_urls, needs_chromium, page_requests, run_chromium  # noqa: E402
 
 _TIED = "tied_embedding_32000x288"
-_CHROMIUM = next(
-    (path for name in ("chromium", "chromium-browser") if (path := shutil.which(name))), None
-)
-pytestmark = pytest.mark.skipif(
-    _CHROMIUM is None, reason="headless Chromium is not installed (apt-get install -y chromium)"
-)
+pytestmark = needs_chromium
 
 
 @dataclass(eq=False)  # compared by identity: two cells of the same text are two cells
@@ -89,40 +82,19 @@ class _Rendered:
     requests: list[str]
 
 
-def _page_requests(netlog: Path) -> list[str]:
-    """URLs the page asked for: requests whose network isolation key is the file:// page's."""
-    log = json.loads(netlog.read_text())
-    start_job = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
-    return [
-        event["params"]["url"]
-        for event in log["events"]
-        if event["type"] == start_job
-        and str(event.get("params", {}).get("network_isolation_key", "")).startswith("file://")
-    ]
-
-
 def _open(page: Path, tmp_path: Path) -> _Rendered:
     """The DOM of `page` once its script ran, and what it fetched, in headless Chromium."""
     netlog = tmp_path / "netlog.json"
-    command = [
-        _CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
-        "--host-resolver-rules=MAP * ~NOTFOUND", f"--log-net-log={netlog}",
-        "--virtual-time-budget=5000", "--dump-dom", page.resolve().as_uri(),
-    ]
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-    assert completed.returncode == 0, completed.stderr[-2000:]
+    completed = run_chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom",
+                             url=page.resolve().as_uri(), netlog=netlog)
     dom = _Dom()
     dom.feed(completed.stdout)
-    return _Rendered(dom, _page_requests(netlog))
+    return _Rendered(dom, page_requests(netlog))
 
 
 def _assert_self_contained(page: Path, rendered: _Rendered) -> None:
     assert rendered.requests == [], "the page fetched something"
-    html = page.read_text()
-    assert not re.search(r"""\b(src|href)\s*=\s*["']?(?!#|data:)[a-z][a-z0-9+.-]*:""", html, re.I)
-    assert not re.search(r"url\(\s*['\"]?(https?:)?//", html, re.I)
+    assert external_urls(page.read_text()) == []
 
 
 def _median(info: dict, key: str) -> float:

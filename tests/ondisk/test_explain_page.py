@@ -1,17 +1,13 @@
 """`explain --html`: one self-contained page, drawn by headless Chromium offline.
 
-The browser tests need Debian's `chromium` (`apt-get install -y chromium`) and
-skip without it. Chromium runs with every host name resolving nowhere and a
-proxy that refuses, so a page needing the network would not draw; and the page
-is checked for external URLs (a check shown to catch one).
+The browser tests run Chromium as `tests.browser` does (offline, skipped where it is
+missing); the page is also checked for external URLs (a check shown to catch one).
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import struct
-import subprocess
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -21,25 +17,16 @@ import pytest
 from emitter_filter.cli import main
 from emitter_filter.ondisk.explain import explain_file
 from emitter_filter.ondisk.explain_page import COLOURS, render_explain_page
+from tests.browser import external_urls, needs_chromium, run_chromium
 from tests.files import GOLDEN, saved
 from tests.layouts import build_constants
 
 pytestmark = pytest.mark.filetools
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)"
-)
 WINDOW = (1200, 900)
-# Anything a page could fetch: a URL with a scheme or protocol-relative, CSS url()/@import.
-EXTERNAL = re.compile(r"""(?:https?|ftp|wss?):|(?:src|href)\s*=\s*["']?//|url\(|@import""", re.I)
 CELL = re.compile(r'<div class="cell" data-bytes="(\d+)" data-label="([^"]*)" data-status="(\w+)"'
                   r'[^>]*style="left: ([\d.]+)px; top: ([\d.]+)px; width: ([\d.]+)px; '
                   r'height: ([\d.]+)px;')
-
-
-def external_urls(page: str) -> list[str]:
-    return EXTERNAL.findall(page)
 
 
 @pytest.fixture
@@ -52,19 +39,6 @@ def page(tmp_path) -> Path:
     out = tmp_path / "model.html"
     assert main(["explain", str(pte), "--html", str(out)]) == 0
     return out
-
-
-def _chromium(tmp_path: Path, *flags: str, url: str) -> subprocess.CompletedProcess:
-    profile = tmp_path / "profile"
-    profile.mkdir(exist_ok=True)
-    argv = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", f"--user-data-dir={profile}",
-        "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9",
-        f"--window-size={WINDOW[0]},{WINDOW[1]}", *flags, url,
-    ]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
 
 
 def test_the_page_is_one_file_with_nothing_to_fetch(page):
@@ -91,8 +65,8 @@ def test_a_name_cannot_end_the_pages_script_early(tmp_path):
 
 @needs_chromium
 def test_the_treemaps_areas_are_the_bytes_in_headless_chromium(page, tmp_path):
-    dom = _chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom",
-                    url=page.as_uri()).stdout
+    dom = run_chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom",
+                       url=page.as_uri(), window=WINDOW).stdout
     assert 'data-drawn="yes"' in dom, "the page's script did not draw"
     width = float(re.search(r'id="map" data-width="([\d.]+)"', dom)[1])
     height = float(re.search(r'data-height="([\d.]+)"', dom)[1])
@@ -163,7 +137,8 @@ def _png_pixels(data: bytes) -> tuple[int, int, Counter]:
 @needs_chromium
 def test_the_screenshot_shows_each_status_colour(page, tmp_path):
     shot = tmp_path / "shot.png"
-    _chromium(tmp_path, "--virtual-time-budget=5000", f"--screenshot={shot}", url=page.as_uri())
+    run_chromium(tmp_path, "--virtual-time-budget=5000", f"--screenshot={shot}",
+                 url=page.as_uri(), window=WINDOW)
     width, height, seen = _png_pixels(shot.read_bytes())
     assert (width, height) == WINDOW
     explanation = explain_file(page.with_suffix(".pte"))
