@@ -13,7 +13,9 @@ from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPas
 
 import emitter_filter
 from emitter_filter import state_names
-from emitter_filter.inprocess.prune_emitted import prune_emitter_output, tensor_data_ref
+from emitter_filter.inprocess.prune_emitted import prune_emitter_output
+from emitter_filter.object_models import EXIR_SCHEMA
+from emitter_filter.plan_indices import tensor_data_ref
 from emitter_filter.errors import InvariantError
 from emitter_filter.names import ConstantName
 from emitter_filter.state_names import PlaceholderNames
@@ -147,8 +149,8 @@ def test_a_mutable_buffers_initial_state_is_named_as_one():
     plan = emitter_output.program.execution_plan[0]
     [count] = [
         i for i, v in enumerate(plan.values)
-        if hasattr(v.val, "data_buffer_idx") and tensor_data_ref(v.val) is not None
-        and tensor_data_ref(v.val).space.value == "mutable"
+        if hasattr(v.val, "data_buffer_idx") and tensor_data_ref(EXIR_SCHEMA, v.val) is not None
+        and tensor_data_ref(EXIR_SCHEMA, v.val).space.value == "mutable"
     ]
     # Make nothing read `count` (its instructions read value 0 instead): its initial
     # state is then dead, as after a pass that removed every use of the buffer.
