@@ -15,6 +15,7 @@ them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import warnings
@@ -186,6 +187,69 @@ def _check(failures: list[str], holds: bool, sentence: str) -> None:
         failures.append(sentence)
 
 
+def _export_both(torch, model, inputs, plain_path: Path, pruned_path: Path):
+    """Writes the plain and the pruned `.pte` of one graph; returns the pruned manager and the
+    seconds its `to_executorch` took."""
+    from executorch.exir import ExecutorchBackendConfig as PlainConfig
+    from executorch.exir import to_edge
+
+    import emitter_filter
+
+    # Upstream's own deprecation notices, about its internals: not the user's to act on.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        exported = torch.export.export(model, inputs)
+        logger.info("to_executorch with plain ExecuTorch -> %s", plain_path)
+        plain = to_edge(exported).transform([fold_multiply_by_parameter])
+        plain.to_executorch(PlainConfig()).save(str(plain_path))
+        logger.info("to_executorch with prune_constants=True -> %s", pruned_path)
+        edge = to_edge(exported).transform([fold_multiply_by_parameter])
+        started = time.perf_counter()
+        manager = edge.to_executorch(emitter_filter.ExecutorchBackendConfig(prune_constants=True))
+        seconds = time.perf_counter() - started
+        manager.save(str(pruned_path))
+    return manager, seconds
+
+
+def _outputs_identical(torch, inputs, plain_path: Path, pruned_path: Path) -> bool:
+    """Whether both files return the same outputs in the portable runtime."""
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    logger.info("running both files in the portable runtime")
+    # The runtime does not keep its buffer alive: hold the bytes until the outputs are read.
+    plain_bytes, pruned_bytes = plain_path.read_bytes(), pruned_path.read_bytes()
+    plain_outputs = _load_for_executorch_from_buffer(plain_bytes).forward(inputs)
+    pruned_outputs = _load_for_executorch_from_buffer(pruned_bytes).forward(inputs)
+    return len(plain_outputs) == len(pruned_outputs) and all(
+        torch.equal(a, b) for a, b in zip(plain_outputs, pruned_outputs)
+    )
+
+
+def _failures(result: DemoResult) -> tuple[str, ...]:
+    """The demo's claims that do not hold, each as one line (see the module docstring)."""
+    failures: list[str] = []
+    plain, pruned = result.plain_audit, result.pruned_audit
+    _check(failures, pruned.file_bytes < plain.file_bytes,
+           f"{result.pruned} ({pruned.file_bytes:,} B) is not smaller than {result.plain} "
+           f"({plain.file_bytes:,} B)")
+    dropped = sorted((n.name, d.nbytes) for d in result.report.dropped for n in d.names)
+    expected = sorted((name, nbytes) for name, _, _, nbytes in result.leaks)
+    _check(failures, dropped == expected,
+           f"the filter dropped (name, bytes) {dropped}, expected the leaks' {expected}")
+    audited = [(d.space, d.index, d.nbytes) for d in plain.dead]
+    reported = [(d.space, d.index, d.nbytes) for d in result.report.dropped]
+    _check(failures, audited == reported,
+           f"audit of {result.plain} finds dead (space, index, bytes) {audited}, "
+           f"the filter dropped {reported}")
+    _check(failures, pruned.dead_bytes == 0 and not pruned.dead,
+           f"audit of {result.pruned} finds {pruned.dead_bytes:,} dead bytes "
+           f"in {len(pruned.dead)} entries, expected none")
+    _check(failures, result.outputs_identical,
+           f"{result.pruned} and {result.plain} return different outputs on the same input")
+    return tuple(failures)
+
+
 def run_demo(out_dir: Path) -> DemoResult:
     """Builds the model, writes both `.pte` files to `out_dir`, audits and runs them.
 
@@ -198,10 +262,6 @@ def run_demo(out_dir: Path) -> DemoResult:
             so no plain export can be made to compare with.
     """
     torch = _import_executorch()
-    from executorch.exir import ExecutorchBackendConfig as PlainConfig
-    from executorch.exir import to_edge
-    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
-
     import emitter_filter
     from emitter_filter.inprocess import hook
 
@@ -219,61 +279,17 @@ def run_demo(out_dir: Path) -> DemoResult:
     leaks = tuple(
         (name, why, tuple(tensors[name].shape), tensors[name].nbytes) for name, why in LEAKS
     )
-    # Upstream's own deprecation notices, about its internals: not the user's to act on.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        exported = torch.export.export(model, inputs)
-        logger.info("to_executorch with plain ExecuTorch -> %s", plain_path)
-        plain = to_edge(exported).transform([fold_multiply_by_parameter])
-        plain.to_executorch(PlainConfig()).save(str(plain_path))
-        logger.info("to_executorch with prune_constants=True -> %s", pruned_path)
-        edge = to_edge(exported).transform([fold_multiply_by_parameter])
-        started = time.perf_counter()
-        manager = edge.to_executorch(emitter_filter.ExecutorchBackendConfig(prune_constants=True))
-        to_executorch_seconds = time.perf_counter() - started
-        manager.save(str(pruned_path))
-    report = emitter_filter.report(manager)
-
+    manager, seconds = _export_both(torch, model, inputs, plain_path, pruned_path)
     logger.info("auditing both files")
-    plain_audit = emitter_filter.audit_file(plain_path)
-    pruned_audit = emitter_filter.audit_file(pruned_path)
-
-    logger.info("running both files in the portable runtime")
-    # The runtime does not keep its buffer alive: hold the bytes until the outputs are read.
-    plain_bytes, pruned_bytes = plain_path.read_bytes(), pruned_path.read_bytes()
-    plain_outputs = _load_for_executorch_from_buffer(plain_bytes).forward(inputs)
-    pruned_outputs = _load_for_executorch_from_buffer(pruned_bytes).forward(inputs)
-
-    failures: list[str] = []
-    _check(failures, pruned_audit.file_bytes < plain_audit.file_bytes,
-           f"{pruned_path} ({pruned_audit.file_bytes:,} B) is not smaller than {plain_path} "
-           f"({plain_audit.file_bytes:,} B)")
-    dropped = sorted((n.name, d.nbytes) for d in report.dropped for n in d.names)
-    expected = sorted((name, nbytes) for name, _, _, nbytes in leaks)
-    _check(failures, dropped == expected,
-           f"the filter dropped (name, bytes) {dropped}, expected the leaks' {expected}")
-    audited = [(d.space, d.index, d.nbytes) for d in plain_audit.dead]
-    reported = [(d.space, d.index, d.nbytes) for d in report.dropped]
-    _check(failures, audited == reported,
-           f"audit of {plain_path} finds dead (space, index, bytes) {audited}, "
-           f"the filter dropped {reported}")
-    _check(failures, pruned_audit.dead_bytes == 0 and not pruned_audit.dead,
-           f"audit of {pruned_path} finds {pruned_audit.dead_bytes:,} dead bytes "
-           f"in {len(pruned_audit.dead)} entries, expected none")
-    identical = len(plain_outputs) == len(pruned_outputs) and all(
-        torch.equal(a, b) for a, b in zip(plain_outputs, pruned_outputs)
-    )
-    _check(failures, identical,
-           f"{pruned_path} and {plain_path} return different outputs on the same input")
-    return DemoResult(
+    result = DemoResult(
         plain=plain_path,
         pruned=pruned_path,
         leaks=leaks,
-        report=report,
-        plain_audit=plain_audit,
-        pruned_audit=pruned_audit,
-        to_executorch_seconds=to_executorch_seconds,
-        outputs_identical=identical,
-        failures=tuple(failures),
+        report=emitter_filter.report(manager),
+        plain_audit=emitter_filter.audit_file(plain_path),
+        pruned_audit=emitter_filter.audit_file(pruned_path),
+        to_executorch_seconds=seconds,
+        outputs_identical=_outputs_identical(torch, inputs, plain_path, pruned_path),
+        failures=(),
     )
+    return dataclasses.replace(result, failures=_failures(result))
