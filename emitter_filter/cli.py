@@ -288,16 +288,6 @@ def _add_naming_arguments(command: argparse.ArgumentParser) -> None:
     )
 
 
-#: What `prune --json` says of each dropped entry: the fields of audit's "dead" entries
-#: that name it.
-_DROPPED_FIELDS = ("space", "index", "bytes", "name", "names", "readable_by_name")
-
-
-def _dead_json(d) -> dict:
-    entry = d.to_json()
-    return {field: entry[field] for field in _DROPPED_FIELDS}
-
-
 def _progress_printer():
     """Progress on stderr for long copies, only where a person watches (a terminal)."""
     if not sys.stderr.isatty():
@@ -361,30 +351,12 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     except _Terminated:
         print("emitter-filter: terminated (SIGTERM); temporary files removed", file=sys.stderr)
         return EXIT_TERMINATED
-    dedupe_report = report.dedupe
     if options.json:
-        print(json.dumps({
-            "path": report.path,
-            "output": report.output,
-            "ptd_outputs": [{"path": p, "output": o} for p, o in report.ptd_outputs],
-            "bytes_before": report.bytes_before,
-            "bytes_after": report.bytes_after,
-            "dropped_bytes": sum(d.nbytes for d in report.dropped),
-            "dropped": [_dead_json(d) for d in report.dropped],
-            "dropped_values": report.dropped_values,
-            "dropped_named_data": list(report.dropped_named_data),
-            "kept_unprovable": list(report.kept_unprovable),
-            **({} if dedupe_report is None else {"dedupe": {
-                "bytes_before": dedupe_report.bytes_before,
-                "bytes_after": dedupe_report.bytes_after,
-                "saved_bytes": dedupe_report.saved_bytes,
-                "shared": [shared.to_json() for shared in dedupe_report.shared],
-            }}),
-        }, indent=2))
+        print(json.dumps(report.to_json(), indent=2))
     else:
         print(report.summary())
-        if dedupe_report is not None:
-            print(f"{report.output}: {dedupe_report.summary()}")
+        if report.dedupe is not None:
+            print(f"{report.output}: {report.dedupe.summary()}")
     return EXIT_OK
 
 

@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 
 from emitter_filter.ondisk.audit_report import AuditReport, audit_pte
-from emitter_filter.ondisk.byte_source import ByteSource
+from emitter_filter.ondisk.byte_source import open_sources
 from emitter_filter.ondisk.read_pte import read_pte
 from emitter_filter.state_names import StateFile, state_file
 
@@ -49,5 +49,4 @@ def audit_file(
     state = state_file(names)
     pte = read_pte(path, ptd_paths)
     with contextlib.ExitStack() as stack:
-        opened = [stack.enter_context(ByteSource(p)) for p in (path, *ptd_paths)]
-        return audit_pte(pte, {source.name: source for source in opened}, keep_constants, state)
+        return audit_pte(pte, open_sources(stack, (path, *ptd_paths)), keep_constants, state)

@@ -8,10 +8,12 @@ asks. `check_identifier` and `unpack_root` turn a wrong or corrupt flatbuffer in
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from emitter_filter.errors import PteFormatError
@@ -19,6 +21,7 @@ from emitter_filter.regular_files import open_regular_input
 
 __all__ = [
     "ByteSource",
+    "open_sources",
     "StoredSpan",
     "check_identifier",
     "unpack_root",
@@ -136,3 +139,11 @@ def unpack_root(source: ByteSource, cls, buffer: bytes, what: str):
     # The flatbuffers runtime reports a negative offset in a corrupt buffer as a TypeError.
     except (struct.error, IndexError, TypeError, ValueError, UnicodeDecodeError) as error:
         raise PteFormatError(source.name, f"corrupt {what}: {error}") from error
+
+
+def open_sources(
+    stack: contextlib.ExitStack, paths: Iterable[str | os.PathLike | bytes]
+) -> dict[str, ByteSource]:
+    """Opens each file (or bytes) as a `ByteSource` in `stack`, by the name `read_pte` gives it:
+    the `sources` an analysis of a read file takes."""
+    return {source.name: source for source in (stack.enter_context(ByteSource(p)) for p in paths)}

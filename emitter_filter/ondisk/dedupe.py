@@ -108,6 +108,15 @@ class DedupeReport:
     def __str__(self) -> str:
         return self.summary()
 
+    def to_json(self) -> dict:
+        """The "dedupe" object of `prune --dedupe --json`."""
+        return {
+            "bytes_before": self.bytes_before,
+            "bytes_after": self.bytes_after,
+            "saved_bytes": self.saved_bytes,
+            "shared": [shared.to_json() for shared in self.shared],
+        }
+
     def summary(self) -> str:
         """One line, for the log and the CLI."""
         return (

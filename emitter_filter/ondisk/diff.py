@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from emitter_filter.duplicates import StoredCopy, group_duplicates
 from emitter_filter.ondisk.explain import STORAGES, Explanation, Part, explain_pte, shorten
-from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan
+from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan, open_sources
 from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.state_names import StateFile, state_file
 
@@ -366,7 +366,7 @@ def diff_explanations(old: Explanation, new: Explanation,
 
 def _explain_open(stack, path, ptd_paths, state) -> tuple[Explanation, dict[str, ByteSource]]:
     read = read_pte_program(path, ptd_paths)
-    opened = {s.name: s for s in (stack.enter_context(ByteSource(p)) for p in (path, *ptd_paths))}
+    opened = open_sources(stack, (path, *ptd_paths))
     return explain_pte(read.pte, read.program, read.program_data, opened, state), opened
 
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from emitter_filter._program_fbs.executorch_flatbuffer.Program import ProgramT
 from emitter_filter.errors import InvariantError, PteFormatError
 from emitter_filter.ondisk.audit_report import AuditReport, audit_pte
-from emitter_filter.ondisk.byte_source import ByteSource
+from emitter_filter.ondisk.byte_source import ByteSource, open_sources
 from emitter_filter.ondisk.file_model import PteFile
 from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.ondisk.program_sections import count_plan_sections
@@ -552,6 +552,5 @@ def explain_file(
     state = state_file(names)
     read = read_pte_program(path, ptd_paths)
     with contextlib.ExitStack() as stack:
-        opened = [stack.enter_context(ByteSource(p)) for p in (path, *ptd_paths)]
         return explain_pte(read.pte, read.program, read.program_data,
-                           {source.name: source for source in opened}, state)
+                           open_sources(stack, (path, *ptd_paths)), state)

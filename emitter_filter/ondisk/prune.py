@@ -107,6 +107,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: What `prune --json` says of each dropped entry: the fields of audit's "dead" entries
+#: (`DroppedConstant.to_json`) that name it.
+_DROPPED_FIELDS = ("space", "index", "bytes", "name", "names", "readable_by_name")
+
 
 @dataclass(frozen=True)
 class FilePruneReport:
@@ -139,6 +143,25 @@ class FilePruneReport:
     kept_unprovable: tuple[str, ...]
     seconds: float
     dedupe: DedupeReport | None = None
+
+    def to_json(self) -> dict:
+        """What `prune --json` prints: the files, the bytes, each dropped entry by name."""
+        return {
+            "path": self.path,
+            "output": self.output,
+            "ptd_outputs": [{"path": p, "output": o} for p, o in self.ptd_outputs],
+            "bytes_before": self.bytes_before,
+            "bytes_after": self.bytes_after,
+            "dropped_bytes": sum(d.nbytes for d in self.dropped),
+            "dropped": [
+                {field: entry[field] for field in _DROPPED_FIELDS}
+                for entry in (d.to_json() for d in self.dropped)
+            ],
+            "dropped_values": self.dropped_values,
+            "dropped_named_data": list(self.dropped_named_data),
+            "kept_unprovable": list(self.kept_unprovable),
+            **({} if self.dedupe is None else {"dedupe": self.dedupe.to_json()}),
+        }
 
     def summary(self) -> str:
         """One line, for the log and the CLI."""

@@ -35,7 +35,7 @@ from emitter_filter._program_fbs.executorch_flatbuffer.ScalarType import ScalarT
 from emitter_filter.duplicates import StoredCopy, group_duplicates
 from emitter_filter.errors import PteFormatError
 from emitter_filter.generated_fields import table_text, vector_ints
-from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan
+from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan, open_sources
 from emitter_filter.ondisk.file_model import PtdFile
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter.ondisk.layout import PteLayout
@@ -179,7 +179,7 @@ def find_set_shared(programs: ProgramSet, min_bytes: int) -> SharedSet:
     paths = [*(p.path for p, _ in programs.ptds), *(r.pte.path for r in programs.reads)]
     alignments = programs.ptd_alignments or [None] * len(programs.ptds)
     with contextlib.ExitStack() as stack:
-        sources = {p: stack.enter_context(ByteSource(p)) for p in paths}
+        sources = open_sources(stack, paths)
         return find_shared(
             programs.reads, programs.layouts,
             [(ptd, own) for (ptd, _), own in zip(programs.ptds, alignments)], sources, min_bytes,
