@@ -519,9 +519,11 @@ def test_other_backends_are_opaque():
 
 def test_public_api_is_what_we_meant():
     assert set(delegates.__all__) == {
-        "XNNPACK_BACKEND_ID", "delegate_named_keys", "xnnpack_named_keys"}
+        "XNNPACK_BACKEND_ID", "XNN_HEADER_SIZE", "delegate_named_keys", "xnnpack_named_keys",
+        "xnnpack_flatbuffer_span", "xnnpack_constant_types"}
     assert set(named_keys.__all__) == {"DelegateRef", "NamedDataUse", "classify_named_keys"}
     assert set(named_data.__all__) == {
         "NamedDataEntry", "NamedDataReport",
         "find_named_data_use", "drop_dead_named_data", "prune_named_data"}
-    assert set(duplicates.__all__) == {"StoredCopy", "DuplicateGroup", "find_duplicate_data"}
+    assert set(duplicates.__all__) == {
+        "StoredCopy", "DuplicateGroup", "find_duplicate_data", "group_duplicates"}
