@@ -262,6 +262,10 @@ def run_demo(out_dir: Path) -> DemoResult:
             so no plain export can be made to compare with.
     """
     torch = _import_executorch()
+    # Importing the exporter is what turns on pruning that EMITTER_FILTER_PRUNE=1 asked for
+    # (the start-up hook waits for it): import it before asking whether it is on.
+    import executorch.exir  # noqa: F401
+
     import emitter_filter
     from emitter_filter.inprocess import hook
 
