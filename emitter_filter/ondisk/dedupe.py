@@ -20,6 +20,9 @@ Rules:
   entry's bytes (the tensor's size, compared in full: `_find_repeated_constants`).
   Its `Program.segments` slot is rewritten in place to the constant's range, so no
   index changes; the keys sharing that segment follow it.
+- Only onto live bytes: the constant must be one a live value reads, so that
+  pruning (on or off) never drops what an alias reads; a live weight is never
+  pointed at a dead buffer that happens to hold the same bytes.
 - Never aliased: mutable data (the runtime copies it into its arena at load, and
   nothing may depend on it being read-only), delegate blobs, `.ptd` files, and
   constants with constants or named data with named data (the emitter and
@@ -50,7 +53,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.duplicates import StoredCopy
@@ -175,7 +178,7 @@ def _same_bytes(source: ByteSource, a: int, b: int, nbytes: int) -> bool:
 
 
 def _find_repeated_constants(
-    pte: PteFile, source: ByteSource, segments: Sequence[int]
+    pte: PteFile, source: ByteSource, segments: Sequence[int], live: Collection[int]
 ) -> dict[int, int]:
     """Which of the named-data `segments` hold exactly a constant entry's bytes: {segment: entry}.
 
@@ -184,11 +187,12 @@ def _find_repeated_constants(
     which reads what hashing would but costs a memcmp instead of a sha256; where
     several share length and prefix, digests (each computed once) decide, so
     the cost never grows with the number of look-alikes. The first equal entry
-    in index order wins.
+    in index order wins. Only `live` entries are candidates: a dead one is what
+    pruning drops, so nothing live may come to read it.
     """
     constants: dict[int, list[tuple[int, int]]] = {}
     for index, entry in sorted(pte.entries[DataSpace.CONSTANT].items()):
-        if index and entry.nbytes:
+        if index and entry.nbytes and index in live:
             constants.setdefault(entry.nbytes, []).append((index, entry.offset))
     prefixes: dict[int, bytes] = {}
     digests: dict[int, bytes] = {}
@@ -226,7 +230,8 @@ def _collect_aliases(pte: PteFile, source: ByteSource) -> _Aliases | None:
     Raises:
         PteFormatError: The file is malformed (`analyse_file`), or a segment aliases mutable data.
     """
-    alias = find_aliases(analyse_file(pte, {}).shared)
+    analysis = analyse_file(pte, {})
+    alias = find_aliases(analysis.shared)
     if pte.constant_segment is None or not pte.segment_base_offset:
         return None
     mutable = [index for index, target in alias.items() if target.space == "mutable"]
@@ -238,7 +243,8 @@ def _collect_aliases(pte: PteFile, source: ByteSource) -> _Aliases | None:
     existing = frozenset(alias)
     named = {e.segment_index for e in pte.named_data if e.file == pte.path}
     candidates = [index for index in sorted(named) if index not in alias]
-    found = _find_repeated_constants(pte, source, candidates)
+    live = analysis.liveness.live_data[DataSpace.CONSTANT]
+    found = _find_repeated_constants(pte, source, candidates, live)
     if not found:
         return None
     alias.update((index, Alias("constant", entry)) for index, entry in found.items())

@@ -425,3 +425,66 @@ def test_the_public_api_is_what_we_mean_it_to_be():
     assert {"SharedRange", "find_shared_ranges"} <= set(analysis.__all__)
     assert {"dedupe_file", "DedupeReport", "ENV_DEDUPE"} <= set(emitter_filter.__all__)
     assert emitter_filter.dedupe_file is dedupe_file
+
+
+class LinearWithDeadCopy(torch.nn.Module):
+    """An XNNPACK linear whose weight an unused buffer repeats byte for byte (issue 19, 2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(DIM, DIM)
+        self.register_buffer("unused", self.linear.weight.detach().clone())
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def test_dedupe_never_aliases_live_data_onto_a_dead_constant(tmp_path, capsys):
+    torch.manual_seed(0)
+    model = LinearWithDeadCopy().eval()
+    inputs = (torch.randn(2, DIM),)
+    data = _export_with(
+        model, inputs, emitter_filter.ExecutorchBackendConfig(dedupe_constants=True)
+    )
+    # Nothing live repeats the dead buffer, so nothing is aliased.
+    assert find_shared_ranges(read_pte(data)) == ()
+    audit = audit_file(data)
+    weight_bytes = DIM * DIM * 4
+    assert audit.dead_bytes == weight_bytes
+    path, pruned = tmp_path / "model.pte", tmp_path / "pruned.pte"
+    path.write_bytes(data)
+    assert main(["prune", str(path), "-o", str(pruned), "--json"]) == 0
+    dropped = sum(d["bytes"] for d in json.loads(capsys.readouterr().out)["dropped"])
+    assert dropped == audit.dead_bytes
+    assert len(data) - pruned.stat().st_size >= dropped
+    reference = model(*inputs)
+    (got,) = _load_for_executorch(str(pruned)).forward(inputs)
+    assert torch.allclose(got, reference, atol=1e-5)
+
+
+def test_audit_never_counts_bytes_a_live_reference_shares_as_dead(tmp_path, capsys):
+    """A file an older dedupe wrote: the live weight's segment reads the dead buffer's range."""
+    torch.manual_seed(0)
+    model = LinearWithDeadCopy().eval()
+    inputs = (torch.randn(2, DIM),)
+    plain = _export_with(model, inputs)
+    pte = read_pte(plain)
+    (unused,) = [e for i, e in pte.entries[next(iter(pte.entries))].items() if i]
+    (named,) = {e.segment_index for e in pte.named_data if e.nbytes == unused.nbytes}
+    data = _set_segment(plain, named, unused.offset - pte.segment_base_offset)
+    assert find_shared_ranges(read_pte(data)) != ()
+    audit = audit_file(data)
+    assert audit.dead_bytes == 0
+    path, pruned = tmp_path / "model.pte", tmp_path / "pruned.pte"
+    path.write_bytes(data)
+    assert main(["prune", str(path), "-o", str(pruned), "--json"]) == 0
+    assert sum(d["bytes"] for d in json.loads(capsys.readouterr().out)["dropped"]) == 0
+    (got,) = _load_for_executorch(str(pruned)).forward(inputs)
+    assert torch.allclose(got, model(*inputs), atol=1e-5)
+
+
+def _export_with(model, inputs, config=None) -> bytes:
+    edge = to_edge_transform_and_lower(
+        torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()]
+    )
+    return edge.to_executorch(config).buffer
