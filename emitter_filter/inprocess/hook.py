@@ -220,7 +220,7 @@ def _dedupe_serialized(emitter_output, serialized, config, prune_report):
     pte, ptd_files = serialized
     data = bytes(pte)
     try:
-        deduplicated, dedupe_report = dedupe_pte(data)
+        deduplicated, dedupe_report = dedupe_pte(data, getattr(config, "segment_alignment", None))
     except ProgramFormatError as error:
         written = "as ExecuTorch writes it" if prune_report is None else "pruned only"
         _fail_safe(config, error, "deduplicating", written)

@@ -344,16 +344,24 @@ def _new_shared_ranges(
 
 
 def _alias_repeated_named_data(
-    pte: PteFile, program, program_data: bytes, source: ByteSource, output_name: str
+    pte: PteFile,
+    program,
+    program_data: bytes,
+    source: ByteSource,
+    output_name: str,
+    segment_alignment: int | None = None,
 ) -> _Output | None:
     """Decides every output byte: collect, lay out, place, pack; None when nothing is aliased.
 
-    Rewrites `program` (our own unpacked copy) in place.
+    Rewrites `program` (our own unpacked copy) in place. `segment_alignment` is
+    taken where the file allows it (`read_pte_layout`).
     """
     aliases = _collect_aliases(pte, source)
     if aliases is None:
         return None
-    layout = read_pte_layout(pte, program, program_data, aliases.existing, required=True)
+    layout = read_pte_layout(
+        pte, program, program_data, aliases.existing, segment_alignment, required=True
+    )
     placement = _place_segments(pte, program, aliases, layout)
     for index, segment in enumerate(program.segments or ()):
         segment.offset, segment.size = placement.placed[index]
@@ -397,7 +405,9 @@ def _constant_layout(
     shift_at: dict[int, int] = {}
     for cut in sorted(pad_at):
         needed = pad_at[cut]
-        pad = 0 if needed <= quantum else -(segment_at + cut + shift) % needed
+        # A multiple of `quantum` (so every later entry keeps its alignment) that
+        # puts the cut on a multiple of `needed` (not a power of two, maybe).
+        pad = -(segment_at + cut + shift) % math.lcm(needed, quantum)
         if cut > start:
             runs.append((start + shift, start, cut - start))
         shift += pad
@@ -421,11 +431,15 @@ def _join(data: bytes, output: _Output) -> bytes:
     return b"".join(parts)
 
 
-def dedupe_pte(data: bytes) -> tuple[bytes, DedupeReport]:
+def dedupe_pte(
+    data: bytes, segment_alignment: int | None = None
+) -> tuple[bytes, DedupeReport]:
     """Stores each named-data blob that repeats a constant once, in a serialized `.pte`.
 
     Args:
         data: The `.pte` file's bytes. Not modified.
+        segment_alignment: The `segment_alignment` it was written with, where the
+            caller knows it (the hook does): the file alone may allow several.
 
     Returns:
         The new file's bytes (`data` itself when nothing is stored twice) and
@@ -439,7 +453,9 @@ def dedupe_pte(data: bytes) -> tuple[bytes, DedupeReport]:
     read = read_pte_program(data)
     pte, program, program_data = read.pte, read.program, read.program_data
     with ByteSource(data) as source:
-        output = _alias_repeated_named_data(pte, program, program_data, source, pte.path)
+        output = _alias_repeated_named_data(
+            pte, program, program_data, source, pte.path, segment_alignment
+        )
     result = data if output is None else _join(data, output)
     report = DedupeReport(
         bytes_before=len(data),
@@ -451,7 +467,9 @@ def dedupe_pte(data: bytes) -> tuple[bytes, DedupeReport]:
     return result, report
 
 
-def dedupe_file(src: str | os.PathLike, dst: str | os.PathLike) -> DedupeReport:
+def dedupe_file(
+    src: str | os.PathLike, dst: str | os.PathLike, segment_alignment: int | None = None
+) -> DedupeReport:
     """Writes `src` with each named-data blob that repeats a constant stored once.
 
     The same transform as `dedupe_pte`, streamed by `output` as `prune_file`
@@ -463,6 +481,7 @@ def dedupe_file(src: str | os.PathLike, dst: str | os.PathLike) -> DedupeReport:
         dst: Where to write; must not be `src`. Written atomically (a temporary
             file in its directory, renamed over it once complete). A file with
             nothing stored twice is copied as it is.
+        segment_alignment: Taken where the file allows it, as `dedupe_pte` takes it.
 
     Raises:
         PteFormatError: The file is malformed, or ranges overlap without being the same.
@@ -475,7 +494,9 @@ def dedupe_file(src: str | os.PathLike, dst: str | os.PathLike) -> DedupeReport:
     read = read_pte_program(src)
     pte, program, program_data = read.pte, read.program, read.program_data
     with ByteSource(src) as source:
-        output = _alias_repeated_named_data(pte, program, program_data, source, dst)
+        output = _alias_repeated_named_data(
+            pte, program, program_data, source, dst, segment_alignment
+        )
     if output is None:
         output = _Output(b"", ((0, 0, pte.file_bytes),), ())
     opened: list[int] = []

@@ -307,7 +307,11 @@ def segment_alignments(
             mutable, delegate) as opposed to named data (`DataEntry.alignment`).
     """
     found = {}
-    for alignment in _preferring(DEFAULT_SEGMENT_ALIGNMENT, _POWERS_OF_TWO, largest=True):
+    candidates = [
+        *_preferring(DEFAULT_SEGMENT_ALIGNMENT, _POWERS_OF_TWO, largest=True),
+        *_other_alignments(base, header_end, [offset for offset, _ in segments]),
+    ]
+    for alignment in candidates:
         own = _segment_own_alignments(base, header_end, segments, plain, alignment)
         if own is not None:
             found[alignment] = tuple(
@@ -315,9 +319,32 @@ def segment_alignments(
                 for (offset, _), o in zip(segments, own)
             )
     # Named data rarely asks for more than the segment alignment: prefer the
-    # values that need the fewest own alignments to explain the offsets.
+    # values that need the fewest own alignments to explain the offsets (then
+    # a power of two, as before: `_other_alignments` come last).
     order = sorted(found, key=lambda a: sum(o > 1 for o in found[a]))
     return {a: found[a] for a in order}
+
+
+def _other_alignments(base: int, header_end: int, offsets: Sequence[int]) -> list[int]:
+    """The segment alignments not a power of two that the offsets allow, largest first.
+
+    `serialize_pte_binary` takes any positive `segment_alignment` (48 writes a
+    file the runtime loads): the base offset and every segment offset are
+    multiples of it, and the base is less than one alignment past `header_end`.
+    So the candidates are the divisors of their gcd above that gap, at most 64 KiB.
+    Tried after the powers of two, so a file a power of two explains is read as before.
+    """
+    if not base:
+        return []
+    common = math.gcd(base, *offsets)
+    divisors = set()
+    for small in range(1, min(math.isqrt(common), _MAX_ALIGNMENT) + 1):
+        if common % small == 0:
+            divisors.update((small, common // small))
+    gap = base - header_end
+    return sorted(
+        (d for d in divisors if gap < d <= _MAX_ALIGNMENT and d & (d - 1)), reverse=True
+    )
 
 
 def _chosen(candidates: dict[int, tuple[int, ...]], preferred: int | None, count: int):

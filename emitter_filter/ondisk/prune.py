@@ -570,7 +570,9 @@ def _prune_then_dedupe(src, dst, ptd_paths, ptd_out, started, **options) -> File
     with temp:
         pruned = os.path.join(temp.name, os.path.basename(dst))
         report = prune_file(src, pruned, ptd_paths, ptd_out, **options)
-        dedupe_report = dedupe_file(pruned, dst)
+        # The alignment the input shows: the pruned file alone may allow others.
+        alignment = read_layout(src, ptd_paths).segment_alignment
+        dedupe_report = dedupe_file(pruned, dst, alignment)
     return dataclasses.replace(
         report,
         output=dst,

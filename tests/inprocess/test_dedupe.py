@@ -488,3 +488,23 @@ def _export_with(model, inputs, config=None) -> bytes:
         torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()]
     )
     return edge.to_executorch(config).buffer
+
+
+@pytest.mark.parametrize("alignment", [48, 96])
+@pytest.mark.parametrize("prune", [False, True], ids=["unpruned", "pruned"])
+def test_a_segment_alignment_not_a_power_of_two_is_kept(alignment, prune):
+    """ExecuTorch takes any segment alignment; dedupe keeps it (issue 19, 3)."""
+    torch.manual_seed(0)
+    model = TiedEmbedding(small_constant=True).eval()
+    options = dict(segment_alignment=alignment, prune_constants=prune)
+    plain = _export(model, emitter_filter.ExecutorchBackendConfig(**options)).buffer
+    deduped = _export(
+        model, emitter_filter.ExecutorchBackendConfig(**options, dedupe_constants=True)
+    ).buffer
+    pte = read_pte(deduped)
+    assert find_shared_ranges(pte) and len(deduped) < len(plain)
+    assert pte.segment_base_offset % alignment == 0
+    assert all(s.offset % alignment == 0 for s in pte.segments)
+    want = _load_for_executorch_from_buffer(plain).forward((TOKENS,))
+    got = _load_for_executorch_from_buffer(deduped).forward((TOKENS,))
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
