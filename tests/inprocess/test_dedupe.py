@@ -508,3 +508,29 @@ def test_a_segment_alignment_not_a_power_of_two_is_kept(alignment, prune):
     want = _load_for_executorch_from_buffer(plain).forward((TOKENS,))
     got = _load_for_executorch_from_buffer(deduped).forward((TOKENS,))
     assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize("name", ["fp32", "fp32_after_small_constant"])
+def test_upstream_round_trip_of_a_deduplicated_file_is_what_the_readme_says(build, name):
+    """README: the plain file byte for byte unless dedupe inserted zeros (issue 19, 11)."""
+    from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
+
+    exported = build(name)
+    again = bytes(
+        serialize_pte_binary(
+            deserialize_pte_binary(exported.deduped), extract_delegate_segments=True
+        )
+    )
+    plain, deduped = read_pte(exported.plain), read_pte(exported.deduped)
+    inserted = (
+        deduped.segments[deduped.constant_segment].size
+        - plain.segments[plain.constant_segment].size
+    )
+    assert (inserted > 0) == (name == "fp32_after_small_constant")
+    if inserted:
+        assert again != exported.plain
+    else:
+        assert again == exported.plain
+    want = _load_for_executorch_from_buffer(exported.plain).forward((TOKENS,))
+    got = _load_for_executorch_from_buffer(again).forward((TOKENS,))
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
