@@ -525,10 +525,23 @@ def shared_segment_alignment(pte: PteFile, aliased: Collection[int] = ()) -> int
     the `.pte`'s offsets leave open.
     """
     candidates = [ptd_segment_alignments(ptd) for ptd in pte.ptd_files]
-    return next(
-        (a for a in pte_segment_alignments(pte, aliased) if all(a in c for c in candidates)),
-        None,
-    )
+    own_of_pte = pte_segment_alignments(pte, aliased)
+    if not pte.segment_base_offset and candidates:
+        # No segment data: the `.pte` allows any alignment, its `.ptd` files tell.
+        own_of_pte = {a: (1,) * len(pte.segments) for a in candidates[0]}
+    allowed = [
+        (alignment, own) for alignment, own in own_of_pte.items()
+        if all(alignment in c for c in candidates)
+    ]
+    if not allowed:
+        return None
+    # As within one file: the fewest own alignments needed, over all the files
+    # (then the `.pte`'s order).
+    return min(
+        allowed,
+        key=lambda item: sum(o > 1 for o in item[1])
+        + sum(o > 1 for c in candidates for o in c[item[0]]),
+    )[0]
 
 
 def read_pte_layout(
@@ -556,6 +569,9 @@ def read_pte_layout(
         PteFormatError: `required`, and the offsets fit no segment alignment.
     """
     candidates = pte_segment_alignments(pte, aliased)
+    if not pte.segment_base_offset and segment_alignment not in (None, *candidates):
+        # No segment data: any alignment fits, the one the `.ptd` files show too.
+        candidates = {segment_alignment: (1,) * len(pte.segments), **candidates}
     if required and not candidates:
         raise PteFormatError(
             pte.path, "segment offsets fit no segment alignment", pte.segment_base_offset
