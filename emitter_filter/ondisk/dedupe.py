@@ -74,7 +74,7 @@ from emitter_filter.ondisk.file_model import PteFile
 from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.reachability import DataSpace
 
-__all__ = ["DedupeReport", "dedupe_pte", "dedupe_file"]
+__all__ = ["DedupeReport", "dedupe_pte", "dedupe_pieces", "dedupe_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -460,6 +460,46 @@ def dedupe_pte(
     report = DedupeReport(
         bytes_before=len(data),
         bytes_after=len(result),
+        shared=() if output is None else output.shared,
+        seconds=time.perf_counter() - started,
+    )
+    logger.debug("%s", report)
+    return result, report
+
+
+def _output_pieces(source: ByteSource, pieces: Sequence[bytes], output: _Output) -> list[bytes]:
+    """The output as pieces: each input piece it copies whole is that very object (no copy);
+    only the prefix, zeros and parts of pieces are new bytes."""
+    parts, at = [output.prefix], len(output.prefix)
+    for dst, src, nbytes in output.pieces:
+        if dst > at:
+            parts.append(bytes(dst - at))
+        for index, view in source.views(src, nbytes):
+            whole = len(view) == len(pieces[index])
+            parts.append(pieces[index] if whole else bytes(view))
+        at = dst + nbytes
+    return parts
+
+
+def dedupe_pieces(
+    pieces: Sequence[bytes], segment_alignment: int | None = None
+) -> tuple[Sequence[bytes], DedupeReport]:
+    """`dedupe_pte` of a `.pte` given as its pieces in order (a serializer's chunks).
+
+    Never joins them: the pieces are read where the transform reads, and the
+    output reuses every piece it copies whole (a weight is one), so no weight is
+    copied. Returns `pieces` itself when nothing is stored twice.
+    """
+    started = time.perf_counter()
+    read = read_pte_program(list(pieces))
+    with ByteSource(list(pieces)) as source:
+        output = _alias_repeated_named_data(
+            read.pte, read.program, read.program_data, source, read.pte.path, segment_alignment
+        )
+        result = pieces if output is None else _output_pieces(source, pieces, output)
+    report = DedupeReport(
+        bytes_before=source.size,
+        bytes_after=sum(len(p) for p in result),
         shared=() if output is None else output.shared,
         seconds=time.perf_counter() - started,
     )

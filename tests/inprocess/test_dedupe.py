@@ -421,7 +421,7 @@ def test_prune_dedupe_json_reports_the_shared_ranges(build, tmp_path, capsys):
 def test_the_public_api_is_what_we_mean_it_to_be():
     from emitter_filter.ondisk import analysis, dedupe
 
-    assert set(dedupe.__all__) == {"DedupeReport", "dedupe_pte", "dedupe_file"}
+    assert set(dedupe.__all__) == {"DedupeReport", "dedupe_pte", "dedupe_pieces", "dedupe_file"}
     assert {"SharedRange", "find_shared_ranges"} <= set(analysis.__all__)
     assert {"dedupe_file", "DedupeReport", "ENV_DEDUPE"} <= set(emitter_filter.__all__)
     assert emitter_filter.dedupe_file is dedupe_file
@@ -534,3 +534,28 @@ def test_upstream_round_trip_of_a_deduplicated_file_is_what_the_readme_says(buil
     want = _load_for_executorch_from_buffer(exported.plain).forward((TOKENS,))
     got = _load_for_executorch_from_buffer(again).forward((TOKENS,))
     assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_the_hook_deduplicates_the_serializers_pieces_without_joining_them(build, monkeypatch):
+    """Issue 20: no `bytes(cord)` of the whole file, and each weight piece reused, not copied."""
+    from executorch.exir._serialize._cord import Cord
+
+    joined = []
+    real_bytes = Cord.__bytes__
+
+    def spy(self):
+        joined.append(len(self))
+        return real_bytes(self)
+
+    monkeypatch.setattr(Cord, "__bytes__", spy)
+    torch.manual_seed(0)
+    model = TiedEmbedding().eval()
+    exported = torch.export.export(model, (TOKENS,))
+    edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    manager = edge.to_executorch(emitter_filter.ExecutorchBackendConfig(dedupe_constants=True))
+    cord = manager._pte_data  # what the serializer returned; .buffer would join it
+    assert joined == [], "the serialized file was joined into one bytes object"
+    # The constant and the kept named data are the serializer's own pieces, not copies.
+    weight = model.embedding.weight.numel() * 4
+    assert [len(p) for p in cord._buffers].count(weight) == 1
+    assert manager.buffer == build("fp32").deduped
