@@ -495,7 +495,9 @@ def prune_file(
         names: The model's `.pt2` or ETRecord, as `audit_file` takes it.
         dedupe: Then store once the named data that repeats a constant
             (`dedupe.dedupe_file` of the pruned file, the order the hook applies
-            them in); the `.ptd` files are only pruned.
+            them in); the `.ptd` files are only pruned. A file that already
+            shares (deduplicated before) is deduplicated again whatever this
+            says, so pruning keeps the sharing and never grows a file.
 
     Returns:
         What was written and dropped.
