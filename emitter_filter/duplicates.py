@@ -19,7 +19,8 @@ Empty entries are never copies. Contents are grouped by length, then by first
 32 bytes, and only then hashed (sha256), as `NamedDataStore` does: a content
 whose length no other has is never read, and weights of one shape rarely share a
 prefix, so most are never hashed; two that share both are compared byte for
-byte (a chunk at a time), and only equal ones hashed, once, for the report. Nothing is copied. `group_duplicates` is that
+byte (a chunk at a time), and only equal ones hashed, once, for the report.
+Nothing is copied. `group_duplicates` is that
 grouping alone, over copies wherever they are stored: `audit` feeds it ranges of
 files on disk.
 """

@@ -32,7 +32,8 @@ def _spans(*contents: bytes):
     source = ByteSource(data)
     spans, at = [], 0
     for index, content in enumerate(contents, start=1):
-        spans.append((StoredCopy("constant", None, index, ()), StoredSpan(source, at, len(content))))
+        copy = StoredCopy("constant", None, index, ())
+        spans.append((copy, StoredSpan(source, at, len(content))))
         at += len(content)
     return spans
 
