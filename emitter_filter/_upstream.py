@@ -158,6 +158,25 @@ def cord(data: bytes):
     return Cord(data)
 
 
+def cord_pieces(data) -> list | None:
+    """The buffers a `Cord` holds, in order, if all are `bytes` (None otherwise: a
+    `FileBackedData` is left to the caller to handle whole)."""
+    buffers = getattr(data, "_buffers", None)
+    if buffers is None or not all(isinstance(b, bytes) for b in buffers):
+        return None
+    return list(buffers)
+
+
+def cord_of(pieces):
+    """ExecuTorch's `Cord` of `pieces` (bytes), appended without a copy."""
+    from executorch.exir._serialize._cord import Cord
+
+    result = Cord()
+    for piece in pieces:
+        result.append(piece)
+    return result
+
+
 def emitter_output_of(manager):
     """The `EmitterOutput` an `ExecutorchProgramManager` keeps (a private attribute)."""
     try:

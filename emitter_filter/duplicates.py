@@ -18,7 +18,9 @@ A copy is one region the serializer writes (`exir/_serialize/_serialize.py`,
 Empty entries are never copies. Contents are grouped by length, then by first
 32 bytes, and only then hashed (sha256), as `NamedDataStore` does: a content
 whose length no other has is never read, and weights of one shape rarely share a
-prefix, so most are never hashed. Nothing is copied. `group_duplicates` is that
+prefix, so most are never hashed; two that share both are compared byte for
+byte (a chunk at a time), and only equal ones hashed, once, for the report.
+Nothing is copied. `group_duplicates` is that
 grouping alone, over copies wherever they are stored: `audit` feeds it ranges of
 files on disk.
 """
@@ -99,6 +101,47 @@ def _sha256(data) -> bytes:
     return data.sha256() if hasattr(data, "sha256") else hashlib.sha256(data).digest()
 
 
+# Bytes per compared chunk: bounds memory whatever the size of what is compared.
+_CHUNK = 1 << 20
+
+
+def _chunks(data) -> Iterator[bytes | memoryview]:
+    if hasattr(data, "chunks"):
+        yield from data.chunks(_CHUNK)
+        return
+    view = memoryview(data).cast("B")
+    for start in range(0, len(view), _CHUNK):
+        yield view[start : start + _CHUNK]
+
+
+def _comparable(data) -> bool:
+    """Whether `_chunks` can read it (a `FileBackedData` is only hashed, by itself)."""
+    return hasattr(data, "chunks") or isinstance(data, (bytes, bytearray, memoryview))
+
+
+def _same_bytes(a, b) -> bool:
+    """Whether two same-length contents are equal, compared a chunk at a time (no hashing)."""
+    return all(x == y for x, y in zip(_chunks(a), _chunks(b), strict=True))
+
+
+def _by_content(candidates: list) -> list[tuple[bytes, list]]:
+    """Splits same-length, same-prefix candidates into groups of equal content, with a digest.
+
+    Two are compared byte for byte, and hashed (one of them, for the report)
+    only if equal; more are grouped by digest, each hashed once, so the cost
+    never grows with the number of look-alikes.
+    """
+    if len(candidates) == 2 and all(_comparable(c[2]) for c in candidates):
+        first, second = candidates
+        if not _same_bytes(first[2], second[2]):
+            return []
+        return [(_sha256(first[2]), [first, second])]
+    by_digest: dict[bytes, list] = {}
+    for candidate in candidates:
+        by_digest.setdefault(_sha256(candidate[2]), []).append(candidate)
+    return list(by_digest.items())
+
+
 def _written_copies(
     emitter_output: EmitterOutput, named_data: NamedDataStoreOutput | None
 ) -> Iterator[tuple[StoredCopy, object]]:
@@ -162,7 +205,8 @@ def group_duplicates(copies: Iterable[tuple[StoredCopy, object]]) -> tuple[Dupli
     Args:
         copies: Each copy, in the order it is written, with its data: a bytes-like
             object, or anything with `len()`, `prefix(n)` and `sha256()` (read
-            only for copies whose length another copy shares). Not modified.
+            only for copies whose length another copy shares; `chunks(n)`, if
+            it has it, to compare two). Not modified.
 
     Returns:
         One group per duplicated content, the most duplicated bytes first (ties in
@@ -183,11 +227,8 @@ def group_duplicates(copies: Iterable[tuple[StoredCopy, object]]) -> tuple[Dupli
         for candidates in by_prefix.values():
             if len(candidates) < 2:
                 continue
-            by_digest: dict[bytes, list[tuple[int, StoredCopy]]] = {}
-            for written, copy, data in candidates:
-                by_digest.setdefault(_sha256(data), []).append((written, copy))
-            for digest, members in by_digest.items():
-                merged = _merge_same_file([copy for _, copy in members])
+            for digest, members in _by_content(candidates):
+                merged = _merge_same_file([copy for _, copy, _ in members])
                 if len(merged) > 1:
                     group = DuplicateGroup(nbytes, digest.hex(), tuple(merged))
                     found.append((members[0][0], group))

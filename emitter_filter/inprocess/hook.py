@@ -213,24 +213,34 @@ def _dedupe_serialized(emitter_output, serialized, config, prune_report):
     not meet, or no prune) leaves the `.pte` as serialized, under the fail-safe.
     """
     from emitter_filter.errors import ProgramFormatError
-    from emitter_filter.ondisk.dedupe import dedupe_pte
+    from emitter_filter.ondisk.dedupe import dedupe_pieces, dedupe_pte
     from emitter_filter.inprocess.reports import _record_dedupe_report, _record_dedupe_skipped
 
     started = time.perf_counter()
     pte, ptd_files = serialized
-    data = bytes(pte)
+    alignment = getattr(config, "segment_alignment", None)
+    pieces = _upstream.cord_pieces(pte)
     try:
-        deduplicated, dedupe_report = dedupe_pte(data)
+        if pieces is not None:
+            # On the serializer's own chunks: no join, no copy of any weight.
+            deduplicated, dedupe_report = dedupe_pieces(pieces, alignment)
+        else:
+            data = bytes(pte)
+            deduplicated, dedupe_report = dedupe_pte(data, alignment)
     except ProgramFormatError as error:
         written = "as ExecuTorch writes it" if prune_report is None else "pruned only"
         _fail_safe(config, error, "deduplicating", written)
         _record_dedupe_skipped(emitter_output, str(error))
         return serialized
-    # The join into one bytes object is part of the cost of deduplicating.
+    # The join into one bytes object (where there is one) is part of the cost.
     dedupe_report = dataclasses.replace(dedupe_report, seconds=time.perf_counter() - started)
     _record_dedupe_report(emitter_output, dedupe_report)
     logger.info("emitter_filter: %s", dedupe_report)
-    return (pte if deduplicated is data else _upstream.cord(deduplicated)), ptd_files
+    if not dedupe_report.shared:
+        return pte, ptd_files
+    if pieces is not None:
+        return _upstream.cord_of(deduplicated), ptd_files
+    return _upstream.cord(deduplicated), ptd_files
 
 
 def install() -> None:

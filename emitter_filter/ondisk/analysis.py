@@ -328,18 +328,78 @@ def _dead_named_data(pte: PteFile, use: NamedDataUse) -> list[DroppedConstant]:
     return entries
 
 
-def find_dead_entries(pte: PteFile, liveness: Liveness, use: NamedDataUse) -> list[DroppedConstant]:
+def _copy_is_dead(pte: PteFile, copy: StoredCopy, liveness: Liveness, use: NamedDataUse) -> bool:
+    """Whether no program reads one reference of a shared range."""
+    if copy.space in ("constant", "mutable"):
+        return copy.index not in liveness.live_data[DataSpace(copy.space)]
+    if copy.space == "named_data":
+        return all(key in use.dead for key in copy.names)
+    if copy.space == "delegate":
+        return not any(blob.users for blob in pte.delegates if blob.index == copy.index)
+    return copy.space == "segments"
+
+
+def _dead_entry_of(copy: StoredCopy) -> set[tuple[str, object]]:
+    """The (space, index or key) under which `find_dead_entries` lists a reference."""
+    if copy.space == "named_data":
+        return {("named_data", key) for key in copy.names}
+    return {(copy.space, copy.index)}
+
+
+def _count_shared_once(
+    pte: PteFile,
+    dead: list[DroppedConstant],
+    shared: Sequence[SharedRange],
+    liveness: Liveness,
+    use: NamedDataUse,
+) -> list[DroppedConstant]:
+    """`dead` with the bytes of shared ranges counted as `prune` frees them.
+
+    A range that a live reference reads is not freed at all: its dead references
+    count 0 bytes. A range only dead references read is freed once, counted on
+    the first of them.
+    """
+    uncounted: set[tuple[str, object]] = set()
+    for stored in shared:
+        references = [_dead_entry_of(c) for c in stored.copies]
+        if all(_copy_is_dead(pte, c, liveness, use) for c in stored.copies):
+            references = references[1:]
+        for reference in references:
+            uncounted |= reference
+    if not uncounted:
+        return dead
+    return [
+        dataclasses.replace(d, nbytes=0)
+        if (d.space, d.name if d.space == "named_data" else d.index) in uncounted
+        else d
+        for d in dead
+    ]
+
+
+def find_dead_entries(
+    pte: PteFile,
+    liveness: Liveness,
+    use: NamedDataUse,
+    shared: Sequence[SharedRange] | None = None,
+) -> list[DroppedConstant]:
     """Every entry of a file no program can reach, by space then index; shared with `prune`.
+
+    Bytes several references share count only where `prune` frees them
+    (`_count_shared_once`): never when a live reference reads them.
 
     Args:
         pte: What `read_pte` returned. Not modified.
         liveness: `find_live(pte.plans)`.
         use: `classify_file_named_data(pte)`.
+        shared: `find_shared_ranges(pte)`; computed when not given.
     """
     dead = _dead_tensor_data(pte, liveness)
     dead += _dead_named_data(pte, use)
     dead += [_bare("delegate", d.index, d.nbytes) for d in pte.delegates if not d.users]
     dead += [_bare("segments", s.index, s.size) for s in pte.unreferenced_segments]
+    if shared is None:
+        shared = find_shared_ranges(pte)
+    dead = _count_shared_once(pte, dead, shared, liveness, use)
     return sorted(dead, key=lambda d: (SPACES.index(d.space), d.index))
 
 
@@ -449,7 +509,7 @@ def analyse_file(
         pte = _keep_roots(pte, _dead_users(pte, liveness), namer, KeepList(keep_constants))
         liveness = find_live(pte.plans)
     use = classify_file_named_data(pte)
-    dead = find_dead_entries(pte, liveness, use)
+    dead = find_dead_entries(pte, liveness, use, shared)
     if state is not None:
         users = _dead_users(pte, liveness)
         named = []

@@ -8,12 +8,14 @@ asks. `check_identifier` and `unpack_root` turn a wrong or corrupt flatbuffer in
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
+import itertools
 import os
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.errors import PteFormatError
@@ -38,8 +40,16 @@ class ByteSource:
     gives the file (its path, or "<bytes>").
     """
 
-    def __init__(self, source: str | os.PathLike | bytes) -> None:
-        if isinstance(source, (bytes, bytearray, memoryview)):
+    def __init__(self, source: str | os.PathLike | bytes | Sequence[bytes]) -> None:
+        self._pieces: list[bytes] | None = None
+        if isinstance(source, (list, tuple)):
+            # The pieces of one file in order (a serializer's chunks), never joined.
+            self.name = "<bytes>"
+            self._data, self._fd = None, None
+            self._pieces = list(source)
+            self._starts = list(itertools.accumulate((len(p) for p in self._pieces), initial=0))
+            self.size = self._starts[-1]
+        elif isinstance(source, (bytes, bytearray, memoryview)):
             self.name = "<bytes>"
             self._data: memoryview | None = memoryview(source)
             self._fd = None
@@ -60,10 +70,22 @@ class ByteSource:
             )
         if self._data is not None:
             return bytes(self._data[offset : offset + size])
+        if self._pieces is not None:
+            return b"".join(view for _, view in self.views(offset, size))
         data = os.pread(self._fd, size, offset)
         if len(data) != size:
             raise PteFormatError(self.name, f"short read of {what}", offset)
         return data
+
+    def views(self, offset: int, size: int) -> Iterator[tuple[int, memoryview]]:
+        """The pieces' views covering `size` bytes at `offset`: (piece index, view), in order."""
+        index = bisect.bisect_right(self._starts, offset) - 1
+        while size > 0:
+            start = offset - self._starts[index]
+            count = min(size, len(self._pieces[index]) - start)
+            if count > 0:
+                yield index, memoryview(self._pieces[index])[start : start + count]
+            offset, size, index = offset + count, size - count, index + 1
 
     def sha256(self, offset: int, size: int, what: str) -> bytes:
         """The digest of `size` bytes at `offset`, read in chunks."""
@@ -104,6 +126,13 @@ class StoredSpan:
 
     def sha256(self) -> bytes:
         return self.source.sha256(self.offset, self.nbytes, "stored data")
+
+    def chunks(self, size: int) -> Iterator[bytes]:
+        """Its bytes, `size` at a time (to compare two spans without hashing either)."""
+        for start in range(self.offset, self.offset + self.nbytes, size):
+            yield self.source.read(
+                start, min(size, self.offset + self.nbytes - start), "stored data"
+            )
 
 
 def check_identifier(source: ByteSource, head: bytes, expected: bytes, kind: str) -> None:

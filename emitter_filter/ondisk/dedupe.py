@@ -20,6 +20,9 @@ Rules:
   entry's bytes (the tensor's size, compared in full: `_find_repeated_constants`).
   Its `Program.segments` slot is rewritten in place to the constant's range, so no
   index changes; the keys sharing that segment follow it.
+- Only onto live bytes: the constant must be one a live value reads, so that
+  pruning (on or off) never drops what an alias reads; a live weight is never
+  pointed at a dead buffer that happens to hold the same bytes.
 - Never aliased: mutable data (the runtime copies it into its arena at load, and
   nothing may depend on it being read-only), delegate blobs, `.ptd` files, and
   constants with constants or named data with named data (the emitter and
@@ -50,7 +53,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.duplicates import StoredCopy
@@ -71,7 +74,7 @@ from emitter_filter.ondisk.file_model import PteFile
 from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.reachability import DataSpace
 
-__all__ = ["DedupeReport", "dedupe_pte", "dedupe_file"]
+__all__ = ["DedupeReport", "dedupe_pte", "dedupe_pieces", "dedupe_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +187,7 @@ def _same_bytes(source: ByteSource, a: int, b: int, nbytes: int) -> bool:
 
 
 def _find_repeated_constants(
-    pte: PteFile, source: ByteSource, segments: Sequence[int]
+    pte: PteFile, source: ByteSource, segments: Sequence[int], live: Collection[int]
 ) -> dict[int, int]:
     """Which of the named-data `segments` hold exactly a constant entry's bytes: {segment: entry}.
 
@@ -193,11 +196,12 @@ def _find_repeated_constants(
     which reads what hashing would but costs a memcmp instead of a sha256; where
     several share length and prefix, digests (each computed once) decide, so
     the cost never grows with the number of look-alikes. The first equal entry
-    in index order wins.
+    in index order wins. Only `live` entries are candidates: a dead one is what
+    pruning drops, so nothing live may come to read it.
     """
     constants: dict[int, list[tuple[int, int]]] = {}
     for index, entry in sorted(pte.entries[DataSpace.CONSTANT].items()):
-        if index and entry.nbytes:
+        if index and entry.nbytes and index in live:
             constants.setdefault(entry.nbytes, []).append((index, entry.offset))
     prefixes: dict[int, bytes] = {}
     digests: dict[int, bytes] = {}
@@ -235,7 +239,8 @@ def _collect_aliases(pte: PteFile, source: ByteSource) -> _Aliases | None:
     Raises:
         PteFormatError: The file is malformed (`analyse_file`), or a segment aliases mutable data.
     """
-    alias = find_aliases(analyse_file(pte, {}).shared)
+    analysis = analyse_file(pte, {})
+    alias = find_aliases(analysis.shared)
     if pte.constant_segment is None or not pte.segment_base_offset:
         return None
     mutable = [index for index, target in alias.items() if target.space == "mutable"]
@@ -247,7 +252,8 @@ def _collect_aliases(pte: PteFile, source: ByteSource) -> _Aliases | None:
     existing = frozenset(alias)
     named = {e.segment_index for e in pte.named_data if e.file == pte.path}
     candidates = [index for index in sorted(named) if index not in alias]
-    found = _find_repeated_constants(pte, source, candidates)
+    live = analysis.liveness.live_data[DataSpace.CONSTANT]
+    found = _find_repeated_constants(pte, source, candidates, live)
     if not found:
         return None
     alias.update((index, Alias("constant", entry)) for index, entry in found.items())
@@ -347,16 +353,24 @@ def _new_shared_ranges(
 
 
 def _alias_repeated_named_data(
-    pte: PteFile, program, program_data: bytes, source: ByteSource, output_name: str
+    pte: PteFile,
+    program,
+    program_data: bytes,
+    source: ByteSource,
+    output_name: str,
+    segment_alignment: int | None = None,
 ) -> _Output | None:
     """Decides every output byte: collect, lay out, place, pack; None when nothing is aliased.
 
-    Rewrites `program` (our own unpacked copy) in place.
+    Rewrites `program` (our own unpacked copy) in place. `segment_alignment` is
+    taken where the file allows it (`read_pte_layout`).
     """
     aliases = _collect_aliases(pte, source)
     if aliases is None:
         return None
-    layout = read_pte_layout(pte, program, program_data, aliases.existing, required=True)
+    layout = read_pte_layout(
+        pte, program, program_data, aliases.existing, segment_alignment, required=True
+    )
     placement = _place_segments(pte, program, aliases, layout)
     for index, segment in enumerate(program.segments or ()):
         segment.offset, segment.size = placement.placed[index]
@@ -400,7 +414,9 @@ def _constant_layout(
     shift_at: dict[int, int] = {}
     for cut in sorted(pad_at):
         needed = pad_at[cut]
-        pad = 0 if needed <= quantum else -(segment_at + cut + shift) % needed
+        # A multiple of `quantum` (so every later entry keeps its alignment) that
+        # puts the cut on a multiple of `needed` (not a power of two, maybe).
+        pad = -(segment_at + cut + shift) % math.lcm(needed, quantum)
         if cut > start:
             runs.append((start + shift, start, cut - start))
         shift += pad
@@ -424,11 +440,15 @@ def _join(data: bytes, output: _Output) -> bytes:
     return b"".join(parts)
 
 
-def dedupe_pte(data: bytes) -> tuple[bytes, DedupeReport]:
+def dedupe_pte(
+    data: bytes, segment_alignment: int | None = None
+) -> tuple[bytes, DedupeReport]:
     """Stores each named-data blob that repeats a constant once, in a serialized `.pte`.
 
     Args:
         data: The `.pte` file's bytes. Not modified.
+        segment_alignment: The `segment_alignment` it was written with, where the
+            caller knows it (the hook does): the file alone may allow several.
 
     Returns:
         The new file's bytes (`data` itself when nothing is stored twice) and
@@ -442,7 +462,9 @@ def dedupe_pte(data: bytes) -> tuple[bytes, DedupeReport]:
     read = read_pte_program(data)
     pte, program, program_data = read.pte, read.program, read.program_data
     with ByteSource(data) as source:
-        output = _alias_repeated_named_data(pte, program, program_data, source, pte.path)
+        output = _alias_repeated_named_data(
+            pte, program, program_data, source, pte.path, segment_alignment
+        )
     result = data if output is None else _join(data, output)
     report = DedupeReport(
         bytes_before=len(data),
@@ -454,7 +476,49 @@ def dedupe_pte(data: bytes) -> tuple[bytes, DedupeReport]:
     return result, report
 
 
-def dedupe_file(src: str | os.PathLike, dst: str | os.PathLike) -> DedupeReport:
+def _output_pieces(source: ByteSource, pieces: Sequence[bytes], output: _Output) -> list[bytes]:
+    """The output as pieces: each input piece it copies whole is that very object (no copy);
+    only the prefix, zeros and parts of pieces are new bytes."""
+    parts, at = [output.prefix], len(output.prefix)
+    for dst, src, nbytes in output.pieces:
+        if dst > at:
+            parts.append(bytes(dst - at))
+        for index, view in source.views(src, nbytes):
+            whole = len(view) == len(pieces[index])
+            parts.append(pieces[index] if whole else bytes(view))
+        at = dst + nbytes
+    return parts
+
+
+def dedupe_pieces(
+    pieces: Sequence[bytes], segment_alignment: int | None = None
+) -> tuple[Sequence[bytes], DedupeReport]:
+    """`dedupe_pte` of a `.pte` given as its pieces in order (a serializer's chunks).
+
+    Never joins them: the pieces are read where the transform reads, and the
+    output reuses every piece it copies whole (a weight is one), so no weight is
+    copied. Returns `pieces` itself when nothing is stored twice.
+    """
+    started = time.perf_counter()
+    read = read_pte_program(list(pieces))
+    with ByteSource(list(pieces)) as source:
+        output = _alias_repeated_named_data(
+            read.pte, read.program, read.program_data, source, read.pte.path, segment_alignment
+        )
+        result = pieces if output is None else _output_pieces(source, pieces, output)
+    report = DedupeReport(
+        bytes_before=source.size,
+        bytes_after=sum(len(p) for p in result),
+        shared=() if output is None else output.shared,
+        seconds=time.perf_counter() - started,
+    )
+    logger.debug("%s", report)
+    return result, report
+
+
+def dedupe_file(
+    src: str | os.PathLike, dst: str | os.PathLike, segment_alignment: int | None = None
+) -> DedupeReport:
     """Writes `src` with each named-data blob that repeats a constant stored once.
 
     The same transform as `dedupe_pte`, streamed by `output` as `prune_file`
@@ -466,6 +530,7 @@ def dedupe_file(src: str | os.PathLike, dst: str | os.PathLike) -> DedupeReport:
         dst: Where to write; must not be `src`. Written atomically (a temporary
             file in its directory, renamed over it once complete). A file with
             nothing stored twice is copied as it is.
+        segment_alignment: Taken where the file allows it, as `dedupe_pte` takes it.
 
     Raises:
         PteFormatError: The file is malformed, or ranges overlap without being the same.
@@ -478,7 +543,9 @@ def dedupe_file(src: str | os.PathLike, dst: str | os.PathLike) -> DedupeReport:
     read = read_pte_program(src)
     pte, program, program_data = read.pte, read.program, read.program_data
     with ByteSource(src) as source:
-        output = _alias_repeated_named_data(pte, program, program_data, source, dst)
+        output = _alias_repeated_named_data(
+            pte, program, program_data, source, dst, segment_alignment
+        )
     if output is None:
         output = _Output(b"", ((0, 0, pte.file_bytes),), ())
     opened: list[int] = []

@@ -307,7 +307,11 @@ def segment_alignments(
             mutable, delegate) as opposed to named data (`DataEntry.alignment`).
     """
     found = {}
-    for alignment in _preferring(DEFAULT_SEGMENT_ALIGNMENT, _POWERS_OF_TWO, largest=True):
+    candidates = [
+        *_preferring(DEFAULT_SEGMENT_ALIGNMENT, _POWERS_OF_TWO, largest=True),
+        *_other_alignments(base, header_end, [offset for offset, _ in segments]),
+    ]
+    for alignment in candidates:
         own = _segment_own_alignments(base, header_end, segments, plain, alignment)
         if own is not None:
             found[alignment] = tuple(
@@ -315,9 +319,32 @@ def segment_alignments(
                 for (offset, _), o in zip(segments, own)
             )
     # Named data rarely asks for more than the segment alignment: prefer the
-    # values that need the fewest own alignments to explain the offsets.
+    # values that need the fewest own alignments to explain the offsets (then
+    # a power of two, as before: `_other_alignments` come last).
     order = sorted(found, key=lambda a: sum(o > 1 for o in found[a]))
     return {a: found[a] for a in order}
+
+
+def _other_alignments(base: int, header_end: int, offsets: Sequence[int]) -> list[int]:
+    """The segment alignments not a power of two that the offsets allow, largest first.
+
+    `serialize_pte_binary` takes any positive `segment_alignment` (48 writes a
+    file the runtime loads): the base offset and every segment offset are
+    multiples of it, and the base is less than one alignment past `header_end`.
+    So the candidates are the divisors of their gcd above that gap, at most 64 KiB.
+    Tried after the powers of two, so a file a power of two explains is read as before.
+    """
+    if not base:
+        return []
+    common = math.gcd(base, *offsets)
+    divisors = set()
+    for small in range(1, min(math.isqrt(common), _MAX_ALIGNMENT) + 1):
+        if common % small == 0:
+            divisors.update((small, common // small))
+    gap = base - header_end
+    return sorted(
+        (d for d in divisors if gap < d <= _MAX_ALIGNMENT and d & (d - 1)), reverse=True
+    )
 
 
 def _chosen(candidates: dict[int, tuple[int, ...]], preferred: int | None, count: int):
@@ -498,10 +525,23 @@ def shared_segment_alignment(pte: PteFile, aliased: Collection[int] = ()) -> int
     the `.pte`'s offsets leave open.
     """
     candidates = [ptd_segment_alignments(ptd) for ptd in pte.ptd_files]
-    return next(
-        (a for a in pte_segment_alignments(pte, aliased) if all(a in c for c in candidates)),
-        None,
-    )
+    own_of_pte = pte_segment_alignments(pte, aliased)
+    if not pte.segment_base_offset and candidates:
+        # No segment data: the `.pte` allows any alignment, its `.ptd` files tell.
+        own_of_pte = {a: (1,) * len(pte.segments) for a in candidates[0]}
+    allowed = [
+        (alignment, own) for alignment, own in own_of_pte.items()
+        if all(alignment in c for c in candidates)
+    ]
+    if not allowed:
+        return None
+    # As within one file: the fewest own alignments needed, over all the files
+    # (then the `.pte`'s order).
+    return min(
+        allowed,
+        key=lambda item: sum(o > 1 for o in item[1])
+        + sum(o > 1 for c in candidates for o in c[item[0]]),
+    )[0]
 
 
 def read_pte_layout(
@@ -529,6 +569,9 @@ def read_pte_layout(
         PteFormatError: `required`, and the offsets fit no segment alignment.
     """
     candidates = pte_segment_alignments(pte, aliased)
+    if not pte.segment_base_offset and segment_alignment not in (None, *candidates):
+        # No segment data: any alignment fits, the one the `.ptd` files show too.
+        candidates = {segment_alignment: (1,) * len(pte.segments), **candidates}
     if required and not candidates:
         raise PteFormatError(
             pte.path, "segment offsets fit no segment alignment", pte.segment_base_offset

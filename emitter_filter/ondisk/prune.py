@@ -522,7 +522,9 @@ def prune_file(
         names: The model's `.pt2` or ETRecord, as `audit_file` takes it.
         dedupe: Then store once the named data that repeats a constant
             (`dedupe.dedupe_file` of the pruned file, the order the hook applies
-            them in); the `.ptd` files are only pruned.
+            them in); the `.ptd` files are only pruned. A file that already
+            shares (deduplicated before) is deduplicated again whatever this
+            says, so pruning keeps the sharing and never grows a file.
 
     Returns:
         What was written and dropped.
@@ -551,6 +553,25 @@ def prune_file(
         analysis = analyse_file(
             read.pte, {read.pte.path: source}, keep_constants, state_file(names)
         )
+    if _undoes_sharing(analysis):
+        # The rewrite copies each segment's bytes: an alias into the constant
+        # segment would be written out again. Deduplicating again keeps it shared.
+        logger.debug("%s shares named data with constants: pruning, then deduplicating", src)
+        return _prune_then_dedupe(
+            src, dst, ptd_paths, ptd_out, started,
+            progress=progress, keep_constants=keep_constants, names=names,
+        )
+    return _write_pruned(src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started)
+
+
+def _undoes_sharing(analysis: FileAnalysis) -> bool:
+    """Whether pruning would write out again a segment that reads a constant's range."""
+    aliased = find_aliases(analysis.shared)
+    return _changes_pte(analysis) and any(a.space == "constant" for a in aliased.values())
+
+
+def _write_pruned(src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started):
+    """The prune itself, once the file is read and analysed: decide, write, report."""
     opened: list[int] = []
     try:
         outputs, ptd_written = _decide_outputs(
@@ -596,8 +617,10 @@ def _prune_then_dedupe(src, dst, ptd_paths, ptd_out, started, **options) -> File
         raise OutputFileError(f"{dst}: cannot write: {error.strerror}") from error
     with temp:
         pruned = os.path.join(temp.name, os.path.basename(dst))
-        report = prune_file(src, pruned, ptd_paths, ptd_out, **options)
-        dedupe_report = dedupe_file(pruned, dst)
+        report = _prune_without_dedupe(src, pruned, ptd_paths, ptd_out, **options)
+        # The alignment the input shows: the pruned file alone may allow others.
+        alignment = read_layout(src, ptd_paths).segment_alignment
+        dedupe_report = dedupe_file(pruned, dst, alignment)
     return dataclasses.replace(
         report,
         output=dst,
@@ -605,3 +628,15 @@ def _prune_then_dedupe(src, dst, ptd_paths, ptd_out, started, **options) -> File
         seconds=time.perf_counter() - started,
         dedupe=dedupe_report,
     )
+
+
+def _prune_without_dedupe(src, dst, ptd_paths, ptd_out, *, progress, keep_constants, names):
+    """`prune_file` alone, even of a file that shares (`_prune_then_dedupe`'s first step)."""
+    started = time.perf_counter()
+    ptd_outputs = [os.path.join(os.fspath(ptd_out), os.path.basename(p)) for p in ptd_paths]
+    read = read_pte_program(src, ptd_paths)
+    with ByteSource(src) as source:
+        analysis = analyse_file(
+            read.pte, {read.pte.path: source}, keep_constants, state_file(names)
+        )
+    return _write_pruned(src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started)

@@ -421,7 +421,141 @@ def test_prune_dedupe_json_reports_the_shared_ranges(build, tmp_path, capsys):
 def test_the_public_api_is_what_we_mean_it_to_be():
     from emitter_filter.ondisk import analysis, dedupe
 
-    assert set(dedupe.__all__) == {"DedupeReport", "dedupe_pte", "dedupe_file"}
+    assert set(dedupe.__all__) == {"DedupeReport", "dedupe_pte", "dedupe_pieces", "dedupe_file"}
     assert {"SharedRange", "find_shared_ranges"} <= set(analysis.__all__)
     assert {"dedupe_file", "DedupeReport", "ENV_DEDUPE"} <= set(emitter_filter.__all__)
     assert emitter_filter.dedupe_file is dedupe_file
+
+
+class LinearWithDeadCopy(torch.nn.Module):
+    """An XNNPACK linear whose weight an unused buffer repeats byte for byte (issue 19, 2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(DIM, DIM)
+        self.register_buffer("unused", self.linear.weight.detach().clone())
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def test_dedupe_never_aliases_live_data_onto_a_dead_constant(tmp_path, capsys):
+    torch.manual_seed(0)
+    model = LinearWithDeadCopy().eval()
+    inputs = (torch.randn(2, DIM),)
+    data = _export_with(
+        model, inputs, emitter_filter.ExecutorchBackendConfig(dedupe_constants=True)
+    )
+    # Nothing live repeats the dead buffer, so nothing is aliased.
+    assert find_shared_ranges(read_pte(data)) == ()
+    audit = audit_file(data)
+    weight_bytes = DIM * DIM * 4
+    assert audit.dead_bytes == weight_bytes
+    path, pruned = tmp_path / "model.pte", tmp_path / "pruned.pte"
+    path.write_bytes(data)
+    assert main(["prune", str(path), "-o", str(pruned), "--json"]) == 0
+    dropped = sum(d["bytes"] for d in json.loads(capsys.readouterr().out)["dropped"])
+    assert dropped == audit.dead_bytes
+    assert len(data) - pruned.stat().st_size >= dropped
+    reference = model(*inputs)
+    (got,) = _load_for_executorch(str(pruned)).forward(inputs)
+    assert torch.allclose(got, reference, atol=1e-5)
+
+
+def test_audit_never_counts_bytes_a_live_reference_shares_as_dead(tmp_path, capsys):
+    """A file an older dedupe wrote: the live weight's segment reads the dead buffer's range."""
+    torch.manual_seed(0)
+    model = LinearWithDeadCopy().eval()
+    inputs = (torch.randn(2, DIM),)
+    plain = _export_with(model, inputs)
+    pte = read_pte(plain)
+    (unused,) = [e for i, e in pte.entries[next(iter(pte.entries))].items() if i]
+    (named,) = {e.segment_index for e in pte.named_data if e.nbytes == unused.nbytes}
+    data = _set_segment(plain, named, unused.offset - pte.segment_base_offset)
+    assert find_shared_ranges(read_pte(data)) != ()
+    audit = audit_file(data)
+    assert audit.dead_bytes == 0
+    path, pruned = tmp_path / "model.pte", tmp_path / "pruned.pte"
+    path.write_bytes(data)
+    assert main(["prune", str(path), "-o", str(pruned), "--json"]) == 0
+    assert sum(d["bytes"] for d in json.loads(capsys.readouterr().out)["dropped"]) == 0
+    (got,) = _load_for_executorch(str(pruned)).forward(inputs)
+    assert torch.allclose(got, model(*inputs), atol=1e-5)
+
+
+def _export_with(model, inputs, config=None) -> bytes:
+    edge = to_edge_transform_and_lower(
+        torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()]
+    )
+    return edge.to_executorch(config).buffer
+
+
+@pytest.mark.parametrize("alignment", [48, 96])
+@pytest.mark.parametrize("prune", [False, True], ids=["unpruned", "pruned"])
+def test_a_segment_alignment_not_a_power_of_two_is_kept(alignment, prune):
+    """ExecuTorch takes any segment alignment; dedupe keeps it (issue 19, 3)."""
+    torch.manual_seed(0)
+    model = TiedEmbedding(small_constant=True).eval()
+    options = dict(segment_alignment=alignment, prune_constants=prune)
+    plain = _export(model, emitter_filter.ExecutorchBackendConfig(**options)).buffer
+    deduped = _export(
+        model, emitter_filter.ExecutorchBackendConfig(**options, dedupe_constants=True)
+    ).buffer
+    pte = read_pte(deduped)
+    assert find_shared_ranges(pte) and len(deduped) < len(plain)
+    assert pte.segment_base_offset % alignment == 0
+    assert all(s.offset % alignment == 0 for s in pte.segments)
+    want = _load_for_executorch_from_buffer(plain).forward((TOKENS,))
+    got = _load_for_executorch_from_buffer(deduped).forward((TOKENS,))
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize("name", ["fp32", "fp32_after_small_constant"])
+def test_upstream_round_trip_of_a_deduplicated_file_is_what_the_readme_says(build, name):
+    """README: the plain file byte for byte unless dedupe inserted zeros (issue 19, 11)."""
+    from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
+
+    exported = build(name)
+    again = bytes(
+        serialize_pte_binary(
+            deserialize_pte_binary(exported.deduped), extract_delegate_segments=True
+        )
+    )
+    plain, deduped = read_pte(exported.plain), read_pte(exported.deduped)
+    inserted = (
+        deduped.segments[deduped.constant_segment].size
+        - plain.segments[plain.constant_segment].size
+    )
+    assert (inserted > 0) == (name == "fp32_after_small_constant")
+    if inserted:
+        assert again != exported.plain
+    else:
+        assert again == exported.plain
+    want = _load_for_executorch_from_buffer(exported.plain).forward((TOKENS,))
+    got = _load_for_executorch_from_buffer(again).forward((TOKENS,))
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_the_hook_deduplicates_the_serializers_pieces_without_joining_them(build, monkeypatch):
+    """Issue 20: no `bytes(cord)` of the whole file, and each weight piece reused, not copied."""
+    from executorch.exir._serialize._cord import Cord
+
+    joined = []
+    real_bytes = Cord.__bytes__
+
+    def spy(self):
+        joined.append(len(self))
+        return real_bytes(self)
+
+    monkeypatch.setattr(Cord, "__bytes__", spy)
+    torch.manual_seed(0)
+    model = TiedEmbedding().eval()
+    exported = torch.export.export(model, (TOKENS,))
+    edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    manager = edge.to_executorch(emitter_filter.ExecutorchBackendConfig(dedupe_constants=True))
+    cord = manager._pte_data  # what the serializer returned; .buffer would join it
+    assert joined == [], "the serialized file was joined into one bytes object"
+    # The constant and the kept named data are the serializer's own pieces, not copies.
+    weight = model.embedding.weight.numel() * 4
+    assert [len(p) for p in cord._buffers].count(weight) == 1
+    assert manager.buffer == build("fp32").deduped

@@ -188,10 +188,12 @@ def test_a_dedupe_that_fails_after_a_prune_writes_the_pruned_program(monkeypatch
     pruned = case.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(
         prune_constants=True)).buffer
 
-    def unreadable(data):
+    def unreadable(*args):
         raise ProgramFormatError("<bytes>: segment offsets fit no segment alignment")
 
+    # The hook deduplicates the serializer's pieces (`dedupe_pieces`), else the joined bytes.
     monkeypatch.setattr(emitter_filter.ondisk.dedupe, "dedupe_pte", unreadable)
+    monkeypatch.setattr(emitter_filter.ondisk.dedupe, "dedupe_pieces", unreadable)
     with caplog.at_level(logging.WARNING, logger="emitter_filter"):
         manager = case.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(
             prune_constants=True, dedupe_constants=True))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import copy
 import dataclasses
 from types import SimpleNamespace
@@ -378,6 +380,24 @@ def test_duplicates_are_looked_for_only_when_the_report_is_read(monkeypatch):
     assert calls == [], "hashing every look-alike weight must not slow the prune"
     assert _report(manager).duplicates == ()
     assert len(calls) == 1
+
+
+def test_the_info_line_runs_no_duplicate_search(monkeypatch, caplog):
+    """The INFO line names what was dropped; duplicates are for DEBUG, the report and audit."""
+    calls = []
+
+    def counting(*args):
+        calls.append(args)
+        return ()
+
+    monkeypatch.setattr(named_data, "find_duplicate_data", counting)
+    torch.manual_seed(0)
+    tokens = (torch.arange(8).reshape(1, 8),)
+    edge = to_edge(torch.export.export(TiedEmbedding(), tokens)).to_backend(XnnpackPartitioner())
+    with caplog.at_level(logging.INFO, logger="emitter_filter"):
+        edge.to_executorch(emitter_filter.ExecutorchBackendConfig(**PRUNE))
+    assert any("dropped" in r.getMessage() for r in caplog.records)
+    assert calls == [], "the INFO line must not hash the duplicated weights"
 
 
 def test_audit_shows_the_tied_embeddings_duplicated_bytes_as_the_report_does(tied, tmp_path):

@@ -57,3 +57,25 @@ def test_prune_of_a_deduplicated_file_keeps_its_segment_alignment(tmp_path, segm
     reference = _load_for_executorch_from_buffer(deduped).forward((TOKENS,))
     outputs = _load_for_executorch_from_buffer(pruned).forward((TOKENS,))
     assert all(torch.equal(got, want) for got, want in zip(outputs, reference))
+
+
+def test_prune_of_a_deduplicated_file_keeps_the_sharing_and_never_grows(tmp_path):
+    """Issue 20: pruning used to write the aliased named data out again, doubling the file."""
+    from emitter_filter.ondisk.analysis import find_shared_ranges
+
+    torch.manual_seed(0)
+    edge = to_edge_transform_and_lower(
+        torch.export.export(TiedWithUnusedBuffer().eval(), (TOKENS,)),
+        partitioner=[XnnpackPartitioner()],
+    )
+    deduped = edge.to_executorch(emitter_filter.ExecutorchBackendConfig(dedupe_constants=True))
+    source, out = tmp_path / "deduped.pte", tmp_path / "pruned.pte"
+    source.write_bytes(deduped.buffer)
+    report = prune_file(source, out)
+    assert report.dropped_values == 1
+    pruned = out.read_bytes()
+    assert len(pruned) < len(deduped.buffer)
+    assert find_shared_ranges(read_pte(pruned))
+    reference = _load_for_executorch_from_buffer(deduped.buffer).forward((TOKENS,))
+    outputs = _load_for_executorch_from_buffer(pruned).forward((TOKENS,))
+    assert all(torch.equal(got, want) for got, want in zip(outputs, reference))
