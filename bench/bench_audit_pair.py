@@ -14,7 +14,6 @@ byte-for-byte compare of the pair) and a baseline that hashes both copies
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import statistics
 import tempfile

@@ -42,7 +42,6 @@ from tests.wheel_env import (  # noqa: E402
     make_venv,
 )
 
-
 # Times, in a clean child, what site does with the .pth's code line: exec it as text.
 _TIME_PTH_LINE = """
 import sys, timeit

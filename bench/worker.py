@@ -84,16 +84,15 @@ def _measure_zoo(model: str, mode: str) -> dict:
 
 
 def _measure_llama(mode: str, scratch: Path) -> dict:
-    import emitter_filter
-    from emitter_filter.inprocess import hook
-
-    from bench import llama
-    from bench.measure import MemoryProbe, describe, warm_up
-
     # The env switch was read when emitter_filter was imported, and takes effect when
     # ExecuTorch's exporter is; make sure it did what this mode needs, or the
     # comparison would be meaningless.
     import executorch.exir  # noqa: F401
+
+    import emitter_filter
+    from bench import llama
+    from bench.measure import MemoryProbe, describe, warm_up
+    from emitter_filter.inprocess import hook
 
     if hook.is_enabled() != (mode == "pruned"):
         raise RuntimeError(

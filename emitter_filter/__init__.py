@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import importlib
 
-from emitter_filter.environment import ENV_DEDUPE, ENV_PRUNE, ENV_STRICT
-from emitter_filter.inprocess.startup import apply_environment as _apply_environment
 from emitter_filter._upstream import SUPPORTED_EXECUTORCH
+from emitter_filter.environment import ENV_DEDUPE, ENV_PRUNE, ENV_STRICT
 from emitter_filter.errors import (
     EmitterFilterError,
     EnvironmentVariableError,
@@ -39,6 +38,7 @@ from emitter_filter.errors import (
     ReportNotFoundError,
     UnsupportedExecutorchError,
 )
+from emitter_filter.inprocess.startup import apply_environment as _apply_environment
 
 __version__ = "0.1.0"
 

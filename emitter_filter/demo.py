@@ -27,8 +27,8 @@ from emitter_filter import _upstream
 from emitter_filter.errors import EmitterFilterError, UnsupportedExecutorchError
 
 if TYPE_CHECKING:
-    from emitter_filter.ondisk.audit_report import AuditReport
     from emitter_filter.inprocess.reports import PruneReport
+    from emitter_filter.ondisk.audit_report import AuditReport
 
 __all__ = [
     "DemoResult", "LEAKS", "PLAIN_PTE", "PRUNED_PTE", "default_out_dir", "fold_multiply_by_parameter",

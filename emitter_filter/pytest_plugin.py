@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from emitter_filter.ondisk.audit_report import AuditReport
     from emitter_filter.inprocess.hook import SerializedProgram
     from emitter_filter.inprocess.reports import PruneReport
+    from emitter_filter.ondisk.audit_report import AuditReport
 
 __all__ = ["REPORT_SCHEMA", "EXEMPT_MARKER", "ProgramRecord", "PteBudget", "pte_budget"]
 
@@ -227,8 +227,8 @@ def pte_budget(request: pytest.FixtureRequest) -> PteBudget:
 
 def _audit(pte: bytes, ptd: Mapping) -> tuple[AuditReport | None, str | None]:
     """`audit_file` on a serialized program; the `.ptd` files go to a temporary directory."""
-    from emitter_filter.ondisk.audit import audit_file
     from emitter_filter.errors import EmitterFilterError
+    from emitter_filter.ondisk.audit import audit_file
 
     try:
         if not ptd:

@@ -154,8 +154,8 @@ def _deadline(seconds: int):
 
 def run_case(case: Case, workdir: Path) -> str:
     """Runs `audit` and `prune` on one mutated case; returns its outcome (see the docstring)."""
-    from emitter_filter.ondisk.audit import audit_file
     from emitter_filter.cli import main
+    from emitter_filter.ondisk.audit import audit_file
 
     if workdir.exists():
         shutil.rmtree(workdir)

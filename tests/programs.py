@@ -101,8 +101,9 @@ def _save(manager, directory: Path) -> tuple[Path, tuple[Path, ...]]:
 
 
 def build(case: str, root: Path) -> Built:
-    import emitter_filter
     from executorch.exir import ExecutorchBackendConfig
+
+    import emitter_filter
 
     dirty = _lower(_model(case), case).to_executorch(_config(case, ExecutorchBackendConfig))
     pruned = _lower(_model(case), case).to_executorch(

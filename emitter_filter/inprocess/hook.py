@@ -143,9 +143,9 @@ def _prune(emitter_output, config, named_data_store, methods, dedupe: bool):
     can still leave the program to be written as it came (see the module docstring);
     then `dedupe`, if asked for too, is skipped with it, in the same warning.
     """
-    from emitter_filter.inprocess.prune_emitted import prune_emitter_output
     from emitter_filter.errors import ProgramFormatError
     from emitter_filter.inprocess.named_data import find_named_data_use, prune_named_data
+    from emitter_filter.inprocess.prune_emitted import prune_emitter_output
     from emitter_filter.inprocess.reports import _record_report
     from emitter_filter.state_names import PlaceholderNames
 
@@ -213,8 +213,8 @@ def _dedupe_serialized(emitter_output, serialized, config, prune_report):
     not meet, or no prune) leaves the `.pte` as serialized, under the fail-safe.
     """
     from emitter_filter.errors import ProgramFormatError
-    from emitter_filter.ondisk.dedupe import dedupe_pieces, dedupe_pte
     from emitter_filter.inprocess.reports import _record_dedupe_report, _record_dedupe_skipped
+    from emitter_filter.ondisk.dedupe import dedupe_pieces, dedupe_pte
 
     started = time.perf_counter()
     pte, ptd_files = serialized

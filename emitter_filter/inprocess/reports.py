@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from emitter_filter.errors import ReportNotFoundError
-from emitter_filter.names import TENSOR_SPACES, ConstantName, DroppedConstant
+from emitter_filter.names import ConstantName, DroppedConstant
 
 if TYPE_CHECKING:
-    from emitter_filter.ondisk.dedupe import DedupeReport
     from emitter_filter.inprocess.named_data import NamedDataReport
+    from emitter_filter.ondisk.dedupe import DedupeReport
 
 
 __all__ = ["PruneReport", "report"]

@@ -58,7 +58,10 @@ from dataclasses import dataclass
 
 from emitter_filter.duplicates import StoredCopy
 from emitter_filter.errors import InvariantError, PteFormatError
+from emitter_filter.generated_fields import vector_ints
 from emitter_filter.ondisk.analysis import Alias, SharedRange, analyse_file, find_aliases
+from emitter_filter.ondisk.byte_source import ByteSource
+from emitter_filter.ondisk.file_model import PteFile
 from emitter_filter.ondisk.layout import (
     PteLayout,
     pack_program,
@@ -68,9 +71,6 @@ from emitter_filter.ondisk.layout import (
     read_pte_layout,
 )
 from emitter_filter.ondisk.output import OutputFile, Piece, check_outputs, open_input, write_outputs
-from emitter_filter.generated_fields import vector_ints
-from emitter_filter.ondisk.byte_source import ByteSource
-from emitter_filter.ondisk.file_model import PteFile
 from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.reachability import DataSpace
 

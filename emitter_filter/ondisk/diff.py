@@ -31,8 +31,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.duplicates import StoredCopy, group_duplicates
-from emitter_filter.ondisk.explain import STORAGES, Explanation, Part, explain_pte, shorten
 from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan, open_sources
+from emitter_filter.ondisk.explain import STORAGES, Explanation, Part, explain_pte, shorten
 from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.state_names import StateFile, state_file
 

@@ -46,8 +46,8 @@ from emitter_filter.errors import InvariantError, PteFormatError
 from emitter_filter.ondisk.audit_report import AuditReport, audit_pte
 from emitter_filter.ondisk.byte_source import ByteSource, open_sources
 from emitter_filter.ondisk.file_model import PteFile
-from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.ondisk.program_sections import count_plan_sections
+from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.ondisk.readers import (
     Reader,
     find_named_data_readers,

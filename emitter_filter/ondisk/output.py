@@ -18,8 +18,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from emitter_filter.errors import OutputFileError
-from emitter_filter.errors import PteFormatError
+from emitter_filter.errors import OutputFileError, PteFormatError
 from emitter_filter.regular_files import open_regular_input, output_target
 
 __all__ = [

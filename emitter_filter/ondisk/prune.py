@@ -59,6 +59,7 @@ from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import (
 )
 from emitter_filter.errors import OutputFileError
 from emitter_filter.generated_fields import table_text, vector_ints
+from emitter_filter.names import DroppedConstant
 from emitter_filter.object_models import GENERATED
 from emitter_filter.ondisk.analysis import (
     FileAnalysis,
@@ -93,7 +94,6 @@ from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
 from emitter_filter.plan_indices import remap_data_indices, remap_plan_values
 from emitter_filter.reachability import DataSpace, Liveness, new_data_indices, order_live_data
-from emitter_filter.names import DroppedConstant
 from emitter_filter.state_names import StateFile, state_file
 
 if TYPE_CHECKING:

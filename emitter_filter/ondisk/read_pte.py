@@ -30,16 +30,16 @@ from emitter_filter.delegates import (
     xnnpack_named_keys,
 )
 from emitter_filter.errors import ProgramFormatError, PteFormatError
-from emitter_filter.named_keys import DelegateRef
 from emitter_filter.generated_fields import table_text, vector_ints
+from emitter_filter.named_keys import DelegateRef
 from emitter_filter.object_models import GENERATED
 from emitter_filter.ondisk.byte_source import ByteSource, check_identifier, unpack_root
 from emitter_filter.ondisk.file_model import (
     DataEntry,
     DelegateData,
+    NamedData,
     PtdFile,
     PteFile,
-    NamedData,
     Segment,
     TensorEntry,
     segment_at,

@@ -32,12 +32,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter._program_fbs.executorch_flatbuffer.ScalarType import ScalarType
+from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter.duplicates import StoredCopy, group_duplicates
 from emitter_filter.errors import PteFormatError
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan, open_sources
 from emitter_filter.ondisk.file_model import PtdFile
-from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter.ondisk.layout import PteLayout
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program

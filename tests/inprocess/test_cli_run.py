@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from emitter_filter.inprocess import hook
 from emitter_filter.cli import main
+from emitter_filter.inprocess import hook
 
 SCRIPT = """
 import json, sys

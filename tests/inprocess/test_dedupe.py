@@ -25,16 +25,15 @@ from executorch.extension.pybindings.portable_lib import (
 from executorch.runtime import Runtime
 
 import emitter_filter
-from emitter_filter.inprocess import hook
 from emitter_filter._program_fbs.executorch_flatbuffer.DataSegment import DataSegmentT
 from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program
-from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.cli import main
+from emitter_filter.errors import OutputFileError, PteFormatError
+from emitter_filter.inprocess import hook
 from emitter_filter.ondisk.analysis import find_shared_ranges
+from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.dedupe import dedupe_file, dedupe_pte
-from emitter_filter.errors import OutputFileError
 from emitter_filter.ondisk.layout import extended_header_prefix, pack_program, padded_header_length
-from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.read_pte import read_pte, read_pte_program
 
 VOCAB, DIM = 512, 64

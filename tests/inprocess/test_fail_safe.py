@@ -13,8 +13,8 @@ from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPas
 from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
 import emitter_filter
-from emitter_filter.errors import ProgramFormatError
 from emitter_filter.environment import ENV_STRICT
+from emitter_filter.errors import ProgramFormatError
 
 REASON = "plan 'step' value 0: data_buffer_idx 1 >= len(mutable data) 0"
 INPUTS = (torch.ones(4),)

@@ -16,11 +16,11 @@ from executorch.exir import ExecutorchBackendConfig as UpstreamConfig
 from executorch.exir.program import _program as upstream_program
 
 import emitter_filter
+from emitter_filter import _upstream
+from emitter_filter._upstream import check_executorch_version, emitter_output_of
+from emitter_filter.errors import InvariantError, ProgramFormatError, UnsupportedExecutorchError
 from emitter_filter.inprocess import hook
 from emitter_filter.inprocess.prune_emitted import prune_emitter_output
-from emitter_filter import _upstream
-from emitter_filter.errors import InvariantError, ProgramFormatError, UnsupportedExecutorchError
-from emitter_filter._upstream import check_executorch_version, emitter_output_of
 from tests.builders import CASES
 
 CASE = next(c for c in CASES if c.name == "unused_buffer_portable")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import logging
-
 import copy
 import dataclasses
+import logging
 from types import SimpleNamespace
 from typing import final
 
@@ -36,16 +35,16 @@ from executorch.extension.pybindings.portable_lib import _load_for_executorch_fr
 
 import emitter_filter
 from emitter_filter import delegates, duplicates, named_keys
-from emitter_filter.inprocess import named_data
-from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.delegates import XNNPACK_BACKEND_ID, xnnpack_named_keys
 from emitter_filter.errors import InvariantError, ProgramFormatError
+from emitter_filter.inprocess import named_data
 from emitter_filter.inprocess.named_data import (
     DelegateRef,
     drop_dead_named_data,
     find_named_data_use,
     prune_named_data,
 )
+from emitter_filter.ondisk.audit import audit_file
 
 PRUNE = dict(prune_constants=True)
 INPUTS = (torch.randn(2, 32, generator=torch.Generator().manual_seed(7)),)

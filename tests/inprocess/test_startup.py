@@ -29,13 +29,13 @@ import pytest
 
 import emitter_filter
 from emitter_filter import _upstream, environment
-from emitter_filter.inprocess import startup as _startup
 from emitter_filter.cli import main
 from emitter_filter.errors import (
     EmitterFilterError,
     EnvironmentVariableError,
     UnsupportedExecutorchError,
 )
+from emitter_filter.inprocess import startup as _startup
 
 REPO = Path(__file__).resolve().parents[2]
 

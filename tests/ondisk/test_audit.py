@@ -7,13 +7,13 @@ import json
 
 import pytest
 
+from emitter_filter.names import DroppedConstant
 from emitter_filter.ondisk import audit_report, byte_source
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.audit_report import JSON_SCHEMA, SPACES, audit_pte
 from emitter_filter.ondisk.byte_source import ByteSource
 from emitter_filter.ondisk.read_pte import read_pte
 from emitter_filter.reachability import DataSpace
-from emitter_filter.names import DroppedConstant
 from emitter_filter.testing import assert_no_dead_constants
 
 CASES = ("plain", "external", "xnnpack", "mutated")

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.cli import main
+from emitter_filter.ondisk.audit import audit_file
 
 pytestmark = pytest.mark.filetools
 

@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 from emitter_filter._program_fbs.executorch_flatbuffer.Buffer import BufferT
 from emitter_filter._program_fbs.executorch_flatbuffer.Program import ProgramT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
-from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.cli import main
-from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
 from emitter_filter.errors import PteFormatError
+from emitter_filter.ondisk.audit import audit_file
+from emitter_filter.ondisk.prune import prune_file, read_layout
+from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
 from emitter_filter.ondisk.read_pte import read_pte, read_pte_program
 from emitter_filter.reachability import DataSpace
-from emitter_filter.ondisk.prune import prune_file, read_layout
 from tests.layouts import (
     LIVE,
     build_constants,

@@ -19,10 +19,9 @@ import pytest
 import torch
 
 import emitter_filter
-from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.cli import main
-from emitter_filter.errors import OutputFileError
-from emitter_filter.errors import PteFormatError
+from emitter_filter.errors import OutputFileError, PteFormatError
+from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.prune import prune_file
 
 

@@ -130,10 +130,10 @@ def test_a_ptd_executorch_wrote_prunes_to_what_it_writes_without_the_key(
     tmp_path_factory, payload, segment_alignment, data
 ):
     """The `.ptd` side of `prune` (`_pruned_ptd`): byte for byte ExecuTorch's file."""
-    from emitter_filter.ondisk.output import write_outputs
-    from emitter_filter.ondisk.read_ptd import read_ptd
     from emitter_filter.ondisk.layout import ptd_segment_alignments
+    from emitter_filter.ondisk.output import write_outputs
     from emitter_filter.ondisk.prune import _pruned_ptd
+    from emitter_filter.ondisk.read_ptd import read_ptd
 
     alignments = [alignment or 1 for _, alignment, _ in payload]
     dropped = data.draw(st.integers(0, len(payload) - 1))
