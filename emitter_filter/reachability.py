@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from emitter_filter.errors import InvariantError, ProgramFormatError
 
 __all__ = [
+    "keep_patterns",
     "DataSpace",
     "DataRef",
     "PlanRefs",
@@ -106,6 +107,34 @@ def is_attribute_root(*, mutable: bool, fully_qualified_name: str | bytes | None
     return mutable and fully_qualified_name is not None
 
 
+def keep_patterns(keep_constants) -> tuple[str, ...]:
+    """`keep_constants` as a tuple of patterns, checked where the user passes it (the config,
+    `pruning()`, and every `KeepList`, so `audit_file`/`prune_file` check it too).
+
+    Raises:
+        TypeError: it is a str (one pattern would be taken for its characters), not
+            iterable, or holds something that is not a str; the message names it.
+    """
+    if isinstance(keep_constants, str):
+        raise TypeError(
+            f"keep_constants={keep_constants!r}: expected a sequence of patterns, not a str"
+        )
+    try:
+        patterns = tuple(keep_constants)
+    except TypeError:
+        raise TypeError(
+            f"keep_constants={keep_constants!r}: expected a sequence of str patterns, "
+            f"not {type(keep_constants).__name__}"
+        ) from None
+    for index, pattern in enumerate(patterns):
+        if not isinstance(pattern, str):
+            raise TypeError(
+                f"keep_constants={keep_constants!r}: expected a sequence of str patterns; "
+                f"item {index} is {type(pattern).__name__} {pattern!r}"
+            )
+    return patterns
+
+
 class KeepList:
     """The `keep_constants` patterns (`fnmatch`, case-sensitive), matched against FQNs.
 
@@ -114,7 +143,7 @@ class KeepList:
     """
 
     def __init__(self, patterns: Sequence[str]) -> None:
-        self.patterns = tuple(patterns)
+        self.patterns = keep_patterns(patterns)
         self._any = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in self.patterns))
         self._matched: set[str] = set()
 

@@ -15,6 +15,7 @@ from executorch.exir import (  # noqa: E402
 )
 
 from emitter_filter.inprocess import hook  # noqa: E402
+from emitter_filter.reachability import keep_patterns  # noqa: E402
 
 __all__ = ["ExecutorchBackendConfig"]
 
@@ -55,5 +56,5 @@ class ExecutorchBackendConfig(_UpstreamExecutorchBackendConfig):
         if name in ("prune_constants", "dedupe_constants") and value:
             hook.install()
         if name == "keep_constants":
-            hook._keep_patterns(value)  # raises TypeError naming the argument
+            keep_patterns(value)  # raises TypeError naming the argument
         super().__setattr__(name, value)

@@ -44,6 +44,7 @@ from collections.abc import Iterator, Sequence
 
 from emitter_filter import _upstream
 from emitter_filter.environment import ENV_STRICT, env_flag
+from emitter_filter.reachability import keep_patterns
 
 __all__ = [
     "install",
@@ -319,33 +320,6 @@ def disable_dedupe() -> None:
     _dedupe_process_wide = False
 
 
-def _keep_patterns(keep_constants) -> tuple[str, ...]:
-    """`keep_constants` as a tuple of patterns, checked where the user passes it.
-
-    Raises:
-        TypeError: it is a str (one pattern would be taken for its characters), not
-            iterable, or holds something that is not a str; the message names it.
-    """
-    if isinstance(keep_constants, str):
-        raise TypeError(
-            f"keep_constants={keep_constants!r}: expected a sequence of patterns, not a str"
-        )
-    try:
-        patterns = tuple(keep_constants)
-    except TypeError:
-        raise TypeError(
-            f"keep_constants={keep_constants!r}: expected a sequence of str patterns, "
-            f"not {type(keep_constants).__name__}"
-        ) from None
-    for index, pattern in enumerate(patterns):
-        if not isinstance(pattern, str):
-            raise TypeError(
-                f"keep_constants={keep_constants!r}: expected a sequence of str patterns; "
-                f"item {index} is {type(pattern).__name__} {pattern!r}"
-            )
-    return patterns
-
-
 @contextlib.contextmanager
 def pruning(
     keep_constants: Sequence[str] = (), *, dedupe_constants: bool = False
@@ -367,7 +341,7 @@ def pruning(
         with emitter_filter.pruning(keep_constants=["metadata.*"]):
             manager = edge.to_executorch()   # any config, any third-party code
     """
-    keep_constants = _keep_patterns(keep_constants)
+    keep_constants = keep_patterns(keep_constants)
     install()
     token = _pruning_depth.set(_pruning_depth.get() + 1)
     keep_token = _pruning_keep.set((*_pruning_keep.get(), *keep_constants))

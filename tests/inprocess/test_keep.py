@@ -174,6 +174,16 @@ def test_patterns_that_are_not_strings_are_a_type_error_naming_the_argument(keep
     assert str(caught.value) == message
 
 
+@pytest.mark.parametrize("keep", [[123], 7], ids=["int item", "not a sequence"])
+def test_the_file_tools_check_the_patterns_alike(keep, built, tmp_path):
+    pte = built["plain"].pte
+    for call in (lambda: emitter_filter.audit_file(pte, keep_constants=keep),
+                 lambda: emitter_filter.prune_file(pte, tmp_path / "out.pte", keep_constants=keep)):
+        with pytest.raises(TypeError, match=r"^keep_constants=.*: expected a sequence of str"):
+            call()
+    assert not (tmp_path / "out.pte").exists()
+
+
 def test_keeping_a_parameter_a_delegate_took_says_where_it_is(caplog):
     case = next(c for c in CASES if c.name == "unused_buffer_xnnpack")
     with caplog.at_level(logging.WARNING, logger="emitter_filter"):
