@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_files import _median, _summary, build_pte, measure  # noqa: E402
+from bench.bench_files import build_pte, measure, median, summarize_runs  # noqa: E402
 
 
 def main() -> int:
@@ -68,16 +68,16 @@ def main() -> int:
         for _ in range(options.repeat):
             for name, argv in commands.items():
                 results[name].append(measure(argv))
-        cp_seconds = _median(results["cp"], "seconds")
-        audit_seconds = _median(results["audit"], "seconds")
+        cp_seconds = median(results["cp"], "seconds")
+        audit_seconds = median(results["audit"], "seconds")
         summary = {
             "file_bytes": os.path.getsize(pte),
             "pruned_bytes": os.path.getsize(pruned),
             "build_seconds": round(build_seconds, 1),
-            **{name: _summary(runs) for name, runs in results.items()},
-            **{f"{name}_over_cp": round(_median(results[name], "seconds") / cp_seconds, 3)
+            **{name: summarize_runs(runs) for name, runs in results.items()},
+            **{f"{name}_over_cp": round(median(results[name], "seconds") / cp_seconds, 3)
                for name in commands if name != "cp"},
-            **{f"{name}_over_audit": round(_median(results[name], "seconds") / audit_seconds, 3)
+            **{f"{name}_over_audit": round(median(results[name], "seconds") / audit_seconds, 3)
                for name in commands if name not in ("cp", "audit")},
         }
         print(json.dumps(summary, indent=2))
