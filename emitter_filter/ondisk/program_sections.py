@@ -12,6 +12,7 @@ padding the builder inserts) stays `program` in `explain`.
 
 from __future__ import annotations
 
+import bisect
 import struct
 from collections.abc import Mapping
 
@@ -67,6 +68,12 @@ class _Walker:
     def __init__(self, data: bytes, name: str) -> None:
         self.data, self.name = data, name
         self.seen: dict[int, int] = {}  # start -> size of every object counted
+        # The bytes counted so far, as sorted disjoint [start, end) spans: an object's span can
+        # overlap another's where a producer shares a vtable between tables of different sizes
+        # (flatbuffers 24.3's Python builder does), so the table size its vtable gives is the
+        # other table's; such bytes count once, in the first section that reaches them.
+        self._starts: list[int] = []
+        self._ends: list[int] = []
         self.nbytes = 0
 
     def _u32(self, at: int) -> int:
@@ -86,17 +93,27 @@ class _Walker:
         if start + size > len(self.data):
             raise PteFormatError(self.name, "program flatbuffer: object past its end", start)
         self.seen[start] = size
-        self.nbytes += size
+        self.nbytes += self._cover(start, start + size)
         return True
 
+    def _cover(self, start: int, end: int) -> int:
+        """Adds [start, end) to the counted spans; returns how many of its bytes are new."""
+        first = bisect.bisect_left(self._ends, start)
+        last = bisect.bisect_right(self._starts, end)
+        spans = list(zip(self._starts[first:last], self._ends[first:last]))
+        covered = sum(max(0, min(e, end) - max(s, start)) for s, e in spans)
+        merged = (min([start, *(s for s, _ in spans)]), max([end, *(e for _, e in spans)]))
+        self._starts[first:last], self._ends[first:last] = [merged[0]], [merged[1]]
+        return end - start - covered
+
     def check_disjoint(self, reserved: tuple[int, int]) -> None:
-        """No two objects counted overlap, nor any the `reserved` range (the header)."""
-        spans = sorted([*self.seen.items(), reserved])
-        for (start, size), (after, _) in zip(spans, spans[1:]):
-            if start + size > after:
-                raise PteFormatError(
-                    self.name, f"program flatbuffer: objects at {start} and {after} overlap",
-                    after)
+        """No object counted overlaps the `reserved` range (the header)."""
+        start, size = reserved
+        spans = zip(self._starts, self._ends)
+        hit = next((s for s, e in spans if s < start + size and start < e), None)
+        if size and hit is not None:
+            raise PteFormatError(
+                self.name, f"program flatbuffer: an object at {hit} overlaps the header", hit)
 
     def field(self, kind, at: int, union_type: int | None = None) -> None:
         """The object a field at absolute `at` refers to (an offset relative to `at`)."""
