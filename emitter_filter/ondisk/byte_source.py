@@ -23,6 +23,7 @@ from emitter_filter.regular_files import open_regular_input
 
 __all__ = [
     "ByteSource",
+    "Piece",
     "open_sources",
     "StoredSpan",
     "check_identifier",
@@ -33,34 +34,59 @@ __all__ = [
 _HASH_CHUNK = 1 << 20
 
 
-class ByteSource:
-    """Random access to a file or a bytes object, reading only what is asked for.
+@dataclass(frozen=True)
+class Piece:
+    """`nbytes` bytes at absolute `offset` of an open input file, then `pad` zero bytes.
 
-    A context manager: the file is closed on exit. `name` is the name `read_pte`
-    gives the file (its path, or "<bytes>").
+    A part of a file that is read only where asked: what `output` copies into a
+    written file, and what a `ByteSource` of parts reads from (with `pad` 0).
     """
 
-    def __init__(self, source: str | os.PathLike | bytes | Sequence[bytes]) -> None:
-        self._pieces: list[bytes] | None = None
+    fd: int
+    offset: int
+    nbytes: int
+    pad: int = 0
+
+    def __len__(self) -> int:
+        return self.nbytes + self.pad
+
+
+class ByteSource:
+    """Random access to a file, a bytes object or a file's parts in order, reading only what
+    is asked for.
+
+    The parts (a serializer's chunks, or a rewrite's header and ranges of its
+    input) are never joined: a range is read from the parts it spans, and
+    `same_bytes` compares ranges where they lie. A context manager: a file
+    opened by path is closed on exit (the descriptors of `Piece` parts are the
+    caller's). `name` is the name `read_pte` gives the file: its path, or the
+    name given with bytes or parts ("<bytes>" unless said).
+    """
+
+    def __init__(
+        self, source: str | os.PathLike | bytes | Sequence[bytes | Piece], name: str = "<bytes>"
+    ) -> None:
+        self._fd: int | None = None
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            source = [source]
         if isinstance(source, (list, tuple)):
-            # The pieces of one file in order (a serializer's chunks), never joined.
-            self.name = "<bytes>"
-            self._data, self._fd = None, None
-            self._pieces = list(source)
-            self._starts = list(itertools.accumulate((len(p) for p in self._pieces), initial=0))
-            self.size = self._starts[-1]
-        elif isinstance(source, (bytes, bytearray, memoryview)):
-            self.name = "<bytes>"
-            self._data: memoryview | None = memoryview(source)
-            self._fd = None
-            self.size = len(self._data)
+            self.name = name
+            self._parts = list(source)
+            if any(isinstance(p, Piece) and p.pad for p in self._parts):
+                raise ValueError("a ByteSource's Piece parts have no pad: give the zeros as bytes")
         else:
             self.name = os.fspath(source)
-            self._data = None
             self._fd = open_regular_input(self.name)
-            self.size = os.fstat(self._fd).st_size
+            self._parts = [Piece(self._fd, 0, os.fstat(self._fd).st_size)]
+        self._starts = list(itertools.accumulate((len(p) for p in self._parts), initial=0))
+        self.size = self._starts[-1]
 
-    def read(self, offset: int, size: int, what: str) -> bytes:
+    @property
+    def parts(self) -> list:
+        """The parts in order (one `Piece` for a file opened by path)."""
+        return self._parts
+
+    def _check(self, offset: int, size: int, what: str) -> None:
         if offset < 0 or size < 0 or offset + size > self.size:
             raise PteFormatError(
                 self.name,
@@ -68,30 +94,78 @@ class ByteSource:
                 f"file has {self.size}",
                 offset,
             )
-        if self._data is not None:
-            return bytes(self._data[offset : offset + size])
-        if self._pieces is not None:
-            return b"".join(view for _, view in self.views(offset, size))
-        data = os.pread(self._fd, size, offset)
-        if len(data) != size:
-            raise PteFormatError(self.name, f"short read of {what}", offset)
+
+    def read(self, offset: int, size: int, what: str) -> bytes:
+        self._check(offset, size, what)
+        spans = self.spans(offset, size)
+        return b"".join(self._read_span(index, start, n, what) for index, start, n in spans)
+
+    def _read_span(self, index: int, start: int, count: int, what: str) -> bytes | memoryview:
+        part = self._parts[index]
+        if not isinstance(part, Piece):
+            return memoryview(part)[start : start + count]
+        data = os.pread(part.fd, count, part.offset + start)
+        if len(data) != count:
+            raise PteFormatError(self.name, f"short read of {what}", self._starts[index] + start)
         return data
 
-    def views(self, offset: int, size: int) -> Iterator[tuple[int, memoryview]]:
-        """The pieces' views covering `size` bytes at `offset`: (piece index, view), in order."""
+    def spans(self, offset: int, size: int) -> Iterator[tuple[int, int, int]]:
+        """The parts covering `size` bytes at `offset`: (part index, start in it, count)."""
         index = bisect.bisect_right(self._starts, offset) - 1
         while size > 0:
             start = offset - self._starts[index]
-            count = min(size, len(self._pieces[index]) - start)
+            count = min(size, len(self._parts[index]) - start)
             if count > 0:
-                yield index, memoryview(self._pieces[index])[start : start + count]
+                yield index, start, count
             offset, size, index = offset + count, size - count, index + 1
+
+    def same_bytes(self, a: int, b: int, size: int, what: str) -> bool:
+        """Whether the `size` bytes at `a` and at `b` are equal, compared where they lie.
+
+        A range of one bytes object against itself is equal without a look; a
+        range in memory against bytes is compared in place (`bytes.startswith`,
+        a memcmp: no copy); anything else (a file's range) is read a chunk at a
+        time, so memory stays flat whatever the size.
+        """
+        self._check(a, size, what)
+        self._check(b, size, what)
+        done = 0
+        while done < size:
+            ia, sa, count_a = self._locate(a + done)
+            ib, sb, count_b = self._locate(b + done)
+            count = min(size - done, count_a, count_b)
+            first, second = self._parts[ia], self._parts[ib]
+            if first is second and sa == sb:
+                pass
+            elif isinstance(first, (bytes, bytearray)) and not isinstance(second, Piece):
+                if not first.startswith(memoryview(second)[sb : sb + count], sa):
+                    return False
+            elif isinstance(second, (bytes, bytearray)) and not isinstance(first, Piece):
+                if not second.startswith(memoryview(first)[sa : sa + count], sb):
+                    return False
+            else:
+                count = min(count, _HASH_CHUNK)
+                if bytes(self._read_span(ia, sa, count, what)) != bytes(
+                    self._read_span(ib, sb, count, what)
+                ):
+                    return False
+            done += count
+        return True
+
+    def _locate(self, offset: int) -> tuple[int, int, int]:
+        """(part index, start in it, bytes left in it) of `offset`, inside the source."""
+        index = bisect.bisect_right(self._starts, offset) - 1
+        start = offset - self._starts[index]
+        return index, start, len(self._parts[index]) - start
 
     def sha256(self, offset: int, size: int, what: str) -> bytes:
         """The digest of `size` bytes at `offset`, read in chunks."""
+        self._check(offset, size, what)
         digest = hashlib.sha256()
-        for start in range(offset, offset + size, _HASH_CHUNK):
-            digest.update(self.read(start, min(_HASH_CHUNK, offset + size - start), what))
+        for index, start, count in self.spans(offset, size):
+            end = start + count
+            for at in range(start, end, _HASH_CHUNK):
+                digest.update(self._read_span(index, at, min(_HASH_CHUNK, end - at), what))
         return digest.digest()
 
     def close(self) -> None:

@@ -19,11 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from emitter_filter.errors import OutputFileError, PteFormatError
+from emitter_filter.ondisk.byte_source import Piece
 from emitter_filter.regular_files import open_regular_input, output_target
 
 __all__ = [
     "ProgressFn",
-    "Piece",
     "OutputFile",
     "check_outputs",
     "check_writable",
@@ -39,16 +39,6 @@ _COPY_CHUNK = 64 << 20
 ProgressFn = Callable[[int, int], None]
 
 
-@dataclass(frozen=True)
-class Piece:
-    """`nbytes` bytes at absolute `offset` of an open input, then `pad` zero bytes."""
-
-    fd: int
-    offset: int
-    nbytes: int
-    pad: int = 0
-
-
 @dataclass
 class OutputFile:
     """One output: `prefix`, then each piece list at its absolute offset, zeros between.
@@ -57,20 +47,37 @@ class OutputFile:
         path: The target.
         source_fd: The input it replaces, whose permissions it takes.
         prefix: The bytes made for it (header and flatbuffer, padding included).
-        runs: (absolute offset, pieces), in increasing offset order.
+        runs: (absolute offset, pieces), in increasing offset order; a piece is
+            a range of an input or, where a rewrite made them, bytes.
     """
 
     path: str
     source_fd: int
     prefix: bytes
-    runs: list[tuple[int, list[Piece]]] = field(default_factory=list)
+    runs: list[tuple[int, list[Piece | bytes]]] = field(default_factory=list)
 
     @property
     def size(self) -> int:
         end = len(self.prefix)
         for offset, pieces in self.runs:
-            end = offset + sum(p.nbytes + p.pad for p in pieces)
+            end = offset + sum(len(p) for p in pieces)
         return end
+
+    def parts(self) -> list[bytes | Piece]:
+        """Its bytes in order as a `ByteSource` reads them: the prefix, zeros where runs
+        leave a gap, each piece (a `Piece`'s pad as zeros); nothing is read."""
+        parts: list[bytes | Piece] = [self.prefix]
+        at = len(self.prefix)
+        for offset, pieces in self.runs:
+            if offset > at:
+                parts.append(bytes(offset - at))
+            for piece in pieces:
+                if isinstance(piece, Piece) and piece.pad:
+                    parts += [Piece(piece.fd, piece.offset, piece.nbytes), bytes(piece.pad)]
+                else:
+                    parts.append(piece)
+            at = offset + sum(len(p) for p in pieces)
+        return parts
 
 
 class _Writer:
@@ -136,8 +143,11 @@ def _write(writer: _Writer, output: OutputFile) -> None:
     for offset, pieces in output.runs:
         writer.zeros(offset - writer.position)
         for piece in pieces:
-            writer.copy(piece.fd, piece.offset, piece.nbytes)
-            writer.zeros(piece.pad)
+            if isinstance(piece, Piece):
+                writer.copy(piece.fd, piece.offset, piece.nbytes)
+                writer.zeros(piece.pad)
+            else:
+                writer.write(piece)
 
 
 def _open_temp(dst: str, mode: int) -> tuple[int, str]:

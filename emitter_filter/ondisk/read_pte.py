@@ -403,11 +403,14 @@ def _named_data(
 
 
 def read_pte_program(
-    source: str | os.PathLike | bytes, ptd_paths: Sequence[str | os.PathLike] = ()
+    source: str | os.PathLike | bytes | ByteSource, ptd_paths: Sequence[str | os.PathLike] = ()
 ) -> PteProgram:
-    """`read_pte`, plus the unpacked program and its flatbuffer's bytes, for a rewrite."""
+    """`read_pte`, plus the unpacked program and its flatbuffer's bytes, for a rewrite.
+
+    `source` may be an open `ByteSource` (the caller's: not closed here).
+    """
     ptds = tuple(read_ptd(path) for path in ptd_paths)
-    reader = ByteSource(source)
+    reader = source if isinstance(source, ByteSource) else ByteSource(source)
     try:
         program_size, header_length, base = _read_header(reader)
         program_data = reader.read(0, program_size, "program flatbuffer")
@@ -452,4 +455,5 @@ def read_pte_program(
         )
         return PteProgram(pte, program, program_data)
     finally:
-        reader.close()
+        if reader is not source:
+            reader.close()

@@ -48,6 +48,7 @@ from emitter_filter._program_fbs.flat_tensor_flatbuffer.TensorLayout import Tens
 from emitter_filter.errors import OutputFileError
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.analysis import find_aliases, find_shared_ranges
+from emitter_filter.ondisk.byte_source import Piece
 from emitter_filter.ondisk.layout import (
     DEFAULT_SEGMENT_ALIGNMENT,
     PtdLayout,
@@ -61,7 +62,6 @@ from emitter_filter.ondisk.layout import (
 )
 from emitter_filter.ondisk.output import (
     OutputFile,
-    Piece,
     ProgressFn,
     check_outputs,
     open_input,
