@@ -9,10 +9,14 @@ so the named data's `DataSegment` can point at the constant's range instead:
     out.pte  [header | program' | constant: P W E | delegate | named: b     ]
              segments[j] = (offset of W in the constant segment, len(W))
 
-`dedupe_pte` is that one transform of serialized bytes; the hook applies it to
-the bytes ExecuTorch serialized (after pruning, when both are on) and
-`emitter-filter prune --dedupe` to a file, so both write the same bytes for the
-same input by construction.
+One transform of serialized bytes, wherever they are: `dedupe_pieces` on the
+buffers of ExecuTorch's `Cord` (the hook, after pruning when both are on),
+`dedupe_output` on a pruned file not yet written (`emitter-filter prune
+--dedupe`), `dedupe_file` and `dedupe_pte`; so all write the same bytes for the
+same input by construction. It costs one compare of the repeated bytes and a
+few kilobytes of program: the input is read as parts (`ByteSource`), compared
+where it lies, and the output is those parts again (the same buffer objects,
+ranges of the same files) around a new header and program; no weight is copied.
 
 Rules:
 
@@ -33,14 +37,19 @@ Rules:
   before an aliased entry where it needs more alignment than it has; every other
   entry keeps its offset modulo its alignment. Segments keep their order and are
   placed as `serialize_pte_binary` places them.
+- The program: only numbers change (segment ranges, constant offsets, the
+  header's segment data size), so they are written over the input's own
+  program bytes and every other byte stays (`layout.patch_program`); where a
+  number is not stored (a zero the packer left out), the program is packed
+  again as the serializer options read back from the file pack it.
 - Nothing to alias: the input is returned as it is, byte for byte.
 
-What is about the file format is `layout`'s, as for `prune_file`: the
-serializer options read back from the file (`read_pte_layout`: segment, tensor
-and delegate alignments, header padding), segment placement, the extended
-header, and the program packer that keeps inline blobs' force_align
-(`pack_program`). The streamed, atomic write is `output`'s. This module decides
-what to alias and where the constant segment needs zeros.
+What is about the file format is `layout`'s, as for `prune_file`: the segment
+alignments read back from the file (`read_segment_layout`), segment placement,
+the in-place patch, and for the fallback the serializer options
+(`read_pte_layout`) and the packer (`pack_program`). The streamed, atomic write
+is `output`'s. This module decides what to alias and where the constant segment
+needs zeros.
 
 What is valid and which ranges are already shared is `analysis.analyse_file`'s,
 the analysis `audit` and `prune` call: a file whose ranges overlap without being
@@ -49,6 +58,7 @@ the same range is a `PteFormatError` here as there.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -60,26 +70,25 @@ from emitter_filter.duplicates import StoredCopy
 from emitter_filter.errors import InvariantError, PteFormatError
 from emitter_filter.generated_fields import vector_ints
 from emitter_filter.ondisk.analysis import Alias, SharedRange, analyse_file, find_aliases
-from emitter_filter.ondisk.byte_source import ByteSource
+from emitter_filter.ondisk.byte_source import ByteSource, Piece
 from emitter_filter.ondisk.file_model import PteFile
 from emitter_filter.ondisk.layout import (
-    PteLayout,
     pack_program,
+    patch_program,
     place_segments,
     position_alignment,
     program_prefix,
     read_pte_layout,
+    read_segment_layout,
 )
-from emitter_filter.ondisk.output import OutputFile, Piece, check_outputs, open_input, write_outputs
+from emitter_filter.ondisk.output import OutputFile, check_outputs, write_outputs
 from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.reachability import DataSpace
 
-__all__ = ["DedupeReport", "dedupe_pte", "dedupe_pieces", "dedupe_file"]
+__all__ = ["DedupeReport", "dedupe_pte", "dedupe_pieces", "dedupe_output", "dedupe_file"]
 
 logger = logging.getLogger(__name__)
 
-# Bytes per read when two ranges are compared.
-_COMPARE_CHUNK = 1 << 20
 # Bytes of each candidate read before any is compared in full, as duplicates.py groups them.
 _PREFIX = 32
 
@@ -177,23 +186,15 @@ class _Placement:
     data_size: int
 
 
-def _same_bytes(source: ByteSource, a: int, b: int, nbytes: int) -> bool:
-    """Whether `nbytes` at `a` and at `b` are equal, reading a chunk of each at a time."""
-    for start in range(0, nbytes, _COMPARE_CHUNK):
-        count = min(_COMPARE_CHUNK, nbytes - start)
-        if source.read(a + start, count, "constant") != source.read(b + start, count, "named data"):
-            return False
-    return True
-
-
 def _find_repeated_constants(
     pte: PteFile, source: ByteSource, segments: Sequence[int], live: Collection[int]
 ) -> dict[int, int]:
     """Which of the named-data `segments` hold exactly a constant entry's bytes: {segment: entry}.
 
     Candidates are the constants of the segment's length and first 32 bytes (read
-    only for lengths a segment has). One candidate is compared byte for byte,
-    which reads what hashing would but costs a memcmp instead of a sha256; where
+    only for lengths a segment has). One candidate is compared byte for byte
+    where the bytes lie (`ByteSource.same_bytes`: a memcmp of the serializer's
+    own buffers, no copy, nothing at all when both are one buffer); where
     several share length and prefix, digests (each computed once) decide, so
     the cost never grows with the number of look-alikes. The first equal entry
     in index order wins. Only `live` entries are candidates: a dead one is what
@@ -218,7 +219,7 @@ def _find_repeated_constants(
         matching = [(i, o) for i, o in same_length if prefixes[i] == prefix]
         if len(matching) == 1:
             index, offset = matching[0]
-            if _same_bytes(source, offset, segment.offset, segment.size):
+            if source.same_bytes(offset, segment.offset, segment.size, "named data"):
                 found[number] = index
         elif matching:
             digest = source.sha256(segment.offset, segment.size, "named data")
@@ -266,7 +267,7 @@ def _collect_aliases(pte: PteFile, source: ByteSource) -> _Aliases | None:
 
 
 def _alignment_needs(
-    pte: PteFile, aliases: _Aliases, layout: PteLayout
+    pte: PteFile, aliases: _Aliases, segment_alignment: int, own_alignments: Sequence[int]
 ) -> tuple[dict[int, int], dict[int, int], list[int]]:
     """Lays out the alignments: what each aliased range must keep, relative to the base.
 
@@ -278,10 +279,10 @@ def _alignment_needs(
     need = {
         index: position_alignment(pte.segments[index].offset - base)
         if index in aliases.existing
-        else math.lcm(layout.segment_alignment, layout.segment_alignments[index])
+        else math.lcm(segment_alignment, own_alignments[index])
         for index in aliases.alias
     }
-    own = list(layout.segment_alignments)
+    own = list(own_alignments)
     entry_alignment: dict[int, int] = {}
     for index, target in aliases.alias.items():
         if target.space == "constant":
@@ -292,12 +293,15 @@ def _alignment_needs(
 
 
 def _place_segments(
-    pte: PteFile, program, aliases: _Aliases, layout: PteLayout
+    pte: PteFile, program, aliases: _Aliases, segment_layout: tuple[int, tuple[int, ...]]
 ) -> _Placement:
     """Places every segment: the constant segment with the zeros its aliases need, the others
-    as `serialize_pte_binary` places them, and each alias on the range it reads."""
-    need, entry_alignment, own = _alignment_needs(pte, aliases, layout)
-    alignment, alias = layout.segment_alignment, aliases.alias
+    as `serialize_pte_binary` places them, and each alias on the range it reads.
+
+    `segment_layout` is `layout.read_segment_layout`'s (alignment, own alignments).
+    """
+    alignment, alias = segment_layout[0], aliases.alias
+    need, entry_alignment, own = _alignment_needs(pte, aliases, *segment_layout)
     # Where the constant segment starts decides the zeros it needs: place the
     # segments up to it first, then all of them with its new size.
     kept = [s.index for s in pte.segments if s.index not in alias]
@@ -360,32 +364,60 @@ def _alias_repeated_named_data(
     output_name: str,
     segment_alignment: int | None = None,
 ) -> _Output | None:
-    """Decides every output byte: collect, lay out, place, pack; None when nothing is aliased.
+    """Decides every output byte: collect, lay out, place, then write the new numbers into
+    the program; None when nothing is aliased.
 
-    Rewrites `program` (our own unpacked copy) in place. `segment_alignment` is
-    taken where the file allows it (`read_pte_layout`).
+    Only numbers change (segment ranges, constant offsets, the data size), so
+    they are written over the input's own program bytes (`patch_program`); where
+    one is not stored there (a default left out), `program` (our own unpacked
+    copy, rewritten in place) is packed instead. `segment_alignment` is taken
+    where the file allows it (`read_segment_layout`).
     """
     aliases = _collect_aliases(pte, source)
     if aliases is None:
         return None
-    layout = read_pte_layout(
-        pte, program, program_data, aliases.existing, segment_alignment, required=True
+    segment_layout = read_segment_layout(
+        pte, aliases.existing, segment_alignment, required=True
     )
-    placement = _place_segments(pte, program, aliases, layout)
-    for index, segment in enumerate(program.segments or ()):
-        segment.offset, segment.size = placement.placed[index]
-    program.constantSegment.offsets = placement.constant_offsets
-    flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
-    prefix, base = program_prefix(flatbuffer, layout, placement.data_size)
+    placement = _place_segments(pte, program, aliases, segment_layout)
+    base = pte.segment_base_offset
+    prefix = patch_program(
+        source.read(0, base, "program"), placement.placed, placement.constant_offsets,
+        placement.data_size,
+    )
+    if prefix is None:
+        prefix, base = _packed_prefix(
+            pte, program, program_data, aliases, placement, segment_alignment
+        )
     logger.debug(
-        "%s: %s, base %d -> %d, %d new aliases",
-        pte.path, layout, pte.segment_base_offset, base, len(aliases.new),
+        "%s: base %d -> %d, %d new aliases", pte.path, pte.segment_base_offset, base,
+        len(aliases.new),
     )
     return _Output(
         prefix=prefix,
         pieces=tuple((base + dst, src, n) for dst, src, n in placement.pieces),
         shared=_new_shared_ranges(pte, aliases, placement, base, output_name),
     )
+
+
+def _packed_prefix(
+    pte: PteFile,
+    program,
+    program_data: bytes,
+    aliases: _Aliases,
+    placement: _Placement,
+    segment_alignment: int | None,
+) -> tuple[bytes, int]:
+    """(header and program, segment base offset) with `program` rewritten and packed as the
+    serializer options read back from the file (`read_pte_layout`) pack it."""
+    layout = read_pte_layout(
+        pte, program, program_data, aliases.existing, segment_alignment, required=True
+    )
+    for index, segment in enumerate(program.segments or ()):
+        segment.offset, segment.size = placement.placed[index]
+    program.constantSegment.offsets = placement.constant_offsets
+    flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
+    return program_prefix(flatbuffer, layout, placement.data_size)
 
 
 def _constant_layout(
@@ -431,13 +463,48 @@ def _constant_layout(
     return new_offsets, runs, size + shift
 
 
-def _join(data: bytes, output: _Output) -> bytes:
-    """The output's bytes: one copy, gathered from views of `data`."""
-    view, parts, at = memoryview(data), [output.prefix], len(output.prefix)
+def _output_parts(source: ByteSource, output: _Output) -> list:
+    """The output as parts of `source`'s parts, in order.
+
+    Each part copied whole is that very object (a weight's buffer, a file's
+    `Piece`): nothing is read or copied. A range of a file part is a `Piece` of
+    it; a range of a part in memory a memoryview of it. Only the prefix and the
+    zeros between are new bytes.
+    """
+    parts, at = [output.prefix], len(output.prefix)
     for dst, src, nbytes in output.pieces:
-        parts += [bytes(dst - at), view[src : src + nbytes]]
+        if dst > at:
+            parts.append(bytes(dst - at))
+        for index, start, count in source.spans(src, nbytes):
+            part = source.parts[index]
+            if count == len(part):
+                parts.append(part)
+            elif isinstance(part, Piece):
+                parts.append(Piece(part.fd, part.offset + start, count))
+            else:
+                parts.append(memoryview(part)[start : start + count])
         at = dst + nbytes
-    return b"".join(parts)
+    return parts
+
+
+def _dedupe_source(
+    source: ByteSource, output_name: str, segment_alignment: int | None
+) -> tuple[list, tuple[SharedRange, ...]] | None:
+    """Reads the `.pte` in `source` and deduplicates it: the output's parts and what they
+    share; None when nothing is stored twice."""
+    read = read_pte_program(source)
+    output = _alias_repeated_named_data(
+        read.pte, read.program, read.program_data, source, output_name, segment_alignment
+    )
+    if output is None:
+        return None
+    return _output_parts(source, output), output.shared
+
+
+def _report(before: int, after: int, shared, started: float) -> DedupeReport:
+    report = DedupeReport(before, after, shared, time.perf_counter() - started)
+    logger.debug("%s", report)
+    return report
 
 
 def dedupe_pte(
@@ -459,61 +526,49 @@ def dedupe_pte(
         ProgramFormatError: The program refers to something that does not exist.
     """
     started = time.perf_counter()
-    read = read_pte_program(data)
-    pte, program, program_data = read.pte, read.program, read.program_data
     with ByteSource(data) as source:
-        output = _alias_repeated_named_data(
-            pte, program, program_data, source, pte.path, segment_alignment
-        )
-    result = data if output is None else _join(data, output)
-    report = DedupeReport(
-        bytes_before=len(data),
-        bytes_after=len(result),
-        shared=() if output is None else output.shared,
-        seconds=time.perf_counter() - started,
-    )
-    logger.debug("%s", report)
-    return result, report
-
-
-def _output_pieces(source: ByteSource, pieces: Sequence[bytes], output: _Output) -> list[bytes]:
-    """The output as pieces: each input piece it copies whole is that very object (no copy);
-    only the prefix, zeros and parts of pieces are new bytes."""
-    parts, at = [output.prefix], len(output.prefix)
-    for dst, src, nbytes in output.pieces:
-        if dst > at:
-            parts.append(bytes(dst - at))
-        for index, view in source.views(src, nbytes):
-            whole = len(view) == len(pieces[index])
-            parts.append(pieces[index] if whole else bytes(view))
-        at = dst + nbytes
-    return parts
+        deduplicated = _dedupe_source(source, source.name, segment_alignment)
+    if deduplicated is None:
+        return data, _report(len(data), len(data), (), started)
+    result = b"".join(deduplicated[0])
+    return result, _report(len(data), len(result), deduplicated[1], started)
 
 
 def dedupe_pieces(
-    pieces: Sequence[bytes], segment_alignment: int | None = None
-) -> tuple[Sequence[bytes], DedupeReport]:
+    pieces: Sequence[bytes | Piece], segment_alignment: int | None = None
+) -> tuple[Sequence[bytes | Piece], DedupeReport]:
     """`dedupe_pte` of a `.pte` given as its pieces in order (a serializer's chunks).
 
-    Never joins them: the pieces are read where the transform reads, and the
-    output reuses every piece it copies whole (a weight is one), so no weight is
-    copied. Returns `pieces` itself when nothing is stored twice.
+    Never joins them, and never reads a `Piece` (a range of a file) except
+    where the transform reads: the output reuses every piece it copies whole
+    (a weight is one), so no weight is copied or read. Returns `pieces`
+    itself when nothing is stored twice.
     """
     started = time.perf_counter()
-    read = read_pte_program(list(pieces))
     with ByteSource(list(pieces)) as source:
-        output = _alias_repeated_named_data(
-            read.pte, read.program, read.program_data, source, read.pte.path, segment_alignment
-        )
-        result = pieces if output is None else _output_pieces(source, pieces, output)
-    report = DedupeReport(
-        bytes_before=source.size,
-        bytes_after=sum(len(p) for p in result),
-        shared=() if output is None else output.shared,
-        seconds=time.perf_counter() - started,
-    )
-    logger.debug("%s", report)
-    return result, report
+        deduplicated = _dedupe_source(source, source.name, segment_alignment)
+    if deduplicated is None:
+        return pieces, _report(source.size, source.size, (), started)
+    parts = [bytes(p) if isinstance(p, memoryview) else p for p in deduplicated[0]]
+    return parts, _report(source.size, sum(len(p) for p in parts), deduplicated[1], started)
+
+
+def dedupe_output(
+    output: OutputFile, segment_alignment: int | None = None
+) -> tuple[OutputFile, DedupeReport]:
+    """`dedupe_pte` of an output not yet written (a pruned file, as `prune_file` decided it).
+
+    Reads from its inputs only where the transform reads, so that a prune and a
+    dedupe write the file once. Returns `output` itself when nothing is stored twice.
+    """
+    started = time.perf_counter()
+    with ByteSource(output.parts(), name=output.path) as source:
+        deduplicated = _dedupe_source(source, output.path, segment_alignment)
+    if deduplicated is None:
+        return output, _report(source.size, source.size, (), started)
+    parts, shared = deduplicated
+    result = OutputFile(output.path, output.source_fd, b"", [(0, parts)])
+    return result, _report(source.size, result.size, shared, started)
 
 
 def dedupe_file(
@@ -523,7 +578,7 @@ def dedupe_file(
 
     The same transform as `dedupe_pte`, streamed by `output` as `prune_file`
     writes: only headers, the program and the entries whose size another entry
-    shares are read into memory.
+    shares are read into memory, and those a chunk at a time.
 
     Args:
         src: The `.pte` to read. Not modified.
@@ -540,27 +595,13 @@ def dedupe_file(
     started = time.perf_counter()
     src, dst = os.fspath(src), os.fspath(dst)
     check_outputs([src], [dst], "dedupe")
-    read = read_pte_program(src)
-    pte, program, program_data = read.pte, read.program, read.program_data
     with ByteSource(src) as source:
-        output = _alias_repeated_named_data(
-            pte, program, program_data, source, dst, segment_alignment
-        )
-    if output is None:
-        output = _Output(b"", ((0, 0, pte.file_bytes),), ())
-    opened: list[int] = []
-    try:
-        fd = open_input(src, opened)
-        runs = [(to, [Piece(fd, offset, nbytes)]) for to, offset, nbytes in output.pieces]
-        bytes_after = write_outputs([OutputFile(dst, fd, output.prefix, runs)])
-    finally:
-        for input_fd in opened:
-            os.close(input_fd)
-    report = DedupeReport(
-        bytes_before=pte.file_bytes,
-        bytes_after=bytes_after,
-        shared=output.shared,
-        seconds=time.perf_counter() - started,
+        (whole,) = source.parts
+        plain = OutputFile(dst, whole.fd, b"", [(0, [whole])])
+        output, report = dedupe_output(plain, segment_alignment)
+        bytes_after = write_outputs([output])
+    report = dataclasses.replace(
+        report, bytes_after=bytes_after, seconds=time.perf_counter() - started
     )
     logger.info("%s -> %s: %s", src, dst, report)
     return report

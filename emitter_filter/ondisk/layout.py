@@ -74,6 +74,8 @@ __all__ = [
     "ptd_segment_alignments",
     "shared_segment_alignment",
     "read_pte_layout",
+    "read_segment_layout",
+    "patch_program",
     "pack_program",
     "segment_alignments",
     "padded_header_length",
@@ -544,6 +546,34 @@ def shared_segment_alignment(pte: PteFile, aliased: Collection[int] = ()) -> int
     )[0]
 
 
+def _segment_candidates(
+    pte: PteFile, aliased: Collection[int], segment_alignment: int | None, required: bool
+) -> dict[int, tuple[int, ...]]:
+    """The segment alignments a `.pte` allows (see `read_pte_layout`'s arguments)."""
+    candidates = pte_segment_alignments(pte, aliased)
+    if not pte.segment_base_offset and segment_alignment not in (None, *candidates):
+        # No segment data: any alignment fits, the one the `.ptd` files show too.
+        candidates = {segment_alignment: (1,) * len(pte.segments), **candidates}
+    if required and not candidates:
+        raise PteFormatError(
+            pte.path, "segment offsets fit no segment alignment", pte.segment_base_offset
+        )
+    return candidates
+
+
+def read_segment_layout(
+    pte: PteFile,
+    aliased: Collection[int] = (),
+    segment_alignment: int | None = None,
+    *,
+    required: bool = False,
+) -> tuple[int, tuple[int, ...]]:
+    """(`segment_alignment`, each segment's own alignment) of a `.pte`: the part of
+    `read_pte_layout` that places segments, read without packing the program."""
+    candidates = _segment_candidates(pte, aliased, segment_alignment, required)
+    return _chosen(candidates, segment_alignment, len(pte.segments))
+
+
 def read_pte_layout(
     pte: PteFile,
     program: ProgramT,
@@ -568,14 +598,7 @@ def read_pte_layout(
     Raises:
         PteFormatError: `required`, and the offsets fit no segment alignment.
     """
-    candidates = pte_segment_alignments(pte, aliased)
-    if not pte.segment_base_offset and segment_alignment not in (None, *candidates):
-        # No segment data: any alignment fits, the one the `.ptd` files show too.
-        candidates = {segment_alignment: (1,) * len(pte.segments), **candidates}
-    if required and not candidates:
-        raise PteFormatError(
-            pte.path, "segment offsets fit no segment alignment", pte.segment_base_offset
-        )
+    candidates = _segment_candidates(pte, aliased, segment_alignment, required)
     constant = program.constantSegment
     offsets = vector_ints(constant.offsets) if constant is not None else []
     return infer_pte_layout(
@@ -587,6 +610,57 @@ def read_pte_layout(
         offsets,
         {i: e.nbytes for i, e in pte.entries[DataSpace.CONSTANT].items()},
     )
+
+
+def patch_program(
+    head: bytes,
+    segments: dict[int, tuple[int, int]],
+    constant_offsets: Sequence[int],
+    segment_data_size: int,
+) -> bytes | None:
+    """`head` (the file up to its segment base offset) with new segment ranges, constant
+    offsets and segment data size written over the old values, every other byte kept.
+
+    A rewrite that changes only these numbers needs no packing: the program's
+    size, so the segment base offset, stays. None when a changed number is not
+    stored in `head` (a default the packer left out): the program must be packed.
+
+    Args:
+        head: Header, program flatbuffer and padding. Not modified.
+        segments: (offset from the base, size) of each `Program.segments` entry.
+        constant_offsets: The new `constant_segment.offsets` (as many as before).
+        segment_data_size: Bytes from the segment base offset to the file's end.
+    """
+    patched = bytearray(head)
+    program = Program.GetRootAs(head, 0)
+    for index, values in segments.items():
+        segment = program.Segments(index)
+        # DataSegment's fields: offset (vtable slot 4), size (6).
+        for slot, value in zip((4, 6), values):
+            if not _patch_u64(patched, segment._tab, slot, value):
+                return None
+    constant = program.ConstantSegment()
+    if constant_offsets:
+        if constant is None or constant.OffsetsLength() != len(constant_offsets):
+            return None
+        # SubsegmentOffsets.offsets is vtable slot 6: a vector of uint64.
+        start = constant._tab.Vector(constant._tab.Offset(6))
+        for index, value in enumerate(constant_offsets):
+            struct.pack_into("<Q", patched, start + 8 * index, value)
+    magic, header_length = EH.unpack_from(head, EH_OFFSET)[:2]
+    if magic == EH_MAGIC and header_length >= _EH_LENGTH:
+        EH_SEGMENT_DATA_SIZE.pack_into(patched, EH_OFFSET + EH.size, segment_data_size)
+    return bytes(patched)
+
+
+def _patch_u64(data: bytearray, table, slot: int, value: int) -> bool:
+    """Writes `value` over a table's uint64 field; False where the field is not stored
+    and `value` is not its default (0)."""
+    field = table.Offset(slot)
+    if not field:
+        return value == 0
+    struct.pack_into("<Q", data, table.Pos + field, value)
+    return True
 
 
 def padded_header_length(program_data: bytes) -> int:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -67,7 +66,7 @@ from emitter_filter.ondisk.analysis import (
     find_aliases,
     find_shared_ranges,
 )
-from emitter_filter.ondisk.byte_source import ByteSource
+from emitter_filter.ondisk.byte_source import ByteSource, Piece
 from emitter_filter.ondisk.file_model import PteFile
 from emitter_filter.ondisk.layout import (
     PteLayout,
@@ -83,7 +82,6 @@ from emitter_filter.ondisk.layout import (
 )
 from emitter_filter.ondisk.output import (
     OutputFile,
-    Piece,
     ProgressFn,
     check_outputs,
     open_input,
@@ -273,7 +271,11 @@ def read_layout(
     What the pruned file is laid out with; `PteLayout.reproduced` says whether
     they write the input back. For tests and diagnosis.
     """
-    read = read_pte_program(src, ptd_paths)
+    return _input_layout(read_pte_program(src, ptd_paths))
+
+
+def _input_layout(read: PteProgram) -> PteLayout:
+    """`read_layout` of a read file, before its program is rewritten."""
     aliased = find_aliases(find_shared_ranges(read.pte))
     return read_pte_layout(
         read.pte, read.program, read.program_data, aliased,
@@ -521,8 +523,9 @@ def prune_file(
         keep_constants: `fnmatch` patterns of FQNs to keep, as `audit_file` takes them.
         names: The model's `.pt2` or ETRecord, as `audit_file` takes it.
         dedupe: Then store once the named data that repeats a constant
-            (`dedupe.dedupe_file` of the pruned file, the order the hook applies
-            them in); the `.ptd` files are only pruned. A file that already
+            (`dedupe.dedupe_output` of the pruned file before it is written, the
+            order the hook applies them in; one pass, as a prune alone); the
+            `.ptd` files are only pruned. A file that already
             shares (deduplicated before) is deduplicated again whatever this
             says, so pruning keeps the sharing and never grows a file.
 
@@ -541,11 +544,6 @@ def prune_file(
         raise OutputFileError(f"{dst}: .ptd inputs given without a directory for their outputs")
     ptd_outputs = [os.path.join(os.fspath(ptd_out), os.path.basename(p)) for p in ptd_paths]
     check_outputs([src, *ptd_paths], [dst, *ptd_outputs])
-    if dedupe:
-        return _prune_then_dedupe(
-            src, dst, ptd_paths, ptd_out, started,
-            progress=progress, keep_constants=keep_constants, names=names,
-        )
 
     # Read, then decide every output byte, then write.
     read = read_pte_program(src, ptd_paths)
@@ -553,13 +551,11 @@ def prune_file(
         analysis = analyse_file(
             read.pte, {read.pte.path: source}, keep_constants, state_file(names)
         )
-    if _undoes_sharing(analysis):
+    if dedupe or _undoes_sharing(analysis):
         # The rewrite copies each segment's bytes: an alias into the constant
         # segment would be written out again. Deduplicating again keeps it shared.
-        logger.debug("%s shares named data with constants: pruning, then deduplicating", src)
         return _prune_then_dedupe(
-            src, dst, ptd_paths, ptd_out, started,
-            progress=progress, keep_constants=keep_constants, names=names,
+            src, dst, ptd_paths, ptd_outputs, read, analysis, progress, started
         )
     return _write_pruned(src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started)
 
@@ -581,9 +577,14 @@ def _write_pruned(src, dst, read, analysis, ptd_paths, ptd_outputs, progress, st
     finally:
         for input_fd in opened:
             os.close(input_fd)
+    report = _pruned_report(src, dst, analysis, ptd_paths, ptd_written, bytes_after, started)
+    logger.info("%s", report.summary())
+    return report
 
+
+def _pruned_report(src, dst, analysis, ptd_paths, ptd_written, bytes_after, started):
     pte, use = analysis.pte, analysis.use
-    report = FilePruneReport(
+    return FilePruneReport(
         path=src,
         output=dst,
         ptd_outputs=tuple((p, ptd_written.get(p)) for p in ptd_paths),
@@ -596,47 +597,26 @@ def _write_pruned(src, dst, read, analysis, ptd_paths, ptd_outputs, progress, st
         kept_unprovable=use.kept_unprovable,
         seconds=time.perf_counter() - started,
     )
-    logger.info("%s", report.summary())
-    return report
 
 
-def _prune_then_dedupe(src, dst, ptd_paths, ptd_out, started, **options) -> FilePruneReport:
-    """`prune_file` into a temporary directory beside `dst`, then `dedupe_file` onto `dst`.
+def _prune_then_dedupe(src, dst, ptd_paths, ptd_outputs, read, analysis, progress, started):
+    """The prune as decided, deduplicated before anything is written (`dedupe.dedupe_output`):
+    one pass over the input, as a prune alone; the `.ptd` files are only pruned."""
+    from emitter_filter.ondisk.dedupe import dedupe_output
 
-    A failure leaves no `.pte`, as a prune alone does; the `.ptd` files (never
-    deduplicated) are written into `ptd_out` first, and stay if the deduplication
-    then fails (an I/O error: its input is the prune's own output).
-    """
-    from emitter_filter.ondisk.dedupe import dedupe_file
-
+    # The alignment the input shows: the pruned file alone may allow others.
+    alignment = _input_layout(read).segment_alignment
+    opened: list[int] = []
     try:
-        temp = tempfile.TemporaryDirectory(
-            dir=os.path.dirname(os.path.abspath(dst)), prefix=".emitter-filter-"
+        outputs, ptd_written = _decide_outputs(
+            src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs)), opened
         )
-    except OSError as error:
-        raise OutputFileError(f"{dst}: cannot write: {error.strerror}") from error
-    with temp:
-        pruned = os.path.join(temp.name, os.path.basename(dst))
-        report = _prune_without_dedupe(src, pruned, ptd_paths, ptd_out, **options)
-        # The alignment the input shows: the pruned file alone may allow others.
-        alignment = read_layout(src, ptd_paths).segment_alignment
-        dedupe_report = dedupe_file(pruned, dst, alignment)
-    return dataclasses.replace(
-        report,
-        output=dst,
-        bytes_after=report.bytes_after - dedupe_report.saved_bytes,
-        seconds=time.perf_counter() - started,
-        dedupe=dedupe_report,
-    )
-
-
-def _prune_without_dedupe(src, dst, ptd_paths, ptd_out, *, progress, keep_constants, names):
-    """`prune_file` alone, even of a file that shares (`_prune_then_dedupe`'s first step)."""
-    started = time.perf_counter()
-    ptd_outputs = [os.path.join(os.fspath(ptd_out), os.path.basename(p)) for p in ptd_paths]
-    read = read_pte_program(src, ptd_paths)
-    with ByteSource(src) as source:
-        analysis = analyse_file(
-            read.pte, {read.pte.path: source}, keep_constants, state_file(names)
-        )
-    return _write_pruned(src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started)
+        outputs[0], dedupe_report = dedupe_output(outputs[0], alignment)
+        bytes_after = write_outputs(outputs, progress)
+    finally:
+        for input_fd in opened:
+            os.close(input_fd)
+    report = _pruned_report(src, dst, analysis, ptd_paths, ptd_written, bytes_after, started)
+    logger.info("%s", report.summary())
+    logger.info("%s -> %s: %s", src, dst, dedupe_report)
+    return dataclasses.replace(report, dedupe=dedupe_report)
