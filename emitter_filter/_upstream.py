@@ -35,6 +35,9 @@ __all__ = [
     "installed_executorch_version",
     "program_module",
     "cord",
+    "cord_pieces",
+    "file_backed_path",
+    "cord_of",
     "emitter_output_of",
 ]
 
@@ -159,16 +162,30 @@ def cord(data: bytes):
 
 
 def cord_pieces(data) -> list | None:
-    """The buffers a `Cord` holds, in order, if all are `bytes` (None otherwise: a
-    `FileBackedData` is left to the caller to handle whole)."""
+    """The buffers a `Cord` holds, in order: `bytes`, or (1.5) `FileBackedData` kept on
+    disk (`file_backed_path`). None when `data` is not a `Cord` of those."""
     buffers = getattr(data, "_buffers", None)
-    if buffers is None or not all(isinstance(b, bytes) for b in buffers):
+    if buffers is None or not all(
+        isinstance(b, bytes) or file_backed_path(b) is not None for b in buffers
+    ):
         return None
     return list(buffers)
 
 
+def file_backed_path(buffer) -> str | None:
+    """The file a `FileBackedData` (executorch 1.5) keeps its bytes in; None for anything else."""
+    try:
+        from executorch.exir._serialize._cord import FileBackedData
+    except ImportError:  # executorch 1.4: a Cord holds bytes only.
+        return None
+    if not isinstance(buffer, FileBackedData):
+        return None
+    path = getattr(buffer, "_path", None)
+    return path if isinstance(path, str) else None
+
+
 def cord_of(pieces):
-    """ExecuTorch's `Cord` of `pieces` (bytes), appended without a copy."""
+    """ExecuTorch's `Cord` of `pieces` (`bytes` or `FileBackedData`), appended without a copy."""
     from executorch.exir._serialize._cord import Cord
 
     result = Cord()

@@ -38,6 +38,7 @@ import contextvars
 import dataclasses
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -215,33 +216,65 @@ def _dedupe_serialized(emitter_output, serialized, config, prune_report):
     """
     from emitter_filter.errors import ProgramFormatError
     from emitter_filter.inprocess.reports import _record_dedupe_report, _record_dedupe_skipped
-    from emitter_filter.ondisk.dedupe import dedupe_pieces, dedupe_pte
 
     started = time.perf_counter()
     pte, ptd_files = serialized
-    alignment = getattr(config, "segment_alignment", None)
-    pieces = _upstream.cord_pieces(pte)
     try:
-        if pieces is not None:
-            # On the serializer's own chunks: no join, no copy of any weight.
-            deduplicated, dedupe_report = dedupe_pieces(pieces, alignment)
-        else:
-            data = bytes(pte)
-            deduplicated, dedupe_report = dedupe_pte(data, alignment)
+        deduplicated, dedupe_report = _dedupe_cord(pte, getattr(config, "segment_alignment", None))
     except ProgramFormatError as error:
         written = "as ExecuTorch writes it" if prune_report is None else "pruned only"
         _fail_safe(config, error, "deduplicating", written)
         _record_dedupe_skipped(emitter_output, str(error))
         return serialized
-    # The join into one bytes object (where there is one) is part of the cost.
     dedupe_report = dataclasses.replace(dedupe_report, seconds=time.perf_counter() - started)
     _record_dedupe_report(emitter_output, dedupe_report)
     logger.info("emitter_filter: %s", dedupe_report)
-    if not dedupe_report.shared:
-        return pte, ptd_files
-    if pieces is not None:
-        return _upstream.cord_of(deduplicated), ptd_files
-    return _upstream.cord(deduplicated), ptd_files
+    return deduplicated, ptd_files
+
+
+def _dedupe_cord(pte, alignment):
+    """`dedupe_pieces` of the serializer's `Cord`, and the `Cord` to write (`pte` itself when
+    nothing is shared).
+
+    On the Cord's own buffers: no join, no copy of any weight. A `FileBackedData`
+    buffer stays on disk: it is read through its file only where the transform
+    reads (a prefix, a chunked compare), and goes into the new Cord as itself.
+    """
+    from emitter_filter.ondisk.byte_source import Piece
+    from emitter_filter.ondisk.dedupe import dedupe_pieces, dedupe_pte
+
+    buffers = _upstream.cord_pieces(pte)
+    if buffers is None:
+        deduplicated, report = dedupe_pte(bytes(pte), alignment)
+        return (_upstream.cord(deduplicated) if report.shared else pte), report
+    with contextlib.ExitStack() as opened:
+        pieces, owners = [], {}
+        for buffer in buffers:
+            path = _upstream.file_backed_path(buffer)
+            if path is None:
+                pieces.append(buffer)
+                continue
+            fd = os.open(path, os.O_RDONLY)
+            opened.callback(os.close, fd)
+            pieces.append(Piece(fd, 0, len(buffer)))
+            owners[id(pieces[-1])] = buffer
+        deduplicated, report = dedupe_pieces(pieces, alignment)
+        if not report.shared:
+            return pte, report
+        return _upstream.cord_of(_cord_buffer(part, owners) for part in deduplicated), report
+
+
+def _cord_buffer(part, owners: dict):
+    """A part of the deduplicated file as a `Cord` buffer: bytes, or a file-backed buffer
+    as itself. A part of one (never a whole blob: the transform cuts only the constant
+    segment, which the serializer holds as bytes) is read here, that part alone."""
+    from emitter_filter.ondisk.byte_source import Piece
+
+    if not isinstance(part, Piece):
+        return part
+    if id(part) in owners:
+        return owners[id(part)]
+    return os.pread(part.fd, part.nbytes, part.offset)
 
 
 def install() -> None:

@@ -1,0 +1,163 @@
+"""Dedupe at the cost of one compare (issue 20): no weight copied, read whole or written twice.
+
+- In process, the serializer's buffers are compared where they lie: no read of
+  a weight's size goes through `ByteSource.read`.
+- A named-data blob ExecuTorch keeps on disk (`FileBackedData`, its own class)
+  goes through the hook with dedupe on without being loaded: read a chunk at a
+  time where it is compared, and the new `Cord` holds the blob object itself.
+- `prune --dedupe` decides the pruned file, deduplicates it and writes it once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+import torch
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import to_edge_transform_and_lower
+from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+import emitter_filter
+from emitter_filter.ondisk import output
+from emitter_filter.ondisk.byte_source import ByteSource
+from emitter_filter.ondisk.prune import prune_file
+
+FileBackedData = pytest.importorskip(
+    "executorch.exir._serialize._cord", reason="executorch 1.4 has no FileBackedData"
+).__dict__.get("FileBackedData")
+NamedDataStore = pytest.importorskip(
+    "executorch.exir._serialize._named_data_store"
+).NamedDataStore
+
+# 2048 x 256 fp32: 2 MiB, twice the chunk a file's range is compared in.
+VOCAB, DIM = 2048, 256
+TOKENS = torch.tensor([[1, 2, 3, 2047]])
+
+
+class TiedWithHead(torch.nn.Module):
+    """A tied embedding (its weight twice: constant and XNNPACK named data) and a second
+    linear whose weight is stored once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = torch.nn.Embedding(VOCAB, DIM)
+        self.head = torch.nn.Linear(DIM, VOCAB, bias=False)
+        self.head.weight = self.embedding.weight
+        self.mix = torch.nn.Linear(DIM, DIM, bias=False)
+
+    def forward(self, tokens):
+        return self.head(self.mix(self.embedding(tokens)))
+
+
+def _export(config):
+    torch.manual_seed(0)
+    model = TiedWithHead().eval()
+    exported = torch.export.export(model, (TOKENS,))
+    edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    return edge.to_executorch(config)
+
+
+DEDUPE = dict(prune_constants=True, dedupe_constants=True)
+
+
+def test_the_compare_reads_no_weight_through_the_byte_source(monkeypatch):
+    reads = []
+    real_read = ByteSource.read
+
+    def spy(self, offset, size, what):
+        reads.append(size)
+        return real_read(self, offset, size, what)
+
+    monkeypatch.setattr(ByteSource, "read", spy)
+    manager = _export(emitter_filter.ExecutorchBackendConfig(**DEDUPE))
+    assert emitter_filter.report(manager).dedupe.saved_bytes == VOCAB * DIM * 4
+    # Headers, the program and 32-byte prefixes; before, the compare read 1 MiB at a time.
+    assert reads and max(reads) < 64 << 10, sorted(reads)[-3:]
+
+
+@pytest.fixture
+def file_backed(tmp_path, monkeypatch):
+    """Every named-data blob handed to the serializer is a `FileBackedData` in `tmp_path`;
+    returns the blobs made, and every (path, bytes) read from their files."""
+    made, reads = [], []
+    real_output = NamedDataStore.get_named_data_store_output
+
+    def on_disk(self):
+        store = real_output(self)
+        buffers = []
+        for buffer in store.buffers:
+            if isinstance(buffer, bytes):  # The store may be asked again: once is enough.
+                path = tmp_path / f"blob{len(made)}.bin"
+                path.write_bytes(buffer)
+                made.append(FileBackedData(str(path)))
+                buffer = made[-1]
+            buffers.append(buffer)
+        return dataclasses.replace(store, buffers=buffers)
+
+    real_pread = os.pread
+
+    def pread(fd, count, offset):
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.startswith(str(tmp_path)):
+            reads.append((path, count))
+        return real_pread(fd, count, offset)
+
+    def loaded(self, *args):
+        raise AssertionError(f"{self._path} was loaded whole")
+
+    monkeypatch.setattr(NamedDataStore, "get_named_data_store_output", on_disk)
+    monkeypatch.setattr(os, "pread", pread)
+    monkeypatch.setattr(FileBackedData, "to_bytes", loaded)
+    monkeypatch.setattr(FileBackedData, "write_to_file", loaded)
+    return made, reads
+
+
+def test_a_file_backed_blob_goes_through_the_hook_without_being_loaded(file_backed, monkeypatch):
+    made, reads = file_backed
+    manager = _export(emitter_filter.ExecutorchBackendConfig(**DEDUPE))
+    report = emitter_filter.report(manager)
+    assert report.dedupe.saved_bytes == VOCAB * DIM * 4
+    # The tied blob was read a chunk at a time where it was compared (after its 32-byte
+    # prefix); the other blob, whose length no constant has, was not read at all.
+    assert reads and max(count for _, count in reads) <= 1 << 20
+    by_file = {}
+    for path, count in reads:
+        by_file[path] = by_file.get(path, 0) + count
+    tied = [p for p, n in by_file.items() if n == 32 + VOCAB * DIM * 4]
+    assert len(tied) == 1 and len(by_file) == 1, by_file
+    # The kept blob is in the new Cord as itself, not as bytes.
+    kept = [b for b in manager._pte_data._buffers if isinstance(b, FileBackedData)]
+    assert len(kept) == 1 and kept[0] in made and kept[0]._path not in tied
+
+    monkeypatch.undo()  # Now the file may be joined, as saving it does.
+    data = manager.buffer
+    plain = _export(emitter_filter.ExecutorchBackendConfig(**DEDUPE)).buffer
+    assert data == plain
+    reference = _export(emitter_filter.ExecutorchBackendConfig()).buffer
+    # Both buffers stay alive while their programs run.
+    got = _load_for_executorch_from_buffer(data).forward((TOKENS,))
+    want = _load_for_executorch_from_buffer(reference).forward((TOKENS,))
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_prune_dedupe_writes_the_file_once(tmp_path, monkeypatch):
+    plain = tmp_path / "plain.pte"
+    plain.write_bytes(_export(emitter_filter.ExecutorchBackendConfig()).buffer)
+    writes = []
+    real_write = output._write
+
+    def spy(writer, out):
+        writes.append(out.path)
+        return real_write(writer, out)
+
+    monkeypatch.setattr(output, "_write", spy)
+    report = prune_file(plain, tmp_path / "out.pte", dedupe=True)
+    assert writes == [str(tmp_path / "out.pte")]
+    assert report.dedupe.saved_bytes == VOCAB * DIM * 4
+    assert report.bytes_after == (tmp_path / "out.pte").stat().st_size
+    assert (tmp_path / "out.pte").read_bytes() == _export(
+        emitter_filter.ExecutorchBackendConfig(**DEDUPE)
+    ).buffer
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.pte", "plain.pte"]
