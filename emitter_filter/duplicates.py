@@ -120,8 +120,18 @@ def _comparable(data) -> bool:
 
 
 def _same_bytes(a, b) -> bool:
-    """Whether two same-length contents are equal, compared a chunk at a time (no hashing)."""
-    return all(x == y for x, y in zip(_chunks(a), _chunks(b), strict=True))
+    """Whether two same-length contents are equal, compared byte for byte (no hashing).
+
+    Two spans of one file are compared where they lie (`StoredSpan.same_bytes`),
+    two bytes objects with one memcmp; anything else a chunk at a time.
+    """
+    same = a.same_bytes(b) if hasattr(a, "same_bytes") else None
+    if same is not None:
+        return same
+    if isinstance(a, (bytes, bytearray)) and isinstance(b, (bytes, bytearray)):
+        return a == b
+    # bytes() of each chunk: comparing two memoryviews goes byte by byte in Python's C code.
+    return all(bytes(x) == bytes(y) for x, y in zip(_chunks(a), _chunks(b), strict=True))
 
 
 def _by_content(candidates: list) -> list[tuple[bytes, list]]:
@@ -205,8 +215,8 @@ def group_duplicates(copies: Iterable[tuple[StoredCopy, object]]) -> tuple[Dupli
     Args:
         copies: Each copy, in the order it is written, with its data: a bytes-like
             object, or anything with `len()`, `prefix(n)` and `sha256()` (read
-            only for copies whose length another copy shares; `chunks(n)`, if
-            it has it, to compare two). Not modified.
+            only for copies whose length another copy shares; `same_bytes(other)`
+            or `chunks(n)`, if it has them, to compare two). Not modified.
 
     Returns:
         One group per duplicated content, the most duplicated bytes first (ties in

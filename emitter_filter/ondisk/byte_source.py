@@ -201,6 +201,13 @@ class StoredSpan:
     def sha256(self) -> bytes:
         return self.source.sha256(self.offset, self.nbytes, "stored data")
 
+    def same_bytes(self, other: object) -> bool | None:
+        """Whether `other`, a span of the same source and length, holds the same bytes,
+        compared where they lie (`ByteSource.same_bytes`); None for anything else."""
+        if not isinstance(other, StoredSpan) or other.source is not self.source:
+            return None
+        return self.source.same_bytes(self.offset, other.offset, self.nbytes, "stored data")
+
     def chunks(self, size: int) -> Iterator[bytes]:
         """Its bytes, `size` at a time (to compare two spans without hashing either)."""
         for start in range(self.offset, self.offset + self.nbytes, size):
