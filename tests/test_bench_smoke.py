@@ -153,3 +153,24 @@ def test_a_file_that_is_no_plugin_report_is_a_usage_error(tmp_path, capsys):
     path.write_text(json.dumps({"schema": "emitter-filter-audit/2"}))
     assert main(["--suite-report", str(path), "--out", str(tmp_path)]) == EXIT_USAGE
     assert "not a emitter-filter-pytest/1 report" in capsys.readouterr().err
+
+
+# The scripts run as `python bench/NAME.py` or `python -m bench.NAME` (bench_models is the suite).
+SCRIPTS = sorted(
+    p.stem for p in (Path(__file__).resolve().parents[1] / "bench").glob("*.py")
+    if 'if __name__ == "__main__":' in p.read_text()
+)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_bench_script_imports_and_explains_itself(script):
+    """A script no test imports broke once at import after a rename: each answers --help."""
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, "-m", f"bench.{script}", "--help"],
+        capture_output=True, text=True, timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert result.returncode == 0, result.stderr
+    assert "usage:" in result.stdout
