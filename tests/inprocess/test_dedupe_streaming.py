@@ -161,3 +161,49 @@ def test_prune_dedupe_writes_the_file_once(tmp_path, monkeypatch):
         emitter_filter.ExecutorchBackendConfig(**DEDUPE)
     ).buffer
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.pte", "plain.pte"]
+
+
+def test_the_program_keeps_its_bytes_but_the_numbers_that_change():
+    from emitter_filter.ondisk.dedupe import dedupe_pte
+    from emitter_filter.ondisk.read_pte import read_pte
+
+    plain = _export(emitter_filter.ExecutorchBackendConfig()).buffer
+    deduped, _ = dedupe_pte(plain)
+    before, after = read_pte(plain), read_pte(deduped)
+    assert after.program_size == before.program_size
+    assert after.segment_base_offset == before.segment_base_offset
+    # Only 8-byte numbers changed: the named data's segment offset, the data size.
+    changed = [i for i in range(before.program_size) if plain[i] != deduped[i]]
+    assert changed and len({i // 8 for i in changed}) <= 4, changed
+
+
+def test_where_a_changed_number_is_not_stored_the_program_is_packed_again():
+    from emitter_filter.ondisk.layout import patch_program
+    from emitter_filter.ondisk.read_pte import read_pte
+
+    plain = _export(emitter_filter.ExecutorchBackendConfig()).buffer
+    pte = read_pte(plain)
+    head = plain[: pte.segment_base_offset]
+    first = pte.segments[0]
+    assert first.offset == pte.segment_base_offset  # Offset 0: the packer leaves it out.
+    ranges = {s.index: (s.offset - pte.segment_base_offset, s.size) for s in pte.segments}
+    data_size = len(plain) - pte.segment_base_offset
+    assert patch_program(head, ranges, [], data_size) == head
+    moved = {**ranges, 0: (128, first.size)}
+    assert patch_program(head, moved, [], data_size) is None
+
+
+def test_the_packed_fallback_writes_the_same_program(monkeypatch):
+    from emitter_filter.ondisk import dedupe
+
+    plain = _export(emitter_filter.ExecutorchBackendConfig()).buffer
+    patched, report = dedupe.dedupe_pte(plain)
+    packs = []
+    real_pack = dedupe.pack_program
+    monkeypatch.setattr(dedupe, "patch_program", lambda *args: None)
+    monkeypatch.setattr(dedupe, "pack_program", lambda *a: packs.append(a) or real_pack(*a))
+    packed, packed_report = dedupe.dedupe_pte(plain)
+    assert len(packs) == 1 and packed_report.shared == report.shared
+    want = _load_for_executorch_from_buffer(patched).forward((TOKENS,))
+    got = _load_for_executorch_from_buffer(packed).forward((TOKENS,))
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
