@@ -82,7 +82,7 @@ from emitter_filter.ondisk.layout import (
     read_segment_layout,
 )
 from emitter_filter.ondisk.output import OutputFile, check_outputs, write_outputs
-from emitter_filter.ondisk.read_pte import read_pte_program
+from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
 from emitter_filter.reachability import DataSpace
 
 __all__ = ["DedupeReport", "dedupe_pte", "dedupe_pieces", "dedupe_output", "dedupe_file"]
@@ -488,11 +488,14 @@ def _output_parts(source: ByteSource, output: _Output) -> list:
 
 
 def _dedupe_source(
-    source: ByteSource, output_name: str, segment_alignment: int | None
+    source: ByteSource,
+    output_name: str,
+    segment_alignment: int | None,
+    read: PteProgram | None = None,
 ) -> tuple[list, tuple[SharedRange, ...]] | None:
-    """Reads the `.pte` in `source` and deduplicates it: the output's parts and what they
-    share; None when nothing is stored twice."""
-    read = read_pte_program(source)
+    """Reads the `.pte` in `source` (unless `read` is its reading already) and deduplicates
+    it: the output's parts and what they share; None when nothing is stored twice."""
+    read = read_pte_program(source) if read is None else read
     output = _alias_repeated_named_data(
         read.pte, read.program, read.program_data, source, output_name, segment_alignment
     )
@@ -554,16 +557,22 @@ def dedupe_pieces(
 
 
 def dedupe_output(
-    output: OutputFile, segment_alignment: int | None = None
+    output: OutputFile,
+    segment_alignment: int | None = None,
+    *,
+    read: PteProgram | None = None,
 ) -> tuple[OutputFile, DedupeReport]:
     """`dedupe_pte` of an output not yet written (a pruned file, as `prune_file` decided it).
 
     Reads from its inputs only where the transform reads, so that a prune and a
-    dedupe write the file once. Returns `output` itself when nothing is stored twice.
+    dedupe write the file once. `read` is the output's reading where the caller
+    has one (an output that is its input as it is: `read_pte_program` of it;
+    rewritten by the dedupe where the program must be packed again). Returns
+    `output` itself when nothing is stored twice.
     """
     started = time.perf_counter()
     with ByteSource(output.parts(), name=output.path) as source:
-        deduplicated = _dedupe_source(source, output.path, segment_alignment)
+        deduplicated = _dedupe_source(source, output.path, segment_alignment, read)
     if deduplicated is None:
         return output, _report(source.size, source.size, (), started)
     parts, shared = deduplicated

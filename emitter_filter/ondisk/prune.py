@@ -78,6 +78,7 @@ from emitter_filter.ondisk.layout import (
     ptd_prefix,
     ptd_segment_alignments,
     read_pte_layout,
+    read_segment_layout,
     shared_segment_alignment,
 )
 from emitter_filter.ondisk.output import (
@@ -271,11 +272,7 @@ def read_layout(
     What the pruned file is laid out with; `PteLayout.reproduced` says whether
     they write the input back. For tests and diagnosis.
     """
-    return _input_layout(read_pte_program(src, ptd_paths))
-
-
-def _input_layout(read: PteProgram) -> PteLayout:
-    """`read_layout` of a read file, before its program is rewritten."""
+    read = read_pte_program(src, ptd_paths)
     aliased = find_aliases(find_shared_ranges(read.pte))
     return read_pte_layout(
         read.pte, read.program, read.program_data, aliased,
@@ -605,13 +602,18 @@ def _prune_then_dedupe(src, dst, ptd_paths, ptd_outputs, read, analysis, progres
     from emitter_filter.ondisk.dedupe import dedupe_output
 
     # The alignment the input shows: the pruned file alone may allow others.
-    alignment = _input_layout(read).segment_alignment
+    aliased = find_aliases(analysis.shared)
+    alignment, _ = read_segment_layout(
+        read.pte, aliased, shared_segment_alignment(read.pte, aliased)
+    )
+    # A .pte with nothing dead is its own output: its reading serves the dedupe too.
+    verbatim_read = None if _changes_pte(analysis) else read
     opened: list[int] = []
     try:
         outputs, ptd_written = _decide_outputs(
             src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs)), opened
         )
-        outputs[0], dedupe_report = dedupe_output(outputs[0], alignment)
+        outputs[0], dedupe_report = dedupe_output(outputs[0], alignment, read=verbatim_read)
         bytes_after = write_outputs(outputs, progress)
     finally:
         for input_fd in opened:
