@@ -124,11 +124,12 @@ class ByteSource:
 
         A range of one bytes object against itself is equal without a look; a
         range in memory against bytes is compared in place (`bytes.startswith`,
-        a memcmp: no copy); anything else (a file's range) is read a chunk at a
-        time, so memory stays flat whatever the size.
+        a memcmp: no copy); a file's range is read a chunk at a time into one
+        reused buffer a side, so memory stays flat whatever the size.
         """
         self._check(a, size, what)
         self._check(b, size, what)
+        buffers: list[bytearray] = []
         done = 0
         while done < size:
             ia, sa, count_a = self._locate(a + done)
@@ -145,12 +146,27 @@ class ByteSource:
                     return False
             else:
                 count = min(count, _HASH_CHUNK)
-                if bytes(self._read_span(ia, sa, count, what)) != bytes(
-                    self._read_span(ib, sb, count, what)
-                ):
+                if not buffers:
+                    buffers = [bytearray(min(size, _HASH_CHUNK)) for _ in range(2)]
+                left = self._chunk(ia, sa, count, buffers[0], what)
+                right = self._chunk(ib, sb, count, buffers[1], what)
+                if not _same_start(left, right, count):
                     return False
             done += count
         return True
+
+    def _chunk(
+        self, index: int, start: int, count: int, buffer: bytearray, what: str
+    ) -> bytearray | memoryview:
+        """`count` bytes of a part: read into `buffer` from a file (returned as `buffer`,
+        its first `count` bytes), or a view of a part in memory."""
+        part = self._parts[index]
+        if not isinstance(part, Piece):
+            return memoryview(part)[start : start + count]
+        view = memoryview(buffer)[:count]
+        if os.preadv(part.fd, [view], part.offset + start) != count:
+            raise PteFormatError(self.name, f"short read of {what}", self._starts[index] + start)
+        return buffer
 
     def _locate(self, offset: int) -> tuple[int, int, int]:
         """(part index, start in it, bytes left in it) of `offset`, inside the source."""
@@ -178,6 +194,16 @@ class ByteSource:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def _same_start(left: bytearray | memoryview, right: bytearray | memoryview, count: int) -> bool:
+    """Whether the first `count` bytes of two chunks are equal: a memcmp where one is a
+    read buffer, a copy of each only for two views of memory that is not bytes."""
+    if isinstance(left, bytearray):
+        return left.startswith(memoryview(right)[:count])
+    if isinstance(right, bytearray):
+        return right.startswith(memoryview(left)[:count])
+    return bytes(left) == bytes(right)
 
 
 @dataclass(frozen=True)

@@ -97,19 +97,27 @@ def file_backed(tmp_path, monkeypatch):
             buffers.append(buffer)
         return dataclasses.replace(store, buffers=buffers)
 
-    real_pread = os.pread
+    real_pread, real_preadv = os.pread, os.preadv
 
-    def pread(fd, count, offset):
+    def record(fd, count):
         path = os.readlink(f"/proc/self/fd/{fd}")
         if path.startswith(str(tmp_path)):
             reads.append((path, count))
+
+    def pread(fd, count, offset):
+        record(fd, count)
         return real_pread(fd, count, offset)
+
+    def preadv(fd, buffers, offset):
+        record(fd, sum(len(b) for b in buffers))
+        return real_preadv(fd, buffers, offset)
 
     def loaded(self, *args):
         raise AssertionError(f"{self._path} was loaded whole")
 
     monkeypatch.setattr(NamedDataStore, "get_named_data_store_output", on_disk)
     monkeypatch.setattr(os, "pread", pread)
+    monkeypatch.setattr(os, "preadv", preadv)
     monkeypatch.setattr(FileBackedData, "to_bytes", loaded)
     monkeypatch.setattr(FileBackedData, "write_to_file", loaded)
     return made, reads
