@@ -36,7 +36,6 @@ delegates and their blobs, and constant bytes (copied, never reinterpreted).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -548,13 +547,12 @@ def prune_file(
         analysis = analyse_file(
             read.pte, {read.pte.path: source}, keep_constants, state_file(names)
         )
-    if dedupe or _undoes_sharing(analysis):
-        # The rewrite copies each segment's bytes: an alias into the constant
-        # segment would be written out again. Deduplicating again keeps it shared.
-        return _prune_then_dedupe(
-            src, dst, ptd_paths, ptd_outputs, read, analysis, progress, started
-        )
-    return _write_pruned(src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started)
+    # A file that shares already: the rewrite copies each segment's bytes, so an alias
+    # into the constant segment would be written out again. Deduplicating again keeps it.
+    dedupe = dedupe or _undoes_sharing(analysis)
+    return _write_pruned(
+        src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started, dedupe=dedupe
+    )
 
 
 def _undoes_sharing(analysis: FileAnalysis) -> bool:
@@ -563,25 +561,41 @@ def _undoes_sharing(analysis: FileAnalysis) -> bool:
     return _changes_pte(analysis) and any(a.space == "constant" for a in aliased.values())
 
 
-def _write_pruned(src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started):
-    """The prune itself, once the file is read and analysed: decide, write, report."""
+def _write_pruned(
+    src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started, *, dedupe: bool
+) -> FilePruneReport:
+    """The prune itself, once the file is read and analysed: decide, deduplicate if asked,
+    write, report.
+
+    With `dedupe`, the decided `.pte` is deduplicated before anything is written
+    (`dedupe.dedupe_output`): one pass over the input, as a prune alone; the
+    `.ptd` files are only pruned.
+    """
+    from emitter_filter.ondisk.dedupe import dedupe_output
+
+    if dedupe:
+        # Read before the rewrite: the alignment the input shows (the pruned file alone
+        # may allow others), and its reading where the .pte is its own output.
+        aliased = find_aliases(analysis.shared)
+        alignment, _ = read_segment_layout(
+            read.pte, aliased, shared_segment_alignment(read.pte, aliased)
+        )
+        verbatim_read = None if _changes_pte(analysis) else read
+    dedupe_report = None
     opened: list[int] = []
     try:
         outputs, ptd_written = _decide_outputs(
             src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs)), opened
         )
+        if dedupe:
+            outputs[0], dedupe_report = dedupe_output(outputs[0], alignment, read=verbatim_read)
         bytes_after = write_outputs(outputs, progress)
     finally:
         for input_fd in opened:
             os.close(input_fd)
-    report = _pruned_report(src, dst, analysis, ptd_paths, ptd_written, bytes_after, started)
-    logger.info("%s", report.summary())
-    return report
 
-
-def _pruned_report(src, dst, analysis, ptd_paths, ptd_written, bytes_after, started):
     pte, use = analysis.pte, analysis.use
-    return FilePruneReport(
+    report = FilePruneReport(
         path=src,
         output=dst,
         ptd_outputs=tuple((p, ptd_written.get(p)) for p in ptd_paths),
@@ -593,32 +607,9 @@ def _pruned_report(src, dst, analysis, ptd_paths, ptd_written, bytes_after, star
         dropped_named_data=use.dead,
         kept_unprovable=use.kept_unprovable,
         seconds=time.perf_counter() - started,
+        dedupe=dedupe_report,
     )
-
-
-def _prune_then_dedupe(src, dst, ptd_paths, ptd_outputs, read, analysis, progress, started):
-    """The prune as decided, deduplicated before anything is written (`dedupe.dedupe_output`):
-    one pass over the input, as a prune alone; the `.ptd` files are only pruned."""
-    from emitter_filter.ondisk.dedupe import dedupe_output
-
-    # The alignment the input shows: the pruned file alone may allow others.
-    aliased = find_aliases(analysis.shared)
-    alignment, _ = read_segment_layout(
-        read.pte, aliased, shared_segment_alignment(read.pte, aliased)
-    )
-    # A .pte with nothing dead is its own output: its reading serves the dedupe too.
-    verbatim_read = None if _changes_pte(analysis) else read
-    opened: list[int] = []
-    try:
-        outputs, ptd_written = _decide_outputs(
-            src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs)), opened
-        )
-        outputs[0], dedupe_report = dedupe_output(outputs[0], alignment, read=verbatim_read)
-        bytes_after = write_outputs(outputs, progress)
-    finally:
-        for input_fd in opened:
-            os.close(input_fd)
-    report = _pruned_report(src, dst, analysis, ptd_paths, ptd_written, bytes_after, started)
     logger.info("%s", report.summary())
-    logger.info("%s -> %s: %s", src, dst, dedupe_report)
-    return dataclasses.replace(report, dedupe=dedupe_report)
+    if dedupe_report is not None:
+        logger.info("%s -> %s: %s", src, dst, dedupe_report)
+    return report
