@@ -242,6 +242,7 @@ def _dedupe_cord(pte, alignment):
     """
     from emitter_filter.ondisk.byte_source import Piece
     from emitter_filter.ondisk.dedupe import dedupe_pieces, dedupe_pte
+    from emitter_filter.regular_files import open_regular_input
 
     buffers = _upstream.cord_pieces(pte)
     if buffers is None:
@@ -254,7 +255,7 @@ def _dedupe_cord(pte, alignment):
             if path is None:
                 pieces.append(buffer)
                 continue
-            fd = os.open(path, os.O_RDONLY)
+            fd = open_regular_input(path)
             opened.callback(os.close, fd)
             pieces.append(Piece(fd, 0, len(buffer)))
             owners[id(pieces[-1])] = buffer
