@@ -111,13 +111,11 @@ class ByteSource:
 
     def spans(self, offset: int, size: int) -> Iterator[tuple[int, int, int]]:
         """The parts covering `size` bytes at `offset`: (part index, start in it, count)."""
-        index = bisect.bisect_right(self._starts, offset) - 1
         while size > 0:
-            start = offset - self._starts[index]
-            count = min(size, len(self._parts[index]) - start)
-            if count > 0:
-                yield index, start, count
-            offset, size, index = offset + count, size - count, index + 1
+            index, start, left = self._locate(offset)
+            count = min(size, left)
+            yield index, start, count
+            offset, size = offset + count, size - count
 
     def same_bytes(self, a: int, b: int, size: int, what: str) -> bool:
         """Whether the `size` bytes at `a` and at `b` are equal, compared where they lie.
