@@ -13,16 +13,12 @@ from __future__ import annotations
 
 import struct
 
-from emitter_filter._program_fbs.fb_xnnpack.PerChannelGroupQuant import PerChannelGroupQuant
 from emitter_filter._program_fbs.fb_xnnpack.XNNDatatype import XNNDatatype
-from emitter_filter._program_fbs.fb_xnnpack.XNNGraph import XNNGraph
-from emitter_filter._program_fbs.fb_xnnpack.XNNQuantizedTensorValue import (
-    XNNQuantizedTensorValue,
-)
 from emitter_filter._program_fbs.fb_xnnpack.XNNQuantParams import XNNQuantParams
-from emitter_filter._program_fbs.fb_xnnpack.XNNTensorValue import XNNTensorValue
 from emitter_filter._program_fbs.fb_xnnpack.XValueUnion import XValueUnion
 from emitter_filter.errors import ProgramFormatError
+from emitter_filter.fbs_schemas import XNNPACK
+from emitter_filter.flatbuffer_tables import FlatbufferError
 
 __all__ = [
     "XNNPACK_BACKEND_ID", "XNN_HEADER_SIZE", "delegate_named_keys", "xnnpack_flatbuffer_span",
@@ -71,6 +67,17 @@ def xnnpack_flatbuffer_span(head: bytes, blob_size: int) -> tuple[int, int]:
     return 0, blob_size
 
 
+def _graph_offset(processed: bytes) -> int:
+    """Where a blob's XNNGraph flatbuffer starts, its identifier checked."""
+    offset, size = xnnpack_flatbuffer_span(processed[:_XNN_HEADER.size], len(processed))
+    identifier = processed[offset + 4 : offset + 8]
+    if size < 8 or identifier not in _XNN_FLATBUFFER_IDS:
+        raise ProgramFormatError(
+            f"XNNPACK flatbuffer identifier {identifier!r} is not one of {_XNN_FLATBUFFER_IDS}"
+        )
+    return offset
+
+
 def xnnpack_named_keys(processed: bytes) -> tuple[str, ...]:
     """The named-data keys an XNNPACK blob reads, in `constant_data` order, without repeats.
 
@@ -80,23 +87,15 @@ def xnnpack_named_keys(processed: bytes) -> tuple[str, ...]:
     Raises:
         ProgramFormatError: The blob is not an XNNPACK graph the runtime would load.
     """
-    offset, size = xnnpack_flatbuffer_span(processed[:_XNN_HEADER.size], len(processed))
-    identifier = processed[offset + 4 : offset + 8]
-    if size < 8 or identifier not in _XNN_FLATBUFFER_IDS:
-        raise ProgramFormatError(
-            f"XNNPACK flatbuffer identifier {identifier!r} is not one of {_XNN_FLATBUFFER_IDS}"
-        )
     keys: dict[str, None] = {}
     try:
-        graph = XNNGraph.GetRootAs(processed, offset)
-        for index in range(graph.ConstantDataLength()):
-            named_key = graph.ConstantData(index).NamedKey()
+        graph = XNNPACK.read(processed, _graph_offset(processed))
+        for entry in graph.constantData or ():
             # Entry 0 is the "no constant" placeholder; entries stored inside the
             # blob (offset != UINT64_MAX) have no key either.
-            if named_key:
-                keys[named_key.decode("utf-8")] = None
-    # The flatbuffers runtime reports a negative offset in a corrupt buffer as a TypeError.
-    except (struct.error, IndexError, TypeError, ValueError, UnicodeDecodeError) as e:
+            if entry.namedKey:
+                keys[entry.namedKey.decode("utf-8")] = None
+    except (FlatbufferError, UnicodeDecodeError) as e:
         raise ProgramFormatError(f"malformed XNNPACK flatbuffer: {e}") from e
     return tuple(keys)
 
@@ -107,14 +106,11 @@ _XNN_DATATYPES = {
 }
 
 
-def _graph(processed: bytes) -> XNNGraph:
-    offset, size = xnnpack_flatbuffer_span(processed[:_XNN_HEADER.size], len(processed))
-    identifier = processed[offset + 4 : offset + 8]
-    if size < 8 or identifier not in _XNN_FLATBUFFER_IDS:
-        raise ProgramFormatError(
-            f"XNNPACK flatbuffer identifier {identifier!r} is not one of {_XNN_FLATBUFFER_IDS}"
-        )
-    return XNNGraph.GetRootAs(processed, offset)
+def _graph(processed: bytes):
+    """The blob's `XNNGraph`, read by its generated reader (the fields `XNNPACK` leaves out)."""
+    from emitter_filter._program_fbs.fb_xnnpack.XNNGraph import XNNGraph
+
+    return XNNGraph.GetRootAs(processed, _graph_offset(processed))
 
 
 def xnnpack_constant_types(processed: bytes) -> dict[str, tuple[str, tuple[int, ...] | None]]:
@@ -132,6 +128,14 @@ def xnnpack_constant_types(processed: bytes) -> dict[str, tuple[str, tuple[int, 
     Raises:
         ProgramFormatError: The blob is not an XNNPACK graph the runtime would load.
     """
+    from emitter_filter._program_fbs.fb_xnnpack.PerChannelGroupQuant import (
+        PerChannelGroupQuant,
+    )
+    from emitter_filter._program_fbs.fb_xnnpack.XNNQuantizedTensorValue import (
+        XNNQuantizedTensorValue,
+    )
+    from emitter_filter._program_fbs.fb_xnnpack.XNNTensorValue import XNNTensorValue
+
     types: dict[str, tuple[str, tuple[int, ...] | None]] = {}
     try:
         graph = _graph(processed)

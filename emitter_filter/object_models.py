@@ -1,9 +1,10 @@
 """The two object models of ExecuTorch's program schema, described once for shared code.
 
 In process, a program is `exir.schema`'s dataclasses (snake_case fields, union
-members told apart by class); on disk, the object API generated from program.fbs
-(`emitter_filter._program_fbs`: camelCase fields, union members told apart by a
-`...Type` enum, strings as bytes, absent vectors as None). Both spell the same
+members told apart by class); on disk, the flatbuffers object API's model, which
+`flatbuffer_tables` decodes into and the generated `emitter_filter._program_fbs`
+packs (camelCase fields, union members told apart by a `...Type` enum, strings
+as bytes, absent vectors as None). Both spell the same
 schema, so code that walks a program (`plan_indices`) takes an `ObjectModel` and
 reads every field through it by its schema name. Neither model is imported here:
 the in-process side stays free of it on disk, and the reverse.
@@ -66,7 +67,7 @@ EXIR_SCHEMA = ObjectModel(
     ints=lambda v: [] if v is None else v,
 )
 
-#: The object API generated from program.fbs (a file, on disk).
+#: The flatbuffers object API's model of program.fbs (a file, on disk).
 GENERATED = ObjectModel(
     field=functools.cache(_camel),
     instruction=lambda i: (

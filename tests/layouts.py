@@ -50,6 +50,7 @@ from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import (
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.NamedData import NamedDataT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.TensorLayout import TensorLayoutT
+from emitter_filter.flatbuffer_tables import to_object_api
 from emitter_filter.ondisk.layout import (
     EH,
     EH_MAGIC,
@@ -98,11 +99,12 @@ def _plan(values: list[EValueT]) -> ExecutionPlanT:
     return plan
 
 
-def pack(program: ProgramT, force_defaults: bool = False) -> bytes:
-    """The program flatbuffer as the generated object API packs it."""
+def pack(program, force_defaults: bool = False) -> bytes:
+    """The program flatbuffer as the generated object API packs it (`program` decoded by
+    `read_pte_program`, or built with the object API)."""
     builder = flatbuffers.Builder(1024)
     builder.ForceDefaults(force_defaults)
-    builder.Finish(program.Pack(builder), file_identifier=PROGRAM_IDENTIFIER)
+    builder.Finish(to_object_api(program).Pack(builder), file_identifier=PROGRAM_IDENTIFIER)
     return bytes(builder.Output())
 
 
@@ -338,7 +340,7 @@ def without(constants: list[bytes], dead: frozenset[int]) -> list[bytes]:
     return [c for i, c in enumerate(constants) if i not in dead]
 
 
-def with_program_changed(pte: bytes, change: Callable[[ProgramT], None]) -> bytes:
+def with_program_changed(pte: bytes, change: Callable[[object], None]) -> bytes:
     """`pte` with `change(program)` applied to its program, its segment data as it was.
 
     For files no writer makes (a hostile or corrupt input): the segment data is

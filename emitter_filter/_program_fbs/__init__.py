@@ -1,7 +1,8 @@
 """Flatbuffer readers generated from ExecuTorch's own schemas; do not edit by hand.
 
-The file side (`ondisk.read_pte`, `ondisk.read_ptd`) reads `.pte`, `.ptd` and XNNPACK delegate blobs with
-these instead of importing `executorch.exir`, whose import takes ~11 s.
+The file side reads `.pte`, `.ptd` and XNNPACK delegate blobs with `flatbuffer_tables` (into
+the object API's model, without importing these or `flatbuffers`), and packs a rewritten
+program or FlatTensor with these, instead of importing `executorch.exir` (~11 s).
 
 - `executorch_flatbuffer`: `schema/program.fbs` and `schema/scalar_type.fbs`
   (the `.pte` program), with the object API that `exir/_serialize` packs with.

@@ -2,7 +2,7 @@
 
 `ByteSource` reads only what is asked for (so reading a 1 GiB file's headers costs the
 same as a 1 KiB one's); `StoredSpan` defers reading an entry's bytes until `duplicates`
-asks. `check_identifier` and `unpack_root` turn a wrong or corrupt flatbuffer into one
+asks. `check_identifier` and `read_root` turn a wrong or corrupt flatbuffer into one
 `PteFormatError`.
 """
 
@@ -14,11 +14,11 @@ import hashlib
 import itertools
 import os
 import re
-import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.errors import PteFormatError
+from emitter_filter.flatbuffer_tables import FlatbufferError, Schema, Table
 from emitter_filter.regular_files import open_regular_input
 
 __all__ = [
@@ -27,7 +27,7 @@ __all__ = [
     "open_sources",
     "StoredSpan",
     "check_identifier",
-    "unpack_root",
+    "read_root",
 ]
 
 # Bytes per read when hashing stored data: bounds memory whatever the entry's size.
@@ -261,17 +261,16 @@ def check_identifier(source: ByteSource, head: bytes, expected: bytes, kind: str
     )
 
 
-def unpack_root(source: ByteSource, cls, buffer: bytes, what: str):
-    """Unpacks a generated root table; a corrupt buffer becomes a `PteFormatError`."""
+def read_root(source: ByteSource, schema: Schema, buffer: bytes, what: str) -> Table:
+    """The root table of a flatbuffer (`flatbuffer_tables`); a corrupt one is a `PteFormatError`."""
     root = int.from_bytes(buffer[0:4], "little")
     if not 8 <= root < len(buffer):
         raise PteFormatError(
             source.name, f"{what}: root offset {root} outside 8..{len(buffer)}", 0
         )
     try:
-        return cls.InitFromPackedBuf(buffer, 0)
-    # The flatbuffers runtime reports a negative offset in a corrupt buffer as a TypeError.
-    except (struct.error, IndexError, TypeError, ValueError, UnicodeDecodeError) as error:
+        return schema.read(buffer)
+    except FlatbufferError as error:
         raise PteFormatError(source.name, f"corrupt {what}: {error}") from error
 
 

@@ -382,8 +382,8 @@ def _alias_repeated_named_data(
     placement = _place_segments(pte, program, aliases, segment_layout)
     base = pte.segment_base_offset
     prefix = patch_program(
-        source.read(0, base, "program"), placement.placed, placement.constant_offsets,
-        placement.data_size,
+        source.read(0, base, "program"), program, placement.placed,
+        placement.constant_offsets, placement.data_size,
     )
     if prefix is None:
         prefix, base = _packed_prefix(

@@ -41,8 +41,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from emitter_filter._program_fbs.executorch_flatbuffer.Program import ProgramT
 from emitter_filter.errors import InvariantError, PteFormatError
+from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.ondisk.audit_report import AuditReport, audit_pte
 from emitter_filter.ondisk.byte_source import ByteSource, open_sources
 from emitter_filter.ondisk.file_model import PteFile
@@ -287,13 +287,13 @@ def _part_line(part: Part) -> str:
 class _Attributor:
     """Builds the parts of one `.pte` and its `.ptd` files from what audit found."""
 
-    def __init__(self, pte: PteFile, program: ProgramT, program_data: bytes,
+    def __init__(self, pte: PteFile, program: Table, program_data: bytes,
                  report: AuditReport, sources: Mapping[str, ByteSource],
                  state: StateFile | None) -> None:
         self.pte, self.report, self.sources, self.state = pte, report, sources, state
         self.tensor_readers = find_tensor_readers(pte, program)
         self.named_readers = find_named_data_readers(pte)
-        self.named_types = find_named_data_types(pte, program_data, sources[pte.path])
+        self.named_types = find_named_data_types(pte, program, program_data, sources[pte.path])
         self.users: dict[DataRef, list] = {}
         for tensor in pte.tensors:
             self.users.setdefault(tensor.ref, []).append(tensor)
@@ -320,12 +320,12 @@ class _Attributor:
             **fields,
         )
 
-    def pte_parts(self, program_data: bytes) -> list[Part]:
+    def pte_parts(self, program: Table, program_data: bytes) -> list[Part]:
         pte, path = self.pte, self.pte.path
         parts = []
         if pte.header_length:
             parts.append(Part(path, 8, pte.header_length, "header"))
-        spans = inline_delegate_spans(program_data)
+        spans = inline_delegate_spans(program, program_data)
         for blob in pte.delegates:
             storage = "delegate" if blob.location == "segment" else "delegate_inline"
             offset, nbytes = (blob.offset, blob.nbytes) if storage == "delegate" else spans[blob.index]
@@ -498,7 +498,7 @@ def _split_program(pte: PteFile, program_data: bytes, parts: list[Part]) -> list
 
 def explain_pte(
     pte: PteFile,
-    program: ProgramT,
+    program: Table,
     program_data: bytes,
     sources: Mapping[str, ByteSource],
     state: StateFile | None = None,
@@ -512,7 +512,10 @@ def explain_pte(
     """
     report = audit_pte(pte, sources, (), state)
     attributor = _Attributor(pte, program, program_data, report, sources, state)
-    found = [p for p in attributor.pte_parts(program_data) + attributor.ptd_parts() if p.nbytes]
+    found = [
+        p for p in attributor.pte_parts(program, program_data) + attributor.ptd_parts()
+        if p.nbytes
+    ]
     parts = _merge_shared(_mark_copies(found, report), report)
     by_file: dict[str, list[Part]] = {}
     for part in parts:

@@ -42,14 +42,15 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import flatbuffers
-
-from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program, ProgramT
 from emitter_filter.errors import PteFormatError
+from emitter_filter.fbs_schemas import PROGRAM
+from emitter_filter.flatbuffer_tables import Table, to_object_api
 from emitter_filter.generated_fields import vector_ints
 from emitter_filter.reachability import DataSpace
 
 if TYPE_CHECKING:
+    import flatbuffers
+
     from emitter_filter.ondisk.file_model import PtdFile, PteFile
 
 __all__ = [
@@ -181,27 +182,34 @@ def _blob(table, field: str, alignment: int) -> _AlignedBytesTable:
     return _AlignedBytesTable(None if data is None else bytes(bytearray(data)), alignment)
 
 
-def pack_program(program: ProgramT, tensor_alignment: int, delegate_alignment: int) -> bytes:
+def pack_program(program: Table, tensor_alignment: int, delegate_alignment: int) -> bytes:
     """The program flatbuffer `_program_to_flatbuffer` writes, without the extended header.
 
+    Packed by the generated object API (`flatbuffer_tables.to_object_api`), as
+    ExecuTorch's serializer packs it; so only a rewrite imports `flatbuffers`.
+
     Args:
-        program: The unpacked program. Not modified.
+        program: The decoded program (`read_pte_program`'s), maybe changed. Not modified.
         tensor_alignment: The force_align of inline `Buffer.storage`.
         delegate_alignment: The force_align of inline delegate data.
     """
-    constant_buffer, inline = program.constantBuffer, program.backendDelegateData
+    import flatbuffers
+
+    packed = to_object_api(program)
+    constant_buffer, inline = packed.constantBuffer, packed.backendDelegateData
     try:
         if constant_buffer:
-            program.constantBuffer = [
+            packed.constantBuffer = [
                 _blob(b, "storage", tensor_alignment) for b in constant_buffer
             ]
         if inline:
-            program.backendDelegateData = [_blob(d, "data", delegate_alignment) for d in inline]
+            packed.backendDelegateData = [_blob(d, "data", delegate_alignment) for d in inline]
         builder = flatbuffers.Builder(1024)
-        builder.Finish(program.Pack(builder), file_identifier=PROGRAM_IDENTIFIER)
+        builder.Finish(packed.Pack(builder), file_identifier=PROGRAM_IDENTIFIER)
         return bytes(builder.Output())
     finally:
-        program.constantBuffer, program.backendDelegateData = constant_buffer, inline
+        # `packed` is `program` itself when that is the object API's already.
+        packed.constantBuffer, packed.backendDelegateData = constant_buffer, inline
 
 
 @dataclass(frozen=True)
@@ -358,20 +366,18 @@ def _chosen(candidates: dict[int, tuple[int, ...]], preferred: int | None, count
     return DEFAULT_SEGMENT_ALIGNMENT, (1,) * count
 
 
-def _vector_positions(program_data: bytes) -> tuple[list[int], list[int]]:
+def _vector_positions(program: Table, program_data: bytes) -> tuple[list[int], list[int]]:
     """Where each inline `Buffer.storage` and each non-empty inline delegate blob starts."""
-    program = Program.GetRootAs(program_data, 0)
-    # The generated accessors expose only elements; a vector's start is in `_tab`.
-    storage = []
-    for index in range(program.ConstantBufferLength()):
-        buffer = program.ConstantBuffer(index)
-        if buffer is not None and not buffer.StorageIsNone():
-            storage.append(buffer._tab.Vector(buffer._tab.Offset(4)))
-    delegate = []
-    for index in range(program.BackendDelegateDataLength()):
-        blob = program.BackendDelegateData(index)
-        if blob is not None and blob.DataLength():
-            delegate.append(blob._tab.Vector(blob._tab.Offset(4)))
+    storage = [
+        PROGRAM.vector_at(program_data, buffer, "storage")
+        for buffer in program.constantBuffer or ()
+        if buffer.storage is not None
+    ]
+    delegate = [
+        PROGRAM.vector_at(program_data, blob, "data")
+        for blob in program.backendDelegateData or ()
+        if blob.data
+    ]
     return storage, delegate
 
 
@@ -388,7 +394,7 @@ def _header_padded_length(tensor_alignment: int, delegate_alignment: int) -> int
 
 
 def infer_pte_layout(
-    program: ProgramT,
+    program: Table,
     program_data: bytes,
     header_length: int,
     segment_candidates: dict[int, tuple[int, ...]],
@@ -414,7 +420,7 @@ def infer_pte_layout(
     tensor_candidates = _tensor_alignments(constant_offsets, constant_nbytes) or [
         _DEFAULT_TENSOR_ALIGNMENT
     ]
-    storage, positions = _vector_positions(program_data)
+    storage, positions = _vector_positions(program, program_data)
     # Only inline vectors change the flatbuffer; try each alignment their positions allow.
     packing = list(itertools.product(
         [t for t in tensor_candidates if not any(p % t for p in storage)]
@@ -443,7 +449,7 @@ def infer_pte_layout(
 
 
 def _reproducing_alignments(
-    program: ProgramT,
+    program: Table,
     program_data: bytes,
     header_length: int,
     packing: Sequence[tuple[int, int]],
@@ -576,7 +582,7 @@ def read_segment_layout(
 
 def read_pte_layout(
     pte: PteFile,
-    program: ProgramT,
+    program: Table,
     program_data: bytes,
     aliased: Collection[int] = (),
     segment_alignment: int | None = None,
@@ -614,6 +620,7 @@ def read_pte_layout(
 
 def patch_program(
     head: bytes,
+    program: Table,
     segments: dict[int, tuple[int, int]],
     constant_offsets: Sequence[int],
     segment_data_size: int,
@@ -627,40 +634,31 @@ def patch_program(
 
     Args:
         head: Header, program flatbuffer and padding. Not modified.
+        program: `head`'s program as `read_pte_program` decoded it (where each table lies).
         segments: (offset from the base, size) of each `Program.segments` entry.
         constant_offsets: The new `constant_segment.offsets` (as many as before).
         segment_data_size: Bytes from the segment base offset to the file's end.
     """
     patched = bytearray(head)
-    program = Program.GetRootAs(head, 0)
     for index, values in segments.items():
-        segment = program.Segments(index)
-        # DataSegment's fields: offset (vtable slot 4), size (6).
-        for slot, value in zip((4, 6), values):
-            if not _patch_u64(patched, segment._tab, slot, value):
-                return None
-    constant = program.ConstantSegment()
+        segment = program.segments[index]
+        for field, value in zip(("offset", "size"), values):
+            at = PROGRAM.field_at(head, segment, field)
+            if at is None:
+                if value:
+                    return None
+            else:
+                struct.pack_into("<Q", patched, at, value)
+    constant = program.constantSegment
     if constant_offsets:
-        if constant is None or constant.OffsetsLength() != len(constant_offsets):
+        if constant is None or len(constant.offsets or ()) != len(constant_offsets):
             return None
-        # SubsegmentOffsets.offsets is vtable slot 6: a vector of uint64.
-        start = constant._tab.Vector(constant._tab.Offset(6))
-        for index, value in enumerate(constant_offsets):
-            struct.pack_into("<Q", patched, start + 8 * index, value)
+        start = PROGRAM.vector_at(head, constant, "offsets")
+        struct.pack_into(f"<{len(constant_offsets)}Q", patched, start, *constant_offsets)
     magic, header_length = EH.unpack_from(head, EH_OFFSET)[:2]
     if magic == EH_MAGIC and header_length >= _EH_LENGTH:
         EH_SEGMENT_DATA_SIZE.pack_into(patched, EH_OFFSET + EH.size, segment_data_size)
     return bytes(patched)
-
-
-def _patch_u64(data: bytearray, table, slot: int, value: int) -> bool:
-    """Writes `value` over a table's uint64 field; False where the field is not stored
-    and `value` is not its default (0)."""
-    field = table.Offset(slot)
-    if not field:
-        return value == 0
-    struct.pack_into("<Q", data, table.Pos + field, value)
-    return True
 
 
 def padded_header_length(program_data: bytes) -> int:

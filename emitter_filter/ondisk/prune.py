@@ -44,18 +44,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
-from emitter_filter._program_fbs.executorch_flatbuffer.DataSegment import DataSegmentT
 from emitter_filter._program_fbs.executorch_flatbuffer.KernelTypes import KernelTypes
-from emitter_filter._program_fbs.executorch_flatbuffer.SubsegmentOffsets import (
-    SubsegmentOffsetsT,
-)
 from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
     TensorDataLocation,
 )
-from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import (
-    DataSegmentT as FlatTensorDataSegmentT,
-)
 from emitter_filter.errors import OutputFileError
+from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.names import DroppedConstant
 from emitter_filter.object_models import GENERATED
@@ -100,7 +94,7 @@ if TYPE_CHECKING:
 # Besides `prune_file`, `share` builds on the rewrite's parts.
 __all__ = [
     "FilePruneReport", "prune_file", "read_layout",
-    "pruned_pte", "OutSegment", "data_segment", "verbatim",
+    "pruned_pte", "OutSegment", "verbatim",
 ]
 
 logger = logging.getLogger(__name__)
@@ -288,18 +282,18 @@ def _tensor_data_segments(
         constant, offsets = _constant_segment(
             pte, program, fd, order[DataSpace.CONSTANT], layout.tensor_alignment
         )
-        program.constantSegment = SubsegmentOffsetsT()
-        program.constantSegment.segmentIndex = len(out)
-        program.constantSegment.offsets = offsets
+        program.constantSegment = PROGRAM.SubsegmentOffsets(
+            segmentIndex=len(out), offsets=offsets
+        )
         out.append(constant)
     if program.mutableDataSegments:
         mutable = _mutable_segment(pte, program, fd, order[DataSpace.MUTABLE])
         if mutable is None:
             program.mutableDataSegments = None
         else:
-            subsegment = SubsegmentOffsetsT()
-            subsegment.segmentIndex, subsegment.offsets = len(out), mutable[1]
-            program.mutableDataSegments = [subsegment]
+            program.mutableDataSegments = [
+                PROGRAM.SubsegmentOffsets(segmentIndex=len(out), offsets=mutable[1])
+            ]
             out.append(mutable[0])
 
 
@@ -371,20 +365,15 @@ def pruned_pte(
     )
     if out or program.segments is not None:
         # ExecuTorch always writes the list; a file without it keeps it absent.
-        program.segments = [data_segment(DataSegmentT, o, s.size) for o, s in zip(offsets, out)]
+        program.segments = [
+            PROGRAM.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out)
+        ]
     flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
     prefix, base = program_prefix(flatbuffer, layout, data_size)
     result = OutputFile(output, fd, prefix)
     if data_size:
         result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out)]
     return result
-
-
-def data_segment(cls, offset: int, size: int):
-    """A `DataSegmentT` of program.fbs or flat_tensor.fbs (`cls`): the same two fields."""
-    segment = cls()
-    segment.offset, segment.size = offset, size
-    return segment
 
 
 def _pruned_ptd(
@@ -412,7 +401,7 @@ def _pruned_ptd(
     )
     flat_tensor.namedData = named
     flat_tensor.segments = [
-        data_segment(FlatTensorDataSegmentT, o, s.size) for o, s in zip(offsets, out)
+        FLAT_TENSOR.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out)
     ]
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), layout, data_size)
     return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out)])

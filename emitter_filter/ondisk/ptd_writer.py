@@ -27,7 +27,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter.generated_fields import vector_ints
 from emitter_filter.ondisk.layout import FLAT_TENSOR_IDENTIFIER
 
@@ -175,12 +174,12 @@ def _pack_named_data(builder: _FlatcBuilder, entry) -> int:
     return builder.end_table()
 
 
-def pack_flat_tensor(flat_tensor: FlatTensorT) -> bytes:
+def pack_flat_tensor(flat_tensor) -> bytes:
     """The `FlatTensor` flatbuffer flatc writes from ExecuTorch's JSON for it.
 
     Args:
-        flat_tensor: The table to pack (the generated object API's `FlatTensorT`,
-            as `read_ptd.read_ptd_flat_tensor` returns it). Not modified. Every
+        flat_tensor: The table to pack (`FlatTensor` as `read_ptd.read_ptd_flat_tensor`
+            decodes it, or the generated object API's `FlatTensorT`). Not modified. Every
             field is written as ExecuTorch's dataclass has it: absent vectors as
             empty ones.
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 
-from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter.errors import PteFormatError
+from emitter_filter.fbs_schemas import FLAT_TENSOR
+from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
-from emitter_filter.ondisk.byte_source import ByteSource, check_identifier, unpack_root
+from emitter_filter.ondisk.byte_source import ByteSource, check_identifier, read_root
 from emitter_filter.ondisk.file_model import NamedData, PtdFile, Segment, segment_at
 from emitter_filter.ondisk.layout import FH, FH_MAGIC, FLAT_TENSOR_IDENTIFIER, NUM_HEAD_BYTES
 
@@ -94,14 +95,14 @@ def _read_segments(source: ByteSource, flat_tensor, base: int, data_size: int) -
     return segments
 
 
-def read_ptd_flat_tensor(path: str | os.PathLike) -> tuple[PtdFile, FlatTensorT]:
-    """`read_ptd`, plus the unpacked `FlatTensor`, for a rewrite."""
+def read_ptd_flat_tensor(path: str | os.PathLike) -> tuple[PtdFile, Table]:
+    """`read_ptd`, plus the decoded `FlatTensor` (`fbs_schemas.FLAT_TENSOR`), for a rewrite."""
     source = ByteSource(path)
     try:
         flatbuffer_end, base, data_size = _read_header(source)
         buffer = source.read(0, flatbuffer_end, "flatbuffer")
         _check_flat_tensor_fields(source, buffer)
-        flat_tensor = unpack_root(source, FlatTensorT, buffer, "flatbuffer")
+        flat_tensor = read_root(source, FLAT_TENSOR, buffer, "flatbuffer")
         if flat_tensor.version > _FLAT_TENSOR_VERSION:
             raise PteFormatError(
                 source.name,

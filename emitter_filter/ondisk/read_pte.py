@@ -1,8 +1,8 @@
 """Read a `.pte` file cheaply: headers, program flatbuffer, segment table.
 
 Nothing here imports torch or `executorch.exir` (seconds to import): the program
-flatbuffer is read with code generated from ExecuTorch's schema
-(`emitter_filter._program_fbs`), and the fixed-size headers with `struct`.
+flatbuffer is read by `flatbuffer_tables` from ExecuTorch's schema
+(`fbs_schemas.PROGRAM`), and the fixed-size headers with `struct`.
 Segment data is never read, except the header and flatbuffer of XNNPACK
 delegate blobs, to learn which named-data keys each delegate uses; `StoredSpan`
 reads an entry's bytes later, only when `audit` asks (to find duplicates).
@@ -11,7 +11,7 @@ reads an entry's bytes later, only when `audit` asks (to find duplicates).
 `reachability.find_live`, and for each data space the size and location of every
 entry. Every offset and index is checked against the file before it is returned,
 so callers never see a reference that points outside it. `read_pte_program` adds
-what a rewrite needs: the unpacked program and its flatbuffer bytes.
+what a rewrite needs: the decoded program and its flatbuffer bytes.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
-from emitter_filter._program_fbs.executorch_flatbuffer.Program import ProgramT
 from emitter_filter._program_fbs.executorch_flatbuffer.ScalarType import ScalarType
 from emitter_filter.delegates import (
     XNN_HEADER_SIZE,
@@ -30,10 +29,12 @@ from emitter_filter.delegates import (
     xnnpack_named_keys,
 )
 from emitter_filter.errors import ProgramFormatError, PteFormatError
+from emitter_filter.fbs_schemas import PROGRAM
+from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.named_keys import DelegateRef
 from emitter_filter.object_models import GENERATED
-from emitter_filter.ondisk.byte_source import ByteSource, check_identifier, unpack_root
+from emitter_filter.ondisk.byte_source import ByteSource, check_identifier, read_root
 from emitter_filter.ondisk.file_model import (
     DataEntry,
     DelegateData,
@@ -77,17 +78,18 @@ _SCALAR_TYPE_NAMES = {
 
 @dataclass(frozen=True)
 class PteProgram:
-    """What a rewrite of a `.pte` needs: `read_pte`'s result, the unpacked program, its bytes.
+    """What a rewrite of a `.pte` needs: `read_pte`'s result, the decoded program, its bytes.
 
     Attributes:
         pte: What `read_pte` returns.
-        program: The unpacked `Program` (generated object API), to modify and pack again.
+        program: The decoded `Program` (`fbs_schemas.PROGRAM`: the object API's names),
+            to read, or to modify and pack again (`layout.pack_program`).
         program_data: The file's bytes up to the end of the program flatbuffer
             (extended header included).
     """
 
     pte: PteFile
-    program: ProgramT
+    program: Table
     program_data: bytes
 
 
@@ -106,7 +108,7 @@ def _tensor_nbytes(tensor, where: str) -> int | None:
 
 
 def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
-    """`plan_indices.collect_plan_refs` of a generated `ExecutionPlanT`; notes its tensors."""
+    """`plan_indices.collect_plan_refs` of a decoded `ExecutionPlan`; notes its tensors."""
     name = table_text(plan.name) or ""
 
     def found(index: int, tensor, ref: DataRef, fqn: str | None) -> None:
@@ -405,7 +407,7 @@ def _named_data(
 def read_pte_program(
     source: str | os.PathLike | bytes | ByteSource, ptd_paths: Sequence[str | os.PathLike] = ()
 ) -> PteProgram:
-    """`read_pte`, plus the unpacked program and its flatbuffer's bytes, for a rewrite.
+    """`read_pte`, plus the decoded program and its flatbuffer's bytes, for a rewrite.
 
     `source` may be an open `ByteSource` (the caller's: not closed here).
     """
@@ -414,7 +416,7 @@ def read_pte_program(
     try:
         program_size, header_length, base = _read_header(reader)
         program_data = reader.read(0, program_size, "program flatbuffer")
-        program = unpack_root(reader, ProgramT, program_data, "program flatbuffer")
+        program = read_root(reader, PROGRAM, program_data, "program flatbuffer")
         segments = _read_segments(reader, program, base)
         tensors: list[TensorEntry] = []
         try:

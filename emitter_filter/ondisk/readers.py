@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program, ProgramT
 from emitter_filter.delegates import (
     XNN_HEADER_SIZE,
     XNNPACK_BACKEND_ID,
@@ -26,6 +25,8 @@ from emitter_filter.delegates import (
     xnnpack_flatbuffer_span,
 )
 from emitter_filter.errors import ProgramFormatError, PteFormatError
+from emitter_filter.fbs_schemas import PROGRAM
+from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.object_models import GENERATED
 from emitter_filter.ondisk.byte_source import ByteSource
@@ -102,7 +103,7 @@ def _plan_calls(plan) -> list[tuple[str, list[int]]]:
     return calls
 
 
-def find_tensor_readers(pte: PteFile, program: ProgramT) -> dict[DataRef, tuple[Reader, ...]]:
+def find_tensor_readers(pte: PteFile, program: Table) -> dict[DataRef, tuple[Reader, ...]]:
     """The calls that read each tensor data entry, over every plan, in plan then call order.
 
     Args:
@@ -149,15 +150,15 @@ def find_named_data_readers(pte: PteFile) -> Mapping[str, Sequence[Reader]]:
 
 
 def find_named_data_types(
-    pte: PteFile, program_data: bytes, source: ByteSource
+    pte: PteFile, program: Table, program_data: bytes, source: ByteSource
 ) -> dict[str, tuple[str, tuple[int, ...]]]:
     """The datatype and dims XNNPACK reads each named-data key as (`FP32`, `QBINT4`, ...).
 
     Reads each XNNPACK blob's header and flatbuffer, never its constant data.
 
     Args:
-        pte: What `read_pte_program` returned with `program_data`. Not modified.
-        program_data: The program flatbuffer, for inline blobs.
+        pte: What `read_pte_program` returned with `program` and `program_data`. Not modified.
+        program, program_data: The program, decoded and as bytes, for inline blobs.
         source: The `.pte`, open, for blobs in segments.
     """
     types: dict[str, tuple[str, tuple[int, ...]]] = {}
@@ -168,7 +169,7 @@ def find_named_data_types(
             def read(start, count, offset=blob.offset):
                 return source.read(offset + start, count, "XNNPACK blob")
         else:
-            spans = inline_delegate_spans(program_data)
+            spans = inline_delegate_spans(program, program_data)
 
             def read(start, count, span=spans[blob.index]):
                 return program_data[span[0] + start : span[0] + min(start + count, span[1])]
@@ -182,12 +183,10 @@ def find_named_data_types(
     return types
 
 
-def inline_delegate_spans(program_data: bytes) -> list[tuple[int, int]]:
+def inline_delegate_spans(program: Table, program_data: bytes) -> list[tuple[int, int]]:
     """(offset, size) of each `backend_delegate_data[i].data` vector in the flatbuffer."""
-    root = Program.GetRootAs(program_data, 0)
     spans = []
-    for index in range(root.BackendDelegateDataLength()):
-        table = root.BackendDelegateData(index)._tab
-        field = table.Offset(4)  # BackendDelegateInlineData.data, the table's first field
-        spans.append((table.Vector(field), table.VectorLen(field)) if field else (0, 0))
+    for blob in program.backendDelegateData or ():
+        start = PROGRAM.vector_at(program_data, blob, "data")
+        spans.append((0, 0) if start is None else (start, len(blob.data)))
     return spans

@@ -35,17 +35,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from emitter_filter._program_fbs.executorch_flatbuffer.ExtraTensorInfo import ExtraTensorInfoT
 from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
     TensorDataLocation,
 )
-from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import (
-    DataSegmentT as FlatTensorDataSegmentT,
-)
-from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
-from emitter_filter._program_fbs.flat_tensor_flatbuffer.NamedData import NamedDataT
-from emitter_filter._program_fbs.flat_tensor_flatbuffer.TensorLayout import TensorLayoutT
 from emitter_filter.errors import OutputFileError
+from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM
+from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.analysis import find_aliases, find_shared_ranges
 from emitter_filter.ondisk.byte_source import Piece
@@ -69,7 +64,6 @@ from emitter_filter.ondisk.output import (
 )
 from emitter_filter.ondisk.prune import (
     OutSegment,
-    data_segment,
     prune_file,
     pruned_pte,
     verbatim,
@@ -166,15 +160,15 @@ class ShareReport:
 # --- decide: one program ----------------------------------------------------------------
 
 
-def _external_info(tensor, key: str) -> ExtraTensorInfoT:
+def _external_info(tensor, key: str) -> Table:
     """The tensor's `extra_tensor_info`, now EXTERNAL under `key` (other fields kept)."""
-    info = ExtraTensorInfoT()
+    info = PROGRAM.ExtraTensorInfo(
+        fullyQualifiedName=key, location=TensorDataLocation.EXTERNAL
+    )
     old = tensor.extraTensorInfo
     if old is not None:
         info.mutableDataSegmentsIdx = old.mutableDataSegmentsIdx
         info.deviceType, info.deviceIndex = old.deviceType, old.deviceIndex
-    info.fullyQualifiedName = key
-    info.location = TensorDataLocation.EXTERNAL
     return info
 
 
@@ -241,19 +235,17 @@ def _shared_pte(
 # --- decide: the shared .ptd ------------------------------------------------------------
 
 
-def _tensor_layout(layout: TensorLayoutKey) -> TensorLayoutT:
-    table = TensorLayoutT()
-    table.scalarType, table.sizes, table.dimOrder = (
-        layout.scalar_type, list(layout.sizes), list(layout.dim_order)
+def _tensor_layout(layout: TensorLayoutKey) -> Table:
+    return FLAT_TENSOR.TensorLayout(
+        scalarType=layout.scalar_type, sizes=list(layout.sizes), dimOrder=list(layout.dim_order)
     )
-    return table
 
 
-def _named(key: str, segment: int, layout: TensorLayoutKey | None = None) -> NamedDataT:
-    entry = NamedDataT()
-    entry.key, entry.segmentIndex = key, segment
-    entry.tensorLayout = None if layout is None else _tensor_layout(layout)
-    return entry
+def _named(key: str, segment: int, layout: TensorLayoutKey | None = None) -> Table:
+    return FLAT_TENSOR.NamedData(
+        key=key, segmentIndex=segment,
+        tensorLayout=None if layout is None else _tensor_layout(layout),
+    )
 
 
 class _PtdBuilder:
@@ -262,7 +254,7 @@ class _PtdBuilder:
     def __init__(self, found: SharedSet) -> None:
         self.found = found
         self.segments: list[OutSegment] = []
-        self.named: list[NamedDataT] = []
+        self.named: list[Table] = []
         self.keys: set[str] = set()
         self._segment_of: dict[object, int] = {}
 
@@ -312,12 +304,13 @@ def _shared_ptd(
     offsets, data_size = place_segments(
         [(s.size, s.alignment) for s in builder.segments], alignment
     )
-    flat_tensor = FlatTensorT()
-    flat_tensor.segments = [
-        data_segment(FlatTensorDataSegmentT, o, s.size)
-        for o, s in zip(offsets, builder.segments)
-    ]
-    flat_tensor.namedData = builder.named
+    flat_tensor = FLAT_TENSOR.FlatTensor(
+        segments=[
+            FLAT_TENSOR.DataSegment(offset=o, size=s.size)
+            for o, s in zip(offsets, builder.segments)
+        ],
+        namedData=builder.named,
+    )
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), PtdLayout(alignment, ()), data_size)
     first_fd = next(iter(fds.values()))
     return OutputFile(

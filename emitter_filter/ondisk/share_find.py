@@ -32,9 +32,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter._program_fbs.executorch_flatbuffer.ScalarType import ScalarType
-from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter.duplicates import StoredCopy, group_duplicates
 from emitter_filter.errors import PteFormatError
+from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan, open_sources
 from emitter_filter.ondisk.file_model import PtdFile
@@ -155,7 +155,7 @@ class ProgramSet:
     """
 
     reads: tuple[PteProgram, ...]
-    ptds: tuple[tuple[PtdFile, FlatTensorT], ...]
+    ptds: tuple[tuple[PtdFile, Table], ...]
     layouts: tuple[PteLayout, ...] | None = None
     ptd_alignments: tuple[tuple[int, ...], ...] | None = None
 

@@ -189,18 +189,19 @@ def test_the_program_keeps_its_bytes_but_the_numbers_that_change():
 
 def test_where_a_changed_number_is_not_stored_the_program_is_packed_again():
     from emitter_filter.ondisk.layout import patch_program
-    from emitter_filter.ondisk.read_pte import read_pte
+    from emitter_filter.ondisk.read_pte import read_pte_program
 
     plain = _export(emitter_filter.ExecutorchBackendConfig()).buffer
-    pte = read_pte(plain)
+    read = read_pte_program(plain)
+    pte, program = read.pte, read.program
     head = plain[: pte.segment_base_offset]
     first = pte.segments[0]
     assert first.offset == pte.segment_base_offset  # Offset 0: the packer leaves it out.
     ranges = {s.index: (s.offset - pte.segment_base_offset, s.size) for s in pte.segments}
     data_size = len(plain) - pte.segment_base_offset
-    assert patch_program(head, ranges, [], data_size) == head
+    assert patch_program(head, program, ranges, [], data_size) == head
     moved = {**ranges, 0: (128, first.size)}
-    assert patch_program(head, moved, [], data_size) is None
+    assert patch_program(head, program, moved, [], data_size) is None
 
 
 def test_the_packed_fallback_writes_the_same_program(monkeypatch):

@@ -1,0 +1,165 @@
+"""The tables of ExecuTorch's flatbuffer schemas that `flatbuffer_tables` reads, in their words.
+
+Each table is its fields in declaration order, as the `.fbs` file declares them,
+so a field's vtable slot is its position (a union takes two: its type, then its
+value). Types are spelled as in the `.fbs` files: a scalar (`int`, `uint64`,
+`bool`, an enum's underlying type), `string`, `[T]`, or another table's or a
+union's name. A field typed `None` is one nobody here reads: it keeps its slot
+and is skipped.
+
+- `PROGRAM`: schema/program.fbs and scalar_type.fbs (the `.pte` program), every field;
+- `FLAT_TENSOR`: extension/flat_tensor/serialize/flat_tensor.fbs (the `.ptd` file), every field;
+- `XNNPACK`: backends/xnnpack/serialization/schema.fbs, only `XNNGraph.constant_data`
+  (the named-data keys a blob reads).
+
+The generated object API (`emitter_filter._program_fbs`) is generated from the
+same files; `tests/test_flatbuffer_tables.py` checks every table here against it.
+"""
+
+from __future__ import annotations
+
+from emitter_filter.flatbuffer_tables import Schema
+
+__all__ = ["PROGRAM", "FLAT_TENSOR", "XNNPACK"]
+
+PROGRAM = Schema(
+    "executorch_flatbuffer",
+    root="Program",
+    tables={
+        "ContainerMetadata": (("encoded_inp_str", "string"), ("encoded_out_str", "string")),
+        "Null": (),
+        "AllocationDetails": (
+            ("memory_id", "uint"), ("memory_offset_low", "uint"), ("memory_offset_high", "uint"),
+        ),
+        "ExtraTensorInfo": (
+            ("mutable_data_segments_idx", "uint64"),
+            ("fully_qualified_name", "string"),
+            ("location", "byte"),  # TensorDataLocation
+            ("device_type", "byte"),  # DeviceType = CPU (0)
+            ("device_index", "byte"),
+        ),
+        "Tensor": (
+            ("scalar_type", "byte"),  # ScalarType
+            ("storage_offset", "int"),
+            ("sizes", "[int]"),
+            ("dim_order", "[ubyte]"),
+            ("requires_grad", "bool"),
+            ("data_buffer_idx", "uint"),
+            ("allocation_info", "AllocationDetails"),
+            ("layout", "byte"),
+            ("shape_dynamism", "byte"),  # TensorShapeDynamism
+            ("extra_tensor_info", "ExtraTensorInfo"),
+        ),
+        "Int": (("int_val", "long"),),
+        "Bool": (("bool_val", "bool"),),
+        "Double": (("double_val", "double"),),
+        "String": (("string_val", "string"),),
+        "IntList": (("items", "[long]"),),
+        "DoubleList": (("items", "[double]"),),
+        "BoolList": (("items", "[bool]"),),
+        "TensorList": (("items", "[int]"),),
+        "OptionalTensorList": (("items", "[int]"),),
+        "EValue": (("val", "KernelTypes"),),
+        "Operator": (("name", "string"), ("overload", "string")),
+        "KernelCall": (("op_index", "int"), ("args", "[int]")),
+        "DelegateCall": (("delegate_index", "int"), ("args", "[int]")),
+        "MoveCall": (("move_from", "int"), ("move_to", "int")),
+        "JumpFalseCall": (("cond_value_index", "int"), ("destination_instruction", "int")),
+        "FreeCall": (("value_index", "int"),),
+        "Instruction": (("instr_args", "InstructionArguments"),),
+        "Frame": (
+            ("filename", "string"), ("lineno", "int"), ("name", "string"), ("context", "string"),
+        ),
+        "FrameList": (("items", "[Frame]"),),
+        "BackendDelegateDataReference": (("location", "byte"), ("index", "uint")),
+        "CompileSpec": (("key", "string"), ("value", "[ubyte]")),
+        "BackendDelegate": (
+            ("id", "string"),
+            ("processed", "BackendDelegateDataReference"),
+            ("compile_specs", "[CompileSpec]"),
+        ),
+        "Chain": (
+            ("inputs", "[int]"),
+            ("outputs", "[int]"),
+            ("instructions", "[Instruction]"),
+            ("stacktrace", "[FrameList]"),
+        ),
+        "ExecutionPlan": (
+            ("name", "string"),
+            ("container_meta_type", "ContainerMetadata"),
+            ("values", "[EValue]"),
+            ("inputs", "[int]"),
+            ("outputs", "[int]"),
+            ("chains", "[Chain]"),
+            ("operators", "[Operator]"),
+            ("delegates", "[BackendDelegate]"),
+            ("non_const_buffer_sizes", "[int64]"),
+            ("non_const_buffer_device", "[NonConstBufferDevice]"),
+        ),
+        "NonConstBufferDevice": (
+            ("buffer_idx", "int"), ("device_type", "byte"), ("device_index", "byte"),
+        ),
+        "Buffer": (("storage", "[ubyte]"),),
+        "BackendDelegateInlineData": (("data", "[ubyte]"),),
+        "DataSegment": (("offset", "uint64"), ("size", "uint64")),
+        "SubsegmentOffsets": (("segment_index", "uint"), ("offsets", "[uint64]")),
+        "NamedData": (("key", "string"), ("segment_index", "uint32")),
+        "Program": (
+            ("version", "uint"),
+            ("execution_plan", "[ExecutionPlan]"),
+            ("constant_buffer", "[Buffer]"),
+            ("backend_delegate_data", "[BackendDelegateInlineData]"),
+            ("segments", "[DataSegment]"),
+            ("constant_segment", "SubsegmentOffsets"),
+            ("mutable_data_segments", "[SubsegmentOffsets]"),
+            ("named_data", "[NamedData]"),
+        ),
+    },
+    unions={
+        "KernelTypes": (
+            "Null", "Int", "Bool", "Double", "Tensor", "String", "IntList", "DoubleList",
+            "BoolList", "TensorList", "OptionalTensorList",
+        ),
+        "InstructionArguments": (
+            "KernelCall", "DelegateCall", "MoveCall", "JumpFalseCall", "FreeCall",
+        ),
+    },
+)
+
+FLAT_TENSOR = Schema(
+    "flat_tensor_flatbuffer",
+    root="FlatTensor",
+    tables={
+        "TensorLayout": (
+            ("scalar_type", "byte"),  # executorch_flatbuffer.ScalarType
+            ("sizes", "[int32]"),
+            ("dim_order", "[uint8]"),
+        ),
+        "DataSegment": (("offset", "uint64"), ("size", "uint64")),
+        "NamedData": (
+            ("key", "string"), ("segment_index", "uint32"), ("tensor_layout", "TensorLayout"),
+        ),
+        "FlatTensor": (
+            ("version", "uint32"), ("segments", "[DataSegment]"), ("named_data", "[NamedData]"),
+        ),
+    },
+)
+
+XNNPACK = Schema(
+    "fb_xnnpack",
+    root="XNNGraph",
+    tables={
+        "ConstantDataOffset": (("offset", "uint64"), ("size", "uint64"), ("named_key", "string")),
+        "XNNGraph": (
+            ("version", None),
+            ("xnodes", None),
+            ("xvalues", None),
+            ("num_externs", None),
+            ("input_ids", None),
+            ("output_ids", None),
+            ("constant_buffer", None),  # deprecated: keeps its slot
+            ("mem_buffer_sizes", None),  # deprecated: keeps its slot
+            ("constant_data", "[ConstantDataOffset]"),
+        ),
+    },
+)
