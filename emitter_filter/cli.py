@@ -185,7 +185,7 @@ def _add_size_commands(commands) -> list[argparse.ArgumentParser]:
 
 
 def _add_explain(commands) -> argparse.ArgumentParser:
-    from emitter_filter.ondisk.explain import GROUPINGS
+    from emitter_filter.ondisk.explain_terms import GROUPINGS
 
     explain = commands.add_parser(
         "explain",

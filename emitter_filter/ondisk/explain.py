@@ -45,6 +45,7 @@ from emitter_filter.errors import InvariantError, PteFormatError
 from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.ondisk.audit_report import AuditReport, audit_pte
 from emitter_filter.ondisk.byte_source import ByteSource, open_sources
+from emitter_filter.ondisk.explain_terms import GROUPINGS, JSON_SCHEMA, STATUSES, STORAGES
 from emitter_filter.ondisk.file_model import PteFile
 from emitter_filter.ondisk.program_sections import count_plan_sections
 from emitter_filter.ondisk.read_pte import read_pte_program
@@ -71,18 +72,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: The value of the "schema" key of `Explanation.to_json()`.
-JSON_SCHEMA = "emitter-filter-explain/1"
-#: Every `Part.storage`, in report order.
-STORAGES = (
-    "header", "program", "values", "instructions", "operators", "delegate_inline", "constant", "mutable", "external",
-    "named_data", "delegate", "segments", "ptd_header", "padding",
-)
-#: Every `Part.status`.
-STATUSES = ("live", "dead", "duplicated", "shared", "padding")
-#: What `--by` groups parts by.
-GROUPINGS = ("storage", "status", "dtype", "reader", "module")
 
 
 @dataclass(frozen=True)
