@@ -27,7 +27,6 @@ files on disk.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -98,7 +97,11 @@ def _prefix(data) -> bytes:
 
 
 def _sha256(data) -> bytes:
-    return data.sha256() if hasattr(data, "sha256") else hashlib.sha256(data).digest()
+    if hasattr(data, "sha256"):
+        return data.sha256()
+    import hashlib  # here, as in `ByteSource.sha256`: only hashing pays OpenSSL's start-up
+
+    return hashlib.sha256(data).digest()
 
 
 # Bytes per compared chunk: bounds memory whatever the size of what is compared.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import hashlib
 import itertools
 import os
 import re
@@ -174,6 +173,9 @@ class ByteSource:
 
     def sha256(self, offset: int, size: int, what: str) -> bytes:
         """The digest of `size` bytes at `offset`, read in chunks."""
+        # Imported here: OpenSSL's start-up (3 ms) is paid only where look-alikes are hashed.
+        import hashlib
+
         self._check(offset, size, what)
         digest = hashlib.sha256()
         for index, start, count in self.spans(offset, size):
