@@ -83,6 +83,12 @@ class Table:
         return f"{self._table}({fields})"
 
 
+# Readers of n vtable entries, and n zeros for the slots a vtable does not reach, by n:
+# the format is parsed once, not on each of a program's ~20,000 tables.
+_ENTRIES = [struct.Struct(f"<{n}H").unpack_from for n in range(256)]
+_ZEROS = [(0,) * n for n in range(256)]
+
+
 def _vtable(buffer: bytes, pos: int, slots: int) -> tuple[int, ...]:
     """A table's first `slots` field offsets from its vtable, 0 for each one not stored."""
     vtable = pos - _I32(buffer, pos)[0]
@@ -91,8 +97,10 @@ def _vtable(buffer: bytes, pos: int, slots: int) -> tuple[int, ...]:
     size = _U16(buffer, vtable)[0]
     if size < 4 or vtable + size > len(buffer):
         raise FlatbufferError(f"table at {pos}: vtable of {size} bytes at {vtable}")
-    stored = min(size // 2 - 2, slots)
-    return struct.unpack_from(f"<{stored}H", buffer, vtable + 4) + (0,) * (slots - stored)
+    stored = size // 2 - 2
+    if stored >= slots:
+        return _ENTRIES[slots](buffer, vtable + 4)
+    return _ENTRIES[stored](buffer, vtable + 4) + _ZEROS[slots - stored]
 
 
 def _length(buffer: bytes, at: int, item_size: int, what: str) -> int:
