@@ -140,14 +140,79 @@ def _fd_name(fd: int) -> str:
 
 def _write(writer: _Writer, output: OutputFile) -> None:
     writer.write(output.prefix)
+    for operation in _coalesced(_operations(output)):
+        if isinstance(operation, Piece):
+            writer.copy(operation.fd, operation.offset, operation.nbytes)
+        elif isinstance(operation, int):
+            writer.zeros(operation)
+        else:
+            writer.write(operation)
+
+
+def _operations(output: OutputFile):
+    """After the prefix, the output as writes: a `Piece` (no pad) to copy, an int of zeros
+    (bytes that are all zeros too: a dedupe's padding), or bytes."""
+    at = len(output.prefix)
     for offset, pieces in output.runs:
-        writer.zeros(offset - writer.position)
+        yield offset - at
         for piece in pieces:
             if isinstance(piece, Piece):
-                writer.copy(piece.fd, piece.offset, piece.nbytes)
-                writer.zeros(piece.pad)
+                yield Piece(piece.fd, piece.offset, piece.nbytes)
+                yield piece.pad
             else:
-                writer.write(piece)
+                yield piece if piece.strip(b"\0") else len(piece)
+        at = offset + sum(len(p) for p in pieces)
+
+
+# The longest run of zeros between two copies that is read from the input to see
+# whether the two can be one copy.
+_GAP_READ = 1 << 16
+
+
+def _coalesced(operations):
+    """`operations` with each copy, zeros, copy of one input's consecutive ranges made one
+    copy where the input holds zeros between them too: a kernel copy call costs ~40 us,
+    and a file of 500 segments was written in 500 calls (10% slower than one)."""
+    pending: Piece | None = None
+    zeros = 0
+    for operation in operations:
+        if isinstance(operation, int):
+            if pending is None:
+                if operation:
+                    yield operation
+            else:
+                zeros += operation
+            continue
+        if (
+            isinstance(operation, Piece)
+            and pending is not None
+            and operation.fd == pending.fd
+            and operation.offset == pending.offset + pending.nbytes + zeros
+            and _zeros_between(pending, zeros)
+        ):
+            pending = Piece(pending.fd, pending.offset, pending.nbytes + zeros + operation.nbytes)
+            zeros = 0
+            continue
+        if pending is not None:
+            yield pending
+            if zeros:
+                yield zeros
+        pending, zeros = (operation, 0) if isinstance(operation, Piece) else (None, 0)
+        if pending is None:
+            yield operation
+    if pending is not None:
+        yield pending
+        if zeros:
+            yield zeros
+
+
+def _zeros_between(piece: Piece, count: int) -> bool:
+    """Whether the `count` input bytes after `piece` are zeros (what the output has there)."""
+    if not count:
+        return True
+    if count > _GAP_READ:
+        return False
+    return os.pread(piece.fd, count, piece.offset + piece.nbytes) == bytes(count)
 
 
 def _open_temp(dst: str, mode: int) -> tuple[int, str]:

@@ -1,0 +1,57 @@
+"""`output.write_outputs` copies consecutive input ranges in one kernel call, and only where
+the input holds what the output holds between them (zeros)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from emitter_filter.ondisk import output
+from emitter_filter.ondisk.byte_source import Piece
+from emitter_filter.ondisk.output import OutputFile, write_outputs
+
+pytestmark = pytest.mark.filetools
+
+
+def _written(tmp_path, data: bytes, runs, monkeypatch) -> tuple[bytes, list[tuple[int, int]]]:
+    """What `write_outputs` writes for `runs` of pieces of a file holding `data`, and the
+    (offset, size) of each copy call it made."""
+    src = tmp_path / "in.bin"
+    src.write_bytes(data)
+    copies = []
+    real = output._Writer._copy_chunk
+
+    def spy(self, fd, offset, count):
+        copies.append((offset, count))
+        return real(self, fd, offset, count)
+
+    monkeypatch.setattr(output._Writer, "_copy_chunk", spy)
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        pieces = [(at, [Piece(fd, offset, size) if size else b"\0" * pad
+                        for offset, size, pad in parts]) for at, parts in runs]
+        write_outputs([OutputFile(str(tmp_path / "out.bin"), fd, b"head", pieces)])
+    finally:
+        os.close(fd)
+    return (tmp_path / "out.bin").read_bytes(), copies
+
+
+def test_ranges_with_zeros_between_them_in_the_input_are_copied_at_once(tmp_path, monkeypatch):
+    a, b, c = b"A" * 100, b"B" * 100, b"C" * 100
+    data = b"head" + a + bytes(28) + b + b"junk" * 7 + c
+    # The output places the three ranges as the input does, zeros between them: the
+    # first gap as a run's offset, the second as bytes (as dedupe writes padding).
+    runs = [(4, [(4, 100, 0)]), (132, [(132, 100, 0), (0, 0, 28), (260, 100, 0)])]
+    written, copies = _written(tmp_path, data, runs, monkeypatch)
+    assert written == b"head" + a + bytes(28) + b + bytes(28) + c
+    # A and B are one copy (the input has zeros between them too); C is not, as the
+    # input has other bytes before it than the output.
+    assert copies == [(4, 228), (260, 100)]
+
+
+def test_ranges_out_of_input_order_are_copied_one_by_one(tmp_path, monkeypatch):
+    data = b"head" + b"A" * 64 + b"B" * 64
+    written, copies = _written(tmp_path, data, [(4, [(68, 64, 0), (4, 64, 0)])], monkeypatch)
+    assert written == b"head" + b"B" * 64 + b"A" * 64
+    assert copies == [(68, 64), (4, 64)]
