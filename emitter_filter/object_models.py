@@ -20,14 +20,10 @@ from emitter_filter._program_fbs.executorch_flatbuffer.InstructionArguments impo
     InstructionArguments,
 )
 from emitter_filter._program_fbs.executorch_flatbuffer.KernelTypes import KernelTypes
+from emitter_filter.flatbuffer_tables import attribute_name
 from emitter_filter.generated_fields import table_text, vector_ints
 
 __all__ = ["ObjectModel", "EXIR_SCHEMA", "GENERATED"]
-
-
-def _camel(name: str) -> str:
-    first, *rest = name.split("_")
-    return first + "".join(word.title() for word in rest)
 
 
 def _names(enum) -> dict[int, str]:
@@ -69,7 +65,7 @@ EXIR_SCHEMA = ObjectModel(
 
 #: The flatbuffers object API's model of program.fbs (a file, on disk).
 GENERATED = ObjectModel(
-    field=functools.cache(_camel),
+    field=functools.cache(attribute_name),
     instruction=lambda i: (
         _INSTRUCTION_KINDS.get(i.instrArgsType, str(i.instrArgsType)), i.instrArgs
     ),

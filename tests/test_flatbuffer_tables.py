@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM, XNNPACK
-from emitter_filter.flatbuffer_tables import FlatbufferError, Table, to_object_api
+from emitter_filter.flatbuffer_tables import FlatbufferError, Table, attribute_name, to_object_api
 
 pytestmark = pytest.mark.filetools
 
@@ -90,7 +90,7 @@ def _tables(schema, name: str, depth: int = 0):
     for field, kind in schema.tables[name]:
         if kind is None:
             continue
-        attribute = cls._attributes[cls._attributes.index(_camel(field))]
+        attribute = attribute_name(field)
         if kind in schema.unions:
             members = schema.unions[kind]
             fields[attribute] = st.one_of(st.just((0, None)), *(
@@ -110,11 +110,6 @@ def _tables(schema, name: str, depth: int = 0):
         return table
 
     return st.fixed_dictionaries(fields).map(build)
-
-
-def _camel(name: str) -> str:
-    first, *rest = name.split("_")
-    return first + "".join(word.title() for word in rest)
 
 
 def _pack(table: Table, force_defaults: bool = False) -> bytes:
