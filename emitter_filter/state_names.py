@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -265,6 +264,8 @@ def read_state_file(path: str | os.PathLike) -> StateFile:
     Raises:
         ProgramFormatError: The file is neither.
     """
+    import zipfile  # here: it imports pathlib, and every command imports this module
+
     path = os.fspath(path)
     try:
         with os.fdopen(open_regular_input(path), "rb") as file, zipfile.ZipFile(file) as archive:
