@@ -1,8 +1,9 @@
-"""Fields of the flatbuffers object API as plain Python values.
+"""Fields of the flatbuffers object API's model as plain Python values.
 
-The object API generated from ExecuTorch's schemas (`emitter_filter._program_fbs`) gives
-strings as bytes and absent vectors as None. These helpers import none of the generated
-modules, so a module that only reads such fields stays below them in the import graph.
+The tables `flatbuffer_tables` decodes, like the object API generated from ExecuTorch's
+schemas (`emitter_filter._program_fbs`), give strings as bytes and absent vectors as None
+(vectors as lists, or numpy arrays from the generated code). These helpers import neither,
+so a module that only reads such fields stays below them in the import graph.
 """
 
 from __future__ import annotations
