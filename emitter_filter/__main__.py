@@ -1,5 +1,5 @@
 import sys
 
-from emitter_filter.cli import main
+from emitter_filter.cli import console_main
 
-sys.exit(main())
+sys.exit(console_main())

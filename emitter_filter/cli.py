@@ -716,6 +716,11 @@ def _demo(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     return EXIT_DEMO_FAILED if result.failures else EXIT_OK
 
 
+def _command_index(arguments: Sequence[str]) -> int | None:
+    """Where the subcommand is among the arguments: the first that is not an option."""
+    return next((i for i, a in enumerate(arguments) if not a.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code instead of exiting."""
     parser = _build_parser()
@@ -723,7 +728,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Everything after `run` belongs to the script, options like -m and -v included:
     # argparse cannot leave an option-led remainder alone, so split it off here.
     target = None
-    command = next((i for i, a in enumerate(arguments) if not a.startswith("-")), None)
+    command = _command_index(arguments)
     if command is not None and arguments[command] == "run":
         arguments, target = arguments[: command + 1], arguments[command + 1 :]
         if target[:1] in (["-h"], ["--help"]):
@@ -760,3 +765,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         # devnull so that the interpreter's final flush does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+
+
+def console_main() -> int:
+    """The `emitter-filter` command (and `python -m emitter_filter`): `main`, then a quick exit.
+
+    The interpreter's shutdown walks every object the collector tracks (module
+    teardown collects several times): 10 ms of a 0.33 s `prune` of a 652 MB file.
+    Freezing them first skips those walks. Not after `run`: the user's script may
+    leave cycles whose finalizers should run.
+    """
+    code = main()
+    command = _command_index(sys.argv[1:])
+    if command is None or sys.argv[1 + command] != "run":
+        import gc
+
+        gc.freeze()
+    return code
+
