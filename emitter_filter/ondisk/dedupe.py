@@ -17,6 +17,8 @@ same input by construction. It costs one compare of the repeated bytes and a
 few kilobytes of program: the input is read as parts (`ByteSource`), compared
 where it lies, and the output is those parts again (the same buffer objects,
 ranges of the same files) around a new header and program; no weight is copied.
+On disk (`write_deduplicated`) a large repeat is compared while the output is
+written, a core each.
 
 Rules:
 
@@ -59,6 +61,7 @@ the same range is a `PteFormatError` here as there.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -81,16 +84,32 @@ from emitter_filter.ondisk.layout import (
     read_pte_layout,
     read_segment_layout,
 )
-from emitter_filter.ondisk.output import OutputFile, check_outputs, write_outputs
+from emitter_filter.ondisk.output import (
+    OutputFile,
+    ProgressFn,
+    UnconfirmedOutput,
+    check_outputs,
+    write_outputs,
+)
 from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
 from emitter_filter.reachability import DataSpace
 
-__all__ = ["DedupeReport", "dedupe_pte", "dedupe_pieces", "dedupe_output", "dedupe_file"]
+__all__ = [
+    "DedupeReport",
+    "dedupe_pte",
+    "dedupe_pieces",
+    "dedupe_output",
+    "write_deduplicated",
+    "dedupe_file",
+]
 
 logger = logging.getLogger(__name__)
 
 # Bytes of each candidate read before any is compared in full, as duplicates.py groups them.
 _PREFIX = 32
+
+# A candidate this large is compared while the output is written, not before (on disk).
+_COMPARE_LATER = 1 << 20
 
 _SEGMENT_SPACES = ("named_data", "delegate", "segments")
 
@@ -162,11 +181,14 @@ class _Aliases:
         alias: What each aliased segment reads, the input's aliases included.
         existing: The segments aliased in the input already.
         new: The named-data segments this run aliases to a constant, by index.
+        unconfirmed: (constant offset, segment offset, size) of the aliases whose
+            bytes are compared while the output is written (`compare_later`).
     """
 
     alias: dict[int, Alias]
     existing: frozenset[int]
     new: tuple[int, ...]
+    unconfirmed: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -187,7 +209,11 @@ class _Placement:
 
 
 def _find_repeated_constants(
-    pte: PteFile, source: ByteSource, segments: Sequence[int], live: Collection[int]
+    pte: PteFile,
+    source: ByteSource,
+    segments: Sequence[int],
+    live: Collection[int],
+    compare_later: list[tuple[int, int, int]] | None = None,
 ) -> dict[int, int]:
     """Which of the named-data `segments` hold exactly a constant entry's bytes: {segment: entry}.
 
@@ -199,6 +225,11 @@ def _find_repeated_constants(
     the cost never grows with the number of look-alikes. The first equal entry
     in index order wins. Only `live` entries are candidates: a dead one is what
     pruning drops, so nothing live may come to read it.
+
+    With `compare_later`, a single candidate of `_COMPARE_LATER` bytes or more
+    whose last bytes match too counts as equal, and its (constant offset,
+    segment offset, size) is appended there, to compare while the output is
+    written (`OutputFile.confirm`).
     """
     constants: dict[int, list[tuple[int, int]]] = {}
     for index, entry in sorted(pte.entries[DataSpace.CONSTANT].items()):
@@ -219,7 +250,13 @@ def _find_repeated_constants(
         matching = [(i, o) for i, o in same_length if prefixes[i] == prefix]
         if len(matching) == 1:
             index, offset = matching[0]
-            if source.same_bytes(offset, segment.offset, segment.size, "named data"):
+            size = segment.size
+            if compare_later is not None and size >= _COMPARE_LATER:
+                tail = size - _PREFIX
+                if source.same_bytes(offset + tail, segment.offset + tail, _PREFIX, "named data"):
+                    compare_later.append((offset, segment.offset, size))
+                    found[number] = index
+            elif source.same_bytes(offset, segment.offset, size, "named data"):
                 found[number] = index
         elif matching:
             digest = source.sha256(segment.offset, segment.size, "named data")
@@ -232,10 +269,11 @@ def _find_repeated_constants(
     return found
 
 
-def _collect_aliases(pte: PteFile, source: ByteSource) -> _Aliases | None:
+def _collect_aliases(pte: PteFile, source: ByteSource, compare_later: bool) -> _Aliases | None:
     """Collects the input's aliases (`analysis`) and the named data that repeats a constant.
 
-    None when there is nothing new to alias.
+    None when there is nothing new to alias. With `compare_later`, large repeats
+    are compared while the output is written (`_find_repeated_constants`).
 
     Raises:
         PteFormatError: The file is malformed (`analyse_file`), or a segment aliases mutable data.
@@ -254,7 +292,8 @@ def _collect_aliases(pte: PteFile, source: ByteSource) -> _Aliases | None:
     named = {e.segment_index for e in pte.named_data if e.file == pte.path}
     candidates = [index for index in sorted(named) if index not in alias]
     live = analysis.liveness.live_data[DataSpace.CONSTANT]
-    found = _find_repeated_constants(pte, source, candidates, live)
+    unconfirmed: list[tuple[int, int, int]] | None = [] if compare_later else None
+    found = _find_repeated_constants(pte, source, candidates, live, unconfirmed)
     if not found:
         return None
     alias.update((index, Alias("constant", entry)) for index, entry in found.items())
@@ -263,7 +302,7 @@ def _collect_aliases(pte: PteFile, source: ByteSource) -> _Aliases | None:
     for index, target in list(alias.items()):
         if target.space == "segment" and target.index in alias:
             alias[index] = alias[target.index]
-    return _Aliases(alias, existing, tuple(found))
+    return _Aliases(alias, existing, tuple(found), tuple(unconfirmed or ()))
 
 
 def _alignment_needs(
@@ -361,11 +400,12 @@ def _alias_repeated_named_data(
     program,
     program_data: bytes,
     source: ByteSource,
+    aliases: _Aliases,
     output_name: str,
     segment_alignment: int | None = None,
-) -> _Output | None:
-    """Decides every output byte: collect, lay out, place, then write the new numbers into
-    the program; None when nothing is aliased.
+) -> _Output:
+    """Decides every output byte for the collected `aliases`: lay out, place, then write the
+    new numbers into the program.
 
     Only numbers change (segment ranges, constant offsets, the data size), so
     they are written over the input's own program bytes (`patch_program`); where
@@ -373,9 +413,6 @@ def _alias_repeated_named_data(
     copy, rewritten in place) is packed instead. `segment_alignment` is taken
     where the file allows it (`read_segment_layout`).
     """
-    aliases = _collect_aliases(pte, source)
-    if aliases is None:
-        return None
     segment_layout = read_segment_layout(
         pte, aliases.existing, segment_alignment, required=True
     )
@@ -487,21 +524,33 @@ def _output_parts(source: ByteSource, output: _Output) -> list:
     return parts
 
 
+@dataclass(frozen=True)
+class _Deduplicated:
+    """The output as parts of its source's parts, what it shares, and what is yet to compare."""
+
+    parts: list
+    shared: tuple[SharedRange, ...]
+    unconfirmed: tuple[tuple[int, int, int], ...]
+
+
 def _dedupe_source(
     source: ByteSource,
     output_name: str,
     segment_alignment: int | None,
     read: PteProgram | None = None,
-) -> tuple[list, tuple[SharedRange, ...]] | None:
+    compare_later: bool = False,
+) -> _Deduplicated | None:
     """Reads the `.pte` in `source` (unless `read` is its reading already) and deduplicates
-    it: the output's parts and what they share; None when nothing is stored twice."""
+    it; None when nothing is stored twice."""
     read = read_pte_program(source) if read is None else read
-    output = _alias_repeated_named_data(
-        read.pte, read.program, read.program_data, source, output_name, segment_alignment
-    )
-    if output is None:
+    aliases = _collect_aliases(read.pte, source, compare_later)
+    if aliases is None:
         return None
-    return _output_parts(source, output), output.shared
+    output = _alias_repeated_named_data(
+        read.pte, read.program, read.program_data, source, aliases, output_name,
+        segment_alignment,
+    )
+    return _Deduplicated(_output_parts(source, output), output.shared, aliases.unconfirmed)
 
 
 def _report(before: int, after: int, shared, started: float) -> DedupeReport:
@@ -533,8 +582,8 @@ def dedupe_pte(
         deduplicated = _dedupe_source(source, source.name, segment_alignment)
     if deduplicated is None:
         return data, _report(len(data), len(data), (), started)
-    result = b"".join(deduplicated[0])
-    return result, _report(len(data), len(result), deduplicated[1], started)
+    result = b"".join(deduplicated.parts)
+    return result, _report(len(data), len(result), deduplicated.shared, started)
 
 
 def dedupe_pieces(
@@ -552,8 +601,8 @@ def dedupe_pieces(
         deduplicated = _dedupe_source(source, source.name, segment_alignment)
     if deduplicated is None:
         return pieces, _report(source.size, source.size, (), started)
-    parts = [bytes(p) if isinstance(p, memoryview) else p for p in deduplicated[0]]
-    return parts, _report(source.size, sum(len(p) for p in parts), deduplicated[1], started)
+    parts = [bytes(p) if isinstance(p, memoryview) else p for p in deduplicated.parts]
+    return parts, _report(source.size, sum(len(p) for p in parts), deduplicated.shared, started)
 
 
 def dedupe_output(
@@ -561,6 +610,7 @@ def dedupe_output(
     segment_alignment: int | None = None,
     *,
     read: PteProgram | None = None,
+    compare_later: bool = False,
 ) -> tuple[OutputFile, DedupeReport]:
     """`dedupe_pte` of an output not yet written (a pruned file, as `prune_file` decided it).
 
@@ -568,16 +618,52 @@ def dedupe_output(
     dedupe write the file once. `read` is the output's reading where the caller
     has one (an output that is its input as it is: `read_pte_program` of it;
     rewritten by the dedupe where the program must be packed again). Returns
-    `output` itself when nothing is stored twice.
+    `output` itself when nothing is stored twice. With `compare_later`, a large
+    repeat is compared while the result is written (its `confirm`): see
+    `write_deduplicated`.
     """
     started = time.perf_counter()
+    # The source reads the output's pieces, whose descriptors are the caller's:
+    # the comparisons left to `confirm` read them after this block too.
     with ByteSource(output.parts(), name=output.path) as source:
-        deduplicated = _dedupe_source(source, output.path, segment_alignment, read)
+        deduplicated = _dedupe_source(source, output.path, segment_alignment, read, compare_later)
     if deduplicated is None:
         return output, _report(source.size, source.size, (), started)
-    parts, shared = deduplicated
-    result = OutputFile(output.path, output.source_fd, b"", [(0, parts)])
-    return result, _report(source.size, result.size, shared, started)
+    confirm = tuple(
+        functools.partial(source.same_bytes, a, b, size, "named data")
+        for a, b, size in deduplicated.unconfirmed
+    )
+    result = OutputFile(output.path, output.source_fd, b"", [(0, deduplicated.parts)], confirm)
+    return result, _report(source.size, result.size, deduplicated.shared, started)
+
+
+def write_deduplicated(
+    outputs: list[OutputFile],
+    segment_alignment: int | None = None,
+    *,
+    read: PteProgram | None = None,
+    progress: ProgressFn | None = None,
+) -> tuple[int, DedupeReport]:
+    """Deduplicates `outputs[0]` (`dedupe_output`) and writes every output (`write_outputs`).
+
+    A large repeat is compared while the kernel copies the output: the two take
+    a core each, and on a 652 MB file the compare of the two 113 MB copies no
+    longer comes before the copy. Where a compare finds the bytes differ (they
+    matched in size, first and last bytes), nothing was written: the output is
+    decided again, every compare made first, and written. Returns the bytes
+    written and what was shared; `outputs[0]` becomes the deduplicated output.
+    """
+    planned = outputs[0]
+    outputs[0], report = dedupe_output(
+        planned, segment_alignment, read=read, compare_later=True
+    )
+    try:
+        return write_outputs(outputs, progress), report
+    except UnconfirmedOutput:
+        logger.debug("%s: a repeat's bytes differ after all; deciding again", planned.path)
+    # The first try may have rewritten `read.program`: read the planned output again.
+    outputs[0], report = dedupe_output(planned, segment_alignment)
+    return write_outputs(outputs, progress), report
 
 
 def dedupe_file(
@@ -606,9 +692,9 @@ def dedupe_file(
     check_outputs([src], [dst], "dedupe")
     with ByteSource(src) as source:
         (whole,) = source.parts
-        plain = OutputFile(dst, whole.fd, b"", [(0, [whole])])
-        output, report = dedupe_output(plain, segment_alignment)
-        bytes_after = write_outputs([output])
+        bytes_after, report = write_deduplicated(
+            [OutputFile(dst, whole.fd, b"", [(0, [whole])])], segment_alignment
+        )
     report = dataclasses.replace(
         report, bytes_after=bytes_after, seconds=time.perf_counter() - started
     )

@@ -7,6 +7,10 @@ offset. `write_outputs` streams the pieces (in the kernel with
 file in its directory that is renamed over the target only once every output
 is complete; on any error nothing is left behind and old targets stay as they
 were. What is not a regular file is never read nor replaced (`regular_files`).
+
+An output may be laid out on a test not yet made (`OutputFile.confirm`: dedupe's
+compare of a repeated blob): the test then runs while a second thread copies,
+and if it fails nothing is written (`UnconfirmedOutput`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import errno
 import os
 import stat
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -25,6 +30,7 @@ from emitter_filter.regular_files import open_regular_input, output_target
 __all__ = [
     "ProgressFn",
     "OutputFile",
+    "UnconfirmedOutput",
     "check_outputs",
     "check_writable",
     "open_input",
@@ -53,12 +59,14 @@ class OutputFile:
         prefix: The bytes made for it (header and flatbuffer, padding included).
         runs: (absolute offset, pieces), in increasing offset order; a piece is
             a range of an input or, where a rewrite made them, bytes.
+        confirm: Tests its layout takes as true, made while it is written.
     """
 
     path: str
     source_fd: int
     prefix: bytes
     runs: list[tuple[int, list[Piece | bytes]]] = field(default_factory=list)
+    confirm: tuple[Callable[[], bool], ...] = ()
 
     @property
     def size(self) -> int:
@@ -84,15 +92,27 @@ class OutputFile:
         return parts
 
 
+class UnconfirmedOutput(Exception):
+    """A test of `OutputFile.confirm` failed: nothing was written."""
+
+
 class _Writer:
     """Appends to an output file descriptor, copying input ranges in the kernel where it can."""
 
-    def __init__(self, fd: int, done: int, total: int, progress: ProgressFn | None) -> None:
+    def __init__(
+        self,
+        fd: int,
+        done: int,
+        total: int,
+        progress: ProgressFn | None,
+        cancel: threading.Event | None = None,
+    ) -> None:
         self.fd = fd
         self.position = 0
         self.done = done
         self.total = total
         self.progress = progress
+        self.cancel = cancel
         self._kernel_copy = hasattr(os, "copy_file_range")
 
     def write(self, data: bytes) -> None:
@@ -109,6 +129,8 @@ class _Writer:
     def copy(self, src: int, offset: int, count: int) -> None:
         end = offset + count
         while offset < end:
+            if self.cancel is not None and self.cancel.is_set():
+                raise _Cancelled
             chunk = min(_COPY_CHUNK - self.position % _COPY_CHUNK, end - offset)
             copied = self._copy_chunk(src, offset, chunk)
             if copied == 0:
@@ -315,19 +337,17 @@ def write_outputs(outputs: Sequence[OutputFile], progress: ProgressFn | None = N
 
     Raises:
         OutputFileError: An output cannot be written; none is left behind.
+        UnconfirmedOutput: A test of an output's `confirm` failed; none is left behind.
     """
     total = max(sum(o.size for o in outputs), 1)
     # [fd or None once closed, temporary path, final path], one per output.
     temps: list[list] = []
-    written = 0
     try:
-        for output in outputs:
-            target = output_target(output.path)
-            fd, temp = _open_temp(target, stat.S_IMODE(os.fstat(output.source_fd).st_mode))
-            temps.append([fd, temp, target])
-            writer = _Writer(fd, written, total, progress)
-            _write(writer, output)
-            written += writer.position
+        tests = [test for output in outputs for test in output.confirm]
+        if tests:
+            written = _write_confirmed(outputs, temps, total, progress, tests)
+        else:
+            written = _write_temps(outputs, temps, total, progress)
         for entry in temps:
             os.close(entry[0])
             entry[0] = None
@@ -350,6 +370,69 @@ def write_outputs(outputs: Sequence[OutputFile], progress: ProgressFn | None = N
             except FileNotFoundError:
                 pass  # Renamed into place before a later output failed.
     return written
+
+
+def _write_temps(
+    outputs: Sequence[OutputFile],
+    temps: list[list],
+    total: int,
+    progress: ProgressFn | None,
+    cancel: threading.Event | None = None,
+) -> int:
+    """Writes each output into a new temporary file beside its target, listed in `temps`."""
+    written = 0
+    for output in outputs:
+        target = output_target(output.path)
+        fd, temp = _open_temp(target, stat.S_IMODE(os.fstat(output.source_fd).st_mode))
+        temps.append([fd, temp, target])
+        writer = _Writer(fd, written, total, progress, cancel)
+        _write(writer, output)
+        written += writer.position
+    return written
+
+
+class _Cancelled(Exception):
+    """The write stopped between two copies: a test of `OutputFile.confirm` failed."""
+
+
+def _write_confirmed(
+    outputs: Sequence[OutputFile],
+    temps: list[list],
+    total: int,
+    progress: ProgressFn | None,
+    tests: Sequence[Callable[[], bool]],
+) -> int:
+    """`_write_temps` in a second thread while `tests` run in this one.
+
+    The kernel copies while the tests read (a compare of two 113 MB copies took
+    0.03 s of a 0.35 s `prune --dedupe` before the copy began). A failed test
+    stops the copy at its next chunk.
+    """
+    cancel = threading.Event()
+    result: list = []
+
+    def write() -> None:
+        try:
+            result.append(_write_temps(outputs, temps, total, progress, cancel))
+        except BaseException as error:  # Raised again in the calling thread.
+            result.append(error)
+
+    writer = threading.Thread(target=write, name="emitter_filter output")
+    writer.start()
+    try:
+        confirmed = all(test() for test in tests)
+    except BaseException:
+        cancel.set()
+        writer.join()  # Its descriptors are closed only once it has stopped.
+        raise
+    if not confirmed:
+        cancel.set()
+    writer.join()
+    if not confirmed:
+        raise UnconfirmedOutput(outputs[0].path)
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
 
 
 def write_text(path: str | os.PathLike, text: str, inputs: Sequence[str] = ()) -> None:

@@ -557,10 +557,10 @@ def _write_pruned(
     write, report.
 
     With `dedupe`, the decided `.pte` is deduplicated before anything is written
-    (`dedupe.dedupe_output`): one pass over the input, as a prune alone; the
+    (`dedupe.write_deduplicated`): one pass over the input, as a prune alone; the
     `.ptd` files are only pruned.
     """
-    from emitter_filter.ondisk.dedupe import dedupe_output
+    from emitter_filter.ondisk.dedupe import write_deduplicated
 
     if dedupe:
         # Read before the rewrite: the alignment the input shows (the pruned file alone
@@ -577,8 +577,11 @@ def _write_pruned(
             src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs)), opened
         )
         if dedupe:
-            outputs[0], dedupe_report = dedupe_output(outputs[0], alignment, read=verbatim_read)
-        bytes_after = write_outputs(outputs, progress)
+            bytes_after, dedupe_report = write_deduplicated(
+                outputs, alignment, read=verbatim_read, progress=progress
+            )
+        else:
+            bytes_after = write_outputs(outputs, progress)
     finally:
         for input_fd in opened:
             os.close(input_fd)

@@ -30,10 +30,15 @@ from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program
 from emitter_filter.cli import main
 from emitter_filter.errors import OutputFileError, PteFormatError
 from emitter_filter.inprocess import hook
+from emitter_filter.ondisk import dedupe, output
 from emitter_filter.ondisk.analysis import find_shared_ranges
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.dedupe import dedupe_file, dedupe_pte
-from emitter_filter.ondisk.layout import extended_header_prefix, pack_program, padded_header_length
+from emitter_filter.ondisk.layout import (
+    extended_header_prefix,
+    pack_program,
+    padded_header_length,
+)
 from emitter_filter.ondisk.read_pte import read_pte, read_pte_program
 
 VOCAB, DIM = 512, 64
@@ -216,19 +221,20 @@ class Untied(torch.nn.Module):
 
 
 class LookAlike(torch.nn.Module):
-    """A head whose weight equals the embedding's but for its last float (same length, prefix).
+    """A head whose weight equals the embedding's but for the last float of `row` (same
+    length, prefix; the last row: the last bytes differ).
 
     With `tied`, the head is the embedding's weight after all and the look-alike is
     a second portable constant: the named data then has two candidates.
     """
 
-    def __init__(self, tied: bool) -> None:
+    def __init__(self, tied: bool, row: int = -1) -> None:
         super().__init__()
         self.embedding = torch.nn.Embedding(VOCAB, DIM)
         self.head = torch.nn.Linear(DIM, VOCAB, bias=False)
         with torch.no_grad():
             look_alike = self.embedding.weight.detach().clone()
-            look_alike[-1, -1] += 1.0
+            look_alike[row, -1] += 1.0
         if tied:
             self.head.weight = self.embedding.weight
             self.other = torch.nn.Parameter(look_alike)
@@ -268,6 +274,54 @@ def test_among_look_alike_constants_the_equal_one_is_aliased(tmp_path):
     for loader, outputs in _outputs_by_loader(path, deduped).items():
         for got, want in zip(outputs, reference):
             assert torch.equal(got, want), loader
+
+
+@pytest.fixture
+def compare_while_writing(monkeypatch):
+    """Every repeat is compared while the output is written (not only those of 1 MiB or
+    more); yields the outcome of each write that did so (True: the repeats were equal)."""
+    monkeypatch.setattr(dedupe, "_COMPARE_LATER", 1)
+    outcomes = []
+    real = output._write_confirmed
+
+    def spy(*args, **kwargs):
+        try:
+            written = real(*args, **kwargs)
+        except output.UnconfirmedOutput:
+            outcomes.append(False)
+            raise
+        outcomes.append(True)
+        return written
+
+    monkeypatch.setattr(output, "_write_confirmed", spy)
+    return outcomes
+
+
+def test_a_repeat_compared_while_writing_gives_the_same_files(build, tmp_path, capsys,
+                                                              compare_while_writing):
+    built = build("fp32")
+    out, alone = tmp_path / "out.pte", tmp_path / "alone.pte"
+    assert main(["prune", str(built.paths["plain"]), "-o", str(out), "--dedupe"]) == 0
+    dedupe_file(built.paths["plain"], alone)
+    assert compare_while_writing == [True, True]
+    assert out.read_bytes() == built.pruned_deduped
+    assert alone.read_bytes() == built.deduped
+
+
+def test_a_look_alike_found_different_while_writing_is_not_aliased(tmp_path, capsys,
+                                                                   compare_while_writing):
+    # Same length, first and last bytes: only the compare made during the write sees
+    # the difference; the file is then decided again and written as it is.
+    torch.manual_seed(0)
+    plain = _export(LookAlike(tied=False, row=VOCAB // 2).eval()).buffer
+    src, out, alone = tmp_path / "in.pte", tmp_path / "out.pte", tmp_path / "alone.pte"
+    src.write_bytes(plain)
+    report = dedupe_file(src, alone)
+    assert main(["prune", str(src), "-o", str(out), "--dedupe"]) == 0
+    assert compare_while_writing == [False, False]
+    assert report.shared == () and alone.read_bytes() == plain
+    assert out.read_bytes() == plain
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alone.pte", "in.pte", "out.pte"]
 
 
 @pytest.mark.parametrize("prune", [False, True], ids=["unpruned", "pruned"])
@@ -421,7 +475,8 @@ def test_the_public_api_is_what_we_mean_it_to_be():
     from emitter_filter.ondisk import analysis, dedupe
 
     assert set(dedupe.__all__) == {
-        "DedupeReport", "dedupe_pte", "dedupe_pieces", "dedupe_output", "dedupe_file"
+        "DedupeReport", "dedupe_pte", "dedupe_pieces", "dedupe_output", "write_deduplicated",
+        "dedupe_file",
     }
     assert {"SharedRange", "find_shared_ranges"} <= set(analysis.__all__)
     assert {"dedupe_file", "DedupeReport", "ENV_DEDUPE"} <= set(emitter_filter.__all__)
@@ -514,7 +569,10 @@ def test_a_segment_alignment_not_a_power_of_two_is_kept(alignment, prune):
 @pytest.mark.parametrize("name", ["fp32", "fp32_after_small_constant"])
 def test_upstream_round_trip_of_a_deduplicated_file_is_what_the_readme_says(build, name):
     """README: the plain file byte for byte unless dedupe inserted zeros (issue 19, 11)."""
-    from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
+    from executorch.exir._serialize._program import (
+        deserialize_pte_binary,
+        serialize_pte_binary,
+    )
 
     exported = build(name)
     again = bytes(

@@ -65,3 +65,44 @@ def test_copies_end_on_chunk_boundaries_of_the_output(tmp_path, monkeypatch):
     written, copies = _written(tmp_path, data, [(4, [(4, 40, 0)])], monkeypatch)
     assert written == data
     assert copies == [(4, 12), (16, 16), (32, 12)]
+
+
+def _confirmed_output(tmp_path, confirm) -> OutputFile:
+    src = tmp_path / "in.bin"
+    src.write_bytes(b"x" * (3 << 20))
+    fd = os.open(src, os.O_RDONLY)
+    return OutputFile(str(tmp_path / "out.bin"), fd, b"head", [(4, [Piece(fd, 0, 3 << 20)])],
+                      confirm)
+
+
+def test_an_output_whose_tests_pass_is_written(tmp_path):
+    output_file = _confirmed_output(tmp_path, (lambda: True, lambda: True))
+    try:
+        assert write_outputs([output_file]) == 4 + (3 << 20)
+    finally:
+        os.close(output_file.source_fd)
+    assert (tmp_path / "out.bin").read_bytes() == b"head" + b"x" * (3 << 20)
+
+
+@pytest.mark.parametrize("failure", ["false", "raises"])
+def test_an_output_whose_test_fails_leaves_nothing_and_the_old_target_as_it_was(
+    tmp_path, monkeypatch, failure
+):
+    # Small copies, so that the write is still going when the test fails.
+    monkeypatch.setattr(output, "_COPY_CHUNK", 4096)
+    (tmp_path / "out.bin").write_bytes(b"old")
+
+    def test() -> bool:
+        if failure == "raises":
+            raise KeyboardInterrupt
+        return False
+
+    output_file = _confirmed_output(tmp_path, (lambda: True, test))
+    expected = KeyboardInterrupt if failure == "raises" else output.UnconfirmedOutput
+    try:
+        with pytest.raises(expected):
+            write_outputs([output_file])
+    finally:
+        os.close(output_file.source_fd)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.bin", "out.bin"]
+    assert (tmp_path / "out.bin").read_bytes() == b"old"
