@@ -85,6 +85,7 @@ from emitter_filter.ondisk.layout import (
     read_segment_layout,
 )
 from emitter_filter.ondisk.output import (
+    EarlyCopy,
     OutputFile,
     ProgressFn,
     UnconfirmedOutput,
@@ -643,6 +644,7 @@ def write_deduplicated(
     *,
     read: PteProgram | None = None,
     progress: ProgressFn | None = None,
+    early: EarlyCopy | None = None,
 ) -> tuple[int, DedupeReport]:
     """Deduplicates `outputs[0]` (`dedupe_output`) and writes every output (`write_outputs`).
 
@@ -652,13 +654,14 @@ def write_deduplicated(
     matched in size, first and last bytes), nothing was written: the output is
     decided again, every compare made first, and written. Returns the bytes
     written and what was shared; `outputs[0]` becomes the deduplicated output.
+    `early` is a copy of the input begun already (`output.EarlyCopy`).
     """
     planned = outputs[0]
     outputs[0], report = dedupe_output(
         planned, segment_alignment, read=read, compare_later=True
     )
     try:
-        return write_outputs(outputs, progress), report
+        return write_outputs(outputs, progress, early), report
     except UnconfirmedOutput:
         logger.debug("%s: a repeat's bytes differ after all; deciding again", planned.path)
     # The first try may have rewritten `read.program`: read the planned output again.
@@ -690,10 +693,10 @@ def dedupe_file(
     started = time.perf_counter()
     src, dst = os.fspath(src), os.fspath(dst)
     check_outputs([src], [dst], "dedupe")
-    with ByteSource(src) as source:
+    with EarlyCopy(src, dst) as early, ByteSource(src) as source:
         (whole,) = source.parts
         bytes_after, report = write_deduplicated(
-            [OutputFile(dst, whole.fd, b"", [(0, [whole])])], segment_alignment
+            [OutputFile(dst, whole.fd, b"", [(0, [whole])])], segment_alignment, early=early
         )
     report = dataclasses.replace(
         report, bytes_after=bytes_after, seconds=time.perf_counter() - started

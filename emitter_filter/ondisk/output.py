@@ -10,7 +10,8 @@ were. What is not a regular file is never read nor replaced (`regular_files`).
 
 An output may be laid out on a test not yet made (`OutputFile.confirm`: dedupe's
 compare of a repeated blob): the test then runs while a second thread copies,
-and if it fails nothing is written (`UnconfirmedOutput`).
+and if it fails nothing is written (`UnconfirmedOutput`). The `.pte` may be
+copied before it is decided (`EarlyCopy`): only what differs is written after.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "ProgressFn",
     "OutputFile",
     "UnconfirmedOutput",
+    "EarlyCopy",
     "check_outputs",
     "check_writable",
     "open_input",
@@ -97,7 +99,8 @@ class UnconfirmedOutput(Exception):
 
 
 class _Writer:
-    """Appends to an output file descriptor, copying input ranges in the kernel where it can."""
+    """Writes an output file descriptor from `position` on, at explicit offsets, copying input
+    ranges in the kernel where it can."""
 
     def __init__(
         self,
@@ -118,9 +121,9 @@ class _Writer:
     def write(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            written = os.write(self.fd, view)
+            written = os.pwrite(self.fd, view, self.position)
             view = view[written:]
-        self.position += len(data)
+            self.position += written
 
     def zeros(self, count: int) -> None:
         if count:
@@ -139,13 +142,21 @@ class _Writer:
                 )
             offset += copied
             self.position += copied
-            if self.progress is not None:
-                self.progress(self.done + self.position, self.total)
+            self._report()
+
+    def skip(self, count: int) -> None:
+        """Moves on over `count` bytes the output holds already (an `EarlyCopy`'s)."""
+        self.position += count
+        self._report()
+
+    def _report(self) -> None:
+        if self.progress is not None:
+            self.progress(self.done + self.position, self.total)
 
     def _copy_chunk(self, src: int, offset: int, count: int) -> int:
         if self._kernel_copy:
             try:
-                return os.copy_file_range(src, self.fd, count, offset)
+                return os.copy_file_range(src, self.fd, count, offset, self.position)
             except OSError as error:
                 # Filesystems without in-kernel copy: fall back to read and write, as cp does.
                 if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
@@ -164,15 +175,131 @@ def _fd_name(fd: int) -> str:
         return f"fd {fd}"
 
 
-def _write(writer: _Writer, output: OutputFile) -> None:
-    writer.write(output.prefix)
-    for operation in _coalesced(_operations(output)):
+def _write(writer: _Writer, prefix: bytes, operations: list, early: _Copied | None) -> None:
+    """Writes `prefix`, then `operations` in order; a range of the `early` copy's input at
+    its own offset is not copied again as far as that copy went."""
+    writer.write(prefix)
+    for operation in operations:
         if isinstance(operation, Piece):
-            writer.copy(operation.fd, operation.offset, operation.nbytes)
+            done = early.holds(operation, writer.position) if early is not None else 0
+            if done:
+                writer.skip(done)
+            if operation.nbytes > done:
+                writer.copy(operation.fd, operation.offset + done, operation.nbytes - done)
         elif isinstance(operation, int):
             writer.zeros(operation)
         else:
             writer.write(operation)
+
+
+@dataclass
+class _Copied:
+    """How far an `EarlyCopy` went: its input's first `nbytes` bytes are in the output."""
+
+    file: tuple[int, int]
+    nbytes: int
+    _same_file: dict[int, bool] = field(default_factory=dict)
+
+    def holds(self, piece: Piece, position: int) -> int:
+        """How many of `piece`'s first bytes, written at `position`, are there already."""
+        if piece.offset != position or position >= self.nbytes:
+            return 0
+        if piece.fd not in self._same_file:
+            stat_ = os.fstat(piece.fd)
+            self._same_file[piece.fd] = (stat_.st_dev, stat_.st_ino) == self.file
+        return min(piece.nbytes, self.nbytes - position) if self._same_file[piece.fd] else 0
+
+
+class EarlyCopy:
+    """The input `.pte` copied into its output's temporary file, at the same offsets, while
+    the output is still being decided.
+
+    A pruned or deduplicated file is mostly its input at the same offsets (the
+    program is patched in place, dropped bytes come after the kept ones): a
+    thread has the kernel copy the input from its start while this one reads and
+    decides. `write_outputs(..., early=)` then stops it where the decided output
+    stops reading the input in place (`take`) and writes only the rest; what it
+    copied that the output does not keep is written over or cut off. The 0.1 s
+    of reading and deciding a 652 MB file came before its copy began: `prune`
+    took 1.62x `cp`, now 1.41x.
+
+    A context manager: a copy `write_outputs` did not take is stopped and its
+    temporary file removed on exit.
+    """
+
+    def __init__(self, src: str, dst: str) -> None:
+        self._src = open_regular_input(src)
+        try:
+            info = os.fstat(self._src)
+            self._file = (info.st_dev, info.st_ino)
+            self._end = info.st_size
+            self.target = output_target(dst)
+            self._fd: int | None
+            self._fd, self._temp = _open_temp(self.target, stat.S_IMODE(info.st_mode))
+        except BaseException:
+            os.close(self._src)
+            raise
+        self._stop = threading.Event()
+        self._copied = 0
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="emitter_filter early copy")
+        self._thread.start()
+
+    def _run(self) -> None:
+        writer = _Writer(self._fd, 0, 1, None, self._stop)
+        try:
+            while writer.position < self._end and not self._stop.is_set():
+                # One chunk at a time: `take` may move the end meanwhile.
+                count = min(_COPY_CHUNK, self._end - writer.position)
+                writer.copy(self._src, writer.position, count)
+                self._copied = writer.position
+        except _Cancelled:
+            pass
+        except BaseException as error:  # Raised again by `take`.
+            self._error = error
+
+    def stop(self) -> None:
+        """Stops after the copy call under way."""
+        self._stop.set()
+
+    def take(self, end: int) -> tuple[int, str, _Copied]:
+        """Stops the copy at `end` (or where it is, if past it), waits for it, and hands over
+        its temporary file: (descriptor, path, how far it went). The caller closes and
+        renames or removes the file from then on."""
+        self._end = min(self._end, end)
+        self._thread.join()
+        fd, temp, self._fd = self._fd, self._temp, None
+        os.close(self._src)
+        if self._error is not None:
+            os.close(fd)
+            os.unlink(temp)
+            raise self._error
+        return fd, temp, _Copied(self._file, self._copied)
+
+    def __enter__(self) -> EarlyCopy:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._fd is None:
+            return
+        self.stop()
+        self._thread.join()
+        os.close(self._src)
+        os.close(self._fd)
+        self._fd = None
+        os.unlink(self._temp)
+
+    def input_end(self, prefix: bytes, operations: list) -> int:
+        """Where an output (`prefix`, then `operations`) stops reading this copy's input at
+        the same offsets: the end of its last such range (0 if none)."""
+        end, position = 0, len(prefix)
+        copied = _Copied(self._file, self._end)
+        for operation in operations:
+            size = operation if isinstance(operation, int) else len(operation)
+            if isinstance(operation, Piece) and copied.holds(operation, position):
+                end = position + operation.nbytes
+            position += size
+        return end
 
 
 def _operations(output: OutputFile):
@@ -329,11 +456,16 @@ def check_outputs(
         raise OutputFileError(f"two outputs would be written to the same file: {list(outputs)}")
 
 
-def write_outputs(outputs: Sequence[OutputFile], progress: ProgressFn | None = None) -> int:
+def write_outputs(
+    outputs: Sequence[OutputFile],
+    progress: ProgressFn | None = None,
+    early: EarlyCopy | None = None,
+) -> int:
     """Writes every output, then renames them into place, the first one last.
 
     The first output is the `.pte`: a new `.pte` must never sit beside stale
-    `.ptd` files. Returns the bytes written.
+    `.ptd` files; `early` is a copy of its input begun already, which it takes.
+    Returns the bytes written.
 
     Raises:
         OutputFileError: An output cannot be written; none is left behind.
@@ -345,9 +477,9 @@ def write_outputs(outputs: Sequence[OutputFile], progress: ProgressFn | None = N
     try:
         tests = [test for output in outputs for test in output.confirm]
         if tests:
-            written = _write_confirmed(outputs, temps, total, progress, tests)
+            written = _write_confirmed(outputs, temps, total, progress, tests, early)
         else:
-            written = _write_temps(outputs, temps, total, progress)
+            written = _write_temps(outputs, temps, total, progress, early)
         for entry in temps:
             os.close(entry[0])
             entry[0] = None
@@ -377,16 +509,25 @@ def _write_temps(
     temps: list[list],
     total: int,
     progress: ProgressFn | None,
+    early: EarlyCopy | None = None,
     cancel: threading.Event | None = None,
 ) -> int:
-    """Writes each output into a new temporary file beside its target, listed in `temps`."""
+    """Writes each output into a new temporary file beside its target, listed in `temps`
+    (the first into `early`'s, where given)."""
     written = 0
-    for output in outputs:
+    for number, output in enumerate(outputs):
         target = output_target(output.path)
-        fd, temp = _open_temp(target, stat.S_IMODE(os.fstat(output.source_fd).st_mode))
+        operations = list(_coalesced(_operations(output)))
+        copied = None
+        if number == 0 and early is not None:
+            fd, temp, copied = early.take(early.input_end(output.prefix, operations))
+        else:
+            fd, temp = _open_temp(target, stat.S_IMODE(os.fstat(output.source_fd).st_mode))
         temps.append([fd, temp, target])
         writer = _Writer(fd, written, total, progress, cancel)
-        _write(writer, output)
+        _write(writer, output.prefix, operations, copied)
+        if copied is not None:
+            os.ftruncate(fd, writer.position)  # What it copied past the output's end.
         written += writer.position
     return written
 
@@ -401,6 +542,7 @@ def _write_confirmed(
     total: int,
     progress: ProgressFn | None,
     tests: Sequence[Callable[[], bool]],
+    early: EarlyCopy | None,
 ) -> int:
     """`_write_temps` in a second thread while `tests` run in this one.
 
@@ -413,21 +555,26 @@ def _write_confirmed(
 
     def write() -> None:
         try:
-            result.append(_write_temps(outputs, temps, total, progress, cancel))
+            result.append(_write_temps(outputs, temps, total, progress, early, cancel))
         except BaseException as error:  # Raised again in the calling thread.
             result.append(error)
 
     writer = threading.Thread(target=write, name="emitter_filter output")
     writer.start()
+    def stop() -> None:
+        cancel.set()
+        if early is not None:
+            early.stop()
+
     try:
         confirmed = all(test() for test in tests)
-    except BaseException:
-        cancel.set()
+        if not confirmed:
+            stop()
+        writer.join()
+    except BaseException:  # Ctrl-C, or SIGTERM (`cli`), in a test or while waiting.
+        stop()
         writer.join()  # Its descriptors are closed only once it has stopped.
         raise
-    if not confirmed:
-        cancel.set()
-    writer.join()
     if not confirmed:
         raise UnconfirmedOutput(outputs[0].path)
     if isinstance(result[0], BaseException):

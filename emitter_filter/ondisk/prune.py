@@ -75,6 +75,7 @@ from emitter_filter.ondisk.layout import (
     shared_segment_alignment,
 )
 from emitter_filter.ondisk.output import (
+    EarlyCopy,
     OutputFile,
     ProgressFn,
     check_outputs,
@@ -530,18 +531,21 @@ def prune_file(
     ptd_outputs = [os.path.join(os.fspath(ptd_out), os.path.basename(p)) for p in ptd_paths]
     check_outputs([src, *ptd_paths], [dst, *ptd_outputs])
 
-    # Read, then decide every output byte, then write.
-    read = read_pte_program(src, ptd_paths)
-    with ByteSource(src) as source:
-        analysis = analyse_file(
-            read.pte, {read.pte.path: source}, keep_constants, state_file(names)
+    # Read, then decide every output byte, then write; the kernel copies the .pte
+    # meanwhile, where most of the output will be its input at the same offsets.
+    with EarlyCopy(src, dst) as early:
+        read = read_pte_program(src, ptd_paths)
+        with ByteSource(src) as source:
+            analysis = analyse_file(
+                read.pte, {read.pte.path: source}, keep_constants, state_file(names)
+            )
+        # A file that shares already: the rewrite copies each segment's bytes, so an alias
+        # into the constant segment would be written out again. Deduplicating again keeps it.
+        dedupe = dedupe or _undoes_sharing(analysis)
+        return _write_pruned(
+            src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started, early,
+            dedupe=dedupe,
         )
-    # A file that shares already: the rewrite copies each segment's bytes, so an alias
-    # into the constant segment would be written out again. Deduplicating again keeps it.
-    dedupe = dedupe or _undoes_sharing(analysis)
-    return _write_pruned(
-        src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started, dedupe=dedupe
-    )
 
 
 def _undoes_sharing(analysis: FileAnalysis) -> bool:
@@ -551,7 +555,7 @@ def _undoes_sharing(analysis: FileAnalysis) -> bool:
 
 
 def _write_pruned(
-    src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started, *, dedupe: bool
+    src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started, early, *, dedupe: bool
 ) -> FilePruneReport:
     """The prune itself, once the file is read and analysed: decide, deduplicate if asked,
     write, report.
@@ -578,10 +582,10 @@ def _write_pruned(
         )
         if dedupe:
             bytes_after, dedupe_report = write_deduplicated(
-                outputs, alignment, read=verbatim_read, progress=progress
+                outputs, alignment, read=verbatim_read, progress=progress, early=early
             )
         else:
-            bytes_after = write_outputs(outputs, progress)
+            bytes_after = write_outputs(outputs, progress, early)
     finally:
         for input_fd in opened:
             os.close(input_fd)

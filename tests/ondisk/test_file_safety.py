@@ -158,13 +158,13 @@ BLOCKED_WRITE = textwrap.dedent("""
     marker, blocked = Path(sys.argv[1]), int(sys.argv[2])
     write, calls = output._write, []
 
-    def slow_write(writer, out):
-        calls.append(out.path)
+    def slow_write(writer, *args):
+        calls.append(writer.fd)
         if len(calls) == blocked:
             writer.write(b"partial")
-            marker.write_text(out.path)
+            marker.write_text("writing")
             time.sleep(120)
-        return write(writer, out)
+        return write(writer, *args)
 
     output._write = slow_write
     sys.exit(cli.main(sys.argv[3:]))

@@ -4,6 +4,7 @@ the input holds what the output holds between them (zeros)."""
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -106,3 +107,52 @@ def test_an_output_whose_test_fails_leaves_nothing_and_the_old_target_as_it_was(
         os.close(output_file.source_fd)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.bin", "out.bin"]
     assert (tmp_path / "out.bin").read_bytes() == b"old"
+
+
+def _early_written(tmp_path, monkeypatch, runs) -> tuple[bytes, list[str]]:
+    """What `write_outputs` writes from an `EarlyCopy` of in.bin (b"HEAD", 3 MiB of A, 1 MiB
+    of B) for `runs` of (output offset, input offset, size) after b"head", and the names of
+    the threads that made each copy call."""
+    monkeypatch.setattr(output, "_COPY_CHUNK", 1 << 20)
+    src, dst = tmp_path / "in.bin", tmp_path / "out.bin"
+    src.write_bytes(b"HEAD" + b"A" * (3 << 20) + b"B" * (1 << 20))
+    threads = []
+    real = output._Writer._copy_chunk
+
+    def spy(self, fd, offset, count):
+        threads.append(threading.current_thread().name)
+        return real(self, fd, offset, count)
+
+    monkeypatch.setattr(output._Writer, "_copy_chunk", spy)
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        with output.EarlyCopy(str(src), str(dst)) as early:
+            pieces = [(at, [Piece(fd, offset, size)]) for at, offset, size in runs]
+            write_outputs([OutputFile(str(dst), fd, b"head", pieces)], early=early)
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.bin", "out.bin"]
+    return dst.read_bytes(), threads
+
+
+def test_what_the_early_copy_holds_in_place_is_not_copied_again(tmp_path, monkeypatch):
+    # The head is written over the copy's, the As are where the copy put them, the Bs
+    # the copy went on to are cut off.
+    written, threads = _early_written(tmp_path, monkeypatch, [(4, 4, 3 << 20)])
+    assert written == b"head" + b"A" * (3 << 20)
+    assert "MainThread" not in threads
+
+
+def test_what_the_output_moves_is_written_over_the_early_copy(tmp_path, monkeypatch):
+    written, threads = _early_written(tmp_path, monkeypatch, [(4, 4 + (3 << 20), 1 << 20)])
+    assert written == b"head" + b"B" * (1 << 20)
+    assert "MainThread" in threads
+
+
+def test_an_early_copy_never_taken_leaves_nothing(tmp_path):
+    src = tmp_path / "in.bin"
+    src.write_bytes(b"x" * (1 << 20))
+    with pytest.raises(RuntimeError):
+        with output.EarlyCopy(str(src), str(tmp_path / "out.bin")):
+            raise RuntimeError("the input is malformed")
+    assert [p.name for p in tmp_path.iterdir()] == ["in.bin"]
