@@ -27,7 +27,7 @@ from emitter_filter.environment import ENV_DEDUPE, ENV_PRUNE, ENV_STRICT, env_fl
 from emitter_filter.errors import EmitterFilterError, EnvironmentVariableError
 
 __all__ = [
-    "main", "EXIT_OK", "EXIT_DEAD_BYTES", "EXIT_USAGE", "EXIT_DEMO_FAILED", "EXIT_TERMINATED",
+    "main", "console_main", "EXIT_OK", "EXIT_DEAD_BYTES", "EXIT_USAGE", "EXIT_DEMO_FAILED", "EXIT_TERMINATED",
 ]
 
 logger = logging.getLogger(__name__)
