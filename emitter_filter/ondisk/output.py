@@ -258,6 +258,11 @@ class EarlyCopy:
         except BaseException as error:  # Raised again by `take`.
             self._error = error
 
+    def copies(self, src: str, dst: str) -> bool:
+        """Whether this is a copy of `src` for the output `dst`."""
+        info = os.stat(src)
+        return (info.st_dev, info.st_ino) == self._file and output_target(dst) == self.target
+
     def stop(self) -> None:
         """Stops after the copy call under way."""
         self._stop.set()

@@ -486,6 +486,7 @@ def prune_file(
     keep_constants: Sequence[str] = (),
     names: str | os.PathLike | StateFile | None = None,
     dedupe: bool = False,
+    early: EarlyCopy | None = None,
 ) -> FilePruneReport:
     """Writes `src` without the constants and named data its program cannot reach.
 
@@ -514,6 +515,8 @@ def prune_file(
             `.ptd` files are only pruned. A file that already
             shares (deduplicated before) is deduplicated again whatever this
             says, so pruning keeps the sharing and never grows a file.
+        early: `EarlyCopy(src, dst)` begun by the caller (the command line starts
+            it before importing this module); one is begun here otherwise.
 
     Returns:
         What was written and dropped.
@@ -533,7 +536,9 @@ def prune_file(
 
     # Read, then decide every output byte, then write; the kernel copies the .pte
     # meanwhile, where most of the output will be its input at the same offsets.
-    with EarlyCopy(src, dst) as early:
+    if early is not None and not early.copies(src, dst):
+        raise ValueError(f"the early copy given is not one of {src} to {dst}")
+    with early if early is not None else EarlyCopy(src, dst) as early:
         read = read_pte_program(src, ptd_paths)
         with ByteSource(src) as source:
             analysis = analyse_file(

@@ -156,3 +156,15 @@ def test_an_early_copy_never_taken_leaves_nothing(tmp_path):
         with output.EarlyCopy(str(src), str(tmp_path / "out.bin")):
             raise RuntimeError("the input is malformed")
     assert [p.name for p in tmp_path.iterdir()] == ["in.bin"]
+
+
+def test_prune_file_refuses_an_early_copy_of_another_file(tmp_path):
+    from emitter_filter.ondisk.prune import prune_file
+
+    (tmp_path / "a.pte").write_bytes(b"a" * 100)
+    (tmp_path / "b.pte").write_bytes(b"b" * 100)
+    out = tmp_path / "out.pte"
+    with output.EarlyCopy(str(tmp_path / "b.pte"), str(out)) as early:
+        with pytest.raises(ValueError, match="not one of"):
+            prune_file(tmp_path / "a.pte", out, early=early)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pte", "b.pte"]
