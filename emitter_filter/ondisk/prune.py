@@ -19,6 +19,8 @@ rewrites:
    with something dead is rebuilt the same way (`flat_tensor_writer`).
 3. Write: `output.write_outputs` streams the kept bytes from the inputs
    into temporary files beside the outputs, renamed over them once complete.
+   The `.pte`'s is begun before step 1 as a copy of the input (`output.EarlyCopy`):
+   only what the decided output holds elsewhere than the input is written after.
 
 Byte identity: for a file ExecuTorch's serializer wrote, the layout read back
 reproduces the input (`PteLayout.reproduced`), and the pruned file is the one
