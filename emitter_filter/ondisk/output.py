@@ -42,9 +42,8 @@ __all__ = [
 ]
 
 # Bytes per copy call: bounds memory on the fallback path and paces progress reports.
-# Copies end on multiples of it in the output: the kernel copies in 64 KiB steps
-# from where a call starts, and a copy into the page cache whose steps do not
-# start on such a boundary ran at 2.2 GB/s instead of 3.1 (Linux 6.18, ext4: a
+# Copies end on multiples of it in the output: a call that starts off a 64 KiB
+# boundary of the output ran at 2.2 GB/s instead of 3.1 (Linux 6.18, ext4: a
 # 538 MB copy after a 381,056-byte header took 0.24 s, split there 0.17 s).
 _COPY_CHUNK = 64 << 20
 
@@ -219,9 +218,9 @@ class EarlyCopy:
     thread has the kernel copy the input from its start while this one reads and
     decides. `write_outputs(..., early=)` then stops it where the decided output
     stops reading the input in place (`take`) and writes only the rest; what it
-    copied that the output does not keep is written over or cut off. The 0.1 s
-    of reading and deciding a 652 MB file came before its copy began: `prune`
-    took 1.62x `cp`, now 1.41x.
+    copied that the output does not keep is written over or cut off. Importing,
+    reading and deciding a 652 MB file came before its copy began: `prune` took
+    1.47–1.53x `cp`, with the copy begun first 1.22–1.36x.
 
     A context manager: a copy `write_outputs` did not take is stopped and its
     temporary file removed on exit.
@@ -525,6 +524,8 @@ def _write_temps(
         operations = list(_coalesced(_operations(output)))
         copied = None
         if number == 0 and early is not None:
+            if early.target != target:
+                raise ValueError(f"the early copy given is one for {early.target}, not {target}")
             fd, temp, copied = early.take(early.input_end(output.prefix, operations))
         else:
             fd, temp = _open_temp(target, stat.S_IMODE(os.fstat(output.source_fd).st_mode))
@@ -566,6 +567,7 @@ def _write_confirmed(
 
     writer = threading.Thread(target=write, name="emitter_filter output")
     writer.start()
+
     def stop() -> None:
         cancel.set()
         if early is not None:
