@@ -11,10 +11,17 @@ file is and on what is dead.
 `stored_regions` is the one enumeration of what a file stores: every range a
 reference reads, in file order of the program; `audit` finds duplicates among
 them and `find_shared_ranges` the ranges several references share.
+
+One count (`ByteCount`): a byte is dead when pruning frees it, that is when no
+live reference reads it, whatever other references (dead values, dead keys of
+another layout on the same `.ptd` segment, a dead entry sharing a range) point
+at it. Each stored byte counts once, for the first reference of it in `SPACES`
+order then index; `audit`, `explain`, `prune` and `share` all report it.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 import os
@@ -39,6 +46,7 @@ __all__ = [
     "find_shared_ranges",
     "Alias",
     "find_aliases",
+    "ByteCount",
     "classify_file_named_data",
     "find_dead_entries",
     "analyse_file",
@@ -265,7 +273,11 @@ def classify_file_named_data(pte: PteFile) -> NamedDataUse:
     )
 
 
-def _dead_tensor_data(pte: PteFile, liveness: Liveness) -> list[DroppedConstant]:
+# A dead entry and the range of one file it reads, if it reads one: (file, offset).
+_DeadEntry = tuple[DroppedConstant, "tuple[str, int] | None"]
+
+
+def _dead_tensor_data(pte: PteFile, liveness: Liveness) -> list[_DeadEntry]:
     """Dead entries of the three tensor data spaces, named after the first value using each."""
     first_user = {}
     for tensor in pte.tensors:
@@ -276,21 +288,18 @@ def _dead_tensor_data(pte: PteFile, liveness: Liveness) -> list[DroppedConstant]
             if index in liveness.live_data[space] or (space.has_placeholder and index == 0):
                 continue
             user = first_user.get(DataRef(space, index))
-            dead.append(
-                DroppedConstant(
-                    space=space.value,
-                    index=index,
-                    nbytes=entry.nbytes,
-                    plan=user.plan if user else None,
-                    value_index=user.value_index if user else None,
-                    dtype=user.dtype if user else None,
-                    shape=user.shape if user else None,
-                    name=user.name if user else None,
-                    names=(
-                        (ConstantName(user.name, None, user.plan),) if user and user.name else ()
-                    ),
-                )
+            dropped = DroppedConstant(
+                space=space.value,
+                index=index,
+                nbytes=entry.nbytes,
+                plan=user.plan if user else None,
+                value_index=user.value_index if user else None,
+                dtype=user.dtype if user else None,
+                shape=user.shape if user else None,
+                name=user.name if user else None,
+                names=((ConstantName(user.name, None, user.plan),) if user and user.name else ()),
             )
+            dead.append((dropped, (entry.file, entry.offset) if entry.offset >= 0 else None))
     return dead
 
 
@@ -299,108 +308,167 @@ def _bare(space: str, index: int, nbytes: int, name: str | None = None) -> Dropp
     return DroppedConstant(space, index, nbytes, None, None, None, None, name, names)
 
 
-def _dead_named_data(pte: PteFile, use: NamedDataUse) -> list[DroppedConstant]:
-    """One entry per dead key, `index` its position in its own file's named data.
-
-    A segment's bytes count once, on its first dead key, and only when no live
-    key shares the segment: the bytes `prune` really drops.
-    """
-    dead = frozenset(use.dead)
-    keys_of_segment: dict[tuple[str, int], list[str]] = {}
-    position: dict[tuple[str, str], int] = {}
-    for entry in pte.named_data:
-        keys_of_segment.setdefault((entry.file, entry.segment_index), []).append(entry.key)
+def _named_data_positions(pte: PteFile) -> dict[tuple[str, str], int]:
+    """{(file, key): position of the key in its own file's named data}."""
     in_pte = (entry.key for entry in pte.named_data if entry.file == pte.path)
-    position.update(((pte.path, key), i) for i, key in enumerate(in_pte))
+    position = {(pte.path, key): i for i, key in enumerate(in_pte)}
     for ptd in pte.ptd_files:
         # Among all the .ptd's keys, external constants included.
         position.update(((ptd.path, key), i) for i, key in enumerate(ptd.named_data))
-    counted: set[tuple[str, int]] = set()
-    entries = []
-    for entry in pte.named_data:
-        if entry.key not in dead:
-            continue
-        segment = (entry.file, entry.segment_index)
-        freed = segment not in counted and all(k in dead for k in keys_of_segment[segment])
-        counted.add(segment)
-        nbytes = entry.nbytes if freed else 0
-        entries.append(_bare("named_data", position[(entry.file, entry.key)], nbytes, entry.key))
-    return entries
+    return position
 
 
-def _copy_is_dead(pte: PteFile, copy: StoredCopy, liveness: Liveness, use: NamedDataUse) -> bool:
-    """Whether no program reads one reference of a shared range."""
-    if copy.space in ("constant", "mutable"):
-        return copy.index not in liveness.live_data[DataSpace(copy.space)]
-    if copy.space == "named_data":
-        return all(key in use.dead for key in copy.names)
-    if copy.space == "delegate":
-        return not any(blob.users for blob in pte.delegates if blob.index == copy.index)
-    return copy.space == "segments"
-
-
-def _dead_entry_of(copy: StoredCopy) -> set[tuple[str, object]]:
-    """The (space, index or key) under which `find_dead_entries` lists a reference."""
-    if copy.space == "named_data":
-        return {("named_data", key) for key in copy.names}
-    return {(copy.space, copy.index)}
-
-
-def _count_shared_once(
-    pte: PteFile,
-    dead: list[DroppedConstant],
-    shared: Sequence[SharedRange],
-    liveness: Liveness,
-    use: NamedDataUse,
-) -> list[DroppedConstant]:
-    """`dead` with the bytes of shared ranges counted as `prune` frees them.
-
-    A range that a live reference reads is not freed at all: its dead references
-    count 0 bytes. A range only dead references read is freed once, counted on
-    the first of them.
-    """
-    uncounted: set[tuple[str, object]] = set()
-    for stored in shared:
-        references = [_dead_entry_of(c) for c in stored.copies]
-        if all(_copy_is_dead(pte, c, liveness, use) for c in stored.copies):
-            references = references[1:]
-        for reference in references:
-            uncounted |= reference
-    if not uncounted:
-        return dead
+def _dead_named_data(pte: PteFile, use: NamedDataUse) -> list[_DeadEntry]:
+    """One entry per dead key, `index` its position in its own file's named data."""
+    dead = frozenset(use.dead)
+    position = _named_data_positions(pte)
     return [
-        dataclasses.replace(d, nbytes=0)
-        if (d.space, d.name if d.space == "named_data" else d.index) in uncounted
-        else d
-        for d in dead
+        (_bare("named_data", position[(e.file, e.key)], e.nbytes, e.key), (e.file, e.offset))
+        for e in pte.named_data
+        if e.key in dead
     ]
+
+
+def _live_references(
+    pte: PteFile, liveness: Liveness, use: NamedDataUse
+) -> Iterator[tuple[str, tuple[str, int] | None, int]]:
+    """(space, (file, offset) or None where the bytes are in no data range, nbytes) of every
+    live reference, in `SPACES` order."""
+    for space in DataSpace:
+        for index, entry in sorted(pte.entries[space].items()):
+            if index in liveness.live_data[space] and not (space.has_placeholder and index == 0):
+                yield space.value, (entry.file, entry.offset) if entry.offset >= 0 else None, (
+                    entry.nbytes
+                )
+    # External constants' keys are tensor data: their entries above say whether they are read.
+    external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
+    dead = frozenset(use.dead)
+    for entry in pte.named_data:
+        if entry.key not in dead and entry.key not in external_fqns:
+            yield "named_data", (entry.file, entry.offset), entry.nbytes
+    for blob in pte.delegates:
+        if blob.users:
+            where = (pte.path, blob.offset) if blob.location == "segment" else None
+            yield "delegate", where, blob.nbytes
+
+
+class _Ranges:
+    """Disjoint byte ranges of one file, by offset; touching ranges are one."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+
+    def claim(self, offset: int, nbytes: int) -> int:
+        """Adds `nbytes` at `offset`; returns how many of them no earlier claim held."""
+        end = offset + nbytes
+        first = bisect.bisect_left(self._ends, offset)
+        last = bisect.bisect_right(self._starts, end, lo=first)
+        held = sum(
+            max(0, min(e, end) - max(s, offset))
+            for s, e in zip(self._starts[first:last], self._ends[first:last])
+        )
+        if first < last:
+            offset, end = min(offset, self._starts[first]), max(end, self._ends[last - 1])
+        self._starts[first:last] = [offset]
+        self._ends[first:last] = [end]
+        return nbytes - held
+
+    def gaps(self, offset: int, nbytes: int) -> Iterator[tuple[int, int]]:
+        """The (offset, end) ranges of these bytes no claim holds."""
+        end = offset + nbytes
+        first = bisect.bisect_left(self._ends, offset)
+        for start, stop in zip(self._starts[first:], self._ends[first:]):
+            if start >= end:
+                break
+            if start > offset:
+                yield offset, start
+            offset = max(offset, stop)
+        if offset < end:
+            yield offset, end
+
+    def spans(self) -> tuple[tuple[int, int], ...]:
+        return tuple(zip(self._starts, self._ends))
+
+
+@dataclass(frozen=True)
+class ByteCount:
+    """Every byte a file's references read, counted once: live, or freed by pruning.
+
+    Attributes:
+        live: Live bytes per space (`SPACES`), each byte on the first space that reads it.
+        freed: Per file, the ranges no live reference reads, as (offset, end), by offset.
+            Their bytes are the dead entries' `nbytes` (with the dead bytes stored in
+            no range: inline delegate blobs, external constants sized from shapes).
+    """
+
+    live: Mapping[str, int]
+    freed: Mapping[str, tuple[tuple[int, int], ...]]
+
+    def frees(self, file: str, offset: int, nbytes: int) -> bool:
+        """Whether pruning frees every byte of this range of `file`."""
+        spans = self.freed.get(file, ())
+        i = bisect.bisect_right(spans, (offset, float("inf"))) - 1
+        return nbytes == 0 or (i >= 0 and spans[i][0] <= offset and offset + nbytes <= spans[i][1])
+
+
+def _count_bytes(
+    pte: PteFile, liveness: Liveness, use: NamedDataUse, dead: list[_DeadEntry]
+) -> tuple[list[DroppedConstant], ByteCount]:
+    """`dead` with each entry's bytes those only it frees first, and the count of every byte.
+
+    A byte any live reference reads is live; a byte only dead references read is
+    freed once, counted on the first of them by space then index.
+    """
+    read: dict[str, _Ranges] = {}
+    live = dict.fromkeys(SPACES, 0)
+    for space, where, nbytes in _live_references(pte, liveness, use):
+        if where is None:
+            live[space] += nbytes
+        else:
+            live[space] += read.setdefault(where[0], _Ranges()).claim(where[1], nbytes)
+    freed: dict[str, _Ranges] = {}
+    counted = []
+    for entry, where in sorted(dead, key=lambda d: (SPACES.index(d[0].space), d[0].index)):
+        if where is not None:
+            file, offset = where
+            ranges = freed.setdefault(file, _Ranges())
+            gaps = list(read.get(file, _Ranges()).gaps(offset, entry.nbytes))
+            nbytes = sum(ranges.claim(start, end - start) for start, end in gaps)
+            if nbytes != entry.nbytes:
+                entry = dataclasses.replace(entry, nbytes=nbytes)
+        counted.append(entry)
+    spans = {file: ranges.spans() for file, ranges in freed.items()}
+    return counted, ByteCount(live, spans)
 
 
 def find_dead_entries(
     pte: PteFile,
     liveness: Liveness,
     use: NamedDataUse,
-    shared: Sequence[SharedRange] | None = None,
-) -> list[DroppedConstant]:
-    """Every entry of a file no program can reach, by space then index; shared with `prune`.
+) -> tuple[list[DroppedConstant], ByteCount]:
+    """Every entry of a file no program can reach, by space then index, and the one count
+    of every byte (`ByteCount`); shared with `prune`.
 
-    Bytes several references share count only where `prune` frees them
-    (`_count_shared_once`): never when a live reference reads them.
+    An entry's `nbytes` are the bytes pruning frees with it: none that a live
+    reference reads, and a range several dead entries read on the first of them.
 
     Args:
         pte: What `read_pte` returned. Not modified.
         liveness: `find_live(pte.plans)`.
         use: `classify_file_named_data(pte)`.
-        shared: `find_shared_ranges(pte)`; computed when not given.
     """
     dead = _dead_tensor_data(pte, liveness)
     dead += _dead_named_data(pte, use)
-    dead += [_bare("delegate", d.index, d.nbytes) for d in pte.delegates if not d.users]
-    dead += [_bare("segments", s.index, s.size) for s in pte.unreferenced_segments]
-    if shared is None:
-        shared = find_shared_ranges(pte)
-    dead = _count_shared_once(pte, dead, shared, liveness, use)
-    return sorted(dead, key=lambda d: (SPACES.index(d.space), d.index))
+    dead += [
+        (_bare("delegate", d.index, d.nbytes), (pte.path, d.offset) if d.location == "segment"
+         else None)
+        for d in pte.delegates
+        if not d.users
+    ]
+    dead += [(_bare("segments", s.index, s.size), (pte.path, s.offset))
+             for s in pte.unreferenced_segments]
+    return _count_bytes(pte, liveness, use, dead)
 
 
 @dataclass(frozen=True)
@@ -413,6 +481,7 @@ class FileAnalysis:
         liveness: `find_live(pte.plans)`.
         use: `classify_file_named_data(pte)`.
         dead: `find_dead_entries`, each named as the `audit` module docstring says.
+        count: Every stored byte once, live or freed (`ByteCount`).
     """
 
     pte: PteFile
@@ -420,6 +489,7 @@ class FileAnalysis:
     liveness: Liveness
     use: NamedDataUse
     dead: tuple[DroppedConstant, ...]
+    count: ByteCount
 
 
 class _DeadNamer:
@@ -509,7 +579,7 @@ def analyse_file(
         pte = _keep_roots(pte, _dead_users(pte, liveness), namer, KeepList(keep_constants))
         liveness = find_live(pte.plans)
     use = classify_file_named_data(pte)
-    dead = find_dead_entries(pte, liveness, use, shared)
+    dead, count = find_dead_entries(pte, liveness, use)
     if state is not None:
         users = _dead_users(pte, liveness)
         named = []
@@ -521,6 +591,6 @@ def analyse_file(
                 dataclasses.replace(entry, names=tuple(found.values())) if found else entry
             )
         dead = named
-    return FileAnalysis(pte, shared, liveness, use, tuple(dead))
+    return FileAnalysis(pte, shared, liveness, use, tuple(dead), count)
 
 

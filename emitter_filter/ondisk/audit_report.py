@@ -12,6 +12,11 @@ per space:
   names it and every delegate's keys can be read (XNNPACK); when some delegate is
   opaque, such keys are kept and listed in `kept_unprovable_named_data` instead.
   A segment counts dead when every key that refers to it is dead.
+
+Each stored byte counts once (`analysis.ByteCount`): a byte any live value, key
+or delegate reads is live, whatever dead references share it (a dead value of
+another shape, a dead key of another layout on the same `.ptd` segment); dead
+bytes are exactly the bytes pruning frees.
 - `delegate`: delegate blobs; dead only if no plan's delegate refers to one.
 - `segments`: segments no field of the program refers to; all dead.
 
@@ -36,11 +41,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from emitter_filter.duplicates import DuplicateGroup, StoredCopy, group_duplicates
 from emitter_filter.names import DroppedConstant
-from emitter_filter.ondisk.analysis import SPACES, SharedRange, analyse_file, stored_regions
+from emitter_filter.ondisk.analysis import (
+    SPACES,
+    FileAnalysis,
+    SharedRange,
+    analyse_file,
+    stored_regions,
+)
 from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan
 from emitter_filter.ondisk.file_model import PteFile
 from emitter_filter.reachability import DataSpace
@@ -103,6 +114,8 @@ class AuditReport:
             file, the most duplicated bytes first. Not dead: never dropped.
         shared: Ranges of the `.pte` that several entries share (stored once),
             by offset.
+        analysis: The analysis the figures come from (`explain` attributes its
+            bytes from it rather than working them out again).
     """
 
     path: str
@@ -116,6 +129,7 @@ class AuditReport:
     kept_unprovable_named_data: tuple[UnprovableNamedData, ...]
     duplicates: tuple[DuplicateGroup, ...]
     shared: tuple[SharedRange, ...] = ()
+    analysis: FileAnalysis | None = field(default=None, repr=False, compare=False)
 
     @property
     def shared_bytes(self) -> int:
@@ -189,20 +203,16 @@ def audit_pte(
     analysis = analyse_file(pte, sources, keep_constants, state)
     pte, liveness, use, dead = analysis.pte, analysis.liveness, analysis.use, analysis.dead
 
-    totals = {
-        space.value: sum(e.nbytes for e in pte.entries[space].values()) for space in DataSpace
-    }
-    # Keys that share a segment share its bytes: count each segment once.
-    totals["named_data"] = sum(
-        nbytes for (_, _, nbytes) in {(e.file, e.segment_index, e.nbytes) for e in pte.named_data}
-    )
-    totals["delegate"] = sum(d.nbytes for d in pte.delegates)
-    totals["segments"] = sum(s.size for s in pte.unreferenced_segments)
     dead_per_space = dict.fromkeys(SPACES, 0)
     for entry in dead:
         dead_per_space[entry.space] += entry.nbytes
+    # Each stored byte once (`analysis.ByteCount`): live on the first space that reads it.
     spaces = {
-        name: SpaceBytes(totals[name], totals[name] - dead_per_space[name], dead_per_space[name])
+        name: SpaceBytes(
+            analysis.count.live[name] + dead_per_space[name],
+            analysis.count.live[name],
+            dead_per_space[name],
+        )
         for name in SPACES
     }
     unprovable = frozenset(use.kept_unprovable)
@@ -211,7 +221,7 @@ def audit_pte(
         path=pte.path,
         files=files,
         file_bytes=sum(size for _, size in files),
-        constant_bytes=sum(totals.values()),
+        constant_bytes=sum(space.total for space in spaces.values()),
         dead_bytes=sum(dead_per_space.values()),
         dead_values=liveness.dead_value_count(pte.plans),
         spaces=spaces,
@@ -223,6 +233,7 @@ def audit_pte(
         ),
         duplicates=group_duplicates(_duplicate_candidates(pte, sources)),
         shared=analysis.shared,
+        analysis=analysis,
     )
     logger.debug(
         "%s: %d of %d constant bytes dead, %d duplicated",

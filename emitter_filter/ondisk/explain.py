@@ -90,8 +90,11 @@ class Part:
         tag: The `.ptd`'s name without extension, for its parts; the plan's name
             for `values`, `instructions` and `operators`.
         status: One of `STATUSES`.
-        dtype, shape: Of the first tensor value that refers to it, if any; for
-            XNNPACK's named data, the datatype and dims XNNPACK reads it as.
+        dtype, shape: Of the first tensor value that refers to it, if any (a live
+            one first); for XNNPACK's named data, the datatype and dims XNNPACK
+            reads it as.
+        layouts: Every (dtype, shape) a tensor value reads it as, that one first:
+            the emitter stores equal bytes once for values of different shapes.
         names: The FQNs of the tensors that refer to it (with `names`, also the
             state tensors with its shape and bytes), the named-data keys, or the
             delegate's backend.
@@ -112,6 +115,7 @@ class Part:
     names: tuple[str, ...] = ()
     readers: tuple[Reader, ...] = ()
     copies: tuple[str, ...] = ()
+    layouts: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     @property
     def end(self) -> int:
@@ -154,6 +158,7 @@ class Part:
             "status": self.status,
             "dtype": self.dtype,
             "shape": None if self.shape is None else list(self.shape),
+            "layouts": [{"dtype": dtype, "shape": list(shape)} for dtype, shape in self.layouts],
             "names": list(self.names),
             "readers": [r.describe() for r in self.readers],
             "copies": list(self.copies),
@@ -259,7 +264,9 @@ def shorten(text: str, limit: int = 40) -> str:
 
 
 def _part_line(part: Part) -> str:
-    shape = "-" if part.shape is None else "[" + ", ".join(map(str, part.shape)) + "]"
+    shapes = [shape for _, shape in part.layouts] if len(part.layouts) > 1 else [part.shape]
+    shape = "-" if part.shape is None else " | ".join(
+        "[" + ", ".join(map(str, s)) + "]" for s in shapes)
     names = ", ".join(shorten(name) for name in part.names) or "-"
     readers = ", ".join(replace(r, key=r.key and shorten(r.key, 20)).describe()
                         for r in part.readers[:2])
@@ -283,8 +290,14 @@ class _Attributor:
         self.tensor_readers = find_tensor_readers(pte, program)
         self.named_readers = find_named_data_readers(pte)
         self.named_types = find_named_data_types(pte, program, program_data, sources[pte.path])
+        analysis = report.analysis
+        self.count = analysis.count
+        self.live = {(plan.name, value)
+                     for plan, values in zip(pte.plans, analysis.liveness.live_values)
+                     for value in values}
         self.users: dict[DataRef, list] = {}
-        for tensor in pte.tensors:
+        # Live values first: a part shows the layout its live readers read.
+        for tensor in sorted(pte.tensors, key=self._dead_value):
             self.users.setdefault(tensor.ref, []).append(tensor)
         self.dead = {(d.space, d.name if d.space == "named_data" else d.index)
                      for d in report.dead}
@@ -305,9 +318,17 @@ class _Attributor:
         return Part(
             entry.file, entry.offset, entry.nbytes, storage,
             dtype=first.dtype if first else None, shape=first.shape if first else None,
+            layouts=tuple(dict.fromkeys((t.dtype, tuple(t.shape)) for t in users)),
             names=tuple(dict.fromkeys(names)), readers=self.tensor_readers.get(ref, ()),
             **fields,
         )
+
+    def _dead_value(self, tensor) -> bool:
+        return (tensor.plan, tensor.value_index) not in self.live
+
+    def _status(self, file: str, offset: int, nbytes: int) -> str:
+        """`dead` where pruning frees the range (the one count, `analysis.ByteCount`)."""
+        return "dead" if self.count.frees(file, offset, nbytes) else "live"
 
     def pte_parts(self, program: Table, program_data: bytes) -> list[Part]:
         pte, path = self.pte, self.pte.path
@@ -320,15 +341,17 @@ class _Attributor:
             offset, nbytes = (blob.offset, blob.nbytes) if storage == "delegate" else spans[blob.index]
             readers = tuple(Reader(u.plan, f"{u.backend_id} delegate {u.index}", -1)
                             for u in blob.users)
+            live = blob.users or (storage == "delegate" and self._status(path, offset, nbytes)
+                                  == "live")
             parts.append(Part(path, offset, nbytes, storage, blob.index,
-                              status="live" if blob.users else "dead",
+                              status="live" if live else "dead",
                               names=tuple(dict.fromkeys(u.backend_id for u in blob.users)),
                               readers=readers))
         for space in (DataSpace.CONSTANT, DataSpace.MUTABLE):
             for index, entry in sorted(pte.entries[space].items()):
-                dead = (space.value, index) in self.dead
+                status = self._status(entry.file, entry.offset, entry.nbytes)
                 parts.append(self._tensor_part(DataRef(space, index), entry, space.value,
-                                               index=index, status="dead" if dead else "live"))
+                                               index=index, status=status))
         keys: dict[int, list] = {}
         for entry in pte.named_data:
             if entry.file == path:
@@ -337,18 +360,18 @@ class _Attributor:
             parts.append(self._named_part(entries, "named_data", index, None))
         for segment in pte.unreferenced_segments:
             parts.append(Part(path, segment.offset, segment.size, "segments", segment.index,
-                              status="dead"))
+                              status=self._status(path, segment.offset, segment.size)))
         return parts
 
     def _named_part(self, entries, storage: str, index: int, tag: str | None) -> Part:
         keys = [e.key for e in entries]
-        dead = all(("named_data", key) in self.dead for key in keys)
         readers = tuple(dict.fromkeys(r for key in keys for r in self.named_readers.get(key, ())))
         dtype, shape = next((self.named_types[k] for k in keys if k in self.named_types),
                             (None, None))
         first = entries[0]
         return Part(first.file, first.offset, first.nbytes, storage, index, tag,
-                    status="dead" if dead else "live", dtype=dtype, shape=shape,
+                    status=self._status(first.file, first.offset, first.nbytes),
+                    dtype=dtype, shape=shape,
                     names=tuple(keys), readers=readers)
 
     def ptd_parts(self) -> list[Part]:
@@ -364,13 +387,20 @@ class _Attributor:
                 if not tensors:
                     parts.append(self._named_part(entries, "named_data", index, tag))
                     continue
-                dead = all(("external", t.ref.index) in self.dead for t in tensors)
                 entry = self.pte.entries[DataSpace.EXTERNAL][tensors[0].ref.index]
+                status = self._status(entry.file, entry.offset, entry.nbytes)
                 part = self._tensor_part(tensors[0].ref, entry, "external", index=index, tag=tag,
-                                         status="dead" if dead else "live")
+                                         status=status)
+                # Each key of the segment is a layout of its bytes (`share` gives one key each).
+                users = [u for t in tensors for u in self.users.get(t.ref, ())]
+                users.sort(key=self._dead_value)
                 readers = [r for t in tensors for r in self.tensor_readers.get(t.ref, ())]
-                parts.append(replace(part, names=tuple(e.key for e in entries),
-                                     readers=tuple(dict.fromkeys(readers))))
+                parts.append(replace(
+                    part, names=tuple(e.key for e in entries),
+                    dtype=users[0].dtype if users else part.dtype,
+                    shape=users[0].shape if users else part.shape,
+                    layouts=tuple(dict.fromkeys((u.dtype, tuple(u.shape)) for u in users)),
+                    readers=tuple(dict.fromkeys(readers))))
             used = set(segments)
             parts += [Part(ptd.path, s.offset, s.size, "segments", s.index, tag)
                       for s in ptd.segments if s.index not in used]
