@@ -124,6 +124,8 @@ class ShareReport:
         shared_contents: Contents now stored once for several files.
         shared_bytes: Their bytes (each counted once).
         seconds: Wall time.
+        dead_bytes: Bytes of the programs no plan reads (`audit`'s count): share
+            moves none of them, so they stay, dead, for `prune` (or `--prune`).
     """
 
     programs: tuple[SharedProgram, ...]
@@ -134,6 +136,7 @@ class ShareReport:
     shared_contents: int
     shared_bytes: int
     seconds: float
+    dead_bytes: int = 0
 
     @property
     def saved_bytes(self) -> int:
@@ -146,6 +149,8 @@ class ShareReport:
             f"{len(self.programs)} programs: {self.bytes_before:,} -> {self.bytes_after:,} B "
             f"({self.saved_bytes:,} saved); {self.shared_contents} contents "
             f"({self.shared_bytes:,} B) stored once in {where} in {self.seconds * 1e3:.1f} ms"
+            + (f"; {self.dead_bytes:,} B no program reads left in place (prune them, or "
+               "share --prune)" if self.dead_bytes else "")
         )
 
     def to_json(self) -> dict:
@@ -506,6 +511,7 @@ def _report(reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, st
         shared_contents=len(found.shared),
         shared_bytes=sum(c.nbytes for c in found.shared),
         seconds=time.perf_counter() - started,
+        dead_bytes=sum(found.dead_bytes),
     )
     logger.info("%s", report.summary())
     return report

@@ -14,8 +14,10 @@ move to the shared `.ptd`:
 
 Never moved: mutable data (copied into the arena at load), delegate blobs,
 constants under a `fully_qualified_name` (the attribute API reads them by that
-name; a new key would rename them), and a content stored in one file only
-(`dedupe` stores repeats inside one `.pte`).
+name; a new key would rename them), a content stored in one file only
+(`dedupe` stores repeats inside one `.pte`), and what no program reads (a constant
+no live value refers to, named data no delegate can reach: `analysis`'s rules):
+it stays where it was, dead, for `prune` to drop.
 
 Keys: a moved constant gets `constant_key`, derived from its content and its
 tensor layout, so equal keys mean equal bytes and an equal layout in every
@@ -36,6 +38,7 @@ from emitter_filter.duplicates import StoredCopy, group_duplicates
 from emitter_filter.errors import PteFormatError
 from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
+from emitter_filter.ondisk.analysis import FileAnalysis, analyse_file
 from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan, open_sources
 from emitter_filter.ondisk.file_model import PtdFile
 from emitter_filter.ondisk.layout import PteLayout
@@ -133,12 +136,15 @@ class SharedSet:
         moved_keys: Per program, the named-data keys of its `.pte` that move.
         content_of: For each blob in a group of equal contents, the group's
             number (equal numbers: equal bytes); absent for a unique blob.
+        dead_bytes: Per program, the bytes of its `.pte` no plan reads
+            (`analysis.ByteCount`): never moved, so left dead where they are.
     """
 
     shared: tuple[SharedContent, ...]
     constant_keys: Mapping[tuple[int, int], Mapping[TensorLayoutKey, str]]
     moved_keys: Mapping[int, frozenset[str]]
     content_of: Mapping[StoredBlob, int]
+    dead_bytes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -216,13 +222,14 @@ def _tensor_layouts(read: PteProgram) -> dict[int, list[tuple[TensorLayoutKey, s
 
 
 def _program_blobs(
-    number: int, read: PteProgram, layout: PteLayout | None
+    number: int, read: PteProgram, layout: PteLayout | None, analysis: FileAnalysis
 ) -> Iterator[StoredBlob]:
-    """The constants tensors read, then the `.pte`'s own named-data segments."""
+    """The constants live values read, then the `.pte`'s own named-data segments a
+    delegate may read."""
     pte = read.pte
-    used = _tensor_layouts(read)
+    read_data = analysis.liveness.live_data[DataSpace.CONSTANT]
     for index, entry in sorted(pte.entries[DataSpace.CONSTANT].items()):
-        if index and entry.nbytes and index in used:
+        if index and entry.nbytes and index in read_data:
             yield StoredBlob(
                 "constant", pte.path, index, entry.offset, entry.nbytes, (), number,
                 1 if layout is None else layout.tensor_alignment,
@@ -231,9 +238,12 @@ def _program_blobs(
     for named in pte.named_data:
         if named.file == pte.path:
             keys.setdefault(named.segment_index, []).append(named.key)
+    dead_keys = frozenset(analysis.use.dead)
     for index, names in keys.items():
         segment = pte.segments[index]
-        if segment.size and index not in (pte.constant_segment, pte.mutable_segment):
+        unread = all(name in dead_keys for name in names)
+        if segment.size and not unread and index not in (pte.constant_segment,
+                                                          pte.mutable_segment):
             yield StoredBlob(
                 "named_data", pte.path, index, segment.offset, segment.size, tuple(names),
                 number, 1 if layout is None else layout.segment_alignments[index],
@@ -301,8 +311,9 @@ def find_shared(
         PteFormatError: One key names different bytes in two inputs.
     """
     blobs = [b for ptd, alignments in ptds for b in _ptd_blobs(ptd, alignments)]
+    analyses = [analyse_file(read.pte, sources) for read in reads]
     for number, (read, layout) in enumerate(zip(reads, layouts or [None] * len(reads))):
-        blobs.extend(_program_blobs(number, read, layout))
+        blobs.extend(_program_blobs(number, read, layout, analyses[number]))
     tensor_layouts = {number: _tensor_layouts(read) for number, read in enumerate(reads)}
     groups = _group(blobs, sources)
     content_of = {blob: number for number, (_, _, members) in enumerate(groups) for blob in members}
@@ -329,7 +340,13 @@ def find_shared(
         constant_keys=constant_keys,
         moved_keys={p: frozenset(k) for p, k in moved_keys.items()},
         content_of=content_of,
+        dead_bytes=tuple(_own_dead_bytes(a) for a in analyses),
     )
+
+
+def _own_dead_bytes(analysis: FileAnalysis) -> int:
+    """Bytes of the `.pte` itself that pruning frees (its `.ptd` files are the set's)."""
+    return sum(end - start for start, end in analysis.count.freed.get(analysis.pte.path, ()))
 
 
 def _check_keys(blobs: Sequence[StoredBlob], content_of: Mapping[StoredBlob, int]) -> None:

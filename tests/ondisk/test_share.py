@@ -14,6 +14,7 @@ import pytest
 
 from emitter_filter.cli import main
 from emitter_filter.errors import OutputFileError, PteFormatError
+from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.audit_set import audit_set
 from emitter_filter.ondisk.read_ptd import read_ptd
 from emitter_filter.ondisk.read_pte import read_pte, read_pte_program
@@ -149,11 +150,16 @@ def test_constants_equal_to_an_input_ptd_entry_point_at_it(tmp_path):
     shutil.copyfile(pte, b)
     report = share_files([a, b], tmp_path / "out", ptd_paths=ptds, min_bytes=1)
     ptd = read_ptd(tmp_path / "out" / "shared.ptd")
-    # b's .ptd entries are all kept; a's four constants equal four of them.
+    # b's .ptd entries are all kept; a's four constants equal four of them, and the
+    # two of those a live value reads move: the two dead ones stay in a.pte, dead.
     assert set(read_ptd(ptds[0]).named_data) < set(ptd.named_data)
     assert len(ptd.segments) == len(read_ptd(ptds[0]).segments) == 4
-    assert [p.moved_constants for p in report.programs] == [4, 0]
+    assert [p.moved_constants for p in report.programs] == [2, 0]
     assert (tmp_path / "out" / "b.pte").read_bytes() == b.read_bytes()
+    before = audit_file(a)
+    after = audit_file(tmp_path / "out" / "a.pte", [tmp_path / "out" / "shared.ptd"])
+    assert after.spaces["constant"].dead == before.dead_bytes > 0
+    assert report.dead_bytes == before.dead_bytes
 
 
 def test_the_audit_of_a_shared_set_counts_a_ptd_entry_dead_only_if_no_program_reads_it(
