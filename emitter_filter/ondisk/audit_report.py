@@ -54,7 +54,6 @@ from emitter_filter.ondisk.analysis import (
 )
 from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan
 from emitter_filter.ondisk.file_model import PteFile
-from emitter_filter.reachability import DataSpace
 from emitter_filter.state_names import StateFile
 
 __all__ = [
