@@ -2,8 +2,8 @@
 
 Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`,
 `diff` a growth over `--max-growth`, `budget check` a file over its budget;
-2 usage error, bad input or an output `prune` cannot write (a one-line message
-naming the file, and the offset where one applies; with -v also the traceback,
+2 usage error, bad input, or a file that cannot be read or written, whatever
+the command (a one-line message naming the file, and the offset where one applies; with -v also the traceback,
 the exit code unchanged; no output file); for `run`, what the script exited with;
 for `demo`, 1 if one of its checks failed; 143 (128 + SIGTERM) if `prune` was
 terminated, its temporary files removed.
@@ -418,6 +418,13 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         return EXIT_USAGE
     module, script = (target[1], None) if target[0] == "-m" else (None, target[0])
     argv = [module or script, *target[(2 if module else 1):]]
+    if script is not None and not os.path.isdir(script):
+        # Read before the script runs, so that an unreadable one is ours to report, one line.
+        try:
+            open(script, "rb").close()
+        except OSError as error:
+            print(f"emitter-filter run: {_os_error_line(error)}", file=sys.stderr)
+            return EXIT_USAGE
 
     from emitter_filter.inprocess import hook
 
@@ -771,6 +778,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         # devnull so that the interpreter's final flush does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except OSError as error:
+        # What `run`'s script raises is the script's: a traceback and exit 1, as python gives.
+        if options.command == "run":
+            raise
+        if options.verbose:
+            traceback.print_exc(file=sys.stderr)
+        print(f"emitter-filter: {_os_error_line(error)}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _os_error_line(error: OSError) -> str:
+    """`FILE: what failed` for an OSError no writer or reader turned into our own error."""
+    what = error.strerror or str(error)
+    if error.filename is None:
+        return what
+    return f"{os.fsdecode(error.filename)}: {what}"
 
 
 def console_main() -> int:

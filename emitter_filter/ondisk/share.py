@@ -60,6 +60,7 @@ from emitter_filter.ondisk.output import (
     ProgressFn,
     check_outputs,
     open_input,
+    output_directory,
     write_outputs,
 )
 from emitter_filter.ondisk.prune import (
@@ -410,7 +411,6 @@ def share_files(
     programs = _with_layouts(read_set(ptes, ptd_paths))
     ptds = [(*ptd, own) for ptd, own in zip(programs.ptds, programs.ptd_alignments)]
     found = find_set_shared(programs, min_bytes)
-    os.makedirs(out_dir, exist_ok=True)
     opened: list[int] = []
     try:
         fds = {p: open_input(p, opened) for p in [*ptes, *ptd_paths]}
@@ -418,7 +418,8 @@ def share_files(
             programs, ptds, found, fds, pte_outputs, shared_output, copy_outputs
         )
         sizes = [o.size for o in outputs]
-        bytes_after = write_outputs(outputs, progress)
+        with output_directory(out_dir):
+            bytes_after = write_outputs(outputs, progress)
     finally:
         for fd in opened:
             os.close(fd)
