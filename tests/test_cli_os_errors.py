@@ -51,6 +51,8 @@ CASES = [
     ("prune --dedupe", "replace", ["prune", "--dedupe", "{pte}", "-o", "{out}/p.pte"]),
     ("prune --ptd-out", "replace",
      ["prune", "{ext}", "-o", "{out}/p.pte", "--ptd", "{ptd}", "--ptd-out", "{out}"]),
+    ("prune --ptd-out it creates", "replace",
+     ["prune", "{ext}", "-o", "{out}/p.pte", "--ptd", "{ptd}", "--ptd-out", "{out}/new/d"]),
     ("share --out cannot be created", "mkdir", ["share", "{pte}", "{other}", "--out", "{out}/s"]),
     ("share", "replace", ["share", "{pte}", "{other}", "--out", "{out}/s"]),
     ("share --prune", "replace", ["share", "--prune", "{pte}", "{other}", "--out", "{out}/s"]),

@@ -142,11 +142,12 @@ class ShareReport:
 
     def summary(self) -> str:
         """One line, for the log and the CLI."""
-        where = ", ".join(self.ptd_outputs) or "no .ptd"
+        stored = (f"{self.shared_contents} contents ({self.shared_bytes:,} B) stored once in "
+                  + ", ".join(self.ptd_outputs) if self.ptd_outputs else "nothing stored once")
+        programs = "1 program" if len(self.programs) == 1 else f"{len(self.programs)} programs"
         return (
-            f"{len(self.programs)} programs: {self.bytes_before:,} -> {self.bytes_after:,} B "
-            f"({self.saved_bytes:,} saved); {self.shared_contents} contents "
-            f"({self.shared_bytes:,} B) stored once in {where} in {self.seconds * 1e3:.1f} ms"
+            f"{programs}: {self.bytes_before:,} -> {self.bytes_after:,} B "
+            f"({self.saved_bytes:,} saved); {stored} in {self.seconds * 1e3:.1f} ms"
         )
 
     def to_json(self) -> dict:
