@@ -30,7 +30,7 @@ __all__ = [
     "SUPPORTED_EXECUTORCH",
     "TESTED_EXECUTORCH",
     "ENV_ALLOW_UNTESTED",
-    "INSTALL_HINT",
+    "install_hint",
     "check_executorch_version",
     "installed_executorch_version",
     "program_module",
@@ -51,8 +51,8 @@ _LOWEST, _BEYOND = (1, 4, 0), (1, 6, 0)
 TESTED_EXECUTORCH = ("1.4.1", "1.5.1")
 #: Set to 1 to use an executorch outside `SUPPORTED_EXECUTORCH` with a warning.
 ENV_ALLOW_UNTESTED = "EMITTER_FILTER_ALLOW_UNTESTED_EXECUTORCH"
-#: What to run when executorch is missing.
-INSTALL_HINT = "pip install 'emitter_filter[executorch]'"
+# torch from PyPI is the CUDA build on Linux (about 20 packages); the CPU build's index.
+_CPU_TORCH = "--extra-index-url https://download.pytorch.org/whl/cpu"
 # serialize_for_executorch's parameters, in the order the hook passes them on.
 _SERIALIZE_PARAMETERS = ("emitter_output", "config", "data_serializer", "named_data_store")
 
@@ -74,6 +74,23 @@ def installed_executorch_version() -> str | None:
         return importlib.metadata.version("executorch").split("+", 1)[0]
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def install_hint() -> str:
+    """What to run when executorch is missing, from where emitter_filter is installed.
+
+    emitter_filter is on no package index, so `pip install 'emitter_filter[executorch]'`
+    finds nothing. From a checkout (an editable install): the README's command, with
+    the constraints file of the newest tested release, as absolute paths. Elsewhere:
+    executorch itself, in the supported range. Both say how to get the CPU build of
+    torch, since an unconstrained torch is the CUDA one.
+    """
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    constraints = os.path.join(checkout, "constraints", f"executorch-{TESTED_EXECUTORCH[-1]}.txt")
+    cpu = f"for the CPU build of torch add {_CPU_TORCH}"
+    if os.path.isfile(constraints) and os.path.isfile(os.path.join(checkout, "pyproject.toml")):
+        return f"pip install -e '{checkout}[executorch]' -c {constraints} ({cpu})"
+    return f"pip install 'executorch{SUPPORTED_EXECUTORCH}' torch ({cpu})"
 
 
 def _release(version: str) -> tuple[int, int, int] | None:
@@ -102,7 +119,7 @@ def check_executorch_version(version: str | None = None) -> None:
     if found is None:
         raise UnsupportedExecutorchError(
             "emitter_filter's in-process hook needs executorch "
-            f"{SUPPORTED_EXECUTORCH}, which is not installed: {INSTALL_HINT} "
+            f"{SUPPORTED_EXECUTORCH}, which is not installed: {install_hint()} "
             "(emitter-filter audit and prune need no executorch)"
         )
     release = _release(found)
@@ -115,7 +132,7 @@ def check_executorch_version(version: str | None = None) -> None:
     if not _untested_allowed():
         raise UnsupportedExecutorchError(
             f"{message}: its serializer internals may differ; install a supported "
-            f"release ({INSTALL_HINT}), or set {ENV_ALLOW_UNTESTED}=1 to try this one"
+            f"release ({install_hint()}), or set {ENV_ALLOW_UNTESTED}=1 to try this one"
         )
     if found not in _warned:
         _warned.add(found)

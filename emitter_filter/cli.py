@@ -2,8 +2,8 @@
 
 Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`,
 `diff` a growth over `--max-growth`, `budget check` a file over its budget;
-2 usage error, bad input or an output `prune` cannot write (a one-line message
-naming the file, and the offset where one applies; with -v also the traceback,
+2 usage error, bad input, or a file that cannot be read or written, whatever
+the command (a one-line message naming the file, and the offset where one applies; with -v also the traceback,
 the exit code unchanged; no output file); for `run`, what the script exited with;
 for `demo`, 1 if one of its checks failed; 143 (128 + SIGTERM) if `prune` was
 terminated, its temporary files removed.
@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import runpy
 import signal
 import sys
@@ -39,16 +40,18 @@ EXIT_DEAD_BYTES = 1
 EXIT_USAGE = 2
 EXIT_DEMO_FAILED = 1
 EXIT_TERMINATED = 128 + signal.SIGTERM
-# Dead entries the `audit` table lists; --json lists them all.
-_TABLE_DEAD_ENTRIES = 20
 # Parts (or groups) the `explain` table lists by default; --json lists them all.
 _TABLE_PARTS = 10
 
 
 def _byte_count(text: str) -> int:
-    value = int(text)
+    """A count of bytes or entries (`--top`, `--max-dead-bytes`, `--min-bytes`)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
     if value < 0:
-        raise ValueError(text)
+        raise argparse.ArgumentTypeError(f"expected a whole number, 0 or more, got {text!r}")
     return value
 
 
@@ -113,6 +116,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "--max-dead-bytes", type=_byte_count, default=None, metavar="N",
         help="exit 1 if more than N bytes are dead (a CI gate; 0 means none allowed)",
     )
+    audit.add_argument("--top", type=_byte_count, default=None, metavar="N",
+                       help="list the N largest dead entries (default: all; --json: all)")
     _add_naming_arguments(audit)
 
     prune = commands.add_parser(
@@ -142,7 +147,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     _add_naming_arguments(prune)
 
-    _add_share_parser(commands)
+    share = _add_share_parser(commands)
 
     demo = commands.add_parser(
         "demo",
@@ -173,7 +178,7 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
     )
 
-    subcommands = [audit, prune, demo, env, *_add_size_commands(commands)]
+    subcommands = [run, audit, prune, share, demo, env, *_add_size_commands(commands)]
     # -v also after the subcommand; counted apart, since a subparser overwrites its parent's value.
     for subcommand in subcommands:
         _add_verbose(subcommand, "verbose_after", argparse.SUPPRESS)
@@ -260,15 +265,19 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
     )
     actions = budget.add_subparsers(dest="budget_action", required=True, metavar="ACTION")
     write = actions.add_parser("write", help="record the files' sizes and entries")
-    write.add_argument("-o", "--output", required=True, metavar="BUDGET.json")
+    write.add_argument("-o", "--output", required=True, metavar="BUDGET.json",
+                       help="where to write the budget (replaced atomically; commit it)")
     check = actions.add_parser("check", help="fail on growth past the recorded budget")
-    check.add_argument("--budget", required=True, metavar="BUDGET.json")
+    check.add_argument("--budget", required=True, metavar="BUDGET.json",
+                       help="the budget that budget write recorded")
     check.add_argument("--tolerance", type=float, default=0.0, metavar="PCT",
                        help="allow this much growth, in percent of the recorded bytes")
     check.add_argument("--markdown", action="store_true",
                        help="print the diffs as tables for a pull request's comment")
     for action in (write, check):
-        action.add_argument("pte", nargs="+", metavar="FILE.pte")
+        action.add_argument("pte", nargs="+", metavar="FILE.pte",
+                            help="the program files, named as the check will name them "
+                            "(relative to the repository, as pre-commit passes them)")
         action.add_argument("--benchmark-json", metavar="OUT.json",
                             help="also write the sizes as github-action-benchmark reads them")
     return [budget, write, check]
@@ -366,7 +375,7 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_share_parser(commands) -> None:
+def _add_share_parser(commands) -> argparse.ArgumentParser:
     share = commands.add_parser(
         "share",
         help="write several programs with the bytes they have in common in one .ptd",
@@ -397,6 +406,7 @@ def _add_share_parser(commands) -> None:
         help="first prune each program as prune does (not with --data), then share them",
     )
     share.add_argument("--json", action="store_true", help="print the report as JSON")
+    return share
 
 
 def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
@@ -418,6 +428,13 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         return EXIT_USAGE
     module, script = (target[1], None) if target[0] == "-m" else (None, target[0])
     argv = [module or script, *target[(2 if module else 1):]]
+    if script is not None and not os.path.isdir(script):
+        # Read before the script runs, so that an unreadable one is ours to report, one line.
+        try:
+            open(script, "rb").close()
+        except OSError as error:
+            print(f"emitter-filter run: {_os_error_line(error)}", file=sys.stderr)
+            return EXIT_USAGE
 
     from emitter_filter.inprocess import hook
 
@@ -530,8 +547,9 @@ def _env_strict_answer() -> str:
            "unpruned, with a warning"
 
 
-def _format_audit(report) -> str:
-    """The human table: spaces, the largest dead entries, unprovable named data, duplicates."""
+def _format_audit(report, top: int | None = None) -> str:
+    """The human table: spaces, the `top` largest dead entries (None: all), unprovable named
+    data, duplicates."""
     lines = [
         f"{report.path}: {report.file_bytes:,} bytes in {len(report.files)} file(s); "
         f"{report.constant_bytes:,} constant bytes, {report.dead_bytes:,} dead "
@@ -541,8 +559,10 @@ def _format_audit(report) -> str:
     for name, space in report.spaces.items():
         lines.append(f"{name:<12}{space.total:>14,}{space.live:>14,}{space.dead:>14,}")
     if report.dead:
-        shown = report.largest_dead(_TABLE_DEAD_ENTRIES)
-        lines.append(f"dead entries, largest first ({len(shown)} of {len(report.dead)}):")
+        shown = report.largest_dead(len(report.dead) if top is None else top)
+        hidden = len(report.dead) - len(shown)
+        more = f"; {hidden} more with --top {len(report.dead)} or --json" if hidden else ""
+        lines.append(f"dead entries, largest first ({len(shown)} of {len(report.dead)}{more}):")
         lines.append(
             f"{'bytes':>14}  {'space':<10}{'index':>6}  {'plan':<12}{'value':>6}  "
             f"{'dtype':<8}{'shape':<16}name"
@@ -608,7 +628,7 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         documents = [report.to_json() for report in reports]
         print(json.dumps(documents[0] if len(documents) == 1 else documents, indent=2))
     else:
-        print("\n\n".join(_format_audit(report) for report in reports))
+        print("\n\n".join(_format_audit(report, options.top) for report in reports))
     over = [
         r for r in reports
         if options.max_dead_bytes is not None and r.dead_bytes > options.max_dead_bytes
@@ -722,6 +742,9 @@ def _demo(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     return EXIT_DEMO_FAILED if result.failures else EXIT_OK
 
 
+_VERBOSE = re.compile(r"-v+|--verbose")
+
+
 def _command_index(arguments: Sequence[str]) -> int | None:
     """Where the subcommand is among the arguments: the first that is not an option."""
     return next((i for i, a in enumerate(arguments) if not a.startswith("-")), None)
@@ -737,6 +760,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = _command_index(arguments)
     if command is not None and arguments[command] == "run":
         arguments, target = arguments[: command + 1], arguments[command + 1 :]
+        # `run -v SCRIPT -v`: the first is ours, the second the script's.
+        while target[:1] and _VERBOSE.fullmatch(target[0]):
+            arguments.append(target.pop(0))
         if target[:1] in (["-h"], ["--help"]):
             arguments, target = arguments + target[:1], None
     try:
@@ -771,6 +797,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         # devnull so that the interpreter's final flush does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except OSError as error:
+        # What `run`'s script raises is the script's: a traceback and exit 1, as python gives.
+        if options.command == "run":
+            raise
+        if options.verbose:
+            traceback.print_exc(file=sys.stderr)
+        print(f"emitter-filter: {_os_error_line(error)}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _os_error_line(error: OSError) -> str:
+    """`FILE: what failed` for an OSError no writer or reader turned into our own error."""
+    what = error.strerror or str(error)
+    if error.filename is None:
+        return what
+    return f"{os.fsdecode(error.filename)}: {what}"
 
 
 def console_main() -> int:

@@ -133,7 +133,7 @@ def _import_executorch():
         import torch
     except ImportError as error:
         raise UnsupportedExecutorchError(
-            f"the demo needs torch and executorch ({error}): {_upstream.INSTALL_HINT}"
+            f"the demo needs torch and executorch ({error}): {_upstream.install_hint()}"
         ) from error
     return torch
 

@@ -108,7 +108,7 @@ def test_demo_without_torch_or_executorch_says_to_install_it_in_one_line(missing
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("emitter-filter: the demo needs torch and executorch (")
-    assert lines[0].endswith(_upstream.INSTALL_HINT)
+    assert lines[0].endswith(_upstream.install_hint())
     assert not (tmp_path / "out").exists()
 
 

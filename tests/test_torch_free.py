@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,7 @@ from tests.files import GOLDEN, saved
 
 pytestmark = pytest.mark.filetools
 
-INSTALL_HINT = "pip install 'emitter_filter[executorch]'"
+INSTALL_HINT = _upstream.install_hint()
 
 # Makes `importlib.metadata` report no executorch, as in a venv without it.
 HIDE_EXECUTORCH = textwrap.dedent(
@@ -31,6 +32,25 @@ HIDE_EXECUTORCH = textwrap.dedent(
     importlib.metadata.version = version
     """
 )
+
+
+def test_the_install_hint_from_a_checkout_is_the_readmes_command_with_its_constraints(tmp_path):
+    # emitter_filter is on no package index: `pip install 'emitter_filter[executorch]'` finds
+    # nothing, and an unconstrained torch is the multi-GB CUDA build.
+    checkout = Path(_upstream.__file__).resolve().parents[1]
+    hint = _upstream.install_hint()
+    constraints = checkout / "constraints" / f"executorch-{_upstream.TESTED_EXECUTORCH[-1]}.txt"
+    assert constraints.is_file()
+    assert f"pip install -e '{checkout}[executorch]' -c {constraints}" in hint, hint
+    assert "CPU" in hint and "\n" not in hint
+    assert "pip install 'emitter_filter[executorch]'" not in hint
+
+
+def test_the_install_hint_outside_a_checkout_installs_executorch_itself(monkeypatch, tmp_path):
+    monkeypatch.setattr(_upstream, "__file__", str(tmp_path / "site" / "emitter_filter" / "x.py"))
+    hint = _upstream.install_hint()
+    assert f"pip install 'executorch{_upstream.SUPPORTED_EXECUTORCH}'" in hint, hint
+    assert "emitter_filter[" not in hint and "CPU" in hint
 
 
 @pytest.mark.parametrize("command", [[], ["audit"], ["prune"], ["run"]])

@@ -7,8 +7,10 @@
 (`explain`'s, without offsets' meaning: what `diff` needs to match them again).
 `check_budget` explains each file again and compares it with its record: a file
 larger than its recorded bytes plus the tolerance is over budget, and the
-`diff` against the recorded parts says which entries grew (matched by name and
-readers; the recorded file's bytes are gone, so never by content). The pytest
+`diff` against the recorded parts says which entries grew, matched as `diff`
+matches two files (`diff.diff_parts`): the recorded file's bytes are gone, so
+each tensor's sha256 is recorded to match it by content (a budget written
+before it was recorded matches by name and readers only). The pytest
 plugin's `pte_budget` fixture and the pre-commit hook read the same file.
 `benchmark_json` gives the sizes in the form github-action-benchmark reads
 (`customSmallerIsBetter`: a list of `{name, unit, value}`).
@@ -16,13 +18,15 @@ plugin's `pte_budget` fixture and the pre-commit hook read the same file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.diff import SizeDiff, diff_parts, totals_of
+from emitter_filter.ondisk.byte_source import open_sources
+from emitter_filter.ondisk.diff import HAS_BYTES, SizeDiff, diff_parts, digest_parts, totals_of
 from emitter_filter.ondisk.explain import Explanation, Part, explain_file
 from emitter_filter.ondisk.output import write_text
 from emitter_filter.ondisk.readers import Reader
@@ -41,13 +45,15 @@ __all__ = [
 JSON_SCHEMA = "emitter-filter-budget/1"
 
 
-def _part_record(part: Part) -> dict:
+def _part_record(part: Part, digest) -> dict:
+    content = digest(part) if part.storage in HAS_BYTES and part.nbytes else None
     return {
         "storage": part.storage, "index": part.index, "tag": part.tag, "bytes": part.nbytes,
         "status": part.status, "dtype": part.dtype,
         "shape": None if part.shape is None else list(part.shape),
         "names": list(part.names),
         "readers": [[r.plan, r.op, r.arg, r.ordinal, r.key] for r in part.readers],
+        **({} if content is None else {"sha256": content.hex()}),
     }
 
 
@@ -61,12 +67,16 @@ def _part_from_record(file: str, record: Mapping) -> Part:
     )
 
 
-def record_explanation(explanation: Explanation) -> dict:
-    """One file's budget record: its size, bytes per storage and status, and its parts."""
+def record_explanation(explanation: Explanation, digest=None) -> dict:
+    """One file's budget record: its size, bytes per storage and status, and its parts.
+
+    `digest` (`diff.digest_parts` of the open file) adds each tensor's sha256.
+    """
+    digest = digest or (lambda part: None)
     return {
         "bytes": explanation.file_bytes,
         "totals": totals_of(explanation.parts),
-        "parts": [_part_record(p) for p in explanation.parts if p.storage != "padding"],
+        "parts": [_part_record(p, digest) for p in explanation.parts if p.storage != "padding"],
     }
 
 
@@ -79,10 +89,12 @@ def write_budget(
     to the repository, as pre-commit passes them).
     """
     explanations = [explain_file(p) for p in paths]
-    document = {
-        "schema": JSON_SCHEMA,
-        "files": {os.fspath(p): record_explanation(e) for p, e in zip(paths, explanations)},
-    }
+    files = {}
+    for path, explanation in zip(map(os.fspath, paths), explanations):
+        with contextlib.ExitStack() as stack:
+            digest = digest_parts(open_sources(stack, (path,)))
+            files[path] = record_explanation(explanation, digest)
+    document = {"schema": JSON_SCHEMA, "files": files}
     write_text(out, json.dumps(document, indent=2) + "\n", inputs=[os.fspath(p) for p in paths])
     return document, explanations
 
@@ -149,10 +161,18 @@ def check_budget(
             checks.append(BudgetCheck(path, explanation, None, None, None))
             continue
         recorded = [_part_from_record(f"{path} (budget)", r) for r in record["parts"]]
+        digests = {id(p): bytes.fromhex(r["sha256"])
+                   for p, r in zip(recorded, record["parts"]) if r.get("sha256")}
+        with contextlib.ExitStack() as stack:
+            read = digest_parts(open_sources(stack, (path,)))
+
+            def digest(part: Part, read=read) -> bytes | None:
+                return digests.get(id(part)) if part.file != path else read(part)
+
+            changes = tuple(diff_parts(recorded, explanation.parts, digest))
         diff = SizeDiff(
             f"{path} (budget)", path, int(record["bytes"]), explanation.file_bytes,
-            record.get("totals", {}), totals_of(explanation.parts),
-            tuple(diff_parts(recorded, explanation.parts)),
+            record.get("totals", {}), totals_of(explanation.parts), changes,
         )
         allowed = int(record["bytes"] * (1 + tolerance_percent / 100))
         checks.append(BudgetCheck(path, explanation, int(record["bytes"]), allowed, diff))

@@ -7,8 +7,9 @@ parts the steps before left unmatched:
 1. by name: the FQNs or named-data keys, where the set of them is unique on both sides;
 2. by readers, dtype and shape: the same calls read them (`readers.Reader`:
    plan, operator, argument, and the how-manieth call of that operator);
-3. by content: identical bytes (`duplicates.group_duplicates`, the duplicate
-   search `audit` runs: only parts whose size and first bytes agree are hashed);
+3. by content: identical bytes (their sha256; only parts whose size a part on
+   the other side shares are hashed; a budget records its parts' digests, so it
+   matches a file with its record in this step too);
 4. by readers alone (a dtype or shape that changed); XNNPACK's named data (keyed
    by content, so a new key when the weight changes) by its delegate, its dims
    and how many such came before it; then the program's sections, the headers
@@ -19,8 +20,9 @@ from reading their tensors: what the first two steps match is never read. What
 is left is added (only in NEW) or removed (only in OLD). Padding is compared as
 one total per file.
 
-`diff_parts` does the matching on parts alone (content only when it is given
-sources), so a budget can compare a file with a recorded breakdown.
+`diff_parts` does the matching on parts alone (content only when it is given a
+way to digest them, `digest_parts`), so a budget compares a file with a recorded
+breakdown the way `diff` compares two files.
 """
 
 from __future__ import annotations
@@ -30,22 +32,24 @@ import os
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from emitter_filter.duplicates import StoredCopy, group_duplicates
-from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan, open_sources
+from emitter_filter.ondisk.byte_source import ByteSource, open_sources
 from emitter_filter.ondisk.explain import STORAGES, Explanation, Part, explain_pte, shorten
 from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.state_names import StateFile, state_file
 
 __all__ = [
     "JSON_SCHEMA", "Change", "SizeDiff", "diff_parts", "diff_files", "diff_explanations",
-    "growth_limit", "totals_of",
+    "growth_limit", "totals_of", "digest_parts", "DigestFn", "HAS_BYTES",
 ]
 
 #: The value of the "schema" key of `SizeDiff.to_json()`.
 JSON_SCHEMA = "emitter-filter-diff/1"
 
 _STRUCTURE = ("header", "program", "values", "instructions", "operators", "ptd_header")
-_ANY_BYTES = ("constant", "mutable", "external", "named_data")
+#: The storages whose parts hold tensor bytes, matched by content.
+HAS_BYTES = ("constant", "mutable", "external", "named_data")
+#: A part's sha256, or None where it is unknown.
+DigestFn = Callable[[Part], "bytes | None"]
 
 
 @dataclass(frozen=True)
@@ -152,21 +156,31 @@ def _match_unique(olds: list[Part], news: list[Part], key: Callable[[Part], Hash
     return pairs
 
 
-def _match_content(olds: list[Part], news: list[Part], sources: Mapping[str, ByteSource]):
-    """Pairs of parts with identical bytes, found by the duplicate search audit runs."""
-    sizes = {p.nbytes for p in olds if p.storage in _ANY_BYTES} & {
-        p.nbytes for p in news if p.storage in _ANY_BYTES}
-    candidates = [("old", i, p) for i, p in enumerate(olds)] + [
-        ("new", i, p) for i, p in enumerate(news)]
-    copies = [
-        (StoredCopy(side, None, i, ()), StoredSpan(sources[p.file], p.offset, p.nbytes))
-        for side, i, p in candidates if p.storage in _ANY_BYTES and p.nbytes in sizes
-    ]
-    pairs = []
-    for group in group_duplicates(copies):
-        old_side = [olds[c.index] for c in group.copies if c.space == "old"]
-        new_side = [news[c.index] for c in group.copies if c.space == "new"]
-        pairs += zip(old_side, new_side)
+def digest_parts(sources: Mapping[str, ByteSource]) -> DigestFn:
+    """The sha256 of a part's bytes, read from its file among `sources` (by name)."""
+    def digest(part: Part) -> bytes | None:
+        source = sources.get(part.file)
+        return None if source is None else source.sha256(part.offset, part.nbytes, part.label)
+
+    return digest
+
+
+def _match_content(olds: list[Part], news: list[Part], digest: DigestFn):
+    """Pairs of parts with identical bytes (the same size and sha256); removes them."""
+    sizes = {p.nbytes for p in olds if p.storage in HAS_BYTES} & {
+        p.nbytes for p in news if p.storage in HAS_BYTES}
+
+    def by_content(parts: list[Part]) -> dict[tuple, list[Part]]:
+        found: dict[tuple, list[Part]] = {}
+        for part in parts:
+            if part.storage in HAS_BYTES and part.nbytes in sizes:
+                content = digest(part)
+                if content is not None:
+                    found.setdefault((part.nbytes, content), []).append(part)
+        return found
+
+    old_side, new_side = by_content(olds), by_content(news)
+    pairs = [pair for k in old_side if k in new_side for pair in zip(old_side[k], new_side[k])]
     matched = {id(p) for pair in pairs for p in pair}
     olds[:] = [p for p in olds if id(p) not in matched]
     news[:] = [p for p in news if id(p) not in matched]
@@ -186,13 +200,14 @@ def _delegate_ranks(parts: list[Part]) -> dict[int, tuple]:
 
 
 def diff_parts(
-    old: Iterable[Part], new: Iterable[Part], sources: Mapping[str, ByteSource] | None = None
+    old: Iterable[Part], new: Iterable[Part], digest: DigestFn | None = None
 ) -> list[Change]:
     """Matches two files' parts (the module docstring's order); padding left out.
 
     Args:
         old, new: Parts of two explanations (or records of one). Not modified.
-        sources: Open files by name, for the content step; without them it is skipped.
+        digest: A part's sha256 (`digest_parts`, or a budget's record), for the
+            content step; without it the step is skipped.
 
     Returns:
         Every change, the largest size change first (then by label); parts that
@@ -208,8 +223,8 @@ def diff_parts(
     pairs: list[tuple[str, Part, Part]] = []
     for how, key in steps:
         pairs += [(how, o, n) for o, n in _match_unique(olds, news, key)]
-    if sources is not None:
-        pairs += [("content", o, n) for o, n in _match_content(olds, news, sources)]
+    if digest is not None:
+        pairs += [("content", o, n) for o, n in _match_content(olds, news, digest)]
     pairs += [("readers only", o, n) for o, n in
               _match_unique(olds, news, lambda p: _reader_key(p) or None)]
     # Named data is keyed by content: a weight that changed has a new key. Its
@@ -358,10 +373,11 @@ def totals_of(parts: Iterable[Part]) -> dict[str, int]:
 
 def diff_explanations(old: Explanation, new: Explanation,
                       sources: Mapping[str, ByteSource] | None = None) -> SizeDiff:
-    """`SizeDiff` of two explanations; `sources` as `diff_parts` takes them."""
+    """`SizeDiff` of two explanations; their bytes read from `sources` to match by content."""
+    digest = None if sources is None else digest_parts(sources)
     return SizeDiff(old.path, new.path, old.file_bytes, new.file_bytes,
                     totals_of(old.parts), totals_of(new.parts),
-                    tuple(diff_parts(old.parts, new.parts, sources)))
+                    tuple(diff_parts(old.parts, new.parts, digest)))
 
 
 def _explain_open(stack, path, ptd_paths, state) -> tuple[Explanation, dict[str, ByteSource]]:

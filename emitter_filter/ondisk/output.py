@@ -16,12 +16,13 @@ copied before it is decided (`EarlyCopy`): only what differs is written after.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from emitter_filter.errors import OutputFileError, PteFormatError
@@ -36,6 +37,7 @@ __all__ = [
     "check_outputs",
     "check_writable",
     "open_input",
+    "output_directory",
     "write_file",
     "write_outputs",
     "write_text",
@@ -422,6 +424,39 @@ def write_file(path: str, data: bytes) -> None:
         os.unlink(temp)
         if isinstance(error, OSError):
             raise OutputFileError(f"{path}: cannot write: {error.strerror}") from error
+        raise
+
+
+@contextlib.contextmanager
+def output_directory(path: str | os.PathLike) -> Iterator[None]:
+    """Creates the directory `path` and its missing parents for outputs written inside it.
+
+    If the block raises, the directories created here are removed again (those still
+    empty), so that a failed write leaves nothing behind, as `write_outputs` does.
+
+    Raises:
+        OutputFileError: A directory cannot be created.
+    """
+    missing = []
+    directory = os.path.abspath(path)
+    while not os.path.lexists(directory):
+        missing.append(directory)
+        directory = os.path.dirname(directory)
+    created = []
+    try:
+        for directory in reversed(missing):
+            try:
+                os.mkdir(directory)
+            except OSError as error:
+                raise OutputFileError(
+                    f"{os.fspath(path)}: cannot create the directory: {error.strerror}"
+                ) from error
+            created.append(directory)
+        yield
+    except BaseException:
+        for directory in reversed(created):
+            with contextlib.suppress(OSError):  # not empty: something else wrote there
+                os.rmdir(directory)
         raise
 
 

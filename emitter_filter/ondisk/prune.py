@@ -38,6 +38,7 @@ delegates and their blobs, and constant bytes (copied, never reinterpreted).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -82,6 +83,7 @@ from emitter_filter.ondisk.output import (
     ProgressFn,
     check_outputs,
     open_input,
+    output_directory,
     write_outputs,
 )
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
@@ -96,12 +98,14 @@ if TYPE_CHECKING:
 
 # Besides `prune_file`, `share` builds on the rewrite's parts.
 __all__ = [
-    "FilePruneReport", "prune_file", "read_layout",
+    "JSON_SCHEMA", "FilePruneReport", "prune_file", "read_layout",
     "pruned_pte", "OutSegment", "verbatim",
 ]
 
 logger = logging.getLogger(__name__)
 
+#: The value of the "schema" key of `FilePruneReport.to_json()` (`prune --json`).
+JSON_SCHEMA = "emitter-filter-prune/1"
 #: What `prune --json` says of each dropped entry: the fields of audit's "dead" entries
 #: (`DroppedConstant.to_json`) that name it.
 _DROPPED_FIELDS = ("space", "index", "bytes", "name", "names", "readable_by_name")
@@ -142,6 +146,7 @@ class FilePruneReport:
     def to_json(self) -> dict:
         """What `prune --json` prints: the files, the bytes, each dropped entry by name."""
         return {
+            "schema": JSON_SCHEMA,
             "path": self.path,
             "output": self.output,
             "ptd_outputs": [{"path": p, "output": o} for p, o in self.ptd_outputs],
@@ -506,7 +511,8 @@ def prune_file(
         ptd_paths: The `.ptd` files with the program's external constants and
             delegate data. Not modified.
         ptd_out: The directory for the pruned `.ptd` files, written under their
-            input names (required with `ptd_paths`). A `.ptd` left with no live
+            input names (required with `ptd_paths`); created if missing, and
+            removed again if a write fails. A `.ptd` left with no live
             key is not written, as ExecuTorch writes none for such a tag.
         progress: Called with (bytes written, bytes to write) as data is copied.
         keep_constants: `fnmatch` patterns of FQNs to keep, as `audit_file` takes them.
@@ -587,12 +593,16 @@ def _write_pruned(
         outputs, ptd_written = _decide_outputs(
             src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs)), opened
         )
-        if dedupe:
-            bytes_after, dedupe_report = write_deduplicated(
-                outputs, alignment, read=verbatim_read, progress=progress, early=early
-            )
-        else:
-            bytes_after = write_outputs(outputs, progress, early)
+        # The .ptd outputs' directory, created as `share --out` is (and removed on failure).
+        # (Every .ptd output is in the one `ptd_out`.)
+        directory = os.path.dirname(ptd_outputs[0]) if ptd_outputs else ""
+        with output_directory(directory) if directory else contextlib.nullcontext():
+            if dedupe:
+                bytes_after, dedupe_report = write_deduplicated(
+                    outputs, alignment, read=verbatim_read, progress=progress, early=early
+                )
+            else:
+                bytes_after = write_outputs(outputs, progress, early)
     finally:
         for input_fd in opened:
             os.close(input_fd)

@@ -60,6 +60,7 @@ from emitter_filter.ondisk.output import (
     ProgressFn,
     check_outputs,
     open_input,
+    output_directory,
     write_outputs,
 )
 from emitter_filter.ondisk.prune import (
@@ -144,11 +145,12 @@ class ShareReport:
 
     def summary(self) -> str:
         """One line, for the log and the CLI."""
-        where = ", ".join(self.ptd_outputs) or "no .ptd"
+        stored = (f"{self.shared_contents} contents ({self.shared_bytes:,} B) stored once in "
+                  + ", ".join(self.ptd_outputs) if self.ptd_outputs else "nothing stored once")
+        programs = "1 program" if len(self.programs) == 1 else f"{len(self.programs)} programs"
         return (
-            f"{len(self.programs)} programs: {self.bytes_before:,} -> {self.bytes_after:,} B "
-            f"({self.saved_bytes:,} saved); {self.shared_contents} contents "
-            f"({self.shared_bytes:,} B) stored once in {where} in {self.seconds * 1e3:.1f} ms"
+            f"{programs}: {self.bytes_before:,} -> {self.bytes_after:,} B "
+            f"({self.saved_bytes:,} saved); {stored} in {self.seconds * 1e3:.1f} ms"
             + (f"; {self.dead_bytes:,} B no program reads left in place (prune them, or "
                "share --prune)" if self.dead_bytes else "")
         )
@@ -415,7 +417,6 @@ def share_files(
     programs = _with_layouts(read_set(ptes, ptd_paths))
     ptds = [(*ptd, own) for ptd, own in zip(programs.ptds, programs.ptd_alignments)]
     found = find_set_shared(programs, min_bytes)
-    os.makedirs(out_dir, exist_ok=True)
     opened: list[int] = []
     try:
         fds = {p: open_input(p, opened) for p in [*ptes, *ptd_paths]}
@@ -423,7 +424,8 @@ def share_files(
             programs, ptds, found, fds, pte_outputs, shared_output, copy_outputs
         )
         sizes = [o.size for o in outputs]
-        bytes_after = write_outputs(outputs, progress)
+        with output_directory(out_dir):
+            bytes_after = write_outputs(outputs, progress)
     finally:
         for fd in opened:
             os.close(fd)

@@ -130,3 +130,43 @@ def test_the_pre_commit_budget_hook_runs_budget_check_on_the_staged_files(model)
     result = subprocess.run(argv, capture_output=True, text=True)
     assert result.returncode == 1
     assert "+256 B  added constant[3]" in result.stderr
+
+
+def _reader_renamed(pte: bytes) -> bytes:
+    """`pte` with its `aten::add` called `aten::sub`: the mutable buffer's readers change,
+    its bytes do not (as dnf_v5 -> dnf_v7, where delegates took over its readers)."""
+    from tests.layouts import with_program_changed
+
+    def rename(program) -> None:
+        for operator in program.executionPlan[0].operators:
+            if operator.name == "aten::add":
+                operator.name = "aten::sub"
+
+    return with_program_changed(pte, rename)
+
+
+def test_an_unchanged_mutable_buffer_is_neither_removed_nor_added_as_in_diff(
+    tmp_path, monkeypatch
+):
+    from emitter_filter.ondisk.diff import diff_files
+    from tests.files import GOLDEN
+
+    monkeypatch.chdir(tmp_path)
+    old = (GOLDEN / "mutated" / "dirty" / "model.pte").read_bytes()
+    (tmp_path / "old.pte").write_bytes(old)
+    (tmp_path / "model.pte").write_bytes(old)
+    write_budget(["model.pte"], "pte-budget.json")
+    (tmp_path / "model.pte").write_bytes(_reader_renamed(old))
+
+    diff = diff_files("old.pte", "model.pte")
+    [check] = check_budget(["model.pte"], read_budget("pte-budget.json"))
+
+    def mutable(changes):
+        return sorted((c.kind, c.label) for c in changes
+                      if "mutable" in (c.old or c.new).storage)
+
+    assert mutable(diff.changes) == []
+    assert mutable(check.diff.changes) == mutable(diff.changes)
+    # Both say the same of every tensor, the one matching function's answer.
+    assert sorted((c.kind, c.label, c.matched_by) for c in check.diff.changes) == sorted(
+        (c.kind, c.label.replace("old.pte", "model.pte"), c.matched_by) for c in diff.changes)
