@@ -550,6 +550,8 @@ def _env_strict_answer() -> str:
 def _format_audit(report, top: int | None = None) -> str:
     """The human table: spaces, the `top` largest dead entries (None: all), unprovable named
     data, duplicates."""
+    from emitter_filter.scalar_types import dtype_label
+
     lines = [
         f"{report.path}: {report.file_bytes:,} bytes in {len(report.files)} file(s); "
         f"{report.constant_bytes:,} constant bytes, {report.dead_bytes:,} dead "
@@ -565,14 +567,14 @@ def _format_audit(report, top: int | None = None) -> str:
         lines.append(f"dead entries, largest first ({len(shown)} of {len(report.dead)}{more}):")
         lines.append(
             f"{'bytes':>14}  {'space':<10}{'index':>6}  {'plan':<12}{'value':>6}  "
-            f"{'dtype':<8}{'shape':<16}name"
+            f"{'dtype':<17}{'shape':<16}name"
         )
         for d in shown:
             shape = "-" if d.shape is None else "[" + ", ".join(map(str, d.shape)) + "]"
             value = "-" if d.value_index is None else str(d.value_index)
             lines.append(
                 f"{d.nbytes:>14,}  {d.space:<10}{d.index:>6}  {d.plan or '-':<12}{value:>6}  "
-                f"{d.dtype or '-':<8}{shape:<16}{_entry_name(d)}"
+                f"{dtype_label(d.dtype):<17}{shape:<16}{_entry_name(d)}"
             )
     if report.kept_unprovable_named_data:
         lines.append("named data kept because an opaque delegate may read it (not dead):")
@@ -666,6 +668,9 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
         from emitter_filter.ondisk.explain_page import write_explain_page
 
         write_explain_page(explanation, options.html)
+        # On stderr, so that `--json` output stays one document.
+        print(f"wrote {options.html} ({os.path.getsize(options.html):,} B): the treemap, "
+              "offline; open it in a browser", file=sys.stderr)
     if options.json:
         print(json.dumps(explanation.to_json(options.top, options.by), indent=2))
     else:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import struct
 
-from emitter_filter._program_fbs.fb_xnnpack.XNNDatatype import XNNDatatype
 from emitter_filter._program_fbs.fb_xnnpack.XNNQuantParams import XNNQuantParams
 from emitter_filter._program_fbs.fb_xnnpack.XValueUnion import XValueUnion
 from emitter_filter.errors import ProgramFormatError
 from emitter_filter.fbs_schemas import XNNPACK
 from emitter_filter.flatbuffer_tables import FlatbufferError
+from emitter_filter.scalar_types import xnnpack_scalar_type
 
 __all__ = [
     "XNNPACK_BACKEND_ID", "XNN_HEADER_SIZE", "delegate_named_keys", "xnnpack_flatbuffer_span",
@@ -100,10 +100,6 @@ def xnnpack_named_keys(processed: bytes) -> tuple[str, ...]:
     return tuple(keys)
 
 
-_XNN_DATATYPES = {
-    value: name.removeprefix("xnn_datatype_").upper()
-    for name, value in vars(XNNDatatype).items() if name.startswith("xnn_datatype_")
-}
 
 
 def _graph(processed: bytes):
@@ -117,7 +113,8 @@ def xnnpack_constant_types(processed: bytes) -> dict[str, tuple[str, tuple[int, 
     """The XNNPACK datatype and dims of each named constant a blob reads, in value order.
 
     Package-internal (not in `__all__`): `explain` gives XNNPACK's named data
-    the type XNNPACK reads it as (`FP32`, `QBINT4`, ...), and its dims; a
+    the type XNNPACK reads it as (a `ScalarType` name: `FLOAT`, `QUINT4X2`
+    for XNNPACK's 4-bit kinds, ...), and its dims; a
     blockwise-quantized tensor's scales, when stored as named data too, are
     `("scales", None)`.
 
@@ -157,7 +154,7 @@ def xnnpack_constant_types(processed: bytes) -> dict[str, tuple[str, tuple[int, 
                 tensor.Init(union.Bytes, union.Pos)
             else:
                 continue
-            dtype = _XNN_DATATYPES.get(tensor.Datatype(), str(tensor.Datatype()))
+            dtype = xnnpack_scalar_type(tensor.Datatype())
             dims = tuple(int(tensor.Dims(j)) for j in range(tensor.DimsLength()))
             name = key(tensor.ConstantBufferIdx())
             if name is not None:

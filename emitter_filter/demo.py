@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from emitter_filter import _upstream
 from emitter_filter.errors import EmitterFilterError, UnsupportedExecutorchError
+from emitter_filter.scalar_types import dtype_label
 
 if TYPE_CHECKING:
     from emitter_filter.inprocess.reports import PruneReport
@@ -99,10 +100,10 @@ class DemoResult:
             f"{report.dropped_values} values, largest first:",
         ]
         for d in sorted(report.dropped, key=lambda d: (-d.nbytes, d.space, d.index)):
-            what = (d.dtype or "-") + ("" if d.shape is None else str(list(d.shape)))
+            what = dtype_label(d.dtype) + ("" if d.shape is None else str(list(d.shape)))
             kind = next((n.kind for n in d.names if n.kind), None)
             name = "-" if not (d.names or d.name) else d.label() + (f" ({kind})" if kind else "")
-            lines.append(f"  {d.nbytes:>10,} B  {f'{d.space}[{d.index}]':<14}{what:<18}{name}")
+            lines.append(f"  {d.nbytes:>10,} B  {f'{d.space}[{d.index}]':<14}{what:<26}{name}")
         share = report.seconds / self.to_executorch_seconds
         lines += [
             f"filter: {report.seconds * 1000:.1f} ms, {100 * share:.1f}% of to_executorch "

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.audit_report import AuditReport
+from emitter_filter.scalar_types import dtype_label
 
 __all__ = ["assert_no_dead_constants", "assert_within_budget", "describe_dead_bytes"]
 
@@ -24,7 +25,7 @@ def describe_dead_bytes(report: AuditReport, max_dead_bytes: int) -> str:
     shown = report.largest_dead(_LISTED_ENTRIES)
     for d in shown:
         where = "" if d.plan is None else f" plan {d.plan!r} value {d.value_index}"
-        what = "" if d.dtype is None else f" {d.dtype}{list(d.shape)}"
+        what = "" if d.dtype is None else f" {dtype_label(d.dtype)} {list(d.shape)}"
         name = "" if d.name is None else f" {d.name!r}"
         lines.append(f"  {d.nbytes:,} B  {d.space}[{d.index}]{where}{what}{name}")
     if len(report.dead) > len(shown):

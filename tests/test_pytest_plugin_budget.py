@@ -57,6 +57,6 @@ def test_a_test_whose_pte_outgrows_the_budget_fails_naming_the_new_tensors(pytes
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines([
         "*model.pte: * bytes, budget * (allowed *): over budget*",
-        "*added    constant[[]*]  (FLOAT[[]64, 4[]])*",
+        "*added    constant[[]*]  (FLOAT (float32) [[]64, 4[]])*",
         "FAILED test_suite.py::test_grown*",
     ])

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from emitter_filter.ondisk.byte_source import ByteSource, open_sources
 from emitter_filter.ondisk.explain import STORAGES, Explanation, Part, explain_pte, shorten
 from emitter_filter.ondisk.read_pte import read_pte_program
+from emitter_filter.scalar_types import dtype_label
 from emitter_filter.state_names import StateFile, state_file
 
 __all__ = [
@@ -110,7 +111,7 @@ def _shape(shape) -> str:
 def _notes(old: Part, new: Part) -> tuple[str, ...]:
     notes = []
     if old.dtype != new.dtype:
-        notes.append(f"dtype {old.dtype or '-'} -> {new.dtype or '-'}")
+        notes.append(f"dtype {dtype_label(old.dtype)} -> {dtype_label(new.dtype)}")
     if old.shape != new.shape:
         notes.append(f"shape {_shape(old.shape)} -> {_shape(new.shape)}")
     if old.storage != new.storage:
@@ -127,7 +128,7 @@ def _notes(old: Part, new: Part) -> tuple[str, ...]:
 def _alone(part: Part) -> tuple[str, ...]:
     """What an added or removed part is: its tensor type, and its status if not live."""
     shape = "" if part.shape is None else _shape(part.shape)
-    notes = [f"{part.dtype}{shape}"] if part.dtype else []
+    notes = [f"{dtype_label(part.dtype)} {shape}".rstrip()] if part.dtype else []
     if part.status not in ("live", "padding"):
         notes.append(part.status)
     return tuple(notes)

@@ -57,6 +57,7 @@ from emitter_filter.ondisk.readers import (
     inline_delegate_spans,
 )
 from emitter_filter.reachability import DataRef, DataSpace
+from emitter_filter.scalar_types import dtype_label
 from emitter_filter.state_names import StateFile, state_file
 
 __all__ = [
@@ -249,32 +250,63 @@ class Explanation:
             return "\n".join(lines)
         shown = self.largest(top)
         lines.append(f"largest parts ({len(shown)} of {len(self.parts)}):")
-        lines.append(f"{'bytes':>14}  {'part':<24}{'status':<12}{'dtype':<8}{'shape':<16}"
-                     "names; readers")
-        lines += [_part_line(part) for part in shown]
+        lines += _part_table(shown)
         return "\n".join(lines)
 
 
 def shorten(text: str, limit: int = 40) -> str:
-    """`text`, cut in the middle past `limit` characters (named-data keys are sha256s).
+    """`text`, cut from the left past `limit` characters, keeping the end that tells
+    names apart (an FQN's leaf, a sha256 key's last digits).
 
     Package-internal: the text forms of `explain` and `diff`.
     """
-    return text if len(text) <= limit else f"{text[:limit // 2 - 1]}..{text[-(limit // 2 - 1):]}"
+    return text if len(text) <= limit else ".." + text[-(limit - 2):]
 
 
-def _part_line(part: Part) -> str:
-    shapes = [shape for _, shape in part.layouts] if len(part.layouts) > 1 else [part.shape]
-    shape = "-" if part.shape is None else " | ".join(
-        "[" + ", ".join(map(str, s)) + "]" for s in shapes)
-    names = ", ".join(shorten(name) for name in part.names) or "-"
+# What a part no name or reader describes is, by storage.
+_WHAT = {
+    "header": "the extended header: segment offsets and sizes",
+    "program": "the program's and plans' tables, strings and segment lists",
+    "values": "the plan's values (EValues: tensors, scalars, lists)",
+    "instructions": "the plan's instructions",
+    "operators": "the names of the operators the plan calls",
+    "padding": "alignment between sections",
+    "ptd_header": "the .ptd's header and FlatTensor table",
+    "segments": "a segment nothing refers to",
+}
+
+
+def _what(part: Part) -> str:
+    """The last column: the part's names and readers, or what its storage holds."""
+    names = ", ".join(shorten(name) for name in part.names)
     readers = ", ".join(replace(r, key=r.key and shorten(r.key, 20)).describe()
                         for r in part.readers[:2])
     more = len(part.readers) - 2
     readers += f" (+{more} more)" if more > 0 else ""
-    copies = f"; copies: {', '.join(part.copies)}" if part.copies else ""
-    return (f"{part.nbytes:>14,}  {shorten(part.label, 23):<24}{part.status:<12}{part.dtype or '-':<8}"
-            f"{shape:<16}{names}; {readers or '-'}{copies}")
+    if not readers and part.storage in ("constant", "mutable", "external", "named_data",
+                                        "delegate", "delegate_inline"):
+        readers = "read by nothing live" if part.status == "dead" else ""
+    what = "; ".join(filter(None, (names, readers))) or _WHAT.get(part.storage, "-")
+    return what + (f"; copies: {', '.join(part.copies)}" if part.copies else "")
+
+
+def _part_table(parts: Sequence[Part]) -> list[str]:
+    """The largest parts as aligned columns, each label and shape in full."""
+    rows = []
+    for part in parts:
+        shapes = [shape for _, shape in part.layouts] if len(part.layouts) > 1 else [part.shape]
+        shape = "-" if part.shape is None else " | ".join(
+            "[" + ", ".join(map(str, s)) + "]" for s in shapes)
+        rows.append((f"{part.nbytes:,}", part.label, part.status, dtype_label(part.dtype),
+                     shape, _what(part)))
+    head = ("bytes", "part", "status", "dtype", "shape", "names; readers")
+    widths = [max(len(row[i]) for row in (head, *rows)) for i in range(len(head) - 1)]
+    return [
+        "  ".join([row[0].rjust(max(widths[0], 14))]
+                  + [cell.ljust(width) for cell, width in zip(row[1:-1], widths[1:])]
+                  + [row[-1]])
+        for row in (head, *rows)
+    ]
 
 
 # --- attribution -------------------------------------------------------------

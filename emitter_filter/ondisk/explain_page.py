@@ -5,8 +5,8 @@ nothing is fetched, so it opens offline, from a CI artefact or a mail. The
 treemap is squarified (Bruls, Huizing, van Wijk), grouped by storage, then by
 module path (where the parts have names) or reader, then one rectangle per part:
 each rectangle's area is its bytes' share of the page's area, colour its status.
-Hovering shows a part's details; clicking pins them. Below it, the bytes by
-storage and status.
+A cell shows the longest label that fits it whole, or none. Hovering shows a
+part's details; clicking pins them. Below it, the bytes by storage and status.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import os
 
 from emitter_filter.ondisk.explain import STATUSES, Explanation
 from emitter_filter.ondisk.output import write_text
+from emitter_filter.scalar_types import dtype_label
 
 __all__ = ["COLOURS", "render_explain_page", "write_explain_page"]
 
@@ -28,16 +29,20 @@ COLOURS = {
 
 _STYLE = """
 body { font: 14px system-ui, sans-serif; margin: 16px; color: #222; }
-h1 { font-size: 18px; margin: 0 0 8px; }
+h1 { font-size: 18px; margin: 0 0 8px; overflow-wrap: anywhere; }
+#files { overflow-wrap: anywhere; margin-bottom: 4px; }
+#legend { margin-bottom: 8px; }
+.entry { white-space: nowrap; margin-right: 12px; display: inline-block; }
 #map { position: relative; width: 100%; height: 560px; background: #eee; }
 .cell { position: absolute; box-sizing: border-box; border: 1px solid #fff;
-        overflow: hidden; font-size: 11px; color: #fff; cursor: pointer; }
+        overflow: hidden; font-size: 11px; line-height: 13px; color: #fff; cursor: pointer;
+        white-space: nowrap; }
 .cell:hover { outline: 2px solid #000; z-index: 1; }
 #details { min-height: 3em; margin: 8px 0; white-space: pre-wrap; font-family: monospace; }
 table { border-collapse: collapse; margin-top: 8px; }
 td, th { padding: 2px 10px; text-align: right; border-bottom: 1px solid #ddd; }
 td:first-child, th:first-child { text-align: left; }
-.key { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; }
+.key { display: inline-block; width: 12px; height: 12px; margin-right: 4px; }
 """
 
 # Squarified treemap: lays `items` (each {size}) out in the rectangle, rows along
@@ -45,6 +50,7 @@ td:first-child, th:first-child { text-align: left; }
 _SCRIPT = """
 const data = JSON.parse(document.getElementById("data").textContent);
 const colours = JSON.parse(document.getElementById("colours").textContent);
+const dtypes = JSON.parse(document.getElementById("dtypes").textContent);
 function worst(row, side, scale) {
   const sum = row.reduce((a, b) => a + b.size, 0) * scale;
   let max = 0, min = Infinity;
@@ -93,7 +99,7 @@ function moduleOrReader(p) {
 function describe(p) {
   return [p.label + "  " + p.bytes.toLocaleString("en") + " bytes  " + p.status,
           "file " + p.file + " at " + p.offset.toLocaleString("en"),
-          p.dtype ? "dtype " + p.dtype + "  shape [" + p.shape.join(", ") + "]" : "",
+          p.dtype ? "dtype " + dtypes[p.dtype] + "  shape [" + p.shape.join(", ") + "]" : "",
           p.names.length ? "names " + p.names.join(", ") : "",
           p.readers.length ? "read by " + p.readers.join("; ") : "",
           p.copies.length ? "copies " + p.copies.join(", ") : ""].filter(Boolean).join("\\n");
@@ -116,10 +122,15 @@ function draw() {
         cell.title = describe(p);
         const tensor = ["constant", "mutable", "external"].includes(p.storage);
         const name = tensor && p.names.length ? p.names[0] + " " : "";
-        if (w > 40 && h > 14) cell.textContent = name + p.label + " " + p.bytes.toLocaleString("en") + " B";
+        map.appendChild(cell);
+        // The longest label that fits the cell whole, or none: a clipped label misleads.
+        for (const text of [name + p.label + " " + p.bytes.toLocaleString("en") + " B", p.label]) {
+          cell.textContent = text;
+          if (cell.scrollWidth <= cell.clientWidth && cell.scrollHeight <= cell.clientHeight) break;
+          cell.textContent = "";
+        }
         cell.onmouseenter = () => { if (!pinned) details.textContent = describe(p); };
         cell.onclick = () => { pinned = pinned === p ? null : p; details.textContent = describe(p); };
-        map.appendChild(cell);
       });
     });
   });
@@ -143,17 +154,19 @@ def render_explain_page(explanation: Explanation) -> str:
         cells = "".join(f"<td>{row[s]:,}</td>" for s in STATUSES)
         rows.append(f"<tr><td>{html.escape(storage)}</td><td>{sum(row.values()):,}</td>{cells}</tr>")
     totals = "".join(f"<td>{document['status'][s]:,}</td>" for s in STATUSES)
-    keys = "".join(f'<span class="key" style="background:{COLOURS[s]}"></span>{s}'
-                   for s in STATUSES)
+    keys = "".join(f'<span class="entry"><span class="key" style="background:{COLOURS[s]}">'
+                   f'</span>{s}</span>' for s in STATUSES)
     files = ", ".join(f"{html.escape(os.path.basename(p))} ({n:,} B)" for p, n in explanation.files)
     head = "".join(f"<th>{s}</th>" for s in STATUSES)
+    dtypes = {p.dtype: dtype_label(p.dtype) for p in explanation.parts if p.dtype}
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>{html.escape(os.path.basename(explanation.path))}: where the bytes go</title>
 <style>{_STYLE}</style></head>
 <body>
 <h1>{html.escape(explanation.path)}: {explanation.file_bytes:,} bytes</h1>
-<div>{files} {keys}</div>
+<div id="files">{files}</div>
+<div id="legend">{keys}</div>
 <div id="map"></div>
 <div id="details">Hover over a rectangle for its details; click to pin them.</div>
 <table id="summary"><tr><th>storage</th><th>bytes</th>{head}</tr>
@@ -161,6 +174,7 @@ def render_explain_page(explanation: Explanation) -> str:
 <tr><th>total</th><th>{explanation.file_bytes:,}</th>{totals}</tr></table>
 <script type="application/json" id="data">{_script_json(document)}</script>
 <script type="application/json" id="colours">{_script_json(COLOURS)}</script>
+<script type="application/json" id="dtypes">{_script_json(dtypes)}</script>
 <script>{_SCRIPT}</script>
 </body></html>
 """

@@ -57,6 +57,7 @@ from emitter_filter.ondisk.layout import (
 from emitter_filter.ondisk.read_ptd import read_ptd
 from emitter_filter.plan_indices import check_data_refs, collect_plan_refs
 from emitter_filter.reachability import DataRef, DataSpace, PlanRefs
+from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
 
 __all__ = ["PteProgram", "read_pte", "read_pte_program"]
 
@@ -69,9 +70,6 @@ _ELEMENT_SIZE = {
     ScalarType.BITS16: 2, ScalarType.FLOAT8E5M2: 1, ScalarType.FLOAT8E4M3FN: 1,
     ScalarType.FLOAT8E5M2FNUZ: 1, ScalarType.FLOAT8E4M3FNUZ: 1, ScalarType.UINT16: 2,
     ScalarType.UINT32: 4, ScalarType.UINT64: 8,
-}
-_SCALAR_TYPE_NAMES = {
-    value: name for name, value in vars(ScalarType).items() if not name.startswith("_")
 }
 
 
@@ -117,7 +115,7 @@ def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
                 plan=name,
                 value_index=index,
                 ref=ref,
-                dtype=_SCALAR_TYPE_NAMES.get(tensor.scalarType, str(tensor.scalarType)),
+                dtype=SCALAR_TYPE_NAMES.get(tensor.scalarType, str(tensor.scalarType)),
                 shape=tuple(vector_ints(tensor.sizes)),
                 nbytes=_tensor_nbytes(tensor, f"plan {name!r} value {index}"),
                 name=fqn,

@@ -152,7 +152,7 @@ def find_named_data_readers(pte: PteFile) -> Mapping[str, Sequence[Reader]]:
 def find_named_data_types(
     pte: PteFile, program: Table, program_data: bytes, source: ByteSource
 ) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """The datatype and dims XNNPACK reads each named-data key as (`FP32`, `QBINT4`, ...).
+    """The datatype and dims XNNPACK reads each named-data key as (`FLOAT`, `CHAR`, ...: `scalar_types`).
 
     Reads each XNNPACK blob's header and flatbuffer, never its constant data.
 

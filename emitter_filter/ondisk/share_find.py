@@ -33,7 +33,6 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from emitter_filter._program_fbs.executorch_flatbuffer.ScalarType import ScalarType
 from emitter_filter.duplicates import StoredCopy, group_duplicates
 from emitter_filter.errors import PteFormatError
 from emitter_filter.flatbuffer_tables import Table
@@ -45,6 +44,7 @@ from emitter_filter.ondisk.layout import PteLayout
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
 from emitter_filter.reachability import DataSpace
+from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
 
 __all__ = [
     "StoredBlob",
@@ -58,9 +58,6 @@ __all__ = [
     "find_set_shared",
 ]
 
-_SCALAR_TYPE_NAMES = {
-    value: name for name, value in vars(ScalarType).items() if not name.startswith("_")
-}
 
 
 @dataclass(frozen=True)
@@ -197,7 +194,7 @@ def constant_key(sha256: str, layout: TensorLayoutKey) -> str:
 
     The prefix keeps it apart from XNNPACK's keys (a bare sha256 of the bytes).
     """
-    dtype = _SCALAR_TYPE_NAMES.get(layout.scalar_type, str(layout.scalar_type))
+    dtype = SCALAR_TYPE_NAMES.get(layout.scalar_type, str(layout.scalar_type))
     key = f"shared.{sha256[:40]}.{dtype}[{','.join(map(str, layout.sizes))}]"
     if layout.dim_order != tuple(range(len(layout.sizes))):
         key += f".dim_order[{','.join(map(str, layout.dim_order))}]"

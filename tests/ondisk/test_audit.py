@@ -147,7 +147,7 @@ def test_assert_no_dead_constants_lists_the_largest_dead_entries_first(built):
         assert_no_dead_constants(built["plain"].pte.read_bytes())
     lines = str(error.value).splitlines()
     assert "148 dead constant bytes > 0 allowed" in lines[0]
-    assert lines[1].strip().startswith("128 B  constant[3] plan 'forward' value 2 FLOAT[32]")
+    assert lines[1].strip().startswith("128 B  constant[3] plan 'forward' value 2 FLOAT (float32) [32]")
     assert lines[2].strip().startswith("20 B  constant[4]")
 
 

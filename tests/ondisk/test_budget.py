@@ -45,7 +45,7 @@ def test_an_added_tensor_fails_the_check_with_the_explanation(model, capsys):
     assert main(["budget", "check", "model.pte", "--budget", str(budget)]) == 1
     captured = capsys.readouterr()
     assert "over budget" in captured.out
-    assert "+256  added    constant[3]  (FLOAT[64])" in captured.out
+    assert "+256  added    constant[3]  (FLOAT (float32) [64])" in captured.out
     assert "+256 B  added constant[3]" in captured.err
     (check,) = check_budget(["model.pte"], read_budget(budget))
     assert check.over and check.diff.changes[0].new.label == "constant[3]"

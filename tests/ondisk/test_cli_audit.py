@@ -53,7 +53,8 @@ def test_table_lists_every_space_and_the_dead_entries(built, capsys):
     assert [line.split()[0] for line in lines[2:8]] == [
         "constant", "mutable", "external", "named_data", "delegate", "segments",
     ]
-    assert lines[-2].split()[:7] == ["128", "constant", "3", "forward", "2", "FLOAT", "[32]"]
+    assert lines[-2].split()[:8] == [
+        "128", "constant", "3", "forward", "2", "FLOAT", "(float32)", "[32]"]
 
 
 BAD = {

@@ -64,7 +64,7 @@ def test_an_added_constant_and_a_newly_dead_one_are_named(tmp_path):
     new = _write(tmp_path, "new.pte", _constants(64, 32, 128), dead={1})
     changes = {c.kind: c for c in diff_files(old, new).changes}
     assert changes["added"].new.label == "constant[3]" and changes["added"].delta == 128
-    assert changes["added"].notes == ("FLOAT[32]",)
+    assert changes["added"].notes == ("FLOAT (float32) [32]",)
     assert changes["changed"].new.label == "constant[2]"
     assert changes["changed"].notes == ("newly dead",)
 
@@ -96,7 +96,7 @@ def test_markdown_and_json_of_the_golden_pruned_and_dirty_files(capsys):
     assert main(["diff", str(pruned), str(dirty), "--markdown"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"**model.pte**: {pruned.stat().st_size:,} → {dirty.stat().st_size:,}")
-    assert "| added | `constant[3]` |  | 128 | +128 | FLOAT[32]; dead |" in out
+    assert "| added | `constant[3]` |  | 128 | +128 | FLOAT (float32) [32]; dead |" in out
     assert main(["diff", str(pruned), str(dirty), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["schema"] == "emitter-filter-diff/1"
@@ -121,7 +121,7 @@ def test_the_same_model_in_float16_names_the_dtype_changes(tmp_path):
     new = _export_mlp(tmp_path, "fp16", hidden=(32, 32), half=True)
     changes = diff_files(old[0], new[0], old[1], new[1]).changes
     weights = [c for c in changes if c.old and c.old.storage == "external"]
-    assert weights and all("dtype FLOAT -> HALF" in c.notes for c in weights)
+    assert weights and all("dtype FLOAT (float32) -> HALF (float16)" in c.notes for c in weights)
     assert weights[0].delta < 0
 
 
@@ -151,7 +151,7 @@ def test_xnnpack_named_data_has_the_type_xnnpack_reads_it_as():
 
     pte, _ = saved(GOLDEN / "xnnpack" / "dirty")
     named = [p for p in explain_file(pte).parts if p.storage == "named_data"]
-    assert named and all(p.dtype == "FP32" and p.shape for p in named)
+    assert named and all(p.dtype == "FLOAT" and p.shape for p in named)
     assert sorted(p.nbytes for p in named) == sorted(4 * _numel(p.shape) for p in named)
 
 
@@ -185,6 +185,6 @@ def test_fp32_against_8da4w_names_the_dtype_changes_of_the_weights(tmp_path):
     changes = diff_files(paths["fp32"], paths["8da4w"]).changes
     weights = [c for c in changes if c.old and c.new and c.new.storage == "named_data"]
     assert [(c.old.shape, c.notes) for c in weights[:2]] == [
-        ((64, 64), ("dtype FP32 -> QBINT4",)), ((8, 64), ("dtype FP32 -> QBINT4",))]
+        ((64, 64), ("dtype FLOAT (float32) -> QUINT4X2",)), ((8, 64), ("dtype FLOAT (float32) -> QUINT4X2",))]
     assert weights[0].delta == 64 * 64 // 2 - 64 * 64 * 4
     assert {c.new.dtype for c in changes if c.kind == "added"} == {"scales"}

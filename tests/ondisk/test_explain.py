@@ -10,7 +10,6 @@ as padding with its (random, non-zero) bytes.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -19,9 +18,10 @@ from emitter_filter.cli import main
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.explain import STATUSES, STORAGES, explain_file
 from tests.files import CASES, GOLDEN, saved
-from tests.layouts import build_constants
+from tests.layouts import build_constants, old_flat_tensor
 from tests.ondisk.test_file_layouts import CASES as LAYOUTS
 from tests.ondisk.test_file_layouts import _files
+from tests.realworld import needs_realworld, real_files, refused
 
 pytestmark = pytest.mark.filetools
 
@@ -151,6 +151,30 @@ def test_explain_text_lists_the_top_parts_and_groups(capsys):
     assert "by status (" in out and "dead" in out
 
 
+def test_explain_text_prints_labels_whole_and_every_row_says_what_it_is():
+    from emitter_filter.ondisk.explain import Explanation, Part
+
+    # Two plans whose names differ only in the middle: cut there, both read the same.
+    plans = ("decode_with_a_long_cache_forward", "prefill_with_a_long_cache_forward")
+    parts = tuple(Part("m.pte", 8 * i, 100 - i, "instructions", tag=plan)
+                  for i, plan in enumerate(plans))
+    parts += (Part("m.pte", 64, 10, "constant", 0, status="dead", dtype="CHAR", shape=(2, 5)),
+              Part("m.pte", 80, 8, "padding", status="padding"))
+    text = Explanation("m.pte", (("m.pte", 98),), parts, (), None).to_text()
+    rows = text.splitlines()[-len(parts):]
+    for plan in plans:
+        assert sum(f"instructions:{plan} " in row for row in rows) == 1, text
+    assert "CHAR (int8)" in rows[2] and "read by nothing live" in rows[2]
+    assert all(not row.endswith("-; -") and not row.endswith(" -") for row in rows), text
+
+
+def test_one_dtype_vocabulary_in_explain_of_xnnpack_named_data(capsys):
+    pte, _ = saved(GOLDEN / "xnnpack" / "dirty")
+    assert main(["explain", str(pte), "--top", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "FLOAT (float32)" in out and "FP32" not in out
+
+
 def test_a_malformed_file_is_one_line_and_exit_2(tmp_path, capsys):
     bad = tmp_path / "bad.pte"
     bad.write_bytes(b"not a program at all")
@@ -159,16 +183,22 @@ def test_a_malformed_file_is_one_line_and_exit_2(tmp_path, capsys):
     assert err.count("\n") == 1 and str(bad) in err
 
 
-_REALWORLD = os.environ.get("EMITTER_FILTER_REALWORLD_DIR")
+@needs_realworld
+@pytest.mark.parametrize(("pte", "ptds"), real_files(), ids=lambda v: getattr(v, "stem", ""))
+def test_the_parts_of_the_real_world_files_add_up_to_their_sizes(pte, ptds):
+    reason = refused(pte, ptds)
+    if reason is not None:
+        pytest.skip(f"the tools refuse it: {reason}")
+    _check_attribution(explain_file(pte, ptds))
 
 
-@pytest.mark.skipif(not _REALWORLD, reason="EMITTER_FILTER_REALWORLD_DIR is not set")
-def test_the_parts_of_the_real_world_files_add_up_to_their_sizes():
-    files = sorted(Path(_REALWORLD).glob("*.pte"))
-    assert files
-    for pte in files:
-        ptds = [pte.with_suffix(".ptd")] if pte.with_suffix(".ptd").exists() else []
-        _check_attribution(explain_file(pte, ptds))
+def test_a_real_file_the_tools_refuse_is_skipped_with_the_reason(tmp_path):
+    # What the real-world tests skip on: a .pte beside a .ptd of ExecuTorch 0.6's layout.
+    pte, _ = _files(tmp_path, "x", "external", "executorch-1.5.1", dead=False)
+    pte.with_suffix(".ptd").write_bytes(old_flat_tensor())
+    [(found, ptds)] = real_files(tmp_path)
+    assert found == pte and "ExecuTorch 0.6" in refused(found, ptds)
+    assert refused(*_files(tmp_path, "y", "segment", "executorch-1.5.1", dead=False)) is None
 
 
 def test_the_program_flatbuffer_is_split_into_each_plans_values_instructions_operators():

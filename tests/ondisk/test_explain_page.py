@@ -6,6 +6,8 @@ missing); the page is also checked for external URLs (a check shown to catch one
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import struct
 import zlib
@@ -150,3 +152,50 @@ def test_the_screenshot_shows_each_status_colour(page, tmp_path):
         colour = COLOURS[status]
         rgb = tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
         assert seen[rgb] > share * samples / 2, f"{status} ({colour}): {seen[rgb]} pixels"
+
+
+# Appended to a copy of the page: after its script has drawn, measures what a reader sees.
+_MEASURE = """<script>
+const width = document.documentElement.clientWidth;
+const inside = e => e.getBoundingClientRect().right <= width + 0.5;
+const labelled = [...document.querySelectorAll(".cell")].filter(c => c.textContent);
+document.body.dataset.measure = JSON.stringify({
+  labelled: labelled.length,
+  clipped: labelled.filter(c => c.scrollWidth > c.clientWidth || c.scrollHeight > c.clientHeight)
+                   .map(c => c.dataset.label),
+  title: inside(document.querySelector("h1")) && document.querySelector("h1").scrollWidth
+         <= document.querySelector("h1").clientWidth,
+  keys: [...document.querySelectorAll(".key")].map(k => k.getBoundingClientRect().width),
+  legend: [...document.querySelectorAll(".entry")].every(inside),
+  page: document.documentElement.scrollWidth <= width,
+});
+</script>"""
+
+
+@needs_chromium
+@pytest.mark.parametrize("window", [(600, 900), (1600, 900)])
+def test_labels_fit_their_cells_and_the_header_fits_the_window(tmp_path, window):
+    # Many parts of very different sizes, and a long file name, as real files have.
+    constants = [bytes((i + j) % 251 + 1 for j in range(16 * (1 + (i * 37) % 64)))
+                 for i in range(40)]
+    pte = tmp_path / ("a_long_model_name_from_a_real_project_quantized_int8_" * 2 + "final.pte")
+    pte.write_bytes(build_constants(constants, frozenset(range(0, 40, 3))))
+    out = tmp_path / "page.html"
+    assert main(["explain", str(pte), "--html", str(out)]) == 0
+    out.write_text(out.read_text().replace("</body>", _MEASURE + "</body>"))
+    dom = run_chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom",
+                       url=out.as_uri(), window=window).stdout
+    measure = json.loads(html.unescape(re.search(r'data-measure="([^"]*)"', dom)[1]))
+    assert measure["labelled"] > 0, "every label hidden"
+    assert measure["clipped"] == []
+    assert measure["title"] and measure["legend"] and measure["page"], measure
+    assert measure["keys"] == [12] * len(COLOURS), "the legend's swatches are squeezed"
+
+
+def test_explain_html_says_where_it_wrote(tmp_path, capsys):
+    pte, _ = saved(GOLDEN / "plain" / "dirty")
+    out = tmp_path / "page.html"
+    assert main(["explain", str(pte), "--html", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    json.loads(captured.out)  # stdout stays one JSON document
+    assert f"wrote {out} ({out.stat().st_size:,} B)" in captured.err

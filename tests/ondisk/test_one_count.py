@@ -6,19 +6,18 @@ what `share`, `prune` and `prune --dedupe` write from them, and on the real file
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.audit_set import audit_set
 from emitter_filter.ondisk.prune import prune_file
 from emitter_filter.ondisk.share import share_files
 from tests.files import CASES, GOLDEN, saved
 from tests.one_count import check_one_count
+from tests.realworld import needs_realworld, real_files, refused
 
 pytestmark = pytest.mark.filetools
 
@@ -73,43 +72,20 @@ def test_one_count_on_share_outputs_of_the_golden_files(tmp_path):
         assert report.dead_bytes == sum(audit_file(p).dead_bytes for p in inputs) > 0
 
 
-_REALWORLD = os.environ.get("EMITTER_FILTER_REALWORLD_DIR")
-
-
-def _real_files() -> list[tuple[Path, list[Path]]]:
-    """Each real `.pte` and a `.ptd` of its stem beside it (if any); [] without the variable."""
-    if not _REALWORLD:
-        return []
-    files = []
-    for pte in sorted(Path(_REALWORLD).glob("*.pte")):
-        ptd = pte.with_suffix(".ptd")
-        files.append((pte, [ptd] if ptd.exists() else []))
-    return files
-
-
-def _refused(pte: Path, ptds) -> str | None:
-    """Why the tools refuse a file (one line), or None."""
-    try:
-        audit_file(pte, ptds)
-    except PteFormatError as error:
-        return str(error)
-    return None
-
-
-@pytest.mark.skipif(not _REALWORLD, reason="EMITTER_FILTER_REALWORLD_DIR is not set")
-@pytest.mark.parametrize(("pte", "ptds"), _real_files(), ids=lambda v: getattr(v, "stem", ""))
+@needs_realworld
+@pytest.mark.parametrize(("pte", "ptds"), real_files(), ids=lambda v: getattr(v, "stem", ""))
 def test_one_count_on_the_real_files(pte, ptds, tmp_path):
-    reason = _refused(pte, ptds)
+    reason = refused(pte, ptds)
     if reason is not None:
         pytest.skip(f"the tools refuse it: {reason}")
     check_one_count(pte, ptds, tmp_path / "pruned")
 
 
-@pytest.mark.skipif(not _REALWORLD, reason="EMITTER_FILTER_REALWORLD_DIR is not set")
+@needs_realworld
 def test_one_count_on_share_outputs_of_the_real_files(tmp_path):
     # Every real program that loads without a .ptd, shared as one set (what has nothing in
     # common is copied byte for byte), with and without --prune.
-    inputs = [pte for pte, ptds in _real_files() if not ptds and _refused(pte, ptds) is None]
+    inputs = [pte for pte, ptds in real_files() if not ptds and refused(pte, ptds) is None]
     assert len(inputs) >= 2
     for prune in (False, True):
         out = tmp_path / f"shared-{prune}"
