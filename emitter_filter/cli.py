@@ -148,6 +148,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_naming_arguments(prune)
 
     share = _add_share_parser(commands)
+    merge, split = _add_method_set_parsers(commands)
 
     demo = commands.add_parser(
         "demo",
@@ -178,7 +179,8 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
     )
 
-    subcommands = [run, audit, prune, share, demo, env, *_add_size_commands(commands)]
+    subcommands = [run, audit, prune, share, merge, split, demo, env,
+                   *_add_size_commands(commands)]
     # -v also after the subcommand; counted apart, since a subparser overwrites its parent's value.
     for subcommand in subcommands:
         _add_verbose(subcommand, "verbose_after", argparse.SUPPRESS)
@@ -372,6 +374,73 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         print(report.summary())
         if report.dedupe is not None:
             print(f"{report.output}: {report.dedupe.summary()}")
+    return EXIT_OK
+
+
+def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """merge and split: several programs as one multi-method file, and back."""
+    merge = commands.add_parser(
+        "merge",
+        help="write several programs as one .pte with all their methods",
+        description=(
+            "Write OUT.pte: one program whose methods are every method of the inputs "
+            "(Module.load_method(name) picks one), with what they have in common stored "
+            "once: constants and delegate blobs with equal bytes, named data with an equal "
+            "key and equal bytes. What no method can reach is not written (audit of OUT is "
+            "clean); mutable data (state such as a KV cache) stays each method's own. A "
+            "method keeps its name unless --method renames it; a name two inputs use is "
+            "refused. Never modifies its inputs; writes atomically. Exit 2 if names clash, "
+            "a file is malformed, or the output cannot be written."
+        ),
+    )
+    merge.add_argument("pte", nargs="+", metavar="IN.pte",
+                       help="the programs, in the order their methods take in OUT")
+    merge.add_argument("-o", "--output", required=True, metavar="OUT.pte",
+                       help="where to write the merged program (not an input)")
+    merge.add_argument(
+        "--method", action="append", default=[], metavar="NEW=FILE:METHOD",
+        help="name the method METHOD of input FILE (as given, or its file name) NEW in OUT "
+        "(repeatable), e.g. --method decode=decode.pte:forward; ExecuTorch's training "
+        "methods of METHOD (__et_training_*_METHOD) follow it",
+    )
+    merge.add_argument("--json", action="store_true", help="print the report as JSON")
+    split = commands.add_parser(
+        "split",
+        help="write some methods of a multi-method .pte with only what they read",
+        description=(
+            "Write OUT.pte: the methods of IN.pte named by --method, with only the "
+            "constants, delegate blobs and named data they read, as prune writes a file "
+            "(a merged file cut back for one device). split of every method of a merge, "
+            "merged again, gives the merged file's bytes. Exit 2 if a method is not in "
+            "IN.pte, a file is malformed, or the output cannot be written."
+        ),
+    )
+    split.add_argument("pte", metavar="IN.pte", help="the multi-method program")
+    split.add_argument("--method", action="append", required=True, metavar="NAME",
+                       help="a method to keep (repeatable)")
+    split.add_argument("-o", "--output", required=True, metavar="OUT.pte",
+                       help="where to write the methods kept (not IN.pte)")
+    split.add_argument("--json", action="store_true", help="print the report as JSON")
+    return merge, split
+
+
+def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.merge import merge_files
+
+    with _sigterm_unwinds():
+        report = merge_files(options.pte, options.output, methods=options.method,
+                             progress=_progress_printer())
+    print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
+    return EXIT_OK
+
+
+def _split(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.merge import split_file
+
+    with _sigterm_unwinds():
+        report = split_file(options.pte, options.output, options.method,
+                            progress=_progress_printer())
+    print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
     return EXIT_OK
 
 
@@ -783,12 +852,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # One INFO line per prune is the point of `run`: show it unless asked for more.
     # `prune` prints its own summary on stdout, so it logs only when asked to.
-    quiet = options.command in ("prune", "share") and not options.verbose
+    quiet = options.command in ("prune", "share", "merge", "split") and not options.verbose
     logging.getLogger("emitter_filter").setLevel(
         logging.DEBUG if options.verbose > 1 else logging.WARNING if quiet else logging.INFO
     )
     commands = {"run": _run, "audit": _audit, "prune": _prune, "demo": _demo, "env": _env,
-                "share": _share, "explain": _explain, "diff": _diff, "budget": _budget}
+                "share": _share, "merge": _merge, "split": _split, "explain": _explain,
+                "diff": _diff, "budget": _budget}
     try:
         return commands[options.command](parser, options)
     except EmitterFilterError as error:

@@ -12,6 +12,7 @@ __all__ = [
     "ProgramFormatError",
     "OutputFileError",
     "EnvironmentVariableError",
+    "MethodSetError",
     "InvariantError",
     "PteFormatError",
     "ReportNotFoundError",
@@ -32,6 +33,11 @@ class ProgramFormatError(EmitterFilterError, ValueError):
 
 class OutputFileError(EmitterFilterError, ValueError):
     """An output cannot be written as asked: it would replace an input, or is unwritable."""
+
+
+class MethodSetError(EmitterFilterError, ValueError):
+    """Programs cannot be merged, or a file split, as asked: a method name two inputs use, a
+    method or file that is not there, programs of different schema versions."""
 
 
 class EnvironmentVariableError(EmitterFilterError, ValueError):

@@ -96,10 +96,12 @@ from emitter_filter.state_names import StateFile, state_file
 if TYPE_CHECKING:
     from emitter_filter.ondisk.dedupe import DedupeReport
 
-# Besides `prune_file`, `share` builds on the rewrite's parts.
+# Besides `prune_file`, `share` and `merge` build on the rewrite's parts.
 __all__ = [
     "JSON_SCHEMA", "FilePruneReport", "prune_file", "read_layout",
-    "pruned_pte", "OutSegment", "verbatim",
+    "pruned_pte", "OutSegment", "verbatim", "StoredEntry", "stored_entries",
+    "constant_segment", "mutable_segment", "SegmentTable", "delegate_segments",
+    "named_data_segments", "ProgramView", "changes_pte",
 ]
 
 logger = logging.getLogger(__name__)
@@ -179,6 +181,20 @@ class FilePruneReport:
 # --- decide: the rewrite of the unpacked program --------------------------------------
 
 
+@dataclass(frozen=True)
+class ProgramView:
+    """A file to prune in place of the input's, and the layout to write it with.
+
+    `merge.split_file` prunes the program without some plans: `source` makes that
+    file from the input's (each segment where the input has it), `layout` is the
+    input's (the view's own offsets, a smaller program before the same segment
+    base, would read as another).
+    """
+
+    source: Callable[[ByteSource], ByteSource]
+    layout: PteLayout
+
+
 @dataclass
 class OutSegment:
     """One segment of an output: its own alignment and its pieces."""
@@ -198,56 +214,90 @@ def _subsegment_spans(offsets: Sequence[int], segment_size: int) -> list[int]:
     ]
 
 
-def _constant_segment(
-    pte: PteFile, program, fd: int, order: Sequence[int], alignment: int
-) -> tuple[OutSegment, list[int]]:
-    """The new constant segment and its offsets (`_extract_constant_segment`)."""
-    offsets = vector_ints(program.constantSegment.offsets)
-    segment = pte.segments[program.constantSegment.segmentIndex]
+@dataclass(frozen=True)
+class StoredEntry:
+    """One entry of an input's constant or mutable segment, as a rewrite copies it.
+
+    `nbytes` is what tensors read, `span` the bytes up to the next entry (its
+    padding included); `alignment` the input's `constant_tensor_alignment`, which
+    its entries but the last are padded to.
+    """
+
+    fd: int
+    offset: int
+    nbytes: int
+    span: int
+    last: bool
+    alignment: int
+
+
+def stored_entries(
+    pte: PteFile, subsegment, fd: int, space: DataSpace, alignment: int = 1
+) -> list[StoredEntry]:
+    """Every entry of `subsegment` (a `SubsegmentOffsets` of the program), by index."""
+    offsets = vector_ints(subsegment.offsets)
+    segment = pte.segments[subsegment.segmentIndex]
     spans = _subsegment_spans(offsets, segment.size)
-    entries = pte.entries[DataSpace.CONSTANT]
-    last = len(offsets) - 1
-    kept = [0, *order]
+    entries = pte.entries[space]
+    return [
+        StoredEntry(fd, segment.offset + offset, entries[index].nbytes, spans[index],
+                    index == len(offsets) - 1, alignment)
+        for index, offset in enumerate(offsets)
+    ]
+
+
+def constant_segment(entries: Sequence[StoredEntry], alignment: int) -> tuple[OutSegment, list[int]]:
+    """The new constant segment holding `entries` in order, and its offsets
+    (`_extract_constant_segment`): each but the last padded to `alignment`."""
     pieces, new_offsets, at = [], [], 0
-    for position, index in enumerate(kept):
-        # A span holds the entry padded to the alignment, except for the last
-        # entry, which the serializer leaves unpadded.
-        nbytes = entries[index].nbytes
-        if index != last and aligned(nbytes, alignment) == spans[index]:
-            raw = nbytes
+    for position, entry in enumerate(entries):
+        # A span holds the entry padded to its input's alignment, except for the input's
+        # last entry, which the serializer leaves unpadded.
+        if not entry.last and aligned(entry.nbytes, entry.alignment) == entry.span:
+            raw = entry.nbytes
         else:
             # Never fewer bytes than the tensor reads, even where entries overlap.
-            raw = max(nbytes, spans[index])
-        pad = 0 if position == len(kept) - 1 else aligned(raw, alignment) - raw
+            raw = max(entry.nbytes, entry.span)
+        pad = 0 if position == len(entries) - 1 else aligned(raw, alignment) - raw
         new_offsets.append(at)
-        pieces.append(Piece(fd, segment.offset + offsets[index], raw, pad))
+        pieces.append(Piece(entry.fd, entry.offset, raw, pad))
         at += raw + pad
     return OutSegment(1, pieces), new_offsets
 
 
-def _mutable_segment(
-    pte: PteFile, program, fd: int, order: Sequence[int]
-) -> tuple[OutSegment, list[int]] | None:
-    """The new mutable data segment and its offsets; None when no data is left."""
-    subsegment = program.mutableDataSegments[0]
-    offsets = vector_ints(subsegment.offsets)
-    if not offsets:
-        # Not even the placeholder: no tensor can refer to mutable data (read_pte checked).
-        return None
-    segment = pte.segments[subsegment.segmentIndex]
-    spans = _subsegment_spans(offsets, segment.size)
+def mutable_segment(entries: Sequence[StoredEntry]) -> tuple[OutSegment, list[int]] | None:
+    """The new mutable data segment holding `entries`, and its offsets; None when empty."""
     pieces, new_offsets, at = [], [], 0
     # Mutable data is not padded: it is copied into the arena at load.
-    entries = pte.entries[DataSpace.MUTABLE]
-    for index in [0, *order]:
+    for entry in entries:
         # Never fewer bytes than the tensor reads, even where entries overlap.
-        size = max(spans[index], entries[index].nbytes)
+        size = max(entry.span, entry.nbytes)
         new_offsets.append(at)
-        pieces.append(Piece(fd, segment.offset + offsets[index], size))
+        pieces.append(Piece(entry.fd, entry.offset, size))
         at += size
     if at == 0:
         return None
     return OutSegment(1, pieces), new_offsets
+
+
+class SegmentTable:
+    """The output's segments in order, each added once under a key of the caller's
+    (an input's segment index, or the bytes' digest where several inputs meet)."""
+
+    def __init__(self, out: list[OutSegment]) -> None:
+        self.out = out
+        self._index: dict[object, int] = {}
+
+    def add(self, key: object, piece: Piece, alignment: int = 1) -> int:
+        """The index of the segment under `key`, added as `piece` if new; it takes the
+        largest `alignment` asked for."""
+        index = self._index.get(key)
+        if index is None:
+            index = self._index[key] = len(self.out)
+            self.out.append(OutSegment(alignment, [piece]))
+        else:
+            self.out[index].alignment = max(self.out[index].alignment, alignment)
+        return index
 
 
 def _live_external_names(program, liveness: Liveness) -> set[str]:
@@ -287,16 +337,22 @@ def _tensor_data_segments(
     """Appends the new constant and mutable data segments to `out`; rewrites `program`'s
     `constant_segment` and `mutable_data_segments` to them."""
     if program.constantSegment is not None and vector_ints(program.constantSegment.offsets):
-        constant, offsets = _constant_segment(
-            pte, program, fd, order[DataSpace.CONSTANT], layout.tensor_alignment
+        entries = stored_entries(pte, program.constantSegment, fd, DataSpace.CONSTANT,
+                                 layout.tensor_alignment)
+        constant, offsets = constant_segment(
+            [entries[i] for i in [0, *order[DataSpace.CONSTANT]]], layout.tensor_alignment
         )
         program.constantSegment = PROGRAM.SubsegmentOffsets(
             segmentIndex=len(out), offsets=offsets
         )
         out.append(constant)
     if program.mutableDataSegments:
-        mutable = _mutable_segment(pte, program, fd, order[DataSpace.MUTABLE])
-        if mutable is None:
+        subsegment = program.mutableDataSegments[0]
+        # No offsets, not even the placeholder: no tensor can refer to mutable data.
+        entries = stored_entries(pte, subsegment, fd, DataSpace.MUTABLE)
+        mutable = entries and mutable_segment(
+            [entries[i] for i in [0, *order[DataSpace.MUTABLE]]])
+        if not mutable:
             program.mutableDataSegments = None
         else:
             program.mutableDataSegments = [
@@ -305,46 +361,35 @@ def _tensor_data_segments(
             out.append(mutable[0])
 
 
-def _blob_segments(
-    pte: PteFile,
-    program,
-    fd: int,
-    dead_keys: frozenset[str],
-    layout: PteLayout,
-    out: list[OutSegment],
-) -> None:
-    """Appends the delegate segments, then the live named data's, to `out`; renumbers them.
-
-    Each in first-reference order, as `_extract_delegate_segments` and
-    `_extract_named_data` append them; dead keys are dropped from `named_data`.
-    """
-    delegate_segment: dict[int, int] = {}
+def delegate_segments(pte: PteFile, program, fd: int, table: SegmentTable, key) -> None:
+    """Adds the segments the plans' delegates read to `table`, in first-reference order
+    (`_extract_delegate_segments`), and points the delegates at them; `key(index)` is the
+    table's key of input segment `index`."""
     for plan in program.executionPlan or ():
         for delegate in plan.delegates or ():
             if delegate.processed.location != DataLocation.SEGMENT:
                 continue
-            old = delegate.processed.index
-            if old not in delegate_segment:
-                delegate_segment[old] = len(out)
-                source = pte.segments[old]
-                out.append(OutSegment(1, [Piece(fd, source.offset, source.size)]))
-            delegate.processed.index = delegate_segment[old]
-    named_segment: dict[int, int] = {}
-    kept_named = []
+            source = pte.segments[delegate.processed.index]
+            delegate.processed.index = table.add(
+                key(source.index), Piece(fd, source.offset, source.size))
+
+
+def named_data_segments(
+    pte: PteFile, program, fd: int, table: SegmentTable, key, alignments: Sequence[int],
+    dead_keys: frozenset[str] = frozenset(),
+) -> list:
+    """Adds the segments of `named_data` but `dead_keys` to `table` (`_extract_named_data`,
+    each at its input alignment from `alignments`); returns the kept entries, pointed at
+    them."""
+    kept = []
     for entry in program.namedData or ():
         if table_text(entry.key) in dead_keys:
             continue
-        old = entry.segmentIndex
-        if old not in named_segment:
-            named_segment[old] = len(out)
-            source = pte.segments[old]
-            out.append(
-                OutSegment(layout.segment_alignments[old], [Piece(fd, source.offset, source.size)])
-            )
-        entry.segmentIndex = named_segment[old]
-        kept_named.append(entry)
-    if program.namedData is not None:
-        program.namedData = kept_named
+        source = pte.segments[entry.segmentIndex]
+        entry.segmentIndex = table.add(key(source.index), Piece(fd, source.offset, source.size),
+                                       alignments[source.index])
+        kept.append(entry)
+    return kept
 
 
 def pruned_pte(
@@ -362,7 +407,12 @@ def pruned_pte(
     order = order_live_data(pte.plans, liveness)
     out: list[OutSegment] = []
     _tensor_data_segments(pte, program, fd, order, layout, out)
-    _blob_segments(pte, program, fd, dead_keys, layout, out)
+    table = SegmentTable(out)
+    delegate_segments(pte, program, fd, table, key=lambda index: ("delegate", index))
+    named = named_data_segments(pte, program, fd, table, lambda index: ("named", index),
+                                layout.segment_alignments, dead_keys)
+    if program.namedData is not None:
+        program.namedData = named
     data_index = new_data_indices(order)
     for plan, refs, live in zip(program.executionPlan or (), pte.plans, liveness.live_values):
         remap_plan_values(GENERATED, plan, refs, live)
@@ -439,7 +489,7 @@ def _keep_ptd_key(pte: PteFile, program, liveness: Liveness, dead_keys: frozense
     return keep
 
 
-def _changes_pte(analysis: FileAnalysis) -> bool:
+def changes_pte(analysis: FileAnalysis) -> bool:
     """Whether the `.pte` itself has dead values, data entries, segments or named data."""
     pte, dead_keys = analysis.pte, frozenset(analysis.use.dead)
     return (
@@ -456,17 +506,20 @@ def _decide_outputs(
     analysis: FileAnalysis,
     ptd_outputs: Sequence[tuple[str, str]],
     opened: list[int],
+    layout: PteLayout | None = None,
 ) -> tuple[list[OutputFile], dict[str, str]]:
     """Every output file's bytes, and the `.ptd` outputs written, by input; opens the inputs
-    into `opened`. A file with nothing dead is its own output."""
+    into `opened`. A file with nothing dead is its own output, unless a `layout` to write
+    it with is given."""
     pte, program, liveness = analysis.pte, read.program, analysis.liveness
     dead_keys = frozenset(analysis.use.dead)
     aliased = find_aliases(analysis.shared)
     segment_alignment = shared_segment_alignment(pte, aliased)
     keep_ptd_key = _keep_ptd_key(pte, program, liveness, dead_keys)
     fd = open_input(src, opened)
-    if _changes_pte(analysis):
-        layout = read_pte_layout(pte, program, read.program_data, aliased, segment_alignment)
+    if layout is not None or changes_pte(analysis):
+        layout = layout or read_pte_layout(
+            pte, program, read.program_data, aliased, segment_alignment)
         outputs = [pruned_pte(pte, program, liveness, dead_keys, layout, fd, dst)]
     else:
         outputs = [verbatim(dst, fd, pte.file_bytes)]
@@ -494,6 +547,7 @@ def prune_file(
     names: str | os.PathLike | StateFile | None = None,
     dedupe: bool = False,
     early: EarlyCopy | None = None,
+    view: ProgramView | None = None,
 ) -> FilePruneReport:
     """Writes `src` without the constants and named data its program cannot reach.
 
@@ -525,6 +579,8 @@ def prune_file(
             says, so pruning keeps the sharing and never grows a file.
         early: `EarlyCopy(src, dst)` begun by the caller (the command line starts
             it before importing this module); one is begun here otherwise.
+        view: The file to prune in place of `src`'s (`ProgramView`). The output is
+            then always rewritten.
 
     Returns:
         What was written and dropped.
@@ -547,31 +603,38 @@ def prune_file(
     if early is not None and not early.copies(src, dst):
         raise ValueError(f"the early copy given is not one of {src} to {dst}")
     with early if early is not None else EarlyCopy(src, dst) as early:
-        read = read_pte_program(src, ptd_paths)
         with ByteSource(src) as source:
+            if view is not None:
+                source = view.source(source)
+            read = read_pte_program(source, ptd_paths)
             analysis = analyse_file(
                 read.pte, {read.pte.path: source}, keep_constants, state_file(names)
             )
         # A file that shares already: the rewrite copies each segment's bytes, so an alias
         # into the constant segment would be written out again. Deduplicating again keeps it.
-        dedupe = dedupe or _undoes_sharing(analysis)
+        dedupe = dedupe or _undoes_sharing(analysis, view is not None)
         return _write_pruned(
             src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started, early,
-            dedupe=dedupe,
+            dedupe=dedupe, layout=None if view is None else view.layout,
         )
 
 
-def _undoes_sharing(analysis: FileAnalysis) -> bool:
+def _undoes_sharing(analysis: FileAnalysis, rewrite: bool = False) -> bool:
     """Whether pruning would write out again a segment that reads a constant's range."""
     aliased = find_aliases(analysis.shared)
-    return _changes_pte(analysis) and any(a.space == "constant" for a in aliased.values())
+    return ((rewrite or changes_pte(analysis))
+            and any(a.space == "constant" for a in aliased.values()))
 
 
 def _write_pruned(
-    src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started, early, *, dedupe: bool
+    src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started, early, *, dedupe: bool,
+    layout: PteLayout | None = None,
 ) -> FilePruneReport:
     """The prune itself, once the file is read and analysed: decide, deduplicate if asked,
     write, report.
+
+    `layout`, where given, is the one to write with (a `ProgramView`'s), and the output
+    is then rewritten whatever is dead.
 
     With `dedupe`, the decided `.pte` is deduplicated before anything is written
     (`dedupe.write_deduplicated`): one pass over the input, as a prune alone; the
@@ -585,13 +648,13 @@ def _write_pruned(
         aliased = find_aliases(analysis.shared)
         alignment, _ = read_segment_layout(
             read.pte, aliased, shared_segment_alignment(read.pte, aliased)
-        )
-        verbatim_read = None if _changes_pte(analysis) else read
+        ) if layout is None else (layout.segment_alignment, ())
+        verbatim_read = None if layout is not None or changes_pte(analysis) else read
     dedupe_report = None
     opened: list[int] = []
     try:
         outputs, ptd_written = _decide_outputs(
-            src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs)), opened
+            src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs)), opened, layout
         )
         # The .ptd outputs' directory, created as `share --out` is (and removed on failure).
         # (Every .ptd output is in the one `ptd_out`.)

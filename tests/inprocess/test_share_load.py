@@ -1,6 +1,6 @@
 """Programs exported separately, written by `share` with one `.ptd`, loaded and run.
 
-Each set is exported here from random weights (fixed seeds): (a) one backbone
+Each set (`tests.model_sets`) is exported from random weights (fixed seeds): (a) one backbone
 with two different heads, (c) one base model with two LoRA-style adapters,
 each portable and lowered to XNNPACK. Every program of the shared set, loaded
 with the shared `.ptd` by every loader the release has, computes bit for bit
@@ -13,8 +13,6 @@ import inspect
 
 import pytest
 import torch
-from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-from executorch.exir import to_edge, to_edge_transform_and_lower
 from executorch.extension.pybindings.portable_lib import (
     _load_for_executorch,
     _load_for_executorch_from_buffer,
@@ -25,75 +23,7 @@ from emitter_filter.ondisk.audit_set import audit_set
 from emitter_filter.ondisk.read_pte import read_pte
 from emitter_filter.ondisk.share import share_files
 from emitter_filter.reachability import DataSpace
-
-INPUT = (torch.randn(2, 64, generator=torch.Generator().manual_seed(7)),)
-
-
-class Backbone(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.first = torch.nn.Linear(64, 128)
-        self.second = torch.nn.Linear(128, 128)
-
-    def forward(self, x):
-        return self.second(self.first(x).relu()).relu()
-
-
-class WithHead(torch.nn.Module):
-    def __init__(self, backbone: Backbone, outputs: int) -> None:
-        super().__init__()
-        self.backbone = backbone
-        self.head = torch.nn.Linear(128, outputs)
-
-    def forward(self, x):
-        return self.head(self.backbone(x))
-
-
-class LoraLinear(torch.nn.Module):
-    """A frozen base linear plus a rank-4 adapter: base(x) + up(down(x))."""
-
-    def __init__(self, base: torch.nn.Linear, rank: int = 4) -> None:
-        super().__init__()
-        self.base = base
-        self.down = torch.nn.Linear(base.in_features, rank, bias=False)
-        self.up = torch.nn.Linear(rank, base.out_features, bias=False)
-
-    def forward(self, x):
-        return self.base(x) + self.up(self.down(x))
-
-
-class LoraModel(torch.nn.Module):
-    def __init__(self, backbone: Backbone) -> None:
-        super().__init__()
-        self.first = LoraLinear(backbone.first)
-        self.second = LoraLinear(backbone.second)
-
-    def forward(self, x):
-        return self.second(self.first(x).relu())
-
-
-def _heads() -> list[torch.nn.Module]:
-    torch.manual_seed(0)
-    backbone = Backbone()
-    return [WithHead(backbone, 10), WithHead(backbone, 3)]
-
-
-def _lora() -> list[torch.nn.Module]:
-    torch.manual_seed(1)
-    backbone = Backbone()
-    return [LoraModel(backbone) for _ in range(2)]  # each adapter its own random weights
-
-
-def _export(model: torch.nn.Module, backend: str) -> bytes:
-    exported = torch.export.export(model.eval(), INPUT)
-    if backend == "xnnpack":
-        edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
-    else:
-        edge = to_edge(exported)
-    return edge.to_executorch().buffer
-
-
-SETS = {"heads": _heads, "lora": _lora}
+from tests.model_sets import INPUT, SETS, export
 
 
 @pytest.fixture(scope="module", params=[(s, b) for s in SETS for b in ("portable", "xnnpack")],
@@ -105,7 +35,7 @@ def shared_set(request, tmp_path_factory):
     originals = []
     for number, model in enumerate(SETS[name]()):
         path = root / f"program{number}.pte"
-        path.write_bytes(_export(model, backend))
+        path.write_bytes(export(model, backend))
         originals.append(path)
     report = share_files(originals, root / "out")
     return originals, root / "out", report, backend

@@ -1,0 +1,593 @@
+"""Several programs, one `.pte` of several methods: `emitter-filter merge`; and `split` back.
+
+ExecuTorch's runtime loads any method of a program by name, and every method
+reads the one constant segment, `segments` table and `named_data`. `merge_files`
+writes the programs of separately exported `.pte` files as one:
+
+    a.pte  [header | program: forward            | constant: P W1 W2 | delegate: D ]
+    b.pte  [header | program: forward            | constant: P W1 W3 | delegate: D ]
+    out    [header | program: head_a, head_b     | constant: P W1 W2 W3 | delegate: D ]
+
+1. Read each input and analyse it as `prune` does (`analysis.analyse_file`): only
+   what a method can reach is written, so the output audits clean.
+2. Name the methods (as in their inputs, or as `--method NEW=FILE:METHOD` says),
+   refusing a name two inputs use before anything is opened for writing.
+3. Store once, in first-reference order over the inputs in the order given:
+   constant entries with equal bytes (tensors of any layout read an entry as raw
+   bytes, as the emitter's own sharing within a program does), delegate segments
+   with equal bytes, inline delegate blobs with equal bytes, named data with an
+   equal key and equal bytes (an equal key with other bytes is refused: the
+   runtime resolves a key once). Bytes are hashed only where sizes meet.
+   Mutable data stays per input: merging does not make methods share state.
+4. Renumber each plan's values (`plan_indices.remap_plan_values`), data indices
+   (`remap_data_indices`, one map per input) and delegates, and pack with the
+   inputs' largest alignments, as `prune` packs (`layout.pack_program`); stream
+   every segment from its input (`output.write_outputs`).
+
+`split_file` is the other way: the chosen methods of a file, with only what they
+read. It is `prune` of the program without the other plans (`_without_plans`):
+their instructions were the only readers of what they alone read.
+
+Inputs with `.ptd` files are refused for now: their external tensors would need
+their data merged too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
+from emitter_filter.errors import MethodSetError, PteFormatError
+from emitter_filter.fbs_schemas import PROGRAM
+from emitter_filter.generated_fields import table_text, vector_ints
+from emitter_filter.object_models import GENERATED
+from emitter_filter.ondisk.analysis import FileAnalysis, analyse_file, find_aliases
+from emitter_filter.ondisk.byte_source import ByteSource, Piece
+from emitter_filter.ondisk.layout import (
+    PteLayout,
+    extended_header_prefix,
+    pack_program,
+    place_segments,
+    program_prefix,
+    read_pte_layout,
+    shared_segment_alignment,
+)
+from emitter_filter.ondisk.output import (
+    OutputFile,
+    ProgressFn,
+    check_outputs,
+    open_input,
+    write_outputs,
+)
+from emitter_filter.ondisk.prune import (
+    FilePruneReport,
+    OutSegment,
+    ProgramView,
+    SegmentTable,
+    StoredEntry,
+    changes_pte,
+    constant_segment,
+    delegate_segments,
+    mutable_segment,
+    named_data_segments,
+    prune_file,
+    stored_entries,
+    verbatim,
+)
+from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
+from emitter_filter.plan_indices import remap_data_indices, remap_plan_values
+from emitter_filter.reachability import DataSpace, new_data_indices, order_live_data
+
+__all__ = [
+    "JSON_SCHEMA", "MergedMethod", "MergeReport", "merge_files", "parse_method", "split_file",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The value of the "schema" key of `MergeReport.to_json()` (`merge --json`).
+JSON_SCHEMA = "emitter-filter-merge/1"
+
+
+@dataclass(frozen=True)
+class MergedMethod:
+    """One method of the merged file: its name there, and where it came from."""
+
+    name: str
+    source: str
+    source_method: str
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "source": self.source, "source_method": self.source_method}
+
+
+@dataclass(frozen=True)
+class MergeReport:
+    """What `merge_files` wrote.
+
+    Attributes:
+        inputs: The programs, in the order given.
+        output: The merged `.pte`.
+        methods: Each method of the output, in order.
+        bytes_before: The inputs' sizes, summed.
+        bytes_after: The output's size.
+        stored_once: Bytes of data an input reads that the output holds once for
+            several inputs (constants, delegate blobs, named data).
+        dropped: The inputs' dead bytes (`audit`'s one count), not written.
+        seconds: Wall time.
+    """
+
+    inputs: tuple[str, ...]
+    output: str
+    methods: tuple[MergedMethod, ...]
+    bytes_before: int
+    bytes_after: int
+    stored_once: int
+    dropped: int
+    seconds: float
+
+    def to_json(self) -> dict:
+        return {
+            "schema": JSON_SCHEMA,
+            "inputs": list(self.inputs),
+            "output": self.output,
+            "methods": [m.to_json() for m in self.methods],
+            "bytes_before": self.bytes_before,
+            "bytes_after": self.bytes_after,
+            "stored_once": self.stored_once,
+            "dropped": self.dropped,
+            "seconds": self.seconds,
+        }
+
+    def summary(self) -> str:
+        methods = ", ".join(m.name for m in self.methods)
+        count = len(self.inputs)
+        return (
+            f"{count} program{'s' if count != 1 else ''} -> {self.output}: "
+            f"{self.bytes_before:,} -> {self.bytes_after:,} B; methods {methods}; "
+            f"{self.stored_once:,} B stored once for several inputs, "
+            f"{self.dropped:,} B dead not written, in {self.seconds * 1000:.1f} ms"
+        )
+
+
+def parse_method(spec: str) -> tuple[str, str, str]:
+    """`NEW=FILE:METHOD` as (new name, file, method); a `MethodSetError` if malformed."""
+    new, equals, source = spec.partition("=")
+    path, colon, method = source.rpartition(":")
+    if not (equals and colon and new and path and method):
+        raise MethodSetError(f"--method {spec!r}: expected NEW=FILE:METHOD, e.g. "
+                             "decode=decode.pte:forward")
+    return new, path, method
+
+
+# --- naming the methods ------------------------------------------------------------
+
+
+def _plan_names(read: PteProgram) -> list[str]:
+    return [table_text(plan.name) or "" for plan in read.program.executionPlan or ()]
+
+
+def _input_of(path: str, inputs: Sequence[str]) -> int:
+    """The index of the input `path` names: as given, the same file, or its base name."""
+    for index, given in enumerate(inputs):
+        if given == path:
+            return index
+    for index, given in enumerate(inputs):
+        with contextlib.suppress(OSError):
+            if os.path.samefile(given, path):
+                return index
+    named = [i for i, given in enumerate(inputs) if os.path.basename(given) == path]
+    if len(named) == 1:
+        return named[0]
+    raise MethodSetError(f"--method names {path!r}, which is none of the inputs "
+                         f"({', '.join(inputs)})")
+
+
+# ExecuTorch's training export adds, per method M, methods named `__et_training_*_M`
+# (`gradients_index`, `parameters_index`, `fqn`) that the runtime's TrainingModule
+# finds by M's name: a rename of M renames them too.
+_TRAINING_PREFIX = "__et_training_"
+
+
+def _method_names(
+    inputs: Sequence[str], reads: Sequence[PteProgram], renames: Sequence[tuple[str, str, str]]
+) -> list[list[str]]:
+    """Each input's methods' names in the output; refuses a name used twice."""
+    originals = [_plan_names(read) for read in reads]
+    names = [list(methods) for methods in originals]
+    for new, path, method in renames:
+        index = _input_of(path, inputs)
+        if method not in originals[index]:
+            raise MethodSetError(f"--method {new}={path}:{method}: {inputs[index]} has no "
+                                 f"method {method!r} (it has {', '.join(originals[index])})")
+        for position, name in enumerate(originals[index]):
+            if name == method:
+                names[index][position] = new
+            elif name.startswith(_TRAINING_PREFIX) and name.endswith("_" + method):
+                names[index][position] = name[: -len(method)] + new
+    first: dict[str, tuple[int, int]] = {}
+    for index, methods in enumerate(names):
+        for position, name in enumerate(methods):
+            other = first.setdefault(name, (index, position))
+            if other == (index, position):
+                continue
+            original = originals[index][position]
+            stem = os.path.splitext(os.path.basename(inputs[index]))[0]
+            raise MethodSetError(
+                f"method {name!r} is in both {inputs[other[0]]} and {inputs[index]}: name one "
+                f"apart, e.g. --method {name}_{stem}={inputs[index]}:{original}"
+            )
+    return names
+
+
+def _check_inputs(inputs: Sequence[str], reads: Sequence[PteProgram]) -> None:
+    """Refuses what cannot be merged: other schema versions, data in `.ptd` files."""
+    versions = {read.program.version for read in reads}
+    if len(versions) > 1:
+        listed = ", ".join(f"{p} {r.program.version}" for p, r in zip(inputs, reads))
+        raise MethodSetError(f"the programs have different Program.version ({listed}): "
+                             "export them with one ExecuTorch release")
+    for path, read in zip(inputs, reads):
+        if read.pte.entries[DataSpace.EXTERNAL]:
+            raise MethodSetError(
+                f"{path}: reads {len(read.pte.entries[DataSpace.EXTERNAL])} tensor(s) from a "
+                ".ptd; merge takes programs whose data is in the .pte (merge .ptd inputs is not "
+                "supported yet)"
+            )
+
+
+# --- storing once ------------------------------------------------------------------
+
+
+class _Contents:
+    """Keys under which equal bytes meet: (size, sha256) where another candidate has the
+    size, else the place itself (nothing is hashed that cannot have a twin)."""
+
+    def __init__(self, sources: Sequence[ByteSource]) -> None:
+        self.sources = sources
+        self.sizes: Counter[tuple[str, int]] = Counter()
+
+    def expect(self, kind: str, size: int) -> None:
+        self.sizes[kind, size] += 1
+
+    def key(self, kind: str, source: int, offset: int, size: int) -> tuple:
+        if self.sizes[kind, size] < 2:
+            return (kind, source, offset, size)
+        return (kind, size, self.sources[source].sha256(offset, size, kind))
+
+
+@dataclass
+class _Input:
+    """One input while merging: what was read, its analysis, layout and open file."""
+
+    path: str
+    read: PteProgram
+    analysis: FileAnalysis
+    layout: PteLayout
+    fd: int
+    order: dict[DataSpace, list[int]]
+
+    @property
+    def program(self):
+        return self.read.program
+
+    def entries(self, space: DataSpace) -> list[StoredEntry]:
+        subsegment = (self.program.constantSegment if space is DataSpace.CONSTANT
+                      else (self.program.mutableDataSegments or [None])[0])
+        if subsegment is None or not vector_ints(subsegment.offsets):
+            return []
+        alignment = self.layout.tensor_alignment if space is DataSpace.CONSTANT else 1
+        return stored_entries(self.read.pte, subsegment, self.fd, space, alignment)
+
+
+def _merged_layout(layouts: Sequence[PteLayout]) -> PteLayout:
+    """The inputs' largest alignments (powers of two: the largest is their multiple)."""
+    return PteLayout(
+        segment_alignment=max(layout.segment_alignment for layout in layouts),
+        tensor_alignment=max(layout.tensor_alignment for layout in layouts),
+        delegate_alignment=max(layout.delegate_alignment for layout in layouts),
+        header_length=max(layout.header_length for layout in layouts),
+        header_padded_length=max(layout.header_padded_length for layout in layouts),
+        segment_alignments=(),
+        reproduced=False,
+    )
+
+
+def _data_entries(inputs: Sequence[_Input], contents: _Contents, new_index: list) -> tuple:
+    """The output's constant and mutable entries; fills each input's data index map."""
+    for number, item in enumerate(inputs):
+        entries = item.entries(DataSpace.CONSTANT)
+        for old in item.order[DataSpace.CONSTANT]:
+            contents.expect("constant", entries[old].nbytes)
+    constants: list[StoredEntry] = []
+    mutables: list[StoredEntry] = []
+    where: dict[tuple, int] = {}
+    for number, item in enumerate(inputs):
+        index = new_index[number]
+        entries = item.entries(DataSpace.CONSTANT)
+        if entries and not constants:
+            constants.append(entries[0])  # The placeholder, once.
+        for old in item.order[DataSpace.CONSTANT]:
+            entry = entries[old]
+            key = contents.key("constant", number, entry.offset, entry.nbytes)
+            if key not in where:
+                where[key] = len(constants)
+                constants.append(entry)
+            index[DataSpace.CONSTANT][old] = where[key]
+        entries = item.entries(DataSpace.MUTABLE)
+        if entries and not mutables:
+            mutables.append(entries[0])
+        for old in item.order[DataSpace.MUTABLE]:
+            index[DataSpace.MUTABLE][old] = len(mutables)
+            mutables.append(entries[old])
+    return constants, mutables
+
+
+def _inline_blobs(inputs: Sequence[_Input]) -> list:
+    """The output's `backend_delegate_data`: each blob a delegate reads, equal bytes once;
+    points the delegates at them."""
+    blobs, where = [], {}
+    for item in inputs:
+        inline = item.program.backendDelegateData or []
+        for plan in item.program.executionPlan or ():
+            for delegate in plan.delegates or ():
+                if delegate.processed.location != DataLocation.INLINE:
+                    continue
+                blob = inline[delegate.processed.index]
+                key = bytes(blob.data or b"")
+                if key not in where:
+                    where[key] = len(blobs)
+                    blobs.append(blob)
+                delegate.processed.index = where[key]
+    return blobs
+
+
+def _named_data(inputs: Sequence[_Input], contents: _Contents, table: SegmentTable) -> list:
+    """The output's `named_data`: each live key once; refuses a key with two contents."""
+    for item in inputs:
+        for entry in item.read.pte.named_data:
+            contents.expect("named", entry.nbytes)
+    named, first = [], {}
+    for number, item in enumerate(inputs):
+        pte = item.read.pte
+        dead = frozenset(item.analysis.use.dead)
+
+        def key(index, number=number, pte=pte):
+            segment = pte.segments[index]
+            return contents.key("named", number, segment.offset, segment.size)
+
+        kept = []
+        for entry in item.program.namedData or ():
+            name = table_text(entry.key)
+            if name in dead:
+                continue
+            if name not in first:
+                first[name] = (item.path, key(entry.segmentIndex))
+                kept.append(entry)
+            elif first[name][1] != key(entry.segmentIndex):
+                raise PteFormatError(item.path, f"named data {name!r} holds other bytes than "
+                                     f"{name!r} in {first[name][0]}: one file cannot hold both")
+        if item.program.namedData is not None:
+            item.program.namedData = kept
+        named += named_data_segments(pte, item.program, item.fd, table, key,
+                                     item.layout.segment_alignments)
+    return named
+
+
+def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
+                contents: _Contents, output: str) -> tuple[OutputFile, int]:
+    """Every byte of the merged `.pte`, and the bytes stored once for several inputs."""
+    layout = _merged_layout([item.layout for item in inputs])
+    new_index = [new_data_indices(item.order) for item in inputs]
+    constants, mutables = _data_entries(inputs, contents, new_index)
+    out: list[OutSegment] = []
+    program = inputs[0].program
+    if constants:
+        segment, offsets = constant_segment(constants, layout.tensor_alignment)
+        program.constantSegment = PROGRAM.SubsegmentOffsets(segmentIndex=0, offsets=offsets)
+        out.append(segment)
+    mutable = mutable_segment(mutables) if mutables else None
+    if mutable is not None:
+        program.mutableDataSegments = [
+            PROGRAM.SubsegmentOffsets(segmentIndex=len(out), offsets=mutable[1])]
+        out.append(mutable[0])
+    elif program.mutableDataSegments:
+        program.mutableDataSegments = None  # As prune leaves a segment with no data.
+
+    table, blobs_from = SegmentTable(out), len(out)
+    for item in inputs:
+        for blob in item.read.pte.delegates:
+            if blob.location == "segment":
+                contents.expect("delegate", blob.nbytes)
+    for number, item in enumerate(inputs):
+        pte = item.read.pte
+
+        def key(index, number=number, pte=pte):
+            segment = pte.segments[index]
+            return contents.key("delegate", number, segment.offset, segment.size)
+
+        delegate_segments(pte, item.program, item.fd, table, key)
+    inline = _inline_blobs(inputs)
+    named = _named_data(inputs, contents, table)
+
+    plans = []
+    for item, index, methods in zip(inputs, new_index, names):
+        pte, live_values = item.read.pte, item.analysis.liveness.live_values
+        for plan, refs, live, name in zip(item.program.executionPlan or (), pte.plans,
+                                          live_values, methods):
+            remap_plan_values(GENERATED, plan, refs, live)
+            remap_data_indices(GENERATED, plan, refs, live, index)
+            plan.name = name
+            plans.append(plan)
+    program.executionPlan = plans
+    if inline or program.backendDelegateData is not None:
+        program.backendDelegateData = inline
+    if named or program.namedData is not None:
+        program.namedData = named
+    offsets, data_size = place_segments([(s.size, s.alignment) for s in out],
+                                        layout.segment_alignment)
+    if out or program.segments is not None:
+        program.segments = [
+            PROGRAM.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out)]
+    flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
+    prefix, base = program_prefix(flatbuffer, layout, data_size)
+    result = OutputFile(output, inputs[0].fd, prefix)
+    if data_size:
+        result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out)]
+    # What the inputs' live references read, against what the output holds for them.
+    live_data = sum(item.analysis.count.live[space] for item in inputs
+                    for space in ("constant", "named_data", "delegate"))
+    written_data = (sum(entry.nbytes for entry in constants[1:])
+                    + sum(s.size for s in out[blobs_from:])
+                    + sum(len(bytes(blob.data or b"")) for blob in inline))
+    return result, max(live_data - written_data, 0)
+
+
+def merge_files(
+    inputs: Sequence[str | os.PathLike],
+    output: str | os.PathLike,
+    *,
+    methods: Sequence[str | tuple[str, str, str]] = (),
+    progress: ProgressFn | None = None,
+) -> MergeReport:
+    """Writes the programs of `inputs` as one `.pte` whose methods are all of theirs.
+
+    Args:
+        inputs: The `.pte` files, in the order their methods take in the output.
+            Not modified.
+        output: Where to write the merged `.pte`; written atomically, never over
+            an input.
+        methods: Renames, `NEW=FILE:METHOD` (or its `parse_method` tuple): the
+            method METHOD of the input FILE (as given, or its base name) is NEW.
+        progress: Called with (bytes written, bytes to write) as data is copied.
+
+    Raises:
+        MethodSetError: Two inputs' methods have one name, a rename names what is
+            not there, the programs' versions differ, an input reads a `.ptd`.
+        PteFormatError: A file is malformed, or one named-data key holds two contents.
+        OutputFileError: The output would replace an input, or cannot be written.
+    """
+    started = time.perf_counter()
+    inputs = [os.fspath(p) for p in inputs]
+    output = os.fspath(output)
+    if not inputs:
+        raise MethodSetError("merge: no programs given")
+    renames = [parse_method(m) if isinstance(m, str) else m for m in methods]
+    check_outputs(inputs, [output], "merge")
+    reads = [read_pte_program(path) for path in inputs]
+    _check_inputs(inputs, reads)
+    names = _method_names(inputs, reads, renames)
+    opened: list[int] = []
+    try:
+        with contextlib.ExitStack() as stack:
+            sources = [stack.enter_context(ByteSource(path)) for path in inputs]
+            items = []
+            for path, read, source in zip(inputs, reads, sources):
+                analysis = analyse_file(read.pte, {read.pte.path: source})
+                aliased = find_aliases(analysis.shared)
+                layout = read_pte_layout(read.pte, read.program, read.program_data, aliased,
+                                         shared_segment_alignment(read.pte, aliased))
+                order = order_live_data(read.pte.plans, analysis.liveness)
+                items.append(_Input(path, read, analysis, layout, open_input(path, opened), order))
+            dropped = sum(d.nbytes for item in items for d in item.analysis.dead)
+            if len(items) == 1 and not renames and not changes_pte(items[0].analysis):
+                # One program with nothing to change is its own merge, as it is its own prune.
+                merged, stored_once = verbatim(output, items[0].fd, reads[0].pte.file_bytes), 0
+            else:
+                merged, stored_once = _merged_pte(items, names, _Contents(sources), output)
+        bytes_after = write_outputs([merged], progress)
+    finally:
+        for fd in opened:
+            os.close(fd)
+    report = MergeReport(
+        inputs=tuple(inputs), output=output,
+        methods=tuple(MergedMethod(name, path, method)
+                      for path, read, new in zip(inputs, reads, names)
+                      for name, method in zip(new, _plan_names(read))),
+        bytes_before=sum(read.pte.file_bytes for read in reads), bytes_after=bytes_after,
+        stored_once=stored_once, dropped=dropped, seconds=time.perf_counter() - started,
+    )
+    logger.info("%s", report.summary())
+    return report
+
+
+# --- split -------------------------------------------------------------------------
+
+
+def _without_plans(read: PteProgram, methods: Sequence[str], layout: PteLayout) -> ProgramView:
+    """A view of the file `read` is (`prune_file`'s `view`), whose program has only
+    `methods`' plans and the inline blobs they read, and whose segments are the input's
+    bytes where the input has them: `prune` of it is the split."""
+    program = read.program
+    plans = [p for p in program.executionPlan or () if (table_text(p.name) or "") in methods]
+    program.executionPlan = plans
+    inline, where = program.backendDelegateData or [], {}
+    kept = []
+    for plan in plans:
+        for delegate in plan.delegates or ():
+            if delegate.processed.location == DataLocation.INLINE:
+                old = delegate.processed.index
+                if old not in where:
+                    where[old] = len(kept)
+                    kept.append(inline[old])
+                delegate.processed.index = where[old]
+    if program.backendDelegateData is not None:
+        program.backendDelegateData = kept
+    flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
+    pte, base = read.pte, read.pte.segment_base_offset
+
+    def view(source: ByteSource) -> ByteSource:
+        if not base:
+            return ByteSource([flatbuffer], name=source.name)
+        prefix, at = extended_header_prefix(flatbuffer, layout.header_padded_length, base,
+                                            pte.file_bytes - base, layout.header_length)
+        if at != base:
+            # Fewer plans make a smaller program; the base is a multiple of its own.
+            raise PteFormatError(pte.path, "split: the program without the other methods "
+                                 f"does not end before the segment data at {base}")
+        whole = source.parts[0]
+        return ByteSource([prefix.ljust(base, b"\0"), Piece(whole.fd, base, pte.file_bytes - base)],
+                          name=source.name)
+
+    return ProgramView(view, layout)
+
+
+def split_file(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    methods: Sequence[str],
+    *,
+    progress: ProgressFn | None = None,
+) -> FilePruneReport:
+    """Writes the methods `methods` of `src` with only what they read, as `prune` does;
+    ExecuTorch's training methods of a method kept (`__et_training_*_METHOD`) are kept too.
+
+    Raises:
+        MethodSetError: No method is named, or one is not in `src`.
+        PteFormatError: The file is malformed.
+        OutputFileError: The output would replace the input, or cannot be written.
+    """
+    src, dst = os.fspath(src), os.fspath(dst)
+    if not methods:
+        raise MethodSetError(f"{src}: split needs a --method to keep")
+    check_outputs([src], [dst], "split")
+    read = read_pte_program(src)
+    present = _plan_names(read)
+    missing = [m for m in methods if m not in present]
+    if missing:
+        raise MethodSetError(f"{src} has no method {missing[0]!r} (it has {', '.join(present)})")
+    _check_inputs([src], [read])
+    # A method's training methods (`__et_training_*_METHOD`) go with it, as in merge.
+    methods = [name for name in present if name in methods or (
+        name.startswith(_TRAINING_PREFIX) and any(name.endswith("_" + m) for m in methods))]
+    with ByteSource(src) as source:
+        analysis = analyse_file(read.pte, {read.pte.path: source})
+    aliased = find_aliases(analysis.shared)
+    layout = read_pte_layout(read.pte, read.program, read.program_data, aliased,
+                             shared_segment_alignment(read.pte, aliased))
+    return prune_file(src, dst, progress=progress, view=_without_plans(read, methods, layout))

@@ -1,0 +1,160 @@
+"""Programs exported separately, merged into one multi-method `.pte`, loaded and run.
+
+The sets of `tests.model_sets`: (a) two heads on one backbone, (c) a base with two
+LoRA-style adapters, each portable and lowered to XNNPACK, and (d) the heads lowered
+with their delegate blobs inline; (b) the tiny llama's prefill and decode is slow.
+Each method of the merged file, run by every loader the release has (by name), computes
+bit for bit what its input's `forward` computes; so does each method `split` gives back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+from executorch.extension.pybindings.portable_lib import (
+    _load_for_executorch,
+    _load_for_executorch_from_buffer,
+)
+from executorch.runtime import Runtime
+
+from emitter_filter.ondisk.audit import audit_file
+from emitter_filter.ondisk.layout import aligned
+from emitter_filter.ondisk.merge import merge_files, split_file
+from emitter_filter.ondisk.read_pte import read_pte
+from emitter_filter.reachability import DataSpace
+from tests.model_sets import INPUT, SETS, STEPS, export, export_step, tiny_llama
+
+CASES = {
+    "heads-portable": ("heads", "portable", {}),
+    "heads-xnnpack": ("heads", "xnnpack", {}),
+    "lora-portable": ("lora", "portable", {}),
+    "lora-xnnpack": ("lora", "xnnpack", {}),
+    "heads-xnnpack-inline": ("heads", "xnnpack", {"extract_delegate_segments": False}),
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def merged(request, tmp_path_factory):
+    """(the inputs, the merged file, its report): each input's `forward` as `m<i>`."""
+    name, backend, config = CASES[request.param]
+    root = tmp_path_factory.mktemp(request.param)
+    inputs = []
+    for number, model in enumerate(SETS[name]()):
+        path = root / f"program{number}.pte"
+        path.write_bytes(export(model, backend, **config))
+        inputs.append(path)
+    out = root / "merged.pte"
+    renames = [f"m{i}={p}:forward" for i, p in enumerate(inputs)]
+    return inputs, out, merge_files(inputs, out, methods=renames)
+
+
+def _run_every_loader(pte, method: str, inputs) -> list[torch.Tensor]:
+    """`method` on `inputs` through every loader: Runtime by path and by buffer, the
+    pybindings' module by path and by buffer."""
+    data = pte.read_bytes()  # kept alive, with each program, while its method runs
+    runtime = Runtime.get()
+    outputs = []
+    for program in (runtime.load_program(str(pte)), runtime.load_program(data)):
+        outputs.append(program.load_method(method).execute(list(inputs))[0])
+    for module in (_load_for_executorch(str(pte)), _load_for_executorch_from_buffer(data)):
+        outputs.append(module.run_method(method, tuple(inputs))[0])
+    return outputs
+
+
+def _want(path, inputs) -> torch.Tensor:
+    data = path.read_bytes()  # alive while the module runs
+    return _load_for_executorch_from_buffer(data).forward(tuple(inputs))[0]
+
+
+def test_every_method_computes_what_its_input_computes_with_every_loader(merged):
+    inputs, out, report = merged
+    assert [m.name for m in report.methods] == [f"m{i}" for i in range(len(inputs))]
+    for number, path in enumerate(inputs):
+        want = _want(path, INPUT)
+        for got in _run_every_loader(out, f"m{number}", INPUT):
+            assert torch.equal(got, want), path.name
+
+
+def _distinct_contents(paths) -> int:
+    """The bytes of the inputs' data, each content once: constant entries, delegate blobs
+    (segments and inline), named data."""
+    seen: dict[bytes, int] = {}
+    for path in paths:
+        data, pte = path.read_bytes(), read_pte(path)
+        ranges = [(e.offset, e.nbytes) for i, e in pte.entries[DataSpace.CONSTANT].items() if i]
+        ranges += [(b.offset, b.nbytes) for b in pte.delegates]
+        ranges += [(e.offset, e.nbytes) for e in pte.named_data]
+        for offset, nbytes in ranges:
+            seen[hashlib.sha256(data[offset:offset + nbytes]).digest()] = nbytes
+    return sum(seen.values())
+
+
+def test_the_merged_file_holds_each_content_once(merged):
+    inputs, out, report = merged
+    reads = [read_pte(p) for p in inputs]
+    # Every program table, and per stored piece at most one alignment of padding.
+    pieces = sum(len(r.entries[DataSpace.CONSTANT]) + len(r.delegates) + len(r.named_data)
+                 + len(r.segments) for r in reads)
+    bound = (_distinct_contents(inputs) + sum(aligned(r.program_size, 16) for r in reads)
+             + pieces * 128 + 4096)
+    assert out.stat().st_size <= bound
+    assert report.stored_once > 0 and report.bytes_after < report.bytes_before
+    # The backbone's weights are in every input once and in the merged file once.
+    backbone = (64 * 128 + 128 * 128) * 4
+    assert report.bytes_before - report.bytes_after >= backbone * (len(inputs) - 1) * 0.9
+
+
+def test_the_merged_file_audits_clean(merged):
+    _, out, _ = merged
+    assert audit_file(out).dead_bytes == 0
+
+
+def test_split_gives_back_each_method_and_merging_the_parts_gives_the_file(merged, tmp_path):
+    inputs, out, report = merged
+    parts = []
+    for number, path in enumerate(inputs):
+        part = tmp_path / f"m{number}.pte"
+        split_file(out, part, [f"m{number}"])
+        assert [p.name for p in read_pte(part).plans] == [f"m{number}"]
+        assert audit_file(part).dead_bytes == 0
+        assert part.stat().st_size < out.stat().st_size
+        for got in _run_every_loader(part, f"m{number}", INPUT):
+            assert torch.equal(got, _want(path, INPUT)), path.name
+        parts.append(part)
+    again = tmp_path / "again.pte"
+    merge_files(parts, again)
+    assert again.read_bytes() == out.read_bytes()
+
+
+def test_merging_the_merged_file_alone_changes_nothing(merged, tmp_path):
+    _, out, _ = merged
+    merge_files([out], tmp_path / "again.pte")
+    assert (tmp_path / "again.pte").read_bytes() == out.read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["portable", "xnnpack"])
+def test_prefill_and_decode_merged_compute_as_before(backend, tmp_path):
+    model = tiny_llama()
+    inputs = []
+    for step in STEPS:
+        path = tmp_path / f"{step}.pte"
+        path.write_bytes(export_step(model, step, backend))
+        inputs.append(path)
+    out = tmp_path / "llama.pte"
+    report = merge_files(inputs, out, methods=[f"{s}={s}.pte:forward" for s in STEPS])
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    assert report.bytes_before - report.bytes_after > weights * 0.8
+    runtime = Runtime.get()
+    module = _load_for_executorch(str(out))
+    for path, (step, step_inputs) in zip(inputs, STEPS.items()):
+        want = runtime.load_program(str(path)).load_method("forward").execute(list(step_inputs))
+        # A program of its own per method: `Runtime` gives every host-only method of one
+        # program the same arenas, so a KV cache there is not the method's own (its
+        # load_method says so); the pybindings' module keeps each method's memory apart.
+        got = runtime.load_program(str(out)).load_method(step).execute(list(step_inputs))
+        assert torch.equal(want[0], got[0]), step
+        assert torch.equal(want[0], module.run_method(step, step_inputs)[0]), step
+    assert audit_file(out).dead_bytes == 0
