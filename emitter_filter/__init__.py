@@ -15,7 +15,9 @@ constant, such as a tied embedding lowered to XNNPACK.
 `emitter_filter.report(manager)` tells what was dropped. For files already on
 disk, `emitter_filter.audit_file(path)` tells what is dead and
 `emitter_filter.prune_file(src, dst)` writes the file without it, neither
-importing ExecuTorch's exporter.
+importing ExecuTorch's exporter; `share_files` stores what several programs have
+in common once in a `.ptd`, `merge_files` writes them as one multi-method `.pte`
+and `split_file` cuts one back to some of its methods.
 
 Importing this package is cheap and needs only `flatbuffers`: ExecuTorch's
 exporter (seconds to import) loads only when a name that needs it is first used,
@@ -32,6 +34,7 @@ from emitter_filter.errors import (
     EmitterFilterError,
     EnvironmentVariableError,
     InvariantError,
+    MethodSetError,
     OutputFileError,
     ProgramFormatError,
     PteFormatError,
@@ -57,6 +60,9 @@ __all__ = [
     "DedupeReport",
     "share_files",
     "ShareReport",
+    "merge_files",
+    "split_file",
+    "MergeReport",
     "install",
     "uninstall",
     "EmitterFilterError",
@@ -64,6 +70,7 @@ __all__ = [
     "ProgramFormatError",
     "OutputFileError",
     "EnvironmentVariableError",
+    "MethodSetError",
     "InvariantError",
     "PteFormatError",
     "ReportNotFoundError",
@@ -84,6 +91,9 @@ _LAZY = {
     "DedupeReport": "emitter_filter.ondisk.dedupe",
     "share_files": "emitter_filter.ondisk.share",
     "ShareReport": "emitter_filter.ondisk.share",
+    "merge_files": "emitter_filter.ondisk.merge",
+    "split_file": "emitter_filter.ondisk.merge",
+    "MergeReport": "emitter_filter.ondisk.merge",
     "ExecutorchBackendConfig": "emitter_filter.inprocess.config",
     "pruning": "emitter_filter.inprocess.hook",
     "install": "emitter_filter.inprocess.hook",

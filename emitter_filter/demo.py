@@ -100,10 +100,10 @@ class DemoResult:
             f"{report.dropped_values} values, largest first:",
         ]
         for d in sorted(report.dropped, key=lambda d: (-d.nbytes, d.space, d.index)):
-            what = dtype_label(d.dtype) + ("" if d.shape is None else str(list(d.shape)))
+            what = dtype_label(d.dtype) + ("" if d.shape is None else f" {list(d.shape)}")
             kind = next((n.kind for n in d.names if n.kind), None)
             name = "-" if not (d.names or d.name) else d.label() + (f" ({kind})" if kind else "")
-            lines.append(f"  {d.nbytes:>10,} B  {f'{d.space}[{d.index}]':<14}{what:<26}{name}")
+            lines.append(f"  {d.nbytes:>10,} B  {f'{d.space}[{d.index}]':<14}{what:<28}{name}")
         share = report.seconds / self.to_executorch_seconds
         lines += [
             f"filter: {report.seconds * 1000:.1f} ms, {100 * share:.1f}% of to_executorch "

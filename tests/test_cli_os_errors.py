@@ -1,7 +1,7 @@
 """Every OSError reaching a command is one line and exit 2, and leaves nothing behind.
 
 An OSError is injected at each write path of each command: the rename that puts an
-output in place (`os.replace`: `prune`, `prune --dedupe`, `share`, `explain --html`,
+output in place (`os.replace`: `prune`, `prune --dedupe`, `share`, `merge`, `split`, `explain --html`,
 `budget write`, `--benchmark-json`), the directory `share --out` creates
 (`os.mkdir`), the script `run` reads; and a read (`os.pread`) of the commands
 that only read. Exit 1 means "over the limit" to CI,
@@ -56,6 +56,9 @@ CASES = [
     ("share --out cannot be created", "mkdir", ["share", "{pte}", "{other}", "--out", "{out}/s"]),
     ("share", "replace", ["share", "{pte}", "{other}", "--out", "{out}/s"]),
     ("share --prune", "replace", ["share", "--prune", "{pte}", "{other}", "--out", "{out}/s"]),
+    ("merge", "replace",
+     ["merge", "{pte}", "{other}", "-o", "{out}/m.pte", "--method", "o=clean.pte:forward"]),
+    ("split", "replace", ["split", "{pte}", "--method", "forward", "-o", "{out}/s.pte"]),
     ("explain --html", "replace", ["explain", "{pte}", "--html", "{out}/page.html"]),
     ("budget write", "replace", ["budget", "write", "{pte}", "-o", "{out}/b.json"]),
     ("budget check --benchmark-json", "replace",

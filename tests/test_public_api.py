@@ -21,10 +21,11 @@ PUBLIC_API = {
     "ConstantName", "install", "uninstall",
     # files on disk
     "audit_file", "AuditReport", "prune_file", "FilePruneReport", "dedupe_file", "DedupeReport",
-    "share_files", "ShareReport",
+    "share_files", "ShareReport", "merge_files", "split_file", "MergeReport",
     # errors
     "EmitterFilterError", "UnsupportedExecutorchError", "ProgramFormatError", "PteFormatError",
     "OutputFileError", "EnvironmentVariableError", "InvariantError", "ReportNotFoundError",
+    "MethodSetError",
     # the environment and the supported executorch
     "SUPPORTED_EXECUTORCH", "ENV_PRUNE", "ENV_DEDUPE", "ENV_STRICT", "__version__",
 }

@@ -85,7 +85,7 @@ def test_the_config_without_executorch_is_an_error_saying_what_to_install():
     assert INSTALL_HINT in result.stdout
 
 
-def test_audit_and_prune_with_a_ptd_import_neither_torch_nor_executorch(tmp_path):
+def test_audit_prune_merge_and_split_import_neither_torch_nor_executorch(tmp_path):
     pte, ptds = saved(GOLDEN / "external" / "dirty")
     code = textwrap.dedent(
         f"""
@@ -94,6 +94,11 @@ def test_audit_and_prune_with_a_ptd_import_neither_torch_nor_executorch(tmp_path
         assert cli.main(["audit", {str(pte)!r}, "--ptd", {str(ptds[0])!r}]) == 0
         assert cli.main(["prune", {str(pte)!r}, "-o", {str(tmp_path / "out.pte")!r},
                          "--ptd", {str(ptds[0])!r}, "--ptd-out", {str(tmp_path)!r}]) == 0
+        plain = {str(GOLDEN / "plain" / "dirty" / "model.pte")!r}
+        assert cli.main(["merge", plain, plain, "-o", {str(tmp_path / "m.pte")!r},
+                         "--method", "b=" + plain + ":forward"]) == 0
+        assert cli.main(["split", {str(tmp_path / "m.pte")!r}, "--method", "b",
+                         "-o", {str(tmp_path / "s.pte")!r}]) == 0
         loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "executorch"))
         assert not loaded, loaded
         """
