@@ -403,6 +403,19 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
         "(repeatable), e.g. --method decode=decode.pte:forward; ExecuTorch's training "
         "methods of METHOD (__et_training_*_METHOD) follow it",
     )
+    merge.add_argument(
+        "--data", action="append", default=[], metavar="[FILE=]IN.ptd",
+        help="a .ptd the inputs load with (repeatable; needs --ptd or --inline): every input "
+        "may read its keys from IN.ptd, or only the input FILE with FILE=IN.ptd",
+    )
+    where = merge.add_mutually_exclusive_group()
+    where.add_argument("--ptd", metavar="OUT.ptd",
+                       help="write the merged program's one .ptd here: every live key once")
+    where.add_argument(
+        "--inline", action="store_true",
+        help="move the .ptd data into OUT.pte instead (external tensors into its constant "
+        "segment, named data into its own): OUT.pte then loads without a data file",
+    )
     merge.add_argument("--json", action="store_true", help="print the report as JSON")
     split = commands.add_parser(
         "split",
@@ -429,6 +442,7 @@ def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 
     with _sigterm_unwinds():
         report = merge_files(options.pte, options.output, methods=options.method,
+                             data=options.data, ptd_out=options.ptd, inline=options.inline,
                              progress=_progress_printer())
     print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
     return EXIT_OK

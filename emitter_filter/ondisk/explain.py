@@ -128,10 +128,20 @@ class Part:
         where = self.storage if self.tag is None else f"{self.storage}:{self.tag}"
         return where if self.index is None else f"{where}[{self.index}]"
 
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The methods that read it (its readers' plans), or whose section of the program it
+        is: in a merged file, what the methods share."""
+        if self.storage in ("values", "instructions", "operators"):
+            return (self.tag,)
+        return tuple(dict.fromkeys(r.plan for r in self.readers))
+
     def group(self, by: str) -> str:
         """The value of this part for `--by` (one of `GROUPINGS`)."""
         if by == "storage":
             return self.storage
+        if by == "method":
+            return ", ".join(self.methods) or f"({self.storage})"
         if by == "status":
             return self.status
         if by == "dtype":
@@ -162,6 +172,7 @@ class Part:
             "layouts": [{"dtype": dtype, "shape": list(shape)} for dtype, shape in self.layouts],
             "names": list(self.names),
             "readers": [r.describe() for r in self.readers],
+            "methods": list(self.methods),
             "copies": list(self.copies),
         }
 

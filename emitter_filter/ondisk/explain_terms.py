@@ -18,4 +18,4 @@ STORAGES = (
 #: Every `Part.status`.
 STATUSES = ("live", "dead", "duplicated", "shared", "padding")
 #: What `--by` groups parts by.
-GROUPINGS = ("storage", "status", "dtype", "reader", "module")
+GROUPINGS = ("storage", "status", "dtype", "reader", "module", "method")

@@ -39,22 +39,29 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
+from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
+    TensorDataLocation,
+)
 from emitter_filter.errors import MethodSetError, PteFormatError
-from emitter_filter.fbs_schemas import PROGRAM
+from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.object_models import GENERATED
 from emitter_filter.ondisk.analysis import FileAnalysis, analyse_file, find_aliases
 from emitter_filter.ondisk.byte_source import ByteSource, Piece
 from emitter_filter.ondisk.layout import (
+    PtdLayout,
     PteLayout,
     extended_header_prefix,
+    infer_ptd_layout,
     pack_program,
     place_segments,
     program_prefix,
+    ptd_prefix,
+    ptd_segment_alignments,
     read_pte_layout,
     shared_segment_alignment,
 )
@@ -74,12 +81,14 @@ from emitter_filter.ondisk.prune import (
     changes_pte,
     constant_segment,
     delegate_segments,
+    keep_ptd_key,
     mutable_segment,
-    named_data_segments,
     prune_file,
     stored_entries,
     verbatim,
 )
+from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
+from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
 from emitter_filter.plan_indices import remap_data_indices, remap_plan_values
 from emitter_filter.reachability import DataSpace, new_data_indices, order_live_data
@@ -113,9 +122,10 @@ class MergeReport:
     Attributes:
         inputs: The programs, in the order given.
         output: The merged `.pte`.
+        ptd_output: Its `.ptd` (`ptd_out`), if one was written.
         methods: Each method of the output, in order.
-        bytes_before: The inputs' sizes, summed.
-        bytes_after: The output's size.
+        bytes_before: The inputs' sizes, their `.ptd` files' included, summed.
+        bytes_after: The outputs' sizes.
         stored_once: Bytes of data an input reads that the output holds once for
             several inputs (constants, delegate blobs, named data).
         dropped: The inputs' dead bytes (`audit`'s one count), not written.
@@ -124,6 +134,7 @@ class MergeReport:
 
     inputs: tuple[str, ...]
     output: str
+    ptd_output: str | None
     methods: tuple[MergedMethod, ...]
     bytes_before: int
     bytes_after: int
@@ -136,6 +147,7 @@ class MergeReport:
             "schema": JSON_SCHEMA,
             "inputs": list(self.inputs),
             "output": self.output,
+            "ptd_output": self.ptd_output,
             "methods": [m.to_json() for m in self.methods],
             "bytes_before": self.bytes_before,
             "bytes_after": self.bytes_after,
@@ -147,8 +159,9 @@ class MergeReport:
     def summary(self) -> str:
         methods = ", ".join(m.name for m in self.methods)
         count = len(self.inputs)
+        written = self.output + ("" if self.ptd_output is None else f" + {self.ptd_output}")
         return (
-            f"{count} program{'s' if count != 1 else ''} -> {self.output}: "
+            f"{count} program{'s' if count != 1 else ''} -> {written}: "
             f"{self.bytes_before:,} -> {self.bytes_after:,} B; methods {methods}; "
             f"{self.stored_once:,} B stored once for several inputs, "
             f"{self.dropped:,} B dead not written, in {self.seconds * 1000:.1f} ms"
@@ -184,8 +197,7 @@ def _input_of(path: str, inputs: Sequence[str]) -> int:
     named = [i for i, given in enumerate(inputs) if os.path.basename(given) == path]
     if len(named) == 1:
         return named[0]
-    raise MethodSetError(f"--method names {path!r}, which is none of the inputs "
-                         f"({', '.join(inputs)})")
+    raise MethodSetError(f"{path!r} is none of the inputs ({', '.join(inputs)})")
 
 
 # ExecuTorch's training export adds, per method M, methods named `__et_training_*_M`
@@ -226,18 +238,18 @@ def _method_names(
 
 
 def _check_inputs(inputs: Sequence[str], reads: Sequence[PteProgram]) -> None:
-    """Refuses what cannot be merged: other schema versions, data in `.ptd` files."""
+    """Refuses what cannot be merged: other schema versions, data in `.ptd` files not given."""
     versions = {read.program.version for read in reads}
     if len(versions) > 1:
         listed = ", ".join(f"{p} {r.program.version}" for p, r in zip(inputs, reads))
         raise MethodSetError(f"the programs have different Program.version ({listed}): "
                              "export them with one ExecuTorch release")
     for path, read in zip(inputs, reads):
-        if read.pte.entries[DataSpace.EXTERNAL]:
+        missing = [e for e in read.pte.entries[DataSpace.EXTERNAL].values() if e.offset < 0]
+        if missing:
             raise MethodSetError(
-                f"{path}: reads {len(read.pte.entries[DataSpace.EXTERNAL])} tensor(s) from a "
-                ".ptd; merge takes programs whose data is in the .pte (merge .ptd inputs is not "
-                "supported yet)"
+                f"{path}: reads {len(missing)} tensor(s) from a .ptd: give the .ptd files it "
+                "loads with as --data"
             )
 
 
@@ -245,44 +257,64 @@ def _check_inputs(inputs: Sequence[str], reads: Sequence[PteProgram]) -> None:
 
 
 class _Contents:
-    """Keys under which equal bytes meet: (size, sha256) where another candidate has the
-    size, else the place itself (nothing is hashed that cannot have a twin)."""
+    """Keys under which equal bytes meet: (size, sha256) where another candidate of the
+    kind has the size, else the place itself (nothing is hashed that cannot have a twin)."""
 
-    def __init__(self, sources: Sequence[ByteSource]) -> None:
-        self.sources = sources
+    def __init__(self, sources: Mapping[int, ByteSource]) -> None:
+        self.sources = sources  # by the descriptor `Piece`s read from
         self.sizes: Counter[tuple[str, int]] = Counter()
 
     def expect(self, kind: str, size: int) -> None:
         self.sizes[kind, size] += 1
 
-    def key(self, kind: str, source: int, offset: int, size: int) -> tuple:
+    def key(self, kind: str, fd: int, offset: int, size: int) -> tuple:
         if self.sizes[kind, size] < 2:
-            return (kind, source, offset, size)
-        return (kind, size, self.sources[source].sha256(offset, size, kind))
+            return (kind, fd, offset, size)
+        return (kind, size, self.sources[fd].sha256(offset, size, kind))
 
 
 @dataclass
 class _Input:
-    """One input while merging: what was read, its analysis, layout and open file."""
+    """One input while merging: what was read, its analysis and layout, its open files.
+
+    `keep_ptd_key` (`prune.keep_ptd_key`) says which keys of the `.ptd` files it reads
+    live: taken before its program is rewritten.
+    """
 
     path: str
     read: PteProgram
     analysis: FileAnalysis
     layout: PteLayout
-    fd: int
+    fds: Mapping[str, int]
     order: dict[DataSpace, list[int]]
+    keep_ptd_key: Callable[[str], bool]
 
     @property
     def program(self):
         return self.read.program
 
+    @property
+    def fd(self) -> int:
+        return self.fds[self.path]
+
     def entries(self, space: DataSpace) -> list[StoredEntry]:
+        """The entries of its constant or mutable segment, by index."""
         subsegment = (self.program.constantSegment if space is DataSpace.CONSTANT
                       else (self.program.mutableDataSegments or [None])[0])
         if subsegment is None or not vector_ints(subsegment.offsets):
             return []
         alignment = self.layout.tensor_alignment if space is DataSpace.CONSTANT else 1
         return stored_entries(self.read.pte, subsegment, self.fd, space, alignment)
+
+    def external(self, index: int) -> StoredEntry:
+        """External entry `index` (in a `.ptd`), as a constant entry would be copied."""
+        entry = self.read.pte.entries[DataSpace.EXTERNAL][index]
+        return StoredEntry(self.fds[entry.file], entry.offset, entry.nbytes, entry.nbytes,
+                           True, self.layout.tensor_alignment)
+
+    def external_names(self) -> dict[int, str]:
+        return {t.ref.index: t.name for t in self.read.pte.tensors
+                if t.ref.space is DataSpace.EXTERNAL}
 
 
 def _merged_layout(layouts: Sequence[PteLayout]) -> PteLayout:
@@ -298,27 +330,43 @@ def _merged_layout(layouts: Sequence[PteLayout]) -> PteLayout:
     )
 
 
-def _data_entries(inputs: Sequence[_Input], contents: _Contents, new_index: list) -> tuple:
-    """The output's constant and mutable entries; fills each input's data index map."""
-    for number, item in enumerate(inputs):
+def _data_entries(inputs: Sequence[_Input], contents: _Contents, new_index: list,
+                  inline: bool) -> tuple[list[StoredEntry], list[StoredEntry]]:
+    """The output's constant and mutable entries (with `inline`, the external tensors'
+    among the constants); fills each input's data index map."""
+    for item in inputs:
         entries = item.entries(DataSpace.CONSTANT)
-        for old in item.order[DataSpace.CONSTANT]:
-            contents.expect("constant", entries[old].nbytes)
+        sizes = [entries[old].nbytes for old in item.order[DataSpace.CONSTANT]]
+        if inline:
+            sizes += [item.external(old).nbytes for old in item.order[DataSpace.EXTERNAL]]
+        for size in sizes:
+            contents.expect("constant", size)
     constants: list[StoredEntry] = []
     mutables: list[StoredEntry] = []
     where: dict[tuple, int] = {}
+    external_index: dict[str, int] = {}
     for number, item in enumerate(inputs):
         index = new_index[number]
         entries = item.entries(DataSpace.CONSTANT)
-        if entries and not constants:
-            constants.append(entries[0])  # The placeholder, once.
-        for old in item.order[DataSpace.CONSTANT]:
-            entry = entries[old]
-            key = contents.key("constant", number, entry.offset, entry.nbytes)
+        stored = [(DataSpace.CONSTANT, old, entries[old]) for old in item.order[DataSpace.CONSTANT]]
+        if inline:
+            stored += [(DataSpace.EXTERNAL, old, item.external(old))
+                       for old in item.order[DataSpace.EXTERNAL]]
+        else:
+            # One index per key over all inputs, in first-reference order, as one export numbers them.
+            names = item.external_names()
+            for old in item.order[DataSpace.EXTERNAL]:
+                index[DataSpace.EXTERNAL][old] = external_index.setdefault(
+                    names[old], len(external_index))
+        if (entries or stored) and not constants:
+            # The placeholder, once, as prune keeps it: the input's own, or none of its bytes.
+            constants.append(entries[0] if entries else StoredEntry(item.fd, 0, 0, 0, True, 1))
+        for space, old, entry in stored:
+            key = contents.key("constant", entry.fd, entry.offset, entry.nbytes)
             if key not in where:
                 where[key] = len(constants)
                 constants.append(entry)
-            index[DataSpace.CONSTANT][old] = where[key]
+            index[space][old] = where[key]
         entries = item.entries(DataSpace.MUTABLE)
         if entries and not mutables:
             mutables.append(entries[0])
@@ -347,44 +395,64 @@ def _inline_blobs(inputs: Sequence[_Input]) -> list:
     return blobs
 
 
-def _named_data(inputs: Sequence[_Input], contents: _Contents, table: SegmentTable) -> list:
-    """The output's `named_data`: each live key once; refuses a key with two contents."""
+class _NamedData:
+    """Named data of several files as one store: each key once, refused with two contents."""
+
+    def __init__(self, contents: _Contents, table: SegmentTable) -> None:
+        self.contents, self.table = contents, table
+        self.first: dict[str, tuple[str, tuple]] = {}
+
+    def add(self, key: str, file: str, segment, alignment: int, fd: int) -> int | None:
+        """The output segment of `key`'s bytes (`segment` of `file`), or None if the key is
+        in already with these bytes."""
+        content = self.contents.key("named", fd, segment.offset, segment.size)
+        if key in self.first:
+            if self.first[key][1] != content:
+                raise PteFormatError(file, f"named data {key!r} holds other bytes than {key!r} "
+                                     f"in {self.first[key][0]}: one file cannot hold both"
+                                     + ("" if file.endswith(".pte") else "; merge with --inline"))
+            return None
+        self.first[key] = (file, content)
+        return self.table.add(content, Piece(fd, segment.offset, segment.size), alignment)
+
+
+def _program_named_data(inputs: Sequence[_Input], store: _NamedData, inline: bool) -> list:
+    """The merged program's `named_data`: each input's live keys; with `inline`, also the
+    live keys of its `.ptd` files that are not external tensors'."""
+    named = []
     for item in inputs:
-        for entry in item.read.pte.named_data:
-            contents.expect("named", entry.nbytes)
-    named, first = [], {}
-    for number, item in enumerate(inputs):
         pte = item.read.pte
         dead = frozenset(item.analysis.use.dead)
-
-        def key(index, number=number, pte=pte):
-            segment = pte.segments[index]
-            return contents.key("named", number, segment.offset, segment.size)
-
-        kept = []
         for entry in item.program.namedData or ():
-            name = table_text(entry.key)
-            if name in dead:
+            key = table_text(entry.key)
+            if key in dead:
                 continue
-            if name not in first:
-                first[name] = (item.path, key(entry.segmentIndex))
-                kept.append(entry)
-            elif first[name][1] != key(entry.segmentIndex):
-                raise PteFormatError(item.path, f"named data {name!r} holds other bytes than "
-                                     f"{name!r} in {first[name][0]}: one file cannot hold both")
-        if item.program.namedData is not None:
-            item.program.namedData = kept
-        named += named_data_segments(pte, item.program, item.fd, table, key,
-                                     item.layout.segment_alignments)
+            segment = pte.segments[entry.segmentIndex]
+            index = store.add(key, pte.path, segment, item.layout.segment_alignments[segment.index],
+                              item.fd)
+            if index is not None:
+                entry.segmentIndex = index
+                named.append(entry)
+        if not inline:
+            continue
+        tensors = set(item.external_names().values())
+        for ptd in pte.ptd_files:
+            for key, entry in ptd.named_data.items():
+                if key in tensors or not item.keep_ptd_key(key):
+                    continue
+                index = store.add(key, ptd.path, ptd.segments[entry.segment_index], 1,
+                                  item.fds[ptd.path])
+                if index is not None:
+                    named.append(PROGRAM.NamedData(key=key, segmentIndex=index))
     return named
 
 
 def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
-                contents: _Contents, output: str) -> tuple[OutputFile, int]:
+                contents: _Contents, output: str, inline: bool) -> tuple[OutputFile, int]:
     """Every byte of the merged `.pte`, and the bytes stored once for several inputs."""
     layout = _merged_layout([item.layout for item in inputs])
     new_index = [new_data_indices(item.order) for item in inputs]
-    constants, mutables = _data_entries(inputs, contents, new_index)
+    constants, mutables = _data_entries(inputs, contents, new_index, inline)
     out: list[OutSegment] = []
     program = inputs[0].program
     if constants:
@@ -404,16 +472,18 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
         for blob in item.read.pte.delegates:
             if blob.location == "segment":
                 contents.expect("delegate", blob.nbytes)
-    for number, item in enumerate(inputs):
+        for entry in item.read.pte.named_data:
+            contents.expect("named", entry.nbytes)
+    for item in inputs:
         pte = item.read.pte
 
-        def key(index, number=number, pte=pte):
+        def key(index, pte=pte, item=item):
             segment = pte.segments[index]
-            return contents.key("delegate", number, segment.offset, segment.size)
+            return contents.key("delegate", item.fd, segment.offset, segment.size)
 
         delegate_segments(pte, item.program, item.fd, table, key)
-    inline = _inline_blobs(inputs)
-    named = _named_data(inputs, contents, table)
+    blobs = _inline_blobs(inputs)
+    named = _program_named_data(inputs, _NamedData(contents, table), inline)
 
     plans = []
     for item, index, methods in zip(inputs, new_index, names):
@@ -421,12 +491,14 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
         for plan, refs, live, name in zip(item.program.executionPlan or (), pte.plans,
                                           live_values, methods):
             remap_plan_values(GENERATED, plan, refs, live)
-            remap_data_indices(GENERATED, plan, refs, live, index)
+            for ref, tensor in remap_data_indices(GENERATED, plan, refs, live, index):
+                if inline and ref.space is DataSpace.EXTERNAL:
+                    tensor.extraTensorInfo.location = TensorDataLocation.SEGMENT
             plan.name = name
             plans.append(plan)
     program.executionPlan = plans
-    if inline or program.backendDelegateData is not None:
-        program.backendDelegateData = inline
+    if blobs or program.backendDelegateData is not None:
+        program.backendDelegateData = blobs
     if named or program.namedData is not None:
         program.namedData = named
     offsets, data_size = place_segments([(s.size, s.alignment) for s in out],
@@ -439,13 +511,98 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
     result = OutputFile(output, inputs[0].fd, prefix)
     if data_size:
         result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out)]
-    # What the inputs' live references read, against what the output holds for them.
-    live_data = sum(item.analysis.count.live[space] for item in inputs
-                    for space in ("constant", "named_data", "delegate"))
-    written_data = (sum(entry.nbytes for entry in constants[1:])
-                    + sum(s.size for s in out[blobs_from:])
-                    + sum(len(bytes(blob.data or b"")) for blob in inline))
-    return result, max(live_data - written_data, 0)
+    written = (sum(entry.nbytes for entry in constants[1:])
+               + sum(s.size for s in out[blobs_from:])
+               + sum(len(bytes(blob.data or b"")) for blob in blobs))
+    return result, written
+
+
+def _merged_ptd(inputs: Sequence[_Input], contents: _Contents, output: str) -> OutputFile | None:
+    """The one `.ptd` of the merged program: every live key of the inputs' `.ptd` files
+    once (a key with two contents refused); None when no input reads one."""
+    flat_tensors: dict[str, tuple] = {}
+    out: list[OutSegment] = []
+    store = _NamedData(contents, SegmentTable(out))
+    entries, alignment, fd = [], 1, None
+    for item in inputs:
+        for ptd in item.read.pte.ptd_files:
+            if ptd.path not in flat_tensors:
+                flat_tensor = read_ptd_flat_tensor(ptd.path)[1]
+                layout = infer_ptd_layout(ptd_segment_alignments(ptd), None,
+                                          len(flat_tensor.segments or ()))
+                flat_tensors[ptd.path] = (flat_tensor, layout)
+                for entry in ptd.named_data.values():
+                    contents.expect("named", entry.nbytes)
+    for item in inputs:
+        for ptd in item.read.pte.ptd_files:
+            flat_tensor, layout = flat_tensors[ptd.path]
+            alignment, fd = max(alignment, layout.segment_alignment), item.fds[ptd.path]
+            for entry in flat_tensor.namedData or ():
+                key = table_text(entry.key) or ""
+                if not item.keep_ptd_key(key):
+                    continue
+                segment = ptd.segments[entry.segmentIndex]
+                index = store.add(key, ptd.path, segment,
+                                  layout.segment_alignments[entry.segmentIndex], fd)
+                if index is not None:
+                    entry.segmentIndex = index
+                    entries.append(entry)
+    if not entries:
+        return None
+    offsets, data_size = place_segments([(s.size, s.alignment) for s in out], alignment)
+    flat_tensor = FLAT_TENSOR.FlatTensor(
+        segments=[FLAT_TENSOR.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out)],
+        namedData=entries,
+    )
+    prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), PtdLayout(alignment, ()), data_size)
+    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out)])
+
+
+def _read_inputs(inputs, reads, stack, opened) -> tuple[list[_Input], dict[int, ByteSource]]:
+    """Analyses each input as `prune` does; opens its files (into `opened`), and a
+    `ByteSource` of each by its descriptor."""
+    fds: dict[str, int] = {}
+    sources: dict[str, ByteSource] = {}
+    items = []
+    for path, read in zip(inputs, reads):
+        for file in [path, *(ptd.path for ptd in read.pte.ptd_files)]:
+            if file not in fds:
+                fds[file] = open_input(file, opened)
+                sources[file] = stack.enter_context(ByteSource(file))
+        analysis = analyse_file(read.pte, {f: sources[f] for f in fds})
+        aliased = find_aliases(analysis.shared)
+        layout = read_pte_layout(read.pte, read.program, read.program_data, aliased,
+                                 shared_segment_alignment(read.pte, aliased))
+        order = order_live_data(read.pte.plans, analysis.liveness)
+        keep = keep_ptd_key(read.pte, read.program, analysis.liveness,
+                            frozenset(analysis.use.dead))
+        files = {path: fds[path], **{p.path: fds[p.path] for p in read.pte.ptd_files}}
+        items.append(_Input(path, read, analysis, layout, files, order, keep))
+    return items, {fds[file]: source for file, source in sources.items()}
+
+
+def _data_files(inputs: Sequence[str], data) -> list[list[str]]:
+    """The `.ptd` files each input reads, from `data` as `merge_files` takes it."""
+    shared, own = [], [[] for _ in inputs]
+    for spec in data:
+        if isinstance(spec, tuple):
+            file, ptd = spec
+        else:
+            spec = os.fspath(spec)
+            file, _, ptd = spec.rpartition("=") if "=" in spec else ("", "", spec)
+        if file:
+            own[_input_of(file, inputs)].append(os.fspath(ptd))
+        else:
+            shared.append(os.fspath(ptd))
+    return [[*shared, *files] for files in own]
+
+
+def _dropped_bytes(items: Sequence[_Input]) -> int:
+    """The inputs' dead bytes, but a `.ptd` key one input leaves and another reads."""
+    kept = {key for item in items for ptd in item.read.pte.ptd_files
+            for key in ptd.named_data if item.keep_ptd_key(key)}
+    return sum(d.nbytes for item in items for d in item.analysis.dead
+               if not (d.space == "named_data" and d.name in kept))
 
 
 def merge_files(
@@ -453,6 +610,9 @@ def merge_files(
     output: str | os.PathLike,
     *,
     methods: Sequence[str | tuple[str, str, str]] = (),
+    data: Sequence[str | os.PathLike | tuple[str, str]] = (),
+    ptd_out: str | os.PathLike | None = None,
+    inline: bool = False,
     progress: ProgressFn | None = None,
 ) -> MergeReport:
     """Writes the programs of `inputs` as one `.pte` whose methods are all of theirs.
@@ -464,53 +624,69 @@ def merge_files(
             an input.
         methods: Renames, `NEW=FILE:METHOD` (or its `parse_method` tuple): the
             method METHOD of the input FILE (as given, or its base name) is NEW.
+        data: The `.ptd` files the inputs load with: `IN.ptd`, which every input may
+            read its keys from, or `FILE=IN.ptd` (or a (FILE, IN.ptd) tuple), read only
+            by the input FILE (as `methods` names it): where separate exports name
+            different tensors alike. Not modified.
+        ptd_out: With `data`: where to write the merged program's one `.ptd`, each
+            live key of the inputs' once.
+        inline: With `data`, instead: move the external tensors into the constant
+            segment and the `.ptd`'s named data into the `.pte`, which then loads
+            without a data file.
         progress: Called with (bytes written, bytes to write) as data is copied.
 
     Raises:
         MethodSetError: Two inputs' methods have one name, a rename names what is
-            not there, the programs' versions differ, an input reads a `.ptd`.
+            not there, the programs' versions differ, an input's `.ptd` is not given.
         PteFormatError: A file is malformed, or one named-data key holds two contents.
         OutputFileError: The output would replace an input, or cannot be written.
     """
     started = time.perf_counter()
     inputs = [os.fspath(p) for p in inputs]
     output = os.fspath(output)
+    ptd_out = None if ptd_out is None else os.fspath(ptd_out)
     if not inputs:
         raise MethodSetError("merge: no programs given")
+    if data and (ptd_out is None) == (not inline):
+        raise MethodSetError("merge: with --data, give --ptd OUT.ptd or --inline (one of them)")
     renames = [parse_method(m) if isinstance(m, str) else m for m in methods]
-    check_outputs(inputs, [output], "merge")
-    reads = [read_pte_program(path) for path in inputs]
+    data_of = _data_files(inputs, data)
+    data = list(dict.fromkeys(p for files in data_of for p in files))
+    check_outputs([*inputs, *data], [output, *([ptd_out] if ptd_out else [])], "merge")
+    reads = [read_pte_program(path, files) for path, files in zip(inputs, data_of)]
     _check_inputs(inputs, reads)
     names = _method_names(inputs, reads, renames)
     opened: list[int] = []
     try:
         with contextlib.ExitStack() as stack:
-            sources = [stack.enter_context(ByteSource(path)) for path in inputs]
-            items = []
-            for path, read, source in zip(inputs, reads, sources):
-                analysis = analyse_file(read.pte, {read.pte.path: source})
-                aliased = find_aliases(analysis.shared)
-                layout = read_pte_layout(read.pte, read.program, read.program_data, aliased,
-                                         shared_segment_alignment(read.pte, aliased))
-                order = order_live_data(read.pte.plans, analysis.liveness)
-                items.append(_Input(path, read, analysis, layout, open_input(path, opened), order))
-            dropped = sum(d.nbytes for item in items for d in item.analysis.dead)
-            if len(items) == 1 and not renames and not changes_pte(items[0].analysis):
+            items, sources = _read_inputs(inputs, reads, stack, opened)
+            contents = _Contents(sources)
+            dropped = _dropped_bytes(items)
+            live = sum(item.analysis.count.live[space] for item in items
+                       for space in ("constant", "named_data", "delegate", "external"))
+            ptd = None if inline or ptd_out is None else _merged_ptd(items, contents, ptd_out)
+            if len(items) == 1 and not (renames or data) and not changes_pte(items[0].analysis):
                 # One program with nothing to change is its own merge, as it is its own prune.
-                merged, stored_once = verbatim(output, items[0].fd, reads[0].pte.file_bytes), 0
+                merged, written = verbatim(output, items[0].fd, reads[0].pte.file_bytes), live
             else:
-                merged, stored_once = _merged_pte(items, names, _Contents(sources), output)
-        bytes_after = write_outputs([merged], progress)
+                merged, written = _merged_pte(items, names, contents, output, inline)
+            if ptd is not None:
+                written += sum(len(p) for _, pieces in ptd.runs for p in pieces)
+        bytes_after = write_outputs([merged, *([ptd] if ptd else [])], progress)
     finally:
         for fd in opened:
             os.close(fd)
     report = MergeReport(
-        inputs=tuple(inputs), output=output,
+        inputs=tuple(inputs), output=output, ptd_output=ptd_out if ptd else None,
         methods=tuple(MergedMethod(name, path, method)
                       for path, read, new in zip(inputs, reads, names)
                       for name, method in zip(new, _plan_names(read))),
-        bytes_before=sum(read.pte.file_bytes for read in reads), bytes_after=bytes_after,
-        stored_once=stored_once, dropped=dropped, seconds=time.perf_counter() - started,
+        bytes_before=sum(read.pte.file_bytes for read in reads)
+        + sum(os.path.getsize(p) for p in data),
+        bytes_after=bytes_after,
+        # What the inputs' live references read, against what the output holds for them.
+        stored_once=max(live - written, 0), dropped=dropped,
+        seconds=time.perf_counter() - started,
     )
     logger.info("%s", report.summary())
     return report

@@ -101,7 +101,7 @@ __all__ = [
     "JSON_SCHEMA", "FilePruneReport", "prune_file", "read_layout",
     "pruned_pte", "OutSegment", "verbatim", "StoredEntry", "stored_entries",
     "constant_segment", "mutable_segment", "SegmentTable", "delegate_segments",
-    "named_data_segments", "ProgramView", "changes_pte",
+    "ProgramView", "changes_pte", "keep_ptd_key",
 ]
 
 logger = logging.getLogger(__name__)
@@ -374,7 +374,7 @@ def delegate_segments(pte: PteFile, program, fd: int, table: SegmentTable, key) 
                 key(source.index), Piece(fd, source.offset, source.size))
 
 
-def named_data_segments(
+def _named_data_segments(
     pte: PteFile, program, fd: int, table: SegmentTable, key, alignments: Sequence[int],
     dead_keys: frozenset[str] = frozenset(),
 ) -> list:
@@ -409,7 +409,7 @@ def pruned_pte(
     _tensor_data_segments(pte, program, fd, order, layout, out)
     table = SegmentTable(out)
     delegate_segments(pte, program, fd, table, key=lambda index: ("delegate", index))
-    named = named_data_segments(pte, program, fd, table, lambda index: ("named", index),
+    named = _named_data_segments(pte, program, fd, table, lambda index: ("named", index),
                                 layout.segment_alignments, dead_keys)
     if program.namedData is not None:
         program.namedData = named
@@ -473,7 +473,7 @@ def verbatim(path: str, fd: int, size: int) -> OutputFile:
 # --- the entry point ------------------------------------------------------------------
 
 
-def _keep_ptd_key(pte: PteFile, program, liveness: Liveness, dead_keys: frozenset[str]):
+def keep_ptd_key(pte: PteFile, program, liveness: Liveness, dead_keys: frozenset[str]):
     """Which keys of the `.ptd` files stay: live external constants, and live named data.
 
     Reads `program` before it is rewritten (the live values are its indices).
@@ -515,7 +515,7 @@ def _decide_outputs(
     dead_keys = frozenset(analysis.use.dead)
     aliased = find_aliases(analysis.shared)
     segment_alignment = shared_segment_alignment(pte, aliased)
-    keep_ptd_key = _keep_ptd_key(pte, program, liveness, dead_keys)
+    keep_key = keep_ptd_key(pte, program, liveness, dead_keys)
     fd = open_input(src, opened)
     if layout is not None or changes_pte(analysis):
         layout = layout or read_pte_layout(
@@ -526,10 +526,10 @@ def _decide_outputs(
     ptd_written: dict[str, str] = {}
     for (path, output), ptd in zip(ptd_outputs, pte.ptd_files):
         ptd_fd = open_input(path, opened)
-        if all(keep_ptd_key(key) for key in ptd.named_data):
+        if all(keep_key(key) for key in ptd.named_data):
             written = verbatim(output, ptd_fd, ptd.file_bytes)
         else:
-            written = _pruned_ptd(path, output, ptd_fd, keep_ptd_key, segment_alignment)
+            written = _pruned_ptd(path, output, ptd_fd, keep_key, segment_alignment)
         if written is not None:
             outputs.append(written)
             ptd_written[path] = output

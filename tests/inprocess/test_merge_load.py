@@ -10,6 +10,7 @@ bit for bit what its input's `forward` computes; so does each method `split` giv
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from executorch.extension.pybindings.portable_lib import (
 )
 from executorch.runtime import Runtime
 
+from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.layout import aligned
 from emitter_filter.ondisk.merge import merge_files, split_file
@@ -158,3 +160,68 @@ def test_prefill_and_decode_merged_compute_as_before(backend, tmp_path):
         assert torch.equal(want[0], got[0]), step
         assert torch.equal(want[0], module.run_method(step, step_inputs)[0]), step
     assert audit_file(out).dead_bytes == 0
+
+
+def _export_external(model, directory) -> tuple:
+    """`model` exported portable with its weights in a `.ptd` (`external_constants`)."""
+    from executorch.exir import ExecutorchBackendConfig, to_edge
+
+    directory.mkdir()
+    manager = to_edge(torch.export.export(model.eval(), INPUT)).to_executorch(
+        ExecutorchBackendConfig(external_constants=True))
+    (directory / "model.pte").write_bytes(manager.buffer)
+    manager.write_tensor_data_to_file(str(directory))
+    return directory / "model.pte", [*directory.glob("*.ptd")]
+
+
+def test_inputs_with_ptd_files_inline_into_one_file_that_loads_alone(tmp_path):
+    inputs, data = [], []
+    for number, model in enumerate(SETS["heads"]()):
+        pte, ptds = _export_external(model, tmp_path / f"in{number}")
+        inputs.append(pte)
+        data += [f"{pte}={ptd}" for ptd in ptds]  # each input its own: the keys are alike
+    renames = [f"m{i}={p}:forward" for i, p in enumerate(inputs)]
+    # Both heads name their weight `head.weight`: one .ptd cannot hold both.
+    with pytest.raises(PteFormatError, match="'head.weight' holds other bytes.*--inline"):
+        merge_files(inputs, tmp_path / "out.pte", methods=renames, data=data,
+                    ptd_out=tmp_path / "out.ptd")
+    out = tmp_path / "inline.pte"
+    merge_files(inputs, out, methods=renames, data=data, inline=True)
+    assert not read_pte(out).entries[DataSpace.EXTERNAL] and audit_file(out).dead_bytes == 0
+    for number, (pte, spec) in enumerate(zip(inputs, data)):
+        ptd = Path(spec.rpartition("=")[2])
+        program, weights = pte.read_bytes(), ptd.read_bytes()  # alive while the module runs
+        want = _load_for_executorch_from_buffer(program, weights).forward(INPUT)[0]
+        for got in _run_every_loader(out, f"m{number}", INPUT):
+            assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("backend", ["portable", "xnnpack"])
+def test_shares_outputs_merge_with_their_ptd_and_inline(backend, tmp_path):
+    from emitter_filter.ondisk.share import share_files
+
+    originals = []
+    for number, model in enumerate(SETS["lora"]()):
+        originals.append(tmp_path / f"program{number}.pte")
+        originals[-1].write_bytes(export(model, backend))
+    share_files(originals, tmp_path / "shared")
+    shared = [tmp_path / "shared" / p.name for p in originals]
+    ptd = tmp_path / "shared" / "shared.ptd"
+    renames = [f"m{i}={p}:forward" for i, p in enumerate(shared)]
+    out, out_ptd, inline = tmp_path / "m.pte", tmp_path / "m.ptd", tmp_path / "inline.pte"
+    merge_files(shared, out, methods=renames, data=[ptd], ptd_out=out_ptd)
+    merge_files(shared, inline, methods=renames, data=[ptd], inline=True)
+    assert audit_file(out, [out_ptd]).dead_bytes == 0 and audit_file(inline).dead_bytes == 0
+    assert inline.stat().st_size < out.stat().st_size + out_ptd.stat().st_size + 4096
+    runtime = Runtime.get()
+    for number, original in enumerate(originals):
+        want = _want(original, INPUT)
+        for got in _run_every_loader(inline, f"m{number}", INPUT):
+            assert torch.equal(got, want), original.name
+        program, weights = out.read_bytes(), out_ptd.read_bytes()
+        loaded = [runtime.load_program(str(out), data_path=str(out_ptd)),
+                  _load_for_executorch(str(out), str(out_ptd)),
+                  _load_for_executorch_from_buffer(program, weights)]
+        got = [loaded[0].load_method(f"m{number}").execute(list(INPUT))[0],
+               *(module.run_method(f"m{number}", INPUT)[0] for module in loaded[1:])]
+        assert all(torch.equal(g, want) for g in got), original.name

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -92,7 +93,7 @@ def test_method_renames_by_file_name_and_training_methods_follow(tmp_path):
 
 
 @pytest.mark.parametrize(("spec", "message"), [
-    ("x=nothere.pte:forward", "none of the inputs"),
+    ("x=nothere.pte:forward", "'nothere.pte' is none of the inputs"),
     ("x=a.pte:nothere", "has no method 'nothere'"),
     ("x:a.pte", "expected NEW=FILE:METHOD"),
 ])
@@ -205,10 +206,45 @@ def test_golden_programs_merged_split_and_merged_again(tmp_path):
     assert (tmp_path / "again.pte").read_bytes() == out.read_bytes()
 
 
-def test_inputs_with_a_ptd_are_refused_for_now(tmp_path):
+def test_an_input_whose_ptd_is_not_given_is_refused(tmp_path, capsys):
     pte, _ = saved(GOLDEN / "external" / "dirty")
-    with pytest.raises(MethodSetError, match="reads .* tensor\\(s\\) from a .ptd"):
-        merge_files([pte], tmp_path / "out.pte", methods=[f"x={pte}:forward"])
+    assert main(["merge", str(pte), "-o", str(tmp_path / "out.pte")]) == 2
+    assert re.search(r"reads \d+ tensor\(s\) from a .ptd: give the .ptd files",
+                     capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("specs", [["{ptd}"], ["a.pte={ptd}", "b.pte={ptd}"]])
+def test_inputs_with_a_ptd_merge_into_one_ptd_or_inline(tmp_path, specs):
+    golden, (ptd,) = saved(GOLDEN / "external" / "dirty")
+    inputs = [tmp_path / "a.pte", tmp_path / "b.pte"]
+    for path in inputs:
+        shutil.copyfile(golden, path)
+    data, methods = [spec.format(ptd=ptd) for spec in specs], ["b=b.pte:forward"]
+    out, out_ptd, inline = tmp_path / "out.pte", tmp_path / "out.ptd", tmp_path / "inline.pte"
+    report = merge_files(inputs, out, methods=methods, data=data, ptd_out=out_ptd)
+    assert report.ptd_output == str(out_ptd) and _plans(out) == ["forward", "b"]
+    assert audit_file(out, [out_ptd]).dead_bytes == 0
+    # The .ptd holds what prune keeps of the input's, each key once.
+    prune_file(golden, tmp_path / "pruned.pte", [ptd], tmp_path / "pruned")
+    [pruned] = read_pte(tmp_path / "pruned.pte", [tmp_path / "pruned" / ptd.name]).ptd_files
+    assert sorted(read_pte(out, [out_ptd]).ptd_files[0].named_data) == sorted(pruned.named_data)
+    merge_files(inputs, inline, methods=methods, data=data, inline=True)
+    merged = read_pte(inline)
+    assert not merged.entries[DataSpace.EXTERNAL] and audit_file(inline).dead_bytes == 0
+    # The tensors the .ptd held are now constants, once for both methods, byte for byte.
+    weights = (tmp_path / "pruned" / ptd.name).read_bytes()
+    held = [weights[e.offset:e.offset + e.nbytes] for e in pruned.named_data.values()]
+    assert all(_constants(inline).count(blob) == 1 for blob in held)
+
+
+def test_data_needs_one_place_to_go(tmp_path, capsys):
+    pte, (ptd,) = saved(GOLDEN / "external" / "dirty")
+    out = tmp_path / "out.pte"
+    assert main(["merge", str(pte), "--data", str(ptd), "-o", str(out)]) == 2
+    assert "give --ptd OUT.ptd or --inline" in capsys.readouterr().err
+    assert main(["merge", str(pte), "--data", str(ptd), "-o", str(out), "--inline", "--ptd",
+                 str(tmp_path / "x.ptd")]) == 2
+    assert not out.exists()
 
 
 def test_split_refuses_a_method_that_is_not_there(pair, tmp_path, capsys):
@@ -226,3 +262,21 @@ def test_merge_json_lists_each_method_and_its_source(pair, tmp_path, capsys):
 
 def test_parse_method():
     assert parse_method("decode=dir/c:d.pte:forward") == ("decode", "dir/c:d.pte", "forward")
+
+
+def test_explain_names_the_methods_that_read_each_constant(pair, tmp_path, capsys):
+    from emitter_filter.ondisk.explain import explain_file
+
+    out = tmp_path / "out.pte"
+    merge_files(pair, out)
+    data = out.read_bytes()
+    methods = {data[p.offset:p.offset + p.nbytes]: p.methods
+               for p in explain_file(out).parts if p.storage == "constant" and p.nbytes}
+    assert methods == {W: ("forward", "b"), A: ("forward",), B: ("b",)}
+    assert main(["explain", str(out), "--by", "method"]) == 0
+    groups = capsys.readouterr().out.split("by method")[1]
+    assert f"{len(W):>14,}  forward, b" in groups
+    assert main(["explain", str(out), "--json"]) == 0
+    parts = json.loads(capsys.readouterr().out)["parts"]
+    assert {tuple(p["methods"]) for p in parts if p["storage"] == "values"} == {
+        ("forward",), ("b",)}
