@@ -18,7 +18,7 @@ A copy is one region the serializer writes (`exir/_serialize/_serialize.py`,
 Empty entries are never copies. Contents are grouped by length, then by first
 32 bytes, and only then hashed (sha256), as `NamedDataStore` does: a content
 whose length no other has is never read, and weights of one shape rarely share a
-prefix, so most are never hashed; two that share both are compared byte for
+prefix, so most are never hashed; a few that share both are compared byte for
 byte (a chunk at a time), and only equal ones hashed, once, for the report.
 Nothing is copied. `group_duplicates` is that
 grouping alone, over copies wherever they are stored: `audit` feeds it ranges of
@@ -137,18 +137,28 @@ def _same_bytes(a, b) -> bool:
     return all(bytes(x) == bytes(y) for x, y in zip(_chunks(a), _chunks(b), strict=True))
 
 
-def _by_content(candidates: list) -> list[tuple[bytes, list]]:
+# Up to this many look-alikes are compared byte for byte, each with one of every group found
+# so far; more are hashed, so the cost never grows with their number.
+_COMPARED = 4
+
+
+def _by_content(candidates: list, digests: bool = True) -> list[tuple[bytes, list]]:
     """Splits same-length, same-prefix candidates into groups of equal content, with a digest.
 
-    Two are compared byte for byte, and hashed (one of them, for the report)
-    only if equal; more are grouped by digest, each hashed once, so the cost
-    never grows with the number of look-alikes.
+    A few are compared byte for byte (a memcmp, several times faster than
+    sha256), and one of each group of equal ones hashed, for the report; more
+    are grouped by digest, each hashed once.
     """
-    if len(candidates) == 2 and all(_comparable(c[2]) for c in candidates):
-        first, second = candidates
-        if not _same_bytes(first[2], second[2]):
-            return []
-        return [(_sha256(first[2]), [first, second])]
+    if len(candidates) <= _COMPARED and all(_comparable(c[2]) for c in candidates):
+        groups: list[list] = []
+        for candidate in candidates:
+            same = next((g for g in groups if _same_bytes(g[0][2], candidate[2])), None)
+            if same is None:
+                groups.append([candidate])
+            else:
+                same.append(candidate)
+        return [(_sha256(group[0][2]) if digests else b"", group)
+                for group in groups if len(group) > 1]
     by_digest: dict[bytes, list] = {}
     for candidate in candidates:
         by_digest.setdefault(_sha256(candidate[2]), []).append(candidate)
@@ -210,10 +220,14 @@ def _merge_same_file(copies: list[StoredCopy]) -> list[StoredCopy]:
     return merged
 
 
-def group_duplicates(copies: Iterable[tuple[StoredCopy, object]]) -> tuple[DuplicateGroup, ...]:
+def group_duplicates(
+    copies: Iterable[tuple[StoredCopy, object]], *, digests: bool = True
+) -> tuple[DuplicateGroup, ...]:
     """Groups copies by content: the storage-neutral core of `find_duplicate_data`.
 
-    The file side (`audit`) calls it on the copies a file stores.
+    The file side (`audit`, `share`, `merge`) calls it on the copies files store.
+    Without `digests`, a group found by comparing bytes has no sha256 (""): what
+    `merge` asks, which only stores each content once.
 
     Args:
         copies: Each copy, in the order it is written, with its data: a bytes-like
@@ -240,7 +254,7 @@ def group_duplicates(copies: Iterable[tuple[StoredCopy, object]]) -> tuple[Dupli
         for candidates in by_prefix.values():
             if len(candidates) < 2:
                 continue
-            for digest, members in _by_content(candidates):
+            for digest, members in _by_content(candidates, digests):
                 merged = _merge_same_file([copy for _, copy, _ in members])
                 if len(merged) > 1:
                     group = DuplicateGroup(nbytes, digest.hex(), tuple(merged))

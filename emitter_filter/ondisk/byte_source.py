@@ -160,10 +160,27 @@ class ByteSource:
         part = self._parts[index]
         if not isinstance(part, Piece):
             return memoryview(part)[start : start + count]
-        view = memoryview(buffer)[:count]
-        if os.preadv(part.fd, [view], part.offset + start) != count:
-            raise PteFormatError(self.name, f"short read of {what}", self._starts[index] + start)
+        self._pread_into(index, start, memoryview(buffer)[:count], what)
         return buffer
+
+    def read_into(self, offset: int, count: int, buffer: bytearray, what: str) -> bytearray:
+        """`count` bytes at `offset` read into `buffer` (at least that long), which is
+        returned: a reused buffer, where `read` makes new bytes each time."""
+        self._check(offset, count, what)
+        view, at = memoryview(buffer), 0
+        for index, start, n in self.spans(offset, count):
+            part = self._parts[index]
+            if isinstance(part, Piece):
+                self._pread_into(index, start, view[at : at + n], what)
+            else:
+                view[at : at + n] = memoryview(part)[start : start + n]
+            at += n
+        return buffer
+
+    def _pread_into(self, index: int, start: int, view: memoryview, what: str) -> None:
+        part = self._parts[index]
+        if os.preadv(part.fd, [view], part.offset + start) != len(view):
+            raise PteFormatError(self.name, f"short read of {what}", self._starts[index] + start)
 
     def _locate(self, offset: int) -> tuple[int, int, int]:
         """(part index, start in it, bytes left in it) of `offset`, inside the source."""
@@ -228,11 +245,21 @@ class StoredSpan:
         return self.source.sha256(self.offset, self.nbytes, "stored data")
 
     def same_bytes(self, other: object) -> bool | None:
-        """Whether `other`, a span of the same source and length, holds the same bytes,
-        compared where they lie (`ByteSource.same_bytes`); None for anything else."""
-        if not isinstance(other, StoredSpan) or other.source is not self.source:
+        """Whether `other`, a span of the same length, holds the same bytes: compared where
+        they lie (`ByteSource.same_bytes`) in one source, a chunk at a time into two reused
+        buffers across two; None for anything else."""
+        if not isinstance(other, StoredSpan) or other.nbytes != self.nbytes:
             return None
-        return self.source.same_bytes(self.offset, other.offset, self.nbytes, "stored data")
+        if other.source is self.source:
+            return self.source.same_bytes(self.offset, other.offset, self.nbytes, "stored data")
+        buffers = [bytearray(min(self.nbytes, _HASH_CHUNK)) for _ in range(2)]
+        for done in range(0, self.nbytes, _HASH_CHUNK):
+            count = min(_HASH_CHUNK, self.nbytes - done)
+            left = self.source.read_into(self.offset + done, count, buffers[0], "stored data")
+            right = other.source.read_into(other.offset + done, count, buffers[1], "stored data")
+            if not _same_start(left, right, count):
+                return False
+        return True
 
     def chunks(self, size: int) -> Iterator[bytes]:
         """Its bytes, `size` at a time (to compare two spans without hashing either)."""

@@ -38,7 +38,6 @@ import contextlib
 import logging
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -46,12 +45,13 @@ from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataL
 from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
     TensorDataLocation,
 )
-from emitter_filter.errors import MethodSetError, PteFormatError
+from emitter_filter.duplicates import StoredCopy, group_duplicates
+from emitter_filter.errors import InvariantError, MethodSetError, PteFormatError
 from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.object_models import GENERATED
 from emitter_filter.ondisk.analysis import FileAnalysis, analyse_file, find_aliases
-from emitter_filter.ondisk.byte_source import ByteSource, Piece
+from emitter_filter.ondisk.byte_source import ByteSource, Piece, StoredSpan
 from emitter_filter.ondisk.layout import (
     PtdLayout,
     PteLayout,
@@ -257,20 +257,34 @@ def _check_inputs(inputs: Sequence[str], reads: Sequence[PteProgram]) -> None:
 
 
 class _Contents:
-    """Keys under which equal bytes meet: (size, sha256) where another candidate of the
-    kind has the size, else the place itself (nothing is hashed that cannot have a twin)."""
+    """Where equal bytes meet, by kind of data: `duplicates.group_duplicates` (the finder
+    `audit` and `share` use) over every place an input's data of that kind is read from.
+
+    Every place of a kind is expected before the first key of that kind is asked for;
+    a place whose bytes nothing else has is its own key (and is never read).
+    """
 
     def __init__(self, sources: Mapping[int, ByteSource]) -> None:
         self.sources = sources  # by the descriptor `Piece`s read from
-        self.sizes: Counter[tuple[str, int]] = Counter()
+        self._places: dict[str, dict[tuple, None]] = {}
+        self._keys: dict[str, dict[tuple, tuple]] = {}
 
-    def expect(self, kind: str, size: int) -> None:
-        self.sizes[kind, size] += 1
+    def expect(self, kind: str, fd: int, offset: int, size: int) -> None:
+        if kind in self._keys:
+            raise InvariantError(f"merge: a {kind} place expected after its keys were given")
+        self._places.setdefault(kind, {})[(fd, offset, size)] = None
 
     def key(self, kind: str, fd: int, offset: int, size: int) -> tuple:
-        if self.sizes[kind, size] < 2:
-            return (kind, fd, offset, size)
-        return (kind, size, self.sources[fd].sha256(offset, size, kind))
+        if kind not in self._keys:
+            places = list(self._places.get(kind, ()))
+            copies = [(StoredCopy(kind, None, number, ()), StoredSpan(self.sources[fd], at, n))
+                      for number, (fd, at, n) in enumerate(places)]
+            self._keys[kind] = {
+                places[copy.index]: (kind, places[group.copies[0].index])
+                for group in group_duplicates(copies, digests=False) for copy in group.copies
+            }
+        place = (fd, offset, size)
+        return self._keys[kind].get(place, (kind, place))
 
 
 @dataclass
@@ -336,11 +350,11 @@ def _data_entries(inputs: Sequence[_Input], contents: _Contents, new_index: list
     among the constants); fills each input's data index map."""
     for item in inputs:
         entries = item.entries(DataSpace.CONSTANT)
-        sizes = [entries[old].nbytes for old in item.order[DataSpace.CONSTANT]]
+        places = [entries[old] for old in item.order[DataSpace.CONSTANT]]
         if inline:
-            sizes += [item.external(old).nbytes for old in item.order[DataSpace.EXTERNAL]]
-        for size in sizes:
-            contents.expect("constant", size)
+            places += [item.external(old) for old in item.order[DataSpace.EXTERNAL]]
+        for entry in places:
+            contents.expect("constant", entry.fd, entry.offset, entry.nbytes)
     constants: list[StoredEntry] = []
     mutables: list[StoredEntry] = []
     where: dict[tuple, int] = {}
@@ -398,14 +412,14 @@ def _inline_blobs(inputs: Sequence[_Input]) -> list:
 class _NamedData:
     """Named data of several files as one store: each key once, refused with two contents."""
 
-    def __init__(self, contents: _Contents, table: SegmentTable) -> None:
-        self.contents, self.table = contents, table
+    def __init__(self, contents: _Contents, table: SegmentTable, kind: str = "named") -> None:
+        self.contents, self.table, self.kind = contents, table, kind
         self.first: dict[str, tuple[str, tuple]] = {}
 
     def add(self, key: str, file: str, segment, alignment: int, fd: int) -> int | None:
         """The output segment of `key`'s bytes (`segment` of `file`), or None if the key is
         in already with these bytes."""
-        content = self.contents.key("named", fd, segment.offset, segment.size)
+        content = self.contents.key(self.kind, fd, segment.offset, segment.size)
         if key in self.first:
             if self.first[key][1] != content:
                 raise PteFormatError(file, f"named data {key!r} holds other bytes than {key!r} "
@@ -471,9 +485,9 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
     for item in inputs:
         for blob in item.read.pte.delegates:
             if blob.location == "segment":
-                contents.expect("delegate", blob.nbytes)
+                contents.expect("delegate", item.fd, blob.offset, blob.nbytes)
         for entry in item.read.pte.named_data:
-            contents.expect("named", entry.nbytes)
+            contents.expect("named", item.fds[entry.file], entry.offset, entry.nbytes)
     for item in inputs:
         pte = item.read.pte
 
@@ -522,7 +536,7 @@ def _merged_ptd(inputs: Sequence[_Input], contents: _Contents, output: str) -> O
     once (a key with two contents refused); None when no input reads one."""
     flat_tensors: dict[str, tuple] = {}
     out: list[OutSegment] = []
-    store = _NamedData(contents, SegmentTable(out))
+    store = _NamedData(contents, SegmentTable(out), "ptd")
     entries, alignment, fd = [], 1, None
     for item in inputs:
         for ptd in item.read.pte.ptd_files:
@@ -532,7 +546,7 @@ def _merged_ptd(inputs: Sequence[_Input], contents: _Contents, output: str) -> O
                                           len(flat_tensor.segments or ()))
                 flat_tensors[ptd.path] = (flat_tensor, layout)
                 for entry in ptd.named_data.values():
-                    contents.expect("named", entry.nbytes)
+                    contents.expect("ptd", item.fds[ptd.path], entry.offset, entry.nbytes)
     for item in inputs:
         for ptd in item.read.pte.ptd_files:
             flat_tensor, layout = flat_tensors[ptd.path]

@@ -52,9 +52,36 @@ def test_two_equal_copies_are_hashed_once_for_the_report(hashed):
     assert hashed == [len(a)]
 
 
-def test_several_look_alikes_are_each_hashed_once(hashed):
+def test_a_few_look_alikes_are_compared_and_only_one_of_each_group_hashed(hashed):
     a = bytes(SIZE)
     others = [a[:-1] + bytes([i]) for i in (1, 2)]
     (group,) = group_duplicates(_spans(a, *others, a))
     assert [c.index for c in group.copies] == [1, 4]
-    assert len(hashed) == 4
+    assert hashed == [len(a)]
+
+
+def test_many_look_alikes_are_each_hashed_once(hashed):
+    a = bytes(SIZE)
+    others = [a[:-1] + bytes([i]) for i in range(1, duplicates._COMPARED + 1)]
+    (group,) = group_duplicates(_spans(a, *others, a))
+    assert [c.index for c in group.copies] == [1, len(others) + 2]
+    assert len(hashed) == len(others) + 2
+
+
+def test_without_digests_equal_copies_are_grouped_and_never_hashed(hashed):
+    a = bytes(range(256)) * (SIZE // 256)
+    (group,) = group_duplicates(_spans(a, a[:-1] + b"\x01", a), digests=False)
+    assert [c.index for c in group.copies] == [1, 3] and group.sha256 == ""
+    assert hashed == []
+
+
+def test_equal_spans_of_two_files_are_compared_where_they_lie(tmp_path, hashed):
+    a = bytes(range(256)) * (SIZE // 256)
+    (tmp_path / "x").write_bytes(b"head" + a)
+    (tmp_path / "y").write_bytes(a + b"tail")
+    with ByteSource(tmp_path / "x") as x, ByteSource(tmp_path / "y") as y:
+        spans = [(StoredCopy("constant", None, 1, ()), StoredSpan(x, 4, len(a))),
+                 (StoredCopy("constant", None, 2, ()), StoredSpan(y, 0, len(a)))]
+        assert StoredSpan(x, 4, len(a)).same_bytes(StoredSpan(y, 1, len(a))) is False
+        (group,) = group_duplicates(spans, digests=False)
+    assert len(group.copies) == 2 and hashed == []
