@@ -157,8 +157,14 @@ def _build_parser() -> argparse.ArgumentParser:
             "Build a small model with random weights (fixed seed) and three dead constants, "
             "export it with plain ExecuTorch and with prune_constants=True, write both .pte "
             "files, audit them and run them in ExecuTorch's portable runtime on the same "
-            "input. Exit 1 if a check fails. Needs torch and executorch."
+            "input. Exit 1 if a check fails. Needs torch and executorch; with --files-only, "
+            "neither: it writes a small program that ships with the package, for the file tools."
         ),
+    )
+    demo.add_argument(
+        "--files-only", action="store_true",
+        help="only write DIR/model.pte, a small program with dead constants shipped with the "
+        "package, for the file tools (no torch or executorch needed)",
     )
     demo.add_argument(
         "--out", metavar="DIR",
@@ -821,9 +827,15 @@ def _budget(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int
 def _demo(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from emitter_filter.demo import default_out_dir, run_demo
+    from emitter_filter.demo import default_out_dir, run_demo, write_example
 
-    result = run_demo(Path(options.out) if options.out else default_out_dir(Path()))
+    out = Path(options.out) if options.out else default_out_dir(Path())
+    if options.files_only:
+        path, dead = write_example(out)
+        print(f"wrote {path} ({path.stat().st_size:,} bytes; {dead:,} of them dead), a program "
+              f"ExecuTorch 1.5.1 wrote; next: emitter-filter audit {path}")
+        return EXIT_OK
+    result = run_demo(out)
     print("\n".join(result.lines()))
     for failure in result.failures:
         print(f"emitter-filter demo: {failure}", file=sys.stderr)

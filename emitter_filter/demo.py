@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from emitter_filter.ondisk.audit_report import AuditReport
 
 __all__ = [
-    "DemoResult", "LEAKS", "PLAIN_PTE", "PRUNED_PTE", "default_out_dir", "fold_multiply_by_parameter",
-    "run_demo",
+    "DemoResult", "LEAKS", "PLAIN_PTE", "PRUNED_PTE", "EXAMPLE_PTE", "default_out_dir",
+    "fold_multiply_by_parameter", "run_demo", "write_example",
 ]
 
 logger = logging.getLogger(__name__)
@@ -249,6 +249,26 @@ def _failures(result: DemoResult) -> tuple[str, ...]:
     _check(failures, result.outputs_identical,
            f"{result.pruned} and {result.plain} return different outputs on the same input")
     return tuple(failures)
+
+
+#: The program `demo --files-only` writes (`emitter_filter/examples/model.pte`).
+EXAMPLE_PTE = "model.pte"
+
+
+def write_example(out_dir: Path) -> tuple[Path, int]:
+    """Writes the shipped example program into `out_dir` (created if missing); no torch.
+
+    Returns its path and its dead bytes, as `audit` counts them.
+    """
+    from importlib.resources import files
+
+    from emitter_filter.ondisk.audit import audit_file
+    from emitter_filter.ondisk.output import write_file
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / EXAMPLE_PTE
+    write_file(str(path), files("emitter_filter.examples").joinpath(EXAMPLE_PTE).read_bytes())
+    return path, audit_file(path).dead_bytes
 
 
 def run_demo(out_dir: Path) -> DemoResult:

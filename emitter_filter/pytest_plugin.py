@@ -12,7 +12,7 @@ hook, imports nothing of ExecuTorch and changes no byte a test writes.
 - `--emitter-filter-prune`: prune every program of the run (`hook.enable()`,
   what `EMITTER_FILTER_PRUNE=1` does), so a suite shows whether it still passes.
 - `--emitter-filter-report PATH`: write one JSON record per serialized program
-  (`REPORT_SCHEMA`, documented in README.md).
+  (`REPORT_SCHEMA`, documented in docs/gates.md).
 - The `pte_budget` fixture audits one test's programs and sets its own budget;
   the `emitter_filter_exempt` marker leaves a test alone: no budget, no forced
   pruning (its programs are still reported).
@@ -100,7 +100,7 @@ class ProgramRecord:
         return None if self.audit is None else self.audit.dead_bytes
 
     def to_json(self) -> dict:
-        """The record's form in the report file; README.md documents it."""
+        """The record's form in the report file; docs/gates.md documents it."""
         audit, prune = self.audit, self.prune_report
         return {
             "test": self.test,

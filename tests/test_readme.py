@@ -1,4 +1,5 @@
-"""The README's examples run, in order, in one directory, and print what the README shows.
+"""The examples of the README and of the manual's pages (docs/, in `mkdocs.yml`'s nav order
+after the README) run, in order, in one directory, and print what they show.
 
 Python blocks follow `<!-- readme-example: NAME -->` and are followed by a ```text block of
 their output; command lines are the `$ ` lines of ```console blocks after
@@ -16,7 +17,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+
+def pages() -> list[Path]:
+    """The README, then every page of the manual in the order `mkdocs.yml`'s nav lists them."""
+    nav = re.findall(r"^\s*- [^:]+: ([\w-]+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    return [README, *(ROOT / "docs" / name for name in nav)]
 
 BLOCK = re.compile(
     r"<!-- readme-example: (?P<name>[\w-]+) -->\s*```python\n(?P<code>.*?)```.*?```text\n(?P<output>.*?)```"
@@ -44,9 +52,9 @@ def _commands(session: str):
     return [(command, "".join(f"{line}\n" for line in lines)) for command, lines in pairs]
 
 
-def test_readme_examples_print_what_the_readme_shows(tmp_path):
-    blocks = list(BLOCK.finditer(README.read_text()))
-    assert blocks, "the README has no tested examples"
+def test_the_examples_print_what_the_readme_and_the_pages_show(tmp_path):
+    blocks = [block for page in pages() for block in BLOCK.finditer(page.read_text())]
+    assert blocks, "the README and the pages have no tested examples"
     shutil.copy(README, tmp_path / "README.md")
     bin_dir = str(Path(sys.executable).parent)
     (tmp_path / ".venv").mkdir()
@@ -64,4 +72,4 @@ def test_readme_examples_print_what_the_readme_shows(tmp_path):
             assert result.returncode == 0, f"{label}: {result.stderr}"
             assert _normal(result.stdout) == _normal(expected), label
             ran += 1
-    assert ran >= 5
+    assert ran >= 20

@@ -145,7 +145,7 @@ class AuditReport:
         return tuple(sorted(self.dead, key=lambda d: (-d.nbytes, d.space, d.index))[:count])
 
     def to_json(self) -> dict:
-        """The stable JSON form; README.md documents it, `JSON_SCHEMA` versions it."""
+        """The stable JSON form; docs/files.md documents it, `JSON_SCHEMA` versions it."""
         return {
             "schema": JSON_SCHEMA,
             "path": self.path,

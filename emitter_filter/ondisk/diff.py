@@ -316,7 +316,7 @@ class SizeDiff:
                 f"bytes ({self.delta:+,}{percent})")
 
     def to_json(self) -> dict:
-        """The stable JSON form; README.md documents it, `JSON_SCHEMA` versions it."""
+        """The stable JSON form; docs/explain.md documents it, `JSON_SCHEMA` versions it."""
         return {
             "schema": JSON_SCHEMA,
             "old": {"path": self.old_path, "bytes": self.old_bytes, "totals": dict(self.old_totals)},

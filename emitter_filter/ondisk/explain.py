@@ -222,7 +222,7 @@ class Explanation:
         return tuple(ordered if count is None else ordered[:count])
 
     def to_json(self, top: int | None = None, by: str | None = None) -> dict:
-        """The stable JSON form; README.md documents it, `JSON_SCHEMA` versions it."""
+        """The stable JSON form; docs/explain.md documents it, `JSON_SCHEMA` versions it."""
         status_totals = dict.fromkeys(STATUSES, 0)
         for part in self.parts:
             status_totals[part.status] += part.nbytes
