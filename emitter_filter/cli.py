@@ -226,6 +226,16 @@ def _add_explain(commands) -> argparse.ArgumentParser:
                          "all parts unless given)")
     explain.add_argument("--by", choices=GROUPINGS, default=None,
                          help="group the bytes by this instead of listing parts")
+    explain.add_argument(
+        "--node-data", metavar="OUT.json",
+        help="also write Model Explorer node data: the bytes each call reads, keyed by the "
+        "node ids pte-adapter-model-explorer gives the file's graphs (load it beside the .pte)",
+    )
+    explain.add_argument(
+        "--value", choices=("bytes", "dead", "duplicated"), default="bytes",
+        help="what --node-data sums per node: every byte read (default), the dead ones, or "
+        "the duplicated ones",
+    )
     return explain
 
 
@@ -760,6 +770,15 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
         # On stderr, so that `--json` output stays one document.
         print(f"wrote {options.html} ({os.path.getsize(options.html):,} B): the treemap, "
               "offline; open it in a browser", file=sys.stderr)
+    if options.node_data:
+        from emitter_filter.ondisk.node_data import node_data_file
+        from emitter_filter.ondisk.output import write_text
+
+        document = node_data_file(options.pte, options.ptd, options.value, names=options.names)
+        write_text(options.node_data, json.dumps(document, indent=2) + "\n",
+                   inputs=[options.pte, *options.ptd])
+        print(f"wrote {options.node_data}: Model Explorer node data ({options.value} per node "
+              f"of {len(document)} graph(s))", file=sys.stderr)
     if options.json:
         print(json.dumps(explanation.to_json(options.top, options.by), indent=2))
     else:

@@ -35,6 +35,8 @@ from emitter_filter.reachability import DataRef
 
 __all__ = [
     "Reader",
+    "PlanCall",
+    "plan_calls",
     "find_tensor_readers",
     "find_named_data_readers",
     "find_named_data_types",
@@ -85,21 +87,33 @@ def _delegate_names(plan) -> list[str]:
     return [f"{table_text(d.id) or '?'} delegate {i}" for i, d in enumerate(plan.delegates or ())]
 
 
-def _plan_calls(plan) -> list[tuple[str, list[int]]]:
-    """(op, args) of each kernel and delegate call, in chain then instruction order."""
+@dataclass(frozen=True)
+class PlanCall:
+    """One kernel or delegate call of a plan: what `Reader.op` names, its arguments, and
+    where it is (`plan.chains[chain].instructions[instruction]`)."""
+
+    op: str
+    args: tuple[int, ...]
+    chain: int
+    instruction: int
+
+
+def plan_calls(plan) -> list[PlanCall]:
+    """Each kernel and delegate call of `plan`, in chain then instruction order: the order
+    `Reader.ordinal` counts in."""
     operators, delegates = _operator_names(plan), _delegate_names(plan)
     calls = []
-    for chain in plan.chains or ():
-        for instruction in chain.instructions or ():
+    for chain_index, chain in enumerate(plan.chains or ()):
+        for index, instruction in enumerate(chain.instructions or ()):
             kind, args = GENERATED.instruction(instruction)
             if kind == "KernelCall":
                 op = operators[args.opIndex] if 0 <= args.opIndex < len(operators) else "?"
             elif kind == "DelegateCall":
-                index = args.delegateIndex
-                op = delegates[index] if 0 <= index < len(delegates) else "?"
+                number = args.delegateIndex
+                op = delegates[number] if 0 <= number < len(delegates) else "?"
             else:
                 continue
-            calls.append((op, vector_ints(args.args)))
+            calls.append(PlanCall(op, tuple(vector_ints(args.args)), chain_index, index))
     return calls
 
 
@@ -113,9 +127,10 @@ def find_tensor_readers(pte: PteFile, program: Table) -> dict[DataRef, tuple[Rea
     readers: dict[DataRef, list[Reader]] = {}
     for refs, plan in zip(pte.plans, program.executionPlan or ()):
         seen: dict[str, int] = {}
-        for op, args in _plan_calls(plan):
+        for call in plan_calls(plan):
+            op = call.op
             ordinal = seen[op] = seen.get(op, -1) + 1
-            for position, value in enumerate(args):
+            for position, value in enumerate(call.args):
                 for item in (value, *refs.list_items.get(value, ())):
                     ref = refs.data_refs.get(item)
                     if ref is not None:
