@@ -280,3 +280,17 @@ def test_explain_names_the_methods_that_read_each_constant(pair, tmp_path, capsy
     parts = json.loads(capsys.readouterr().out)["parts"]
     assert {tuple(p["methods"]) for p in parts if p["storage"] == "values"} == {
         ("forward",), ("b",)}
+
+
+def test_diff_of_two_merges_in_other_orders_matches_methods_by_name(pair, tmp_path):
+    from emitter_filter.ondisk.diff import diff_files
+
+    ab, ba = tmp_path / "ab.pte", tmp_path / "ba.pte"
+    merge_files(pair, ab)
+    merge_files(pair[::-1], ba)
+    assert _plans(ab) == ["forward", "b"] and _plans(ba) == ["b", "forward"]
+    changes = diff_files(ab, ba).changes
+    # The same methods and constants, laid out in another order: nothing added or removed,
+    # and each plan's sections matched with the section of the same name.
+    assert all(c.old is not None and c.new is not None for c in changes)
+    assert all(c.old.label == c.new.label for c in changes if c.old.storage == "values")
