@@ -212,9 +212,14 @@ def _add_explain(commands) -> argparse.ArgumentParser:
             "them. Needs only flatbuffers (--names imports torch). Exit 2 if a file is malformed."
         ),
     )
-    explain.add_argument("pte", metavar="MODEL.pte", help="the program file")
+    explain.add_argument(
+        "pte", nargs="+", metavar="MODEL.pte",
+        help="the program file; several are explained as one set (each file's bytes once, "
+        "what the set stores twice duplicated, each program's own in --json)",
+    )
     explain.add_argument("--ptd", action="append", default=[], metavar="FILE.ptd",
-                         help="a .ptd file with the program's external data (repeatable)")
+                         help="a .ptd file with the program's external data (repeatable); with "
+                         "several programs, the .ptd they load with (what share writes)")
     explain.add_argument("--names", metavar="FILE",
                          help="a torch.export .pt2 or an ETRecord of the same model: name "
                          "constant and mutable entries by content (imports torch)")
@@ -760,9 +765,20 @@ def _audit_set(options: argparse.Namespace) -> int:
 
 
 def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    from emitter_filter.ondisk.explain import explain_file
+    if len(options.pte) > 1:
+        if options.names or options.node_data:
+            option = "--names" if options.names else "--node-data"
+            print(f"emitter-filter explain: {option} takes one program, not a set",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        from emitter_filter.ondisk.explain_set import explain_set
 
-    explanation = explain_file(options.pte, options.ptd, names=options.names)
+        explanation = explain_set(options.pte, options.ptd)
+    else:
+        from emitter_filter.ondisk.explain import explain_file
+
+        [options.pte] = options.pte
+        explanation = explain_file(options.pte, options.ptd, names=options.names)
     if options.html:
         from emitter_filter.ondisk.explain_page import write_explain_page
 

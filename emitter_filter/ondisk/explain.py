@@ -187,7 +187,9 @@ class Explanation:
         parts: Every part, by file then offset; their `nbytes` add up to the
             files' sizes.
         outside: External tensors whose bytes are in no file given (no `.ptd`).
-        audit: The audit these statuses come from.
+        audit: The audit these statuses come from (a set's: its first program's).
+        programs: For a set of programs (`explain_set.explain_set`), each program's own
+            explanation; empty for one.
     """
 
     path: str
@@ -195,6 +197,7 @@ class Explanation:
     parts: tuple[Part, ...]
     outside: tuple[Part, ...]
     audit: AuditReport
+    programs: tuple[Explanation, ...] = ()
 
     @property
     def file_bytes(self) -> int:
@@ -238,6 +241,8 @@ class Explanation:
         }
         if by is not None:
             document["groups"] = {"by": by, "bytes": self.totals(by)}
+        if self.programs:
+            document["programs"] = [program.to_json(top, by) for program in self.programs]
         return document
 
     def to_text(self, top: int = 10, by: str | None = None) -> str:
@@ -261,7 +266,7 @@ class Explanation:
             return "\n".join(lines)
         shown = self.largest(top)
         lines.append(f"largest parts ({len(shown)} of {len(self.parts)}):")
-        lines += _part_table(shown)
+        lines += _part_table(shown, by_file=bool(self.programs))
         return "\n".join(lines)
 
 
@@ -301,14 +306,16 @@ def _what(part: Part) -> str:
     return what + (f"; copies: {', '.join(part.copies)}" if part.copies else "")
 
 
-def _part_table(parts: Sequence[Part]) -> list[str]:
-    """The largest parts as aligned columns, each label and shape in full."""
+def _part_table(parts: Sequence[Part], by_file: bool = False) -> list[str]:
+    """The largest parts as aligned columns, each label and shape in full (`by_file`: the
+    label after its file's name, for a set of files)."""
     rows = []
     for part in parts:
+        label = f"{os.path.basename(part.file)}:{part.label}" if by_file else part.label
         shapes = [shape for _, shape in part.layouts] if len(part.layouts) > 1 else [part.shape]
         shape = "-" if part.shape is None else " | ".join(
             "[" + ", ".join(map(str, s)) + "]" for s in shapes)
-        rows.append((f"{part.nbytes:,}", part.label, part.status, dtype_label(part.dtype),
+        rows.append((f"{part.nbytes:,}", label, part.status, dtype_label(part.dtype),
                      shape, _what(part)))
     head = ("bytes", "part", "status", "dtype", "shape", "names; readers")
     widths = [max(len(row[i]) for row in (head, *rows)) for i in range(len(head) - 1)]

@@ -2,8 +2,9 @@
 
 The page carries its data (the explanation's JSON), script and style inline:
 nothing is fetched, so it opens offline, from a CI artefact or a mail. The
-treemap is squarified (Bruls, Huizing, van Wijk), grouped by storage, then by
-module path (where the parts have names) or reader, then one rectangle per part:
+treemap is squarified (Bruls, Huizing, van Wijk), grouped by file for a set of
+programs, then by storage, then by module path (where the parts have names) or
+reader, then one rectangle per part:
 each rectangle's area is its bytes' share of the page's area, colour its status.
 A cell shows the longest label that fits it whole, or none. Hovering shows a
 part's details; clicking pins them. Below it, the bytes by storage and status.
@@ -110,30 +111,36 @@ function draw() {
   const width = map.clientWidth, height = map.clientHeight;
   const details = document.getElementById("details");
   let pinned = null;
-  const storages = group(data.parts, p => p.storage);
-  squarify(storages, 0, 0, width, height, (s, x, y, w, h) => {
-    squarify(group(s.children, moduleOrReader), x, y, w, h, (g, x, y, w, h) => {
-      squarify(g.children.map(p => ({size: p.bytes, part: p})), x, y, w, h, (c, x, y, w, h) => {
-        const p = c.part, cell = document.createElement("div");
-        cell.className = "cell";
-        cell.style.cssText = `left:${x.toFixed(3)}px;top:${y.toFixed(3)}px;` +
-          `width:${w.toFixed(3)}px;height:${h.toFixed(3)}px;background:${colours[p.status]}`;
-        cell.dataset.bytes = p.bytes; cell.dataset.label = p.label; cell.dataset.status = p.status;
-        cell.title = describe(p);
-        const tensor = ["constant", "mutable", "external"].includes(p.storage);
-        const name = tensor && p.names.length ? p.names[0] + " " : "";
-        map.appendChild(cell);
-        // The longest label that fits the cell whole, or none: a clipped label misleads.
-        for (const text of [name + p.label + " " + p.bytes.toLocaleString("en") + " B", p.label]) {
-          cell.textContent = text;
-          if (cell.scrollWidth <= cell.clientWidth && cell.scrollHeight <= cell.clientHeight) break;
-          cell.textContent = "";
-        }
-        cell.onmouseenter = () => { if (!pinned) details.textContent = describe(p); };
-        cell.onclick = () => { pinned = pinned === p ? null : p; details.textContent = describe(p); };
-      });
+  // A set of programs: a level per file first, then storage, then module or reader.
+  const levels = [...(data.programs ? [p => p.file] : []), p => p.storage, moduleOrReader];
+  function lay(parts, depth, x, y, w, h) {
+    if (depth < levels.length) {
+      squarify(group(parts, levels[depth]), x, y, w, h,
+               (g, x, y, w, h) => lay(g.children, depth + 1, x, y, w, h));
+      return;
+    }
+    squarify(parts.map(p => ({size: p.bytes, part: p})), x, y, w, h, (c, x, y, w, h) => {
+      const p = c.part, cell = document.createElement("div");
+      cell.className = "cell";
+      cell.style.cssText = `left:${x.toFixed(3)}px;top:${y.toFixed(3)}px;` +
+        `width:${w.toFixed(3)}px;height:${h.toFixed(3)}px;background:${colours[p.status]}`;
+      cell.dataset.bytes = p.bytes; cell.dataset.label = p.label; cell.dataset.status = p.status;
+      cell.dataset.file = p.file;
+      cell.title = describe(p);
+      const tensor = ["constant", "mutable", "external"].includes(p.storage);
+      const name = tensor && p.names.length ? p.names[0] + " " : "";
+      map.appendChild(cell);
+      // The longest label that fits the cell whole, or none: a clipped label misleads.
+      for (const text of [name + p.label + " " + p.bytes.toLocaleString("en") + " B", p.label]) {
+        cell.textContent = text;
+        if (cell.scrollWidth <= cell.clientWidth && cell.scrollHeight <= cell.clientHeight) break;
+        cell.textContent = "";
+      }
+      cell.onmouseenter = () => { if (!pinned) details.textContent = describe(p); };
+      cell.onclick = () => { pinned = pinned === p ? null : p; details.textContent = describe(p); };
     });
-  });
+  }
+  lay(data.parts, 0, 0, 0, width, height);
   map.dataset.width = width; map.dataset.height = height; map.dataset.drawn = "yes";
 }
 draw();

@@ -108,3 +108,17 @@ def test_a_program_loaded_without_the_shared_ptd_fails_in_the_runtime(shared_set
     program = Runtime.get().load_program(str(out / originals[0].name))
     with pytest.raises(RuntimeError, match="Failed to load method forward"):
         program.load_method("forward")
+
+
+def test_explain_of_the_set_shows_what_share_stores_once(shared_set):
+    from emitter_filter.ondisk.explain_set import explain_set
+
+    originals, out, report, _ = shared_set
+    before = explain_set(originals)
+    # Contents share moves (at least --min-bytes, 1,024, long) stored again in another file.
+    twice = sum(p.nbytes for p in before.parts if p.status == "duplicated" and p.nbytes >= 1024
+                and p.storage in ("constant", "named_data"))
+    assert twice == report.shared_bytes > 64 * 128 * 4
+    after = explain_set([out / p.name for p in originals], [out / "shared.ptd"])
+    assert sum(p.nbytes for p in after.parts) == after.file_bytes
+    assert not [p for p in after.parts if p.status == "duplicated" and p.nbytes >= 1024]

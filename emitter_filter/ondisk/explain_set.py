@@ -1,0 +1,114 @@
+"""`explain A.pte B.pte ... [--ptd shared.ptd]`: every byte of a set of files an app ships.
+
+Each program is explained as `explain_file` explains it (with the `.ptd` files given),
+then the set is made of their parts:
+
+- each file's bytes once: a `.pte`'s parts from its program; a `.ptd`'s parts, which every
+  program reading it attributes, once, read by every program that reads them (each
+  reader's plan named `PROGRAM.pte:METHOD`) and live if any program reads them live;
+- what the set stores twice: data parts of different files with equal bytes (found as
+  `audit` and `share` find them, `duplicates.group_duplicates`) are `duplicated` after
+  the first, naming the others: the bytes `share` would store once.
+
+Parts are labelled with their file's name (`classify.pte:constant[3]`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+
+from emitter_filter.duplicates import StoredCopy, group_duplicates
+from emitter_filter.errors import PteFormatError
+from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan
+from emitter_filter.ondisk.explain import Explanation, Part, explain_file
+
+__all__ = ["explain_set"]
+
+# Data a program reads, which equal bytes elsewhere in the set could hold once instead.
+_DATA = ("constant", "mutable", "external", "named_data", "delegate")
+# What a part is in the set when the programs that read it say different things.
+_PRECEDENCE = ("live", "shared", "duplicated", "dead", "padding")
+
+
+def _named(part: Part, program: str) -> Part:
+    """`part` with its readers' plans named by their program."""
+    readers = tuple(replace(r, plan=f"{program}:{r.plan}") for r in part.readers)
+    return replace(part, readers=readers)
+
+
+def _one_part(parts: Sequence[Part]) -> Part:
+    """The parts several programs give one range of a `.ptd`, as one: every reader, the
+    status the most alive of them says."""
+    readers = tuple(dict.fromkeys(r for p in parts for r in p.readers))
+    status = min((p.status for p in parts), key=_PRECEDENCE.index)
+    return replace(parts[0], readers=readers, status=status)
+
+
+def _mark_set_copies(parts: list[Part], sources: dict[str, ByteSource]) -> list[Part]:
+    """Equal bytes in different files: every copy after the first `duplicated`."""
+    candidates = [(StoredCopy(p.storage, p.file, i, ()), StoredSpan(sources[p.file], p.offset,
+                                                                       p.nbytes))
+                  for i, p in enumerate(parts) if p.storage in _DATA and p.status == "live"]
+    for group in group_duplicates(candidates, digests=False):
+        members = [c.index for c in group.copies]
+        if len({parts[i].file for i in members}) < 2:
+            continue  # within one file: its own explanation marked it
+        labels = [_label(parts[i]) for i in members]
+        for number, i in enumerate(members):
+            others = tuple(label for label in labels if label != labels[number])
+            status = "duplicated" if number else parts[i].status
+            parts[i] = replace(parts[i], status=status, copies=parts[i].copies + others)
+    return parts
+
+
+def _label(part: Part) -> str:
+    return f"{os.path.basename(part.file)}:{part.label}"
+
+
+def explain_set(
+    ptes: Sequence[str | os.PathLike], ptd_paths: Sequence[str | os.PathLike] = ()
+) -> Explanation:
+    """Attributes every byte of several `.pte` files and the `.ptd` files they load with.
+
+    Returns an `Explanation` of the set (`programs`: each program's own), whose parts add
+    up to the files' sizes, each file counted once.
+
+    Raises:
+        PteFormatError: A file is malformed, or a `.ptd` does not match a `.pte`.
+        PteFormatError: A file is given twice.
+    """
+    ptes = [os.fspath(p) for p in ptes]
+    ptd_paths = [os.fspath(p) for p in ptd_paths]
+    seen: set[str] = set()
+    for path in [*ptes, *ptd_paths]:
+        if os.path.realpath(path) in seen:
+            raise PteFormatError(path, "given twice: a set holds each file once")
+        seen.add(os.path.realpath(path))
+    programs = tuple(explain_file(pte, ptd_paths) for pte in ptes)
+    parts: list[Part] = []
+    ptd_parts: dict[tuple, list[Part]] = {}
+    outside: list[Part] = []
+    for pte, explanation in zip(ptes, programs):
+        name = os.path.basename(pte)
+        for part in explanation.parts:
+            if part.file == pte:
+                parts.append(_named(part, name))
+            else:
+                key = (part.file, part.offset, part.nbytes, part.storage, part.index)
+                ptd_parts.setdefault(key, []).append(_named(part, name))
+        outside += [_named(p, name) for p in explanation.outside]
+    parts += [_one_part(found) for found in ptd_parts.values()]
+    files = tuple(dict.fromkeys(f for e in programs for f in e.files))
+    with contextlib.ExitStack() as stack:
+        sources = {path: stack.enter_context(ByteSource(path)) for path, _ in files}
+        parts = _mark_set_copies(parts, sources)
+    order = {path: number for number, (path, _) in enumerate(files)}
+    parts.sort(key=lambda p: (order[p.file], p.offset))
+    count = len(ptes)
+    return Explanation(
+        path=f"{count} program{'s' if count != 1 else ''}", files=files, parts=tuple(parts),
+        outside=tuple(outside), audit=programs[0].audit, programs=programs,
+    )
