@@ -17,7 +17,8 @@ writes the programs of separately exported `.pte` files as one:
    bytes, as the emitter's own sharing within a program does), delegate segments
    with equal bytes, inline delegate blobs with equal bytes, named data with an
    equal key and equal bytes (an equal key with other bytes is refused: the
-   runtime resolves a key once). Bytes are hashed only where sizes meet.
+   runtime resolves a key once). Equal bytes are found as `share` finds them
+   (`duplicates.group_duplicates`): nothing whose size no other has is read.
    Mutable data stays per input: merging does not make methods share state.
 4. Renumber each plan's values (`plan_indices.remap_plan_values`), data indices
    (`remap_data_indices`, one map per input) and delegates, and pack with the
@@ -28,8 +29,10 @@ writes the programs of separately exported `.pte` files as one:
 read. It is `prune` of the program without the other plans (`_without_plans`):
 their instructions were the only readers of what they alone read.
 
-Inputs with `.ptd` files are refused for now: their external tensors would need
-their data merged too.
+Inputs with `.ptd` files (`data`): each reads its keys from the `.ptd` files it is
+given; the output has one `.ptd` with every live key once (`_merged_ptd`), or, with
+`inline`, none: external tensors become constant entries, the `.ptd`'s named data
+the program's own.
 """
 
 from __future__ import annotations
@@ -734,10 +737,11 @@ def _without_plans(read: PteProgram, methods: Sequence[str], layout: PteLayout) 
     def view(source: ByteSource) -> ByteSource:
         if not base:
             return ByteSource([flatbuffer], name=source.name)
+        # Aligned to the input's segment base itself: a program no larger than the input's
+        # puts its segment data where the input's is.
         prefix, at = extended_header_prefix(flatbuffer, layout.header_padded_length, base,
                                             pte.file_bytes - base, layout.header_length)
         if at != base:
-            # Fewer plans make a smaller program; the base is a multiple of its own.
             raise PteFormatError(pte.path, "split: the program without the other methods "
                                  f"does not end before the segment data at {base}")
         whole = source.parts[0]
@@ -758,7 +762,7 @@ def split_file(
     ExecuTorch's training methods of a method kept (`__et_training_*_METHOD`) are kept too.
 
     Raises:
-        MethodSetError: No method is named, or one is not in `src`.
+        MethodSetError: No method is named, one is not in `src`, or `src` reads a `.ptd`.
         PteFormatError: The file is malformed.
         OutputFileError: The output would replace the input, or cannot be written.
     """
@@ -771,7 +775,10 @@ def split_file(
     missing = [m for m in methods if m not in present]
     if missing:
         raise MethodSetError(f"{src} has no method {missing[0]!r} (it has {', '.join(present)})")
-    _check_inputs([src], [read])
+    external = len(read.pte.entries[DataSpace.EXTERNAL])
+    if external:
+        raise MethodSetError(f"{src}: reads {external} tensor(s) from a .ptd; split takes a "
+                             "program whose data is in the .pte (merge --inline makes one)")
     # A method's training methods (`__et_training_*_METHOD`) go with it, as in merge.
     methods = [name for name in present if name in methods or (
         name.startswith(_TRAINING_PREFIX) and any(name.endswith("_" + m) for m in methods))]

@@ -247,9 +247,14 @@ def test_data_needs_one_place_to_go(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_split_refuses_a_method_that_is_not_there(pair, tmp_path, capsys):
+def test_split_refuses_a_method_that_is_not_there_and_a_program_with_a_ptd(pair, tmp_path,
+                                                                           capsys):
     assert main(["split", str(pair[0]), "--method", "nope", "-o", str(tmp_path / "o.pte")]) == 2
     assert "has no method 'nope' (it has forward)" in capsys.readouterr().err
+    external, _ = saved(GOLDEN / "external" / "dirty")
+    assert main(["split", str(external), "--method", "forward", "-o", str(tmp_path / "o.pte")]) == 2
+    assert "merge --inline makes one" in capsys.readouterr().err
+    assert not (tmp_path / "o.pte").exists()
 
 
 def test_merge_json_lists_each_method_and_its_source(pair, tmp_path, capsys):
