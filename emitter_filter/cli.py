@@ -256,8 +256,9 @@ def _add_diff(commands) -> argparse.ArgumentParser:
             "OLD by more than --max-growth, 2 if a file is malformed."
         ),
     )
-    diff.add_argument("old", metavar="OLD.pte")
-    diff.add_argument("new", metavar="NEW.pte")
+    diff.add_argument("old", metavar="OLD.pte", help="the old program, or a directory of them "
+                      "(a set: programs matched by file name)")
+    diff.add_argument("new", metavar="NEW.pte", help="the new program, or a directory of them")
     for side in ("old", "new"):
         diff.add_argument(f"--{side}-ptd", action="append", default=[], metavar="FILE.ptd",
                           help=f"a .ptd file of {side.upper()}.pte (repeatable)")
@@ -810,8 +811,20 @@ def _diff(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"emitter-filter diff: {error}", file=sys.stderr)
         return EXIT_USAGE
-    result = diff_files(options.old, options.new, options.old_ptd, options.new_ptd,
-                        old_names=options.old_names, new_names=options.new_names)
+    sets = [os.path.isdir(options.old), os.path.isdir(options.new)]
+    if any(sets):
+        if not all(sets) or options.old_ptd or options.new_ptd or options.old_names \
+                or options.new_names:
+            print("emitter-filter diff: two directories (sets of programs, each with its .ptd "
+                  "files beside it) or two .pte files; --*-ptd and --*-names take files",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        from emitter_filter.ondisk.diff_set import diff_sets
+
+        result = diff_sets(options.old, options.new)
+    else:
+        result = diff_files(options.old, options.new, options.old_ptd, options.new_ptd,
+                            old_names=options.old_names, new_names=options.new_names)
     if options.json:
         print(json.dumps(result.to_json(), indent=2))
     elif options.markdown:
@@ -826,6 +839,15 @@ def _diff(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 
 def _print_growth(result, limit: str) -> None:
     """On stderr: the growth over `limit`, and the entries that account for it."""
+    if hasattr(result, "programs"):  # a set: what each program grew by
+        print(f"emitter-filter: {result.new}: grew {result.delta:+,} bytes over {result.old}, "
+              f"more than {limit}; from:", file=sys.stderr)
+        for name in result.added:
+            print(f"  added {name}", file=sys.stderr)
+        for name, diff in sorted(result.programs, key=lambda item: -item[1].delta):
+            if diff.delta > 0:
+                print(f"  {diff.delta:+,} B  {name}", file=sys.stderr)
+        return
     print(f"emitter-filter: {result.new_path}: grew {result.delta:+,} bytes over {result.old_path}"
           f", more than {limit}; from:", file=sys.stderr)
     for change in result.growth():
