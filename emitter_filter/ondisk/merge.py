@@ -232,6 +232,11 @@ def _method_names(
             if other == (index, position):
                 continue
             original = originals[index][position]
+            if original.startswith(_TRAINING_PREFIX):
+                # A training method is renamed with its method: name the method apart.
+                original = next((m for m in originals[index] if not m.startswith(
+                    _TRAINING_PREFIX) and original.endswith("_" + m)), original)
+                name = names[index][originals[index].index(original)]
             stem = os.path.splitext(os.path.basename(inputs[index]))[0]
             raise MethodSetError(
                 f"method {name!r} is in both {inputs[other[0]]} and {inputs[index]}: name one "

@@ -90,6 +90,9 @@ def test_method_renames_by_file_name_and_training_methods_follow(tmp_path):
     assert _plans(out) == ["decode", "__et_training_fqn_decode", "forward"]
     split_file(out, tmp_path / "decode.pte", ["decode"])
     assert _plans(tmp_path / "decode.pte") == ["decode", "__et_training_fqn_decode"]
+    # Where a training method is what clashes, the fix offered renames its method.
+    with pytest.raises(MethodSetError, match=r"--method forward_trained=.*trained.pte:forward$"):
+        merge_files([b, trained], tmp_path / "clash.pte")
 
 
 @pytest.mark.parametrize(("spec", "message"), [
