@@ -28,8 +28,13 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from emitter_filter._program_fbs.executorch_flatbuffer.KernelTypes import KernelTypes
+from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
+    TensorDataLocation,
+)
 from emitter_filter.duplicates import StoredCopy
 from emitter_filter.errors import PteFormatError
+from emitter_filter.generated_fields import table_text
 from emitter_filter.named_keys import NamedDataUse, classify_named_keys
 from emitter_filter.names import ConstantName, DroppedConstant
 from emitter_filter.ondisk.byte_source import ByteSource
@@ -49,6 +54,7 @@ __all__ = [
     "ByteCount",
     "classify_file_named_data",
     "find_dead_entries",
+    "keep_ptd_key",
     "analyse_file",
 ]
 
@@ -469,6 +475,37 @@ def find_dead_entries(
     dead += [(_bare("segments", s.index, s.size), (pte.path, s.offset))
              for s in pte.unreferenced_segments]
     return _count_bytes(pte, liveness, use, dead)
+
+
+def _live_external_names(program, liveness: Liveness) -> set[str]:
+    """`fully_qualified_name` of every live EXTERNAL tensor: the `.ptd` keys still read."""
+    names = set()
+    for plan, live in zip(program.executionPlan or (), liveness.live_values):
+        values = plan.values or []
+        for index in live:
+            evalue = values[index]
+            if evalue.valType != KernelTypes.Tensor or evalue.val.extraTensorInfo is None:
+                continue
+            info = evalue.val.extraTensorInfo
+            if info.location == TensorDataLocation.EXTERNAL and info.fullyQualifiedName:
+                names.add(table_text(info.fullyQualifiedName))
+    return names
+
+
+def keep_ptd_key(pte: PteFile, program, liveness: Liveness, dead_keys: frozenset[str]):
+    """Which keys of the `.ptd` files stay: live external constants, and live named data.
+
+    Reads `program` before it is rewritten (the live values are its indices).
+    """
+    external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
+    live_fqns = _live_external_names(program, liveness)
+
+    def keep(key: str) -> bool:
+        if key in external_fqns:
+            return key in live_fqns
+        return key not in dead_keys
+
+    return keep
 
 
 @dataclass(frozen=True)

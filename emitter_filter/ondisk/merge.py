@@ -53,8 +53,14 @@ from emitter_filter.errors import InvariantError, MethodSetError, PteFormatError
 from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.object_models import GENERATED
-from emitter_filter.ondisk.analysis import FileAnalysis, analyse_file, find_aliases
+from emitter_filter.ondisk.analysis import (
+    FileAnalysis,
+    analyse_file,
+    find_aliases,
+    keep_ptd_key,
+)
 from emitter_filter.ondisk.byte_source import ByteSource, Piece, StoredSpan
+from emitter_filter.ondisk.data_files import data_files_of, input_of
 from emitter_filter.ondisk.layout import (
     PtdLayout,
     PteLayout,
@@ -84,7 +90,6 @@ from emitter_filter.ondisk.prune import (
     changes_pte,
     constant_segment,
     delegate_segments,
-    keep_ptd_key,
     mutable_segment,
     prune_file,
     stored_entries,
@@ -188,21 +193,6 @@ def _plan_names(read: PteProgram) -> list[str]:
     return [table_text(plan.name) or "" for plan in read.program.executionPlan or ()]
 
 
-def _input_of(path: str, inputs: Sequence[str]) -> int:
-    """The index of the input `path` names: as given, the same file, or its base name."""
-    for index, given in enumerate(inputs):
-        if given == path:
-            return index
-    for index, given in enumerate(inputs):
-        with contextlib.suppress(OSError):
-            if os.path.samefile(given, path):
-                return index
-    named = [i for i, given in enumerate(inputs) if os.path.basename(given) == path]
-    if len(named) == 1:
-        return named[0]
-    raise MethodSetError(f"{path!r} is none of the inputs ({', '.join(inputs)})")
-
-
 # ExecuTorch's training export adds, per method M, methods named `__et_training_*_M`
 # (`gradients_index`, `parameters_index`, `fqn`) that the runtime's TrainingModule
 # finds by M's name: a rename of M renames them too.
@@ -216,7 +206,7 @@ def _method_names(
     originals = [_plan_names(read) for read in reads]
     names = [list(methods) for methods in originals]
     for new, path, method in renames:
-        index = _input_of(path, inputs)
+        index = input_of(path, inputs)
         if method not in originals[index]:
             raise MethodSetError(f"--method {new}={path}:{method}: {inputs[index]} has no "
                                  f"method {method!r} (it has {', '.join(originals[index])})")
@@ -299,7 +289,7 @@ class _Contents:
 class _Input:
     """One input while merging: what was read, its analysis and layout, its open files.
 
-    `keep_ptd_key` (`prune.keep_ptd_key`) says which keys of the `.ptd` files it reads
+    `keep_ptd_key` (`analysis.keep_ptd_key`) says which keys of the `.ptd` files it reads
     live: taken before its program is rewritten.
     """
 
@@ -603,22 +593,6 @@ def _read_inputs(inputs, reads, stack, opened) -> tuple[list[_Input], dict[int, 
     return items, {fds[file]: source for file, source in sources.items()}
 
 
-def _data_files(inputs: Sequence[str], data) -> list[list[str]]:
-    """The `.ptd` files each input reads, from `data` as `merge_files` takes it."""
-    shared, own = [], [[] for _ in inputs]
-    for spec in data:
-        if isinstance(spec, tuple):
-            file, ptd = spec
-        else:
-            spec = os.fspath(spec)
-            file, _, ptd = spec.rpartition("=") if "=" in spec else ("", "", spec)
-        if file:
-            own[_input_of(file, inputs)].append(os.fspath(ptd))
-        else:
-            shared.append(os.fspath(ptd))
-    return [[*shared, *files] for files in own]
-
-
 def _dropped_bytes(items: Sequence[_Input]) -> int:
     """The inputs' dead bytes, but a `.ptd` key one input leaves and another reads."""
     kept = {key for item in items for ptd in item.read.pte.ptd_files
@@ -672,7 +646,7 @@ def merge_files(
     if data and (ptd_out is None) == (not inline):
         raise MethodSetError("merge: with --data, give --ptd OUT.ptd or --inline (one of them)")
     renames = [parse_method(m) if isinstance(m, str) else m for m in methods]
-    data_of = _data_files(inputs, data)
+    data_of = data_files_of(inputs, data)
     data = list(dict.fromkeys(p for files in data_of for p in files))
     check_outputs([*inputs, *data], [output, *([ptd_out] if ptd_out else [])], "merge")
     reads = [read_pte_program(path, files) for path, files in zip(inputs, data_of)]

@@ -47,10 +47,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
-from emitter_filter._program_fbs.executorch_flatbuffer.KernelTypes import KernelTypes
-from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
-    TensorDataLocation,
-)
 from emitter_filter.errors import OutputFileError
 from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM
 from emitter_filter.generated_fields import table_text, vector_ints
@@ -61,6 +57,7 @@ from emitter_filter.ondisk.analysis import (
     analyse_file,
     find_aliases,
     find_shared_ranges,
+    keep_ptd_key,
 )
 from emitter_filter.ondisk.byte_source import ByteSource, Piece
 from emitter_filter.ondisk.file_model import PteFile
@@ -101,7 +98,7 @@ __all__ = [
     "JSON_SCHEMA", "FilePruneReport", "prune_file", "read_layout",
     "pruned_pte", "OutSegment", "verbatim", "StoredEntry", "stored_entries",
     "constant_segment", "mutable_segment", "SegmentTable", "delegate_segments",
-    "ProgramView", "changes_pte", "keep_ptd_key",
+    "ProgramView", "changes_pte",
 ]
 
 logger = logging.getLogger(__name__)
@@ -300,21 +297,6 @@ class SegmentTable:
         return index
 
 
-def _live_external_names(program, liveness: Liveness) -> set[str]:
-    """`fully_qualified_name` of every live EXTERNAL tensor: the `.ptd` keys still read."""
-    names = set()
-    for plan, live in zip(program.executionPlan or (), liveness.live_values):
-        values = plan.values or []
-        for index in live:
-            evalue = values[index]
-            if evalue.valType != KernelTypes.Tensor or evalue.val.extraTensorInfo is None:
-                continue
-            info = evalue.val.extraTensorInfo
-            if info.location == TensorDataLocation.EXTERNAL and info.fullyQualifiedName:
-                names.add(table_text(info.fullyQualifiedName))
-    return names
-
-
 def read_layout(
     src: str | os.PathLike | bytes, ptd_paths: Sequence[str | os.PathLike] = ()
 ) -> PteLayout:
@@ -471,22 +453,6 @@ def verbatim(path: str, fd: int, size: int) -> OutputFile:
 
 
 # --- the entry point ------------------------------------------------------------------
-
-
-def keep_ptd_key(pte: PteFile, program, liveness: Liveness, dead_keys: frozenset[str]):
-    """Which keys of the `.ptd` files stay: live external constants, and live named data.
-
-    Reads `program` before it is rewritten (the live values are its indices).
-    """
-    external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
-    live_fqns = _live_external_names(program, liveness)
-
-    def keep(key: str) -> bool:
-        if key in external_fqns:
-            return key in live_fqns
-        return key not in dead_keys
-
-    return keep
 
 
 def changes_pte(analysis: FileAnalysis) -> bool:
