@@ -488,8 +488,11 @@ def _add_share_parser(commands) -> argparse.ArgumentParser:
             "Write each program into DIR with the constants and named data it has in common "
             "with the others moved into one shared .ptd, stored once; each program then "
             "loads with that .ptd as its data file. A set with nothing in common is copied "
-            "byte for byte. Never modifies its inputs; writes atomically. Exit 2 if a file "
-            "is malformed, two programs use one key for different bytes, or an output "
+            "byte for byte. Programs exported with .ptd files of their own (--data "
+            "FILE=IN.ptd, or IN.ptd beside IN.pte) share what is equal; a key whose bytes "
+            "differ between them (both heads' head.weight) stays with each program, in its "
+            ".pte under that name. Never modifies its inputs; writes atomically. Exit 2 if a "
+            "file is malformed, one program loads one key with two contents, or an output "
             "cannot be written."
         ),
     )
@@ -499,8 +502,11 @@ def _add_share_parser(commands) -> argparse.ArgumentParser:
     share.add_argument("--ptd", default="shared.ptd", metavar="NAME.ptd",
                        help="the shared .ptd's file name (default: shared.ptd)")
     share.add_argument(
-        "--data", action="append", default=[], metavar="IN.ptd",
-        help="a .ptd the programs load with (repeatable); its entries go into the shared .ptd",
+        "--data", action="append", default=[], metavar="[FILE=]IN.ptd",
+        help="a .ptd the programs load with (repeatable), as merge takes it: every program "
+        "may read its keys from IN.ptd, or only the program FILE with FILE=IN.ptd; its "
+        "entries go into the shared .ptd. Without --data, each program reads the .ptd beside "
+        "it with its stem (heads/a.pte: heads/a.ptd), if there is one",
     )
     share.add_argument(
         "--min-bytes", type=_byte_count, default=None, metavar="N",
@@ -509,6 +515,11 @@ def _add_share_parser(commands) -> argparse.ArgumentParser:
     share.add_argument(
         "--prune", action="store_true",
         help="first prune each program as prune does (not with --data), then share them",
+    )
+    share.add_argument(
+        "--dedupe", action="store_true",
+        help="also store what repeats within one program once, as prune --dedupe does "
+        "(named data that repeats a constant: a tied embedding lowered to XNNPACK)",
     )
     share.add_argument("--json", action="store_true", help="print the report as JSON")
     return share
@@ -520,7 +531,7 @@ def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     report = share_files(
         options.pte, options.out, ptd_paths=options.data, ptd_name=options.ptd,
         min_bytes=DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes,
-        prune=options.prune, progress=_progress_printer(),
+        prune=options.prune, dedupe=options.dedupe, progress=_progress_printer(),
     )
     print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
     return EXIT_OK

@@ -36,8 +36,8 @@ class OutputFileError(EmitterFilterError, ValueError):
 
 
 class MethodSetError(EmitterFilterError, ValueError):
-    """Programs cannot be merged, or a file split, as asked: a method name two inputs use, a
-    method or file that is not there, programs of different schema versions."""
+    """Programs cannot be merged or shared, or a file split, as asked: a method name two
+    inputs use, a method or file that is not there, programs of different schema versions."""
 
 
 class EnvironmentVariableError(EmitterFilterError, ValueError):

@@ -314,13 +314,19 @@ def read_layout(
 
 
 def _tensor_data_segments(
-    pte: PteFile, program, fd: int, order, layout: PteLayout, out: list[OutSegment]
+    pte: PteFile, program, fd: int, order, layout: PteLayout, out: list[OutSegment],
+    extra_constants: Sequence[StoredEntry] = (),
 ) -> None:
     """Appends the new constant and mutable data segments to `out`; rewrites `program`'s
-    `constant_segment` and `mutable_data_segments` to them."""
-    if program.constantSegment is not None and vector_ints(program.constantSegment.offsets):
+    `constant_segment` and `mutable_data_segments` to them. `extra_constants` follow the
+    input's entries (after its placeholder, where it has none)."""
+    has_constants = (program.constantSegment is not None
+                     and vector_ints(program.constantSegment.offsets))
+    if has_constants or extra_constants:
         entries = stored_entries(pte, program.constantSegment, fd, DataSpace.CONSTANT,
-                                 layout.tensor_alignment)
+                                 layout.tensor_alignment) if has_constants else [
+            StoredEntry(fd, 0, 0, 0, True, 1)]
+        entries += extra_constants
         constant, offsets = constant_segment(
             [entries[i] for i in [0, *order[DataSpace.CONSTANT]]], layout.tensor_alignment
         )
@@ -382,18 +388,29 @@ def pruned_pte(
     layout: PteLayout,
     fd: int,
     output: str,
+    *,
+    extra_constants: Sequence[StoredEntry] = (),
+    extra_named: Sequence[tuple[str, Piece, int]] = (),
 ) -> OutputFile:
     """Decides every byte of the pruned `.pte` laid out with `layout`; rewrites `program`
-    (our own copy) in place."""
+    (our own copy) in place.
+
+    `share` brings data in from elsewhere (a `.ptd`): `extra_constants` are constant
+    entries the plans' refs number after the input's own, `extra_named` named data
+    (key, bytes, alignment) added after its own.
+    """
     logger.debug("%s: %s", pte.path, layout)
     order = order_live_data(pte.plans, liveness)
     out: list[OutSegment] = []
-    _tensor_data_segments(pte, program, fd, order, layout, out)
+    _tensor_data_segments(pte, program, fd, order, layout, out, extra_constants)
     table = SegmentTable(out)
     delegate_segments(pte, program, fd, table, key=lambda index: ("delegate", index))
     named = _named_data_segments(pte, program, fd, table, lambda index: ("named", index),
                                 layout.segment_alignments, dead_keys)
-    if program.namedData is not None:
+    for key, piece, alignment in extra_named:
+        named.append(PROGRAM.NamedData(key=key, segmentIndex=table.add(("extra", key), piece,
+                                                                      alignment)))
+    if program.namedData is not None or extra_named:
         program.namedData = named
     data_index = new_data_indices(order)
     for plan, refs, live in zip(program.executionPlan or (), pte.plans, liveness.live_values):

@@ -44,6 +44,8 @@ from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.analysis import find_aliases, find_shared_ranges
 from emitter_filter.ondisk.byte_source import Piece
+from emitter_filter.ondisk.data_files import beside, data_files_of
+from emitter_filter.ondisk.dedupe import dedupe_output
 from emitter_filter.ondisk.layout import (
     DEFAULT_SEGMENT_ALIGNMENT,
     PtdLayout,
@@ -65,6 +67,7 @@ from emitter_filter.ondisk.output import (
 )
 from emitter_filter.ondisk.prune import (
     OutSegment,
+    StoredEntry,
     prune_file,
     pruned_pte,
     verbatim,
@@ -101,6 +104,8 @@ class SharedProgram:
         bytes_after: The output's size.
         moved_constants: Constant entries now read from the shared `.ptd`.
         moved_named_data: Named-data keys now read from the shared `.ptd`.
+        own_keys: Keys of its `.ptd` whose bytes differ for another program of the
+            set (both heads' `head.weight`), now in its `.pte` under the same name.
     """
 
     path: str
@@ -109,6 +114,7 @@ class SharedProgram:
     bytes_after: int
     moved_constants: int
     moved_named_data: int
+    own_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,8 @@ class ShareReport:
         seconds: Wall time.
         dead_bytes: Bytes of the programs no plan reads (`audit`'s count): share
             moves none of them, so they stay, dead, for `prune` (or `--prune`).
+        deduplicated_bytes: With `dedupe`, what storing repeats within each program
+            once saved on top.
     """
 
     programs: tuple[SharedProgram, ...]
@@ -138,6 +146,7 @@ class ShareReport:
     shared_bytes: int
     seconds: float
     dead_bytes: int = 0
+    deduplicated_bytes: int = 0
 
     @property
     def saved_bytes(self) -> int:
@@ -148,9 +157,14 @@ class ShareReport:
         stored = (f"{self.shared_contents} contents ({self.shared_bytes:,} B) stored once in "
                   + ", ".join(self.ptd_outputs) if self.ptd_outputs else "nothing stored once")
         programs = "1 program" if len(self.programs) == 1 else f"{len(self.programs)} programs"
+        own = sum(len(p.own_keys) for p in self.programs)
         return (
             f"{programs}: {self.bytes_before:,} -> {self.bytes_after:,} B "
             f"({self.saved_bytes:,} saved); {stored} in {self.seconds * 1e3:.1f} ms"
+            + (f"; {own} key(s) with other bytes in another program kept in each program's "
+               ".pte" if own else "")
+            + (f"; {self.deduplicated_bytes:,} B stored once within programs (--dedupe)"
+               if self.deduplicated_bytes else "")
             + (f"; {self.dead_bytes:,} B no program reads left in place (prune them, or "
                "share --prune)" if self.dead_bytes else "")
         )
@@ -209,6 +223,51 @@ def _externalize(read: PteProgram, keys) -> tuple:
     return tuple(plans)
 
 
+def _constant_count(program) -> int:
+    """Entries of the program's constant segment, its placeholder counted even where absent."""
+    segment = program.constantSegment
+    return max(len(vector_ints(segment.offsets)) if segment is not None else 0, 1)
+
+
+def _keep_own(read: PteProgram, plans, own: frozenset[str], fds: dict[str, int],
+              layout: PteLayout, alignments: dict[str, Sequence[int]]):
+    """Brings the program's own keys (`SharedSet.own_keys`) from its `.ptd` into its `.pte`.
+
+    A tensor reading one becomes a constant of the `.pte` (location SEGMENT, its
+    `fully_qualified_name` kept, so the attribute API still finds it), as `merge
+    --inline` writes it; named data becomes the program's own, under its key.
+    Returns the new `PlanRefs`, the constant entries and the named data to add.
+    """
+    pte, program = read.pte, read.program
+    first = _constant_count(program)
+    entries: list[StoredEntry] = []
+    index_of: dict[str, int] = {}
+    new_plans = []
+    for plan, refs in zip(program.executionPlan or (), plans):
+        data_refs = dict(refs.data_refs)
+        for value_index, ref in refs.data_refs.items():
+            tensor = plan.values[value_index].val
+            name = (table_text(tensor.extraTensorInfo.fullyQualifiedName)
+                    if tensor.extraTensorInfo is not None else None)
+            if ref.space is not DataSpace.EXTERNAL or name not in own:
+                continue
+            if name not in index_of:
+                entry = pte.entries[DataSpace.EXTERNAL][ref.index]
+                index_of[name] = first + len(entries)
+                entries.append(StoredEntry(fds[entry.file], entry.offset, entry.nbytes,
+                                           entry.nbytes, True, layout.tensor_alignment))
+            tensor.extraTensorInfo.location = TensorDataLocation.SEGMENT
+            data_refs[value_index] = DataRef(DataSpace.CONSTANT, index_of[name])
+        new_plans.append(dataclasses.replace(refs, data_refs=data_refs))
+    named = [
+        (entry.key, Piece(fds[entry.file], entry.offset, entry.nbytes),
+         alignments[entry.file][entry.segment_index])
+        for entry in pte.named_data
+        if entry.file != pte.path and entry.key in own and entry.key not in index_of
+    ]
+    return tuple(new_plans), entries, named
+
+
 def _every_value(plans) -> Liveness:
     """Every value of every plan kept: `share` moves data, it drops nothing."""
     live_data: dict[DataSpace, set[int]] = {space: set() for space in DataSpace}
@@ -225,17 +284,21 @@ def _every_value(plans) -> Liveness:
 
 
 def _shared_pte(
-    number: int, read: PteProgram, layout: PteLayout, found: SharedSet, fd: int, output: str
+    number: int, read: PteProgram, layout: PteLayout, found: SharedSet, fds: dict[str, int],
+    alignments: dict[str, Sequence[int]], output: str,
 ) -> OutputFile:
     """The program's output: itself when nothing of it moves, else rewritten."""
+    fd = fds[read.pte.path]
     keys = {i: k for (p, i), k in found.constant_keys.items() if p == number}
     moved_keys = found.moved_keys.get(number, frozenset())
-    if not keys and not moved_keys:
+    own = found.own_keys.get(number, frozenset())
+    if not keys and not moved_keys and not own:
         return verbatim(output, fd, read.pte.file_bytes)
-    plans = _externalize(read, keys)
+    plans, constants, named = _keep_own(
+        read, _externalize(read, keys), own, fds, layout, alignments)
     return pruned_pte(
         dataclasses.replace(read.pte, plans=plans), read.program, _every_value(plans),
-        moved_keys, layout, fd, output,
+        moved_keys, layout, fd, output, extra_constants=constants, extra_named=named,
     )
 
 
@@ -286,13 +349,16 @@ def _shared_ptd(
     builder = _PtdBuilder(found)
     for ptd, flat_tensor, own in ptds:
         for entry in flat_tensor.namedData or ():
+            key = table_text(entry.key) or ""
+            if key in found.clashing or key in builder.keys:
+                continue  # Each program keeps its own bytes of that key; or in already.
             segment = ptd.segments[entry.segmentIndex]
             blob = blobs_by_place.get((ptd.path, entry.segmentIndex), (ptd.path, segment.index))
             piece = Piece(fds[ptd.path], segment.offset, segment.size)
             index = builder.segment(blob, own[entry.segmentIndex], piece)
             layout = entry.tensorLayout
             builder.add(
-                table_text(entry.key) or "", index,
+                key, index,
                 None if layout is None else TensorLayoutKey(
                     int(layout.scalarType), tuple(vector_ints(layout.sizes)),
                     tuple(vector_ints(layout.dimOrder)),
@@ -328,22 +394,35 @@ def _shared_ptd(
 # --- the entry point --------------------------------------------------------------------
 
 
-def _check_inputs(
-    ptes: Sequence[str], ptd_paths: Sequence[str], out_dir: str, ptd_name: str
-) -> None:
+def _check_inputs(ptes: Sequence[str], out_dir: str, ptd_name: str) -> None:
     if not ptes:
         raise OutputFileError("share: no programs given")
     if not ptd_name or os.path.basename(ptd_name) != ptd_name:
         raise OutputFileError(f"{ptd_name!r}: the shared .ptd's name must be a file name")
-    names = [os.path.basename(p) for p in [*ptes, *ptd_paths]]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise OutputFileError(
-            f"{out_dir}: several inputs are named {repeated[0]!r}; share writes each "
-            "program under its own name"
-        )
+    _check_names(ptes, out_dir, "share writes each program under its own name")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise OutputFileError(f"{out_dir}: not a directory")
+
+
+def _check_names(paths: Sequence[str], out_dir: str, why: str) -> None:
+    names = [os.path.basename(p) for p in paths]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise OutputFileError(f"{out_dir}: several inputs are named {repeated[0]!r}; {why}")
+
+
+def _data_of(ptes: Sequence[str], data) -> list[list[str]]:
+    """The `.ptd` files each program reads: as `data` says (`data_files.data_files_of`),
+    or, with no `data`, the `.ptd` beside each with its stem."""
+    if data:
+        return data_files_of(ptes, data)
+    paired = []
+    for pte in ptes:
+        ptd = beside(pte)
+        if ptd is not None:
+            logger.info("%s: reading %s, the .ptd beside it", pte, ptd)
+        paired.append([] if ptd is None else [ptd])
+    return paired
 
 
 def _with_layouts(programs: ProgramSet) -> ProgramSet:
@@ -370,6 +449,7 @@ def share_files(
     ptd_name: str = "shared.ptd",
     min_bytes: int = DEFAULT_MIN_BYTES,
     prune: bool = False,
+    dedupe: bool = False,
     progress: ProgressFn | None = None,
 ) -> ShareReport:
     """Writes the programs into `out_dir` with the bytes they have in common in one `.ptd`.
@@ -379,15 +459,21 @@ def share_files(
         out_dir: Where to write each program (under its own name) and the
             shared `.ptd`; created if missing. Every output is written
             atomically; on any error none is left.
-        ptd_paths: The `.ptd` files the programs load with (each program is
-            read with all of them). Not modified. Their entries go into the
-            shared `.ptd`.
+        ptd_paths: The `.ptd` files the programs load with, as `merge_files`
+            takes them: `IN.ptd`, read by every program, or `FILE=IN.ptd` (or a
+            (FILE, IN.ptd) tuple), read by the program FILE only. None given:
+            each program reads the `.ptd` beside it with its stem, if any. Not
+            modified. Their entries go into the shared `.ptd`, each key once; a
+            key whose bytes differ between programs stays with each program
+            that reads it, in its `.pte` under that key.
         ptd_name: The shared `.ptd`'s file name.
         min_bytes: Contents shorter than this stay where they are.
         prune: First prune each program as `prune_file` does (into a temporary
             directory beside `out_dir`), then share the pruned programs. Not
             with `ptd_paths`: a `.ptd` several programs read cannot be pruned
             for one of them.
+        dedupe: Also store a content repeated within one program once, as
+            `prune_file(dedupe=True)` does (named data that repeats a constant).
         progress: Called with (bytes written, bytes to write).
 
     Returns:
@@ -395,49 +481,68 @@ def share_files(
 
     Raises:
         PteFormatError: A file is malformed, or one key holds different bytes
-            in two inputs.
+            in two files one program loads with.
+        MethodSetError: A `FILE=` names none of the programs.
         OutputFileError: An output would replace an input, or cannot be written.
     """
     started = time.perf_counter()
     ptes = [os.fspath(p) for p in ptes]
-    ptd_paths = [os.fspath(p) for p in ptd_paths]
     out_dir = os.fspath(out_dir)
-    _check_inputs(ptes, ptd_paths, out_dir, ptd_name)
+    _check_inputs(ptes, out_dir, ptd_name)
     if prune:
         return _prune_then_share(
-            ptes, out_dir, ptd_paths, started,
-            ptd_name=ptd_name, min_bytes=min_bytes, progress=progress,
+            ptes, out_dir, list(ptd_paths), started,
+            ptd_name=ptd_name, min_bytes=min_bytes, progress=progress, dedupe=dedupe,
         )
+    data_of = _data_of(ptes, ptd_paths)
+    ptd_paths = list(dict.fromkeys(p for files in data_of for p in files))
     pte_outputs = [os.path.join(out_dir, os.path.basename(p)) for p in ptes]
     shared_output = os.path.join(out_dir, ptd_name)
-    copy_outputs = [os.path.join(out_dir, os.path.basename(p)) for p in ptd_paths]
+    copy_outputs = list(dict.fromkeys(os.path.join(out_dir, os.path.basename(p))
+                                      for p in ptd_paths))
     check_outputs([*ptes, *ptd_paths], [*pte_outputs, shared_output], "share")
     check_outputs([*ptes, *ptd_paths], [*pte_outputs, *copy_outputs], "share")
 
-    programs = _with_layouts(read_set(ptes, ptd_paths))
+    programs = _with_layouts(read_set(ptes, ptd_paths, data_of))
     ptds = [(*ptd, own) for ptd, own in zip(programs.ptds, programs.ptd_alignments)]
     found = find_set_shared(programs, min_bytes)
+    if not found.shared:
+        _check_names(ptd_paths, out_dir, "with nothing in common, share copies each .ptd "
+                     "under its own name")
     opened: list[int] = []
     try:
         fds = {p: open_input(p, opened) for p in [*ptes, *ptd_paths]}
         outputs, ptd_outputs = _outputs(
             programs, ptds, found, fds, pte_outputs, shared_output, copy_outputs
         )
+        deduplicated = _dedupe(outputs, programs.layouts) if dedupe else 0
         sizes = [o.size for o in outputs]
         with output_directory(out_dir):
             bytes_after = write_outputs(outputs, progress)
     finally:
         for fd in opened:
             os.close(fd)
-    return _report(
+    report = _report(
         programs.reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started
     )
+    return dataclasses.replace(report, deduplicated_bytes=deduplicated) if dedupe else report
+
+
+def _dedupe(outputs: list[OutputFile], layouts: Sequence[PteLayout]) -> int:
+    """`dedupe.dedupe_output` of each program's output, as `prune --dedupe` writes it;
+    the bytes it saves."""
+    saved = 0
+    for number, layout in enumerate(layouts):
+        outputs[number], report = dedupe_output(outputs[number], layout.segment_alignment)
+        saved += report.saved_bytes
+    return saved
 
 
 def _outputs(programs, ptds, found, fds, pte_outputs, shared_output, copy_outputs):
     """Every output, decided: (outputs, the `.ptd` files among them)."""
+    alignments = {ptd.path: own for ptd, _, own in ptds}
     outputs = [
-        _shared_pte(n, read, layout, found, fds[read.pte.path], output)
+        _shared_pte(n, read, layout, found, fds, alignments, output)
         for n, (read, layout, output) in enumerate(
             zip(programs.reads, programs.layouts, pte_outputs)
         )
@@ -501,6 +606,7 @@ def _report(reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, st
             bytes_after=size,
             moved_constants=sum(1 for p, _ in found.constant_keys if p == number),
             moved_named_data=len(found.moved_keys.get(number, ())),
+            own_keys=tuple(sorted(found.own_keys.get(number, ()))),
         )
         for number, (read, output, size) in enumerate(zip(reads, pte_outputs, sizes))
     )

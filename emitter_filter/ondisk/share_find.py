@@ -22,14 +22,18 @@ it stays where it was, dead, for `prune` to drop.
 Keys: a moved constant gets `constant_key`, derived from its content and its
 tensor layout, so equal keys mean equal bytes and an equal layout in every
 program (the runtime checks the layout of each external constant against the
-`.ptd`'s). Named data keep their keys (delegate blobs name them). One key with
-different bytes in two inputs cannot be loaded from one `.ptd` and is refused
-(`_check_keys`).
+`.ptd`'s). Named data keep their keys (delegate blobs name them), as do `.ptd`
+entries. Each program resolves a key in its own files (`_resolve_keys`): one key
+with two contents for one program is refused. One key with other bytes for
+other programs (two heads exported apart, each `.ptd` with its `head.weight`)
+cannot be one entry of the shared `.ptd`: it is *own* to each program that
+reads it, which keeps its bytes in its `.pte` under the same name.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -37,7 +41,7 @@ from emitter_filter.duplicates import StoredCopy, group_duplicates
 from emitter_filter.errors import PteFormatError
 from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
-from emitter_filter.ondisk.analysis import FileAnalysis, analyse_file
+from emitter_filter.ondisk.analysis import FileAnalysis, analyse_file, keep_ptd_key
 from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan, open_sources
 from emitter_filter.ondisk.file_model import PtdFile
 from emitter_filter.ondisk.layout import PteLayout
@@ -135,6 +139,10 @@ class SharedSet:
             number (equal numbers: equal bytes); absent for a unique blob.
         dead_bytes: Per program, the bytes of its `.pte` no plan reads
             (`analysis.ByteCount`): never moved, so left dead where they are.
+        own_keys: Per program, the keys of its `.ptd` files it reads whose bytes
+            differ for another program: written into its `.pte`, under that key.
+        clashing: Every key with other bytes for other programs: not in the
+            shared `.ptd`.
     """
 
     shared: tuple[SharedContent, ...]
@@ -142,6 +150,8 @@ class SharedSet:
     moved_keys: Mapping[int, frozenset[str]]
     content_of: Mapping[StoredBlob, int]
     dead_bytes: tuple[int, ...] = ()
+    own_keys: Mapping[int, frozenset[str]] = dataclasses.field(default_factory=dict)
+    clashing: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -149,7 +159,7 @@ class ProgramSet:
     """The inputs of `share` (and of a set's audit), read.
 
     Attributes:
-        reads: Each program, read with every `.ptd` (any of them may hold its keys).
+        reads: Each program, read with the `.ptd` files it loads with (`read.pte.ptd_files`).
         ptds: Each `.ptd` and its unpacked `FlatTensor`.
         layouts: The layout each program was written with (`layout.read_pte_layout`, read
             by `share` before anything changes), for the alignments; None when
@@ -163,12 +173,21 @@ class ProgramSet:
     ptd_alignments: tuple[tuple[int, ...], ...] | None = None
 
 
-def read_set(ptes: Sequence[str], ptd_paths: Sequence[str]) -> ProgramSet:
-    """Reads every program and every `.ptd`; refuses external tensors without a `.ptd`."""
-    reads = tuple(read_pte_program(path, ptd_paths) for path in ptes)
-    for read in reads:
+def read_set(
+    ptes: Sequence[str], ptd_paths: Sequence[str],
+    data_of: Sequence[Sequence[str]] | None = None,
+) -> ProgramSet:
+    """Reads every program and every `.ptd`; refuses external tensors without a `.ptd`.
+
+    `data_of` gives each program the `.ptd` files it reads (`data_files.data_files_of`);
+    by default every program reads all of `ptd_paths`.
+    """
+    if data_of is None:
+        data_of = [ptd_paths] * len(ptes)
+    reads = tuple(read_pte_program(path, files) for path, files in zip(ptes, data_of))
+    for read, files in zip(reads, data_of):
         external = [t for t in read.pte.tensors if t.ref.space is DataSpace.EXTERNAL]
-        if external and not ptd_paths:
+        if external and not files:
             raise PteFormatError(
                 read.pte.path,
                 f"{len(external)} external tensors (e.g. {external[0].name!r}) and no .ptd "
@@ -314,13 +333,17 @@ def find_shared(
     tensor_layouts = {number: _tensor_layouts(read) for number, read in enumerate(reads)}
     groups = _group(blobs, sources)
     content_of = {blob: number for number, (_, _, members) in enumerate(groups) for blob in members}
-    _check_keys(blobs, content_of)
+    clashing, own_keys = _resolve_keys(reads, analyses, blobs, content_of)
 
     shared, constant_keys = [], {}
     moved_keys: dict[int, set[str]] = {}
     for nbytes, sha256, members in groups:
-        movable = [b for b in members if _movable(b, tensor_layouts)]
-        if nbytes < min_bytes or len({b.file for b in members}) < 2 or not movable:
+        movable = [b for b in members if _movable(b, tensor_layouts)
+                   and not clashing.intersection(b.keys)]
+        in_ptds = {b.file for b in members if b.kind == "external"
+                   and not clashing.issuperset(b.keys)}
+        if nbytes < min_bytes or len({b.file for b in members}) < 2 or not (
+                movable or len(in_ptds) > 1):
             continue
         shared.append(SharedContent(nbytes, sha256, tuple(members)))
         for blob in movable:
@@ -332,12 +355,16 @@ def find_shared(
                     for layout, _ in tensor_layouts[blob.program][blob.index]
                 }
     _check_new_keys(blobs, content_of, shared, constant_keys)
+    if not shared:
+        own_keys = {}  # Nothing shared: each program keeps its own `.ptd`, as it was.
     return SharedSet(
         shared=tuple(shared),
         constant_keys=constant_keys,
         moved_keys={p: frozenset(k) for p, k in moved_keys.items()},
         content_of=content_of,
         dead_bytes=tuple(_own_dead_bytes(a) for a in analyses),
+        own_keys=own_keys,
+        clashing=clashing,
     )
 
 
@@ -346,28 +373,62 @@ def _own_dead_bytes(analysis: FileAnalysis) -> int:
     return sum(end - start for start, end in analysis.count.freed.get(analysis.pte.path, ()))
 
 
-def _check_keys(blobs: Sequence[StoredBlob], content_of: Mapping[StoredBlob, int]) -> None:
-    """Refuses a named-data key that holds different bytes in two inputs.
+def _resolve_keys(
+    reads: Sequence[PteProgram], analyses: Sequence[FileAnalysis],
+    blobs: Sequence[StoredBlob], content_of: Mapping[StoredBlob, int],
+) -> tuple[frozenset[str], dict[int, frozenset[str]]]:
+    """The keys with other bytes for other programs, and per program those of them its
+    `.ptd` files hold and it reads (what it keeps in its `.pte`).
 
-    The runtime resolves a key in one `.ptd` (and then the `.pte`): both
-    programs cannot get their own bytes under it.
+    A program resolves a key in its `.ptd` files, then its `.pte` (as the runtime
+    does): one key with two contents there is refused, as is a key with other bytes
+    elsewhere that a program holding it does not read (share would have to drop it).
     """
-    first: dict[str, StoredBlob] = {}
+    holders: dict[str, list[StoredBlob]] = {}
     for blob in blobs:
         for key in blob.keys:
-            other = first.setdefault(key, blob)
-            if other is blob or other == blob:
-                continue
-            same = content_of.get(blob) is not None and content_of.get(blob) == content_of.get(
-                other
-            )
-            if not same:
+            holders.setdefault(key, []).append(blob)
+    content = {blob: content_of.get(blob, blob) for blob in blobs}
+    resolved: list[dict[str, StoredBlob]] = []
+    for number, read in enumerate(reads):
+        files = {ptd.path for ptd in read.pte.ptd_files}
+        own: dict[str, StoredBlob] = {}
+        for key, found in holders.items():
+            for blob in found:
+                if blob.file not in files and blob.program != number:
+                    continue
+                other = own.setdefault(key, blob)
+                if content[other] != content[blob]:
+                    raise PteFormatError(
+                        blob.file,
+                        f"named data {key!r} ({blob.nbytes:,} B) holds other bytes than "
+                        f"{key!r} in {other.file} ({other.nbytes:,} B), and "
+                        f"{read.pte.path} loads with both: share refuses the set",
+                    )
+        resolved.append(own)
+    clashing = frozenset(
+        key for key in holders if len({content[own[key]] for own in resolved if key in own}) > 1
+    )
+    own_keys: dict[int, frozenset[str]] = {}
+    for number, (read, analysis, own) in enumerate(zip(reads, analyses, resolved)):
+        keep = keep_ptd_key(read.pte, read.program, analysis.liveness,
+                            frozenset(analysis.use.dead))
+        mine = set()
+        for key in sorted(clashing.intersection(own)):
+            blob = own[key]
+            if blob.kind != "external":
+                continue  # In its `.pte` already, where it stays.
+            if not keep(key):
                 raise PteFormatError(
                     blob.file,
-                    f"named data {key!r} ({blob.nbytes:,} B) holds other bytes than "
-                    f"{key!r} in {other.file} ({other.nbytes:,} B): one shared .ptd "
-                    "cannot hold both; share refuses the set",
+                    f"{key!r} holds other bytes for another program of the set, and "
+                    f"{read.pte.path} does not read it: prune it first (one shared .ptd "
+                    "cannot hold both)",
                 )
+            mine.add(key)
+        if mine:
+            own_keys[number] = frozenset(mine)
+    return clashing, own_keys
 
 
 def _check_new_keys(blobs, content_of, shared, constant_keys) -> None:

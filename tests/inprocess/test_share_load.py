@@ -122,3 +122,118 @@ def test_explain_of_the_set_shows_what_share_stores_once(shared_set):
     after = explain_set([out / p.name for p in originals], [out / "shared.ptd"])
     assert sum(p.nbytes for p in after.parts) == after.file_bytes
     assert not [p for p in after.parts if p.status == "duplicated" and p.nbytes >= 1024]
+
+
+def _export_with_ptd(model, root, name) -> tuple:
+    """`model` exported portable with its weights in a `.ptd` of its own
+    (`external_constants=True`), as `root/name.pte` and `root/name.ptd`."""
+    from executorch.exir import ExecutorchBackendConfig, to_edge
+
+    manager = to_edge(torch.export.export(model.eval(), INPUT)).to_executorch(
+        ExecutorchBackendConfig(external_constants=True))
+    pte = root / f"{name}.pte"
+    pte.write_bytes(manager.buffer)
+    (root / name).mkdir()
+    manager.write_tensor_data_to_file(str(root / name))
+    (ptd,) = (root / name).glob("*.ptd")  # ExecuTorch's own name: the same for both
+    return pte, ptd
+
+
+@pytest.fixture(scope="module")
+def heads_with_their_ptd(tmp_path_factory):
+    """Two heads on one backbone, exported apart, each with its `.ptd`: both name their
+    weights alike (`head.weight` is a [10, 128] tensor in one, [3, 128] in the other)."""
+    root = tmp_path_factory.mktemp("heads-ptd")
+    return [_export_with_ptd(model, root, f"head{n}") for n, model in enumerate(SETS["heads"]())]
+
+
+def test_programs_with_their_own_ptd_share_what_is_equal_and_keep_what_differs(
+    heads_with_their_ptd, tmp_path
+):
+    from emitter_filter.ondisk.read_ptd import read_ptd
+
+    before = {p: p.read_bytes() for pair in heads_with_their_ptd for p in pair}
+    data = [f"{pte}={ptd}" for pte, ptd in heads_with_their_ptd]
+    report = share_files([pte for pte, _ in heads_with_their_ptd], tmp_path, ptd_paths=data)
+    assert {p: p.read_bytes() for p in before} == before, "an input was modified"
+    backbone = 64 * 128 * 4 + 128 * 128 * 4
+    assert report.saved_bytes >= backbone
+    assert [p.own_keys for p in report.programs] == [("head.bias", "head.weight")] * 2
+    shared = read_ptd(tmp_path / "shared.ptd")
+    assert not [key for key in shared.named_data if key.startswith("head.")]
+    assert sum(e.nbytes for e in shared.named_data.values()) == backbone + 2 * 128 * 4
+    for (pte, ptd), program in zip(heads_with_their_ptd, report.programs):
+        want = _load_for_executorch(str(pte), str(ptd)).forward(INPUT)[0]
+        for got in _run_all_loaders(tmp_path / pte.name, tmp_path / "shared.ptd"):
+            assert torch.equal(got, want), pte.name
+        # The head is in the program now, under the name it was exported with.
+        kept = read_pte(tmp_path / pte.name, [tmp_path / "shared.ptd"])
+        names = {t.name for t in kept.tensors if t.ref.space is DataSpace.CONSTANT}
+        assert names == {"head.weight", "head.bias"}
+    audit = audit_set([tmp_path / pte.name for pte, _ in heads_with_their_ptd],
+                      [tmp_path / "shared.ptd"])
+    assert audit.dead_bytes == 0 and audit.shared == ()
+
+
+def test_the_ptd_beside_each_program_is_its_own(heads_with_their_ptd, tmp_path):
+    paired = tmp_path / "paired"
+    share_files([pte for pte, _ in heads_with_their_ptd], paired,
+                ptd_paths=[f"{pte}={ptd}" for pte, ptd in heads_with_their_ptd])
+    beside = []
+    for pte, ptd in heads_with_their_ptd:
+        (tmp_path / pte.name).write_bytes(pte.read_bytes())
+        (tmp_path / pte.with_suffix(".ptd").name).write_bytes(ptd.read_bytes())
+        beside.append(tmp_path / pte.name)
+    share_files(beside, tmp_path / "out")
+    assert _bytes_of(tmp_path / "out") == _bytes_of(paired)
+
+
+def _bytes_of(directory) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+class _TiedWithShared(torch.nn.Module):
+    """An embedding tied to the output head (its own weights), on a projection every
+    program of the set has: lowered to XNNPACK, the embedding is stored twice in it."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.projection = torch.nn.Linear(32, 32)
+        torch.manual_seed(seed)
+        self.embedding = torch.nn.Embedding(256, 32)
+        self.head = torch.nn.Linear(32, 256, bias=False)
+        self.head.weight = self.embedding.weight
+
+    def forward(self, tokens):
+        return self.head(self.projection(self.embedding(tokens)))
+
+
+def test_share_dedupe_also_stores_what_repeats_within_a_program_once(tmp_path):
+    tokens = (torch.tensor([[1, 2, 3, 255]]),)
+    originals = []
+    for seed in (1, 2):
+        originals.append(tmp_path / f"tied{seed}.pte")
+        originals[-1].write_bytes(export(_TiedWithShared(seed), "xnnpack", tokens))
+    plain = share_files(originals, tmp_path / "plain")
+    report = share_files(originals, tmp_path / "out", dedupe=True)
+    embedding = 256 * 32 * 4
+    assert plain.shared_contents > 0 and plain.deduplicated_bytes == 0
+    assert report.deduplicated_bytes >= 2 * embedding
+    assert report.bytes_after == plain.bytes_after - report.deduplicated_bytes
+    assert f"{report.deduplicated_bytes:,} B stored once within programs" in report.summary()
+    for original in originals:
+        data = original.read_bytes()  # alive while the module runs
+        want = _load_for_executorch_from_buffer(data).forward(tokens)[0]
+        pte, ptd = tmp_path / "out" / original.name, tmp_path / "out" / "shared.ptd"
+        program_bytes, data_bytes = pte.read_bytes(), ptd.read_bytes()
+        got = [_load_for_executorch(str(pte), str(ptd)).forward(tokens)[0],
+               _load_for_executorch_from_buffer(program_bytes, data_bytes).forward(tokens)[0]]
+        if _RUNTIME_TAKES_DATA:
+            method = Runtime.get().load_program(str(pte), data_path=str(ptd)).load_method(
+                "forward")
+            got.append(method.execute(list(tokens))[0])
+        assert all(torch.equal(g, want) for g in got), original.name
+    audit = audit_set([tmp_path / "out" / p.name for p in originals],
+                      [tmp_path / "out" / "shared.ptd"])
+    assert audit.dead_bytes == 0 and audit.duplicated_bytes == 0

@@ -104,19 +104,123 @@ def test_xnnpack_named_data_common_to_two_programs_moves_with_its_key(tmp_path):
         assert blob.named_keys == keys
 
 
-def test_one_key_with_different_bytes_in_two_programs_is_refused_leaving_nothing(tmp_path):
+def _flip(path, offset, to):
+    """`path` with the byte at `offset` changed, written to `to`; returns it."""
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    to.write_bytes(bytes(data))
+    return to
+
+
+def test_one_named_data_key_with_other_bytes_in_two_programs_stays_in_each(tmp_path):
     a = _copy("xnnpack", "pruned", tmp_path / "a.pte")
-    data = bytearray(a.read_bytes())
     entry = read_pte(a).named_data[0]
-    data[entry.offset] ^= 0xFF
-    b = tmp_path / "b.pte"
-    b.write_bytes(bytes(data))
+    b = _flip(a, entry.offset, tmp_path / "b.pte")
     out = tmp_path / "out"
-    with pytest.raises(PteFormatError, match=rf"{entry.key}.*other bytes.*a\.pte|a\.pte"):
-        share_files([a, b], out, min_bytes=1)
-    assert not out.exists() or not list(out.iterdir())
-    assert main(["share", str(a), str(b), "--out", str(out), "--min-bytes", "1"]) == 2
-    assert not out.exists() or not list(out.iterdir())
+    report = share_files([a, b], out, min_bytes=1)
+    keys = {e.key for e in read_pte(a).named_data}
+    assert set(read_ptd(out / "shared.ptd").named_data) == keys - {entry.key}
+    for path in (a, b):
+        # The runtime finds the key in the .pte, after the .ptd (which has none).
+        kept = {e.key: e for e in read_pte(out / path.name).named_data}
+        assert set(kept) == {entry.key}
+        with open(out / path.name, "rb") as written, open(path, "rb") as original:
+            written.seek(kept[entry.key].offset)
+            original.seek(entry.offset)
+            assert written.read(entry.nbytes) == original.read(entry.nbytes)
+    assert report.shared_contents == len(keys) - 1
+
+
+def test_one_key_with_two_contents_for_one_program_is_refused_leaving_nothing(tmp_path):
+    pte, (ptd,) = saved(GOLDEN / "external" / "dirty")
+    a = shutil.copyfile(pte, tmp_path / "a.pte")
+    key, entry = next(iter(read_ptd(ptd).named_data.items()))
+    other = _flip(ptd, entry.offset, tmp_path / "other.ptd")
+    out = tmp_path / "out"
+    with pytest.raises(PteFormatError, match=rf"{key!r} .*other bytes.*a\.pte loads with both"):
+        share_files([a], out, ptd_paths=[ptd, other])
+    assert not out.exists()
+    assert main(["share", str(a), "--data", str(ptd), "--data", str(other),
+                 "--out", str(out)]) == 2
+    assert not out.exists()
+
+
+def _external_pair(tmp_path, name, flip=None):
+    """The golden external program and its .ptd as `name`.pte and `name`.ptd, with the
+    bytes of the .ptd's key `flip` changed."""
+    pte, (ptd,) = saved(GOLDEN / "external" / "dirty")
+    shutil.copyfile(pte, tmp_path / f"{name}.pte")
+    if flip is None:
+        shutil.copyfile(ptd, tmp_path / f"{name}.ptd")
+    else:
+        _flip(ptd, read_ptd(ptd).named_data[flip].offset, tmp_path / f"{name}.ptd")
+    return tmp_path / f"{name}.pte", tmp_path / f"{name}.ptd"
+
+
+def test_programs_with_their_own_ptd_keep_the_keys_whose_bytes_differ(tmp_path):
+    _, (ptd,) = saved(GOLDEN / "external" / "dirty")
+    read = read_pte(_external_pair(tmp_path, "probe")[0], [tmp_path / "probe.ptd"])
+    live = [t.name for t in read.tensors if t.ref.space is DataSpace.EXTERNAL]
+    flipped = live[0]
+    a, a_ptd = _external_pair(tmp_path, "a")
+    b, b_ptd = _external_pair(tmp_path, "b", flip=flipped)
+    out = tmp_path / "out"
+    report = share_files([a, b], out, ptd_paths=[f"{a}={a_ptd}", f"b.pte={b_ptd}"],
+                         min_bytes=1)
+    assert [p.own_keys for p in report.programs] == [(flipped,)] * 2
+    shared = read_ptd(out / "shared.ptd")
+    assert flipped not in shared.named_data and set(live) - {flipped} <= set(shared.named_data)
+    for path, ptd_in in ((a, a_ptd), (b, b_ptd)):
+        written = read_pte(out / path.name, [out / "shared.ptd"])
+        tensors = {t.name: t for t in written.tensors}
+        assert tensors[flipped].ref.space is DataSpace.CONSTANT  # its name kept
+        entry = written.entries[DataSpace.CONSTANT][tensors[flipped].ref.index]
+        want = read_ptd(ptd_in).named_data[flipped]
+        with open(out / path.name, "rb") as f, open(ptd_in, "rb") as g:
+            f.seek(entry.offset)
+            g.seek(want.offset)
+            assert f.read(want.nbytes) == g.read(want.nbytes)
+    # What the inputs' own .ptd holds dead (`unused`, `odd`) stays, once: share prunes nothing.
+    after = audit_set([out / "a.pte", out / "b.pte"], [out / "shared.ptd"])
+    assert after.dead_bytes == audit_set([a], [a_ptd]).dead_bytes > 0
+
+
+def test_without_data_each_program_reads_the_ptd_beside_it(tmp_path):
+    a, a_ptd = _external_pair(tmp_path, "a")
+    b, b_ptd = _external_pair(tmp_path, "b", flip=next(iter(read_ptd(a_ptd).named_data)))
+    report = share_files([a, b], tmp_path / "beside", min_bytes=1)
+    assert report.ptd_inputs == (str(a_ptd), str(b_ptd))
+    share_files([a, b], tmp_path / "given", min_bytes=1,
+                ptd_paths=[(str(a), str(a_ptd)), (str(b), str(b_ptd))])
+    assert _bytes(tmp_path / "beside") == _bytes(tmp_path / "given")
+
+
+@pytest.mark.parametrize("data, message", [
+    (["nothere.pte=x.ptd"], "'nothere.pte' is none of the inputs"),
+    (["a.pte="], "expected IN.ptd or FILE=IN.ptd"),
+])
+def test_a_bad_data_spec_is_one_line_and_writes_nothing(tmp_path, capsys, data, message):
+    a, _ = _external_pair(tmp_path, "a")
+    out = tmp_path / "out"
+    argv = ["share", str(a), "--out", str(out)]
+    for spec in data:
+        argv += ["--data", spec]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_ptd_files_of_one_name_are_refused_when_each_would_be_copied(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    a, a_ptd = _external_pair(tmp_path / "x", "a")
+    pte, _ = saved(GOLDEN / "plain" / "dirty")
+    b = shutil.copyfile(pte, tmp_path / "y" / "b.pte")
+    other = shutil.copyfile(a_ptd, tmp_path / "y" / "a.ptd")
+    with pytest.raises(OutputFileError, match="several inputs are named 'a.ptd'; with nothing"):
+        share_files([a, b], tmp_path / "out", ptd_paths=[f"{a}={a_ptd}", f"{b}={other}"])
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_output_that_would_replace_an_input_is_refused(tmp_path):
