@@ -9,15 +9,21 @@ something that does not run, they fail.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import socket
 import subprocess
 import textwrap
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-__all__ = ["PYTHON", "needs_model_explorer", "adapter_graphs", "round_trip"]
+__all__ = ["PYTHON", "needs_model_explorer", "adapter_graphs", "round_trip", "serve",
+           "NODE_DATA_ROWS", "ROOT_STATS_ROWS"]
 
 PYTHON = os.environ.get("EMITTER_FILTER_MODEL_EXPLORER_PYTHON")
 
@@ -34,15 +40,15 @@ def _run(code: str, *args: str) -> str:
     return result.stdout
 
 
-def adapter_graphs(pte: Path) -> dict[str, list[str]]:
-    """The adapter's graphs of `pte`: graph id to node ids, delegate subgraphs included."""
+def adapter_graphs(pte: Path) -> dict[str, dict[str, str]]:
+    """The adapter's graphs of `pte`: graph id to {node id: label}, delegate subgraphs included."""
     code = """
         import json, sys
         from pte_adapter_model_explorer.main import PTEAdapter
         graphs = {}
         for collection in PTEAdapter().convert(sys.argv[1], {})["graphCollections"]:
             for graph in collection.graphs:
-                graphs[graph.id] = [node.id for node in graph.nodes]
+                graphs[graph.id] = {node.id: node.label for node in graph.nodes}
         print(json.dumps(graphs))
     """
     return json.loads(_run(code, str(pte)))
@@ -65,3 +71,53 @@ def round_trip(document: dict) -> dict:
         print(ndb.ModelNodeData(graphsData=graphs).to_json_string())
     """
     return json.loads(_run(code, json.dumps(document)))
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(pte: Path, node_data: Path, log: Path, timeout: float = 120.0) -> Iterator[str]:
+    """Model Explorer's server on 127.0.0.1 with the PTE adapter, `pte` and its node data
+    loaded as its command line loads them (its output in `log`); yields the address it
+    prints for them."""
+    port = _free_port()
+    command = [str(Path(PYTHON).parent / "model-explorer"), str(pte), "--node_data_paths",
+               str(node_data), "--extensions", "pte_adapter_model_explorer", "--host",
+               "127.0.0.1", "--port", str(port), "--no_open_in_browser"]
+    with open(log, "w") as output:
+        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL)
+    try:
+        pattern = re.compile(rf"http://127\.0\.0\.1:{port}/\?data=\S+")
+        end, found = time.monotonic() + timeout, None
+        while found is None and server.poll() is None and time.monotonic() < end:
+            time.sleep(0.5)
+            found = pattern.search(log.read_text())
+        assert found, f"Model Explorer's server did not start: {log.read_text()[-3000:]}"
+        yield found.group(0)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+#: Model Explorer's "Node data" table, as [node label, value text] per row, once drawn.
+NODE_DATA_ROWS = """(() => {
+  const rows = [...document.querySelectorAll("table.results tbody tr")]
+    .map(row => [...row.querySelectorAll("td")].map(cell => cell.innerText.trim()))
+    .filter(cells => cells.length >= 3);
+  return rows.length ? rows.map(cells => [cells[1], cells[2]]) : null;
+})()"""
+
+#: Its "Root-level nodes stats" table, as {node label: its "Sum %" text}.
+ROOT_STATS_ROWS = """Object.fromEntries(
+  [...document.querySelectorAll("table.children-stats-results tbody tr")]
+    .map(row => [...row.querySelectorAll("td")].map(cell => cell.innerText.trim()))
+    .filter(cells => cells.length >= 3).map(cells => [cells[1], cells[2]]))"""

@@ -2,23 +2,42 @@
 gives the file's graphs, and Model Explorer's own node-data builder reads the file back.
 
 Programs built here (random weights, fixed seed), portable and lowered to XNNPACK. The
-adapter and Model Explorer run in their own venv (`tests.model_explorer`).
+adapter and Model Explorer run in their own venv (`tests.model_explorer`); the last test
+starts Model Explorer's server with the adapter and reads the node data off the web app in
+headless Chromium. `EMITTER_FILTER_SCREENSHOTS=docs` keeps its picture of the portable program
+as `docs/model-explorer.png`.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from emitter_filter.cli import main
 from emitter_filter.ondisk.explain import explain_file
-from emitter_filter.ondisk.node_data import INPUTS_NODE
-from tests.model_explorer import adapter_graphs, needs_model_explorer, round_trip
+from emitter_filter.ondisk.node_data import INPUTS_NODE, OUTPUTS_NODE
+from tests.browser import DevToolsPage, needs_chromium
+from tests.model_explorer import (
+    NODE_DATA_ROWS,
+    ROOT_STATS_ROWS,
+    adapter_graphs,
+    needs_model_explorer,
+    round_trip,
+    serve,
+)
 from tests.model_sets import export
 
 pytestmark = needs_model_explorer
+
+#: The window of the picture in docs/explain.md (`EMITTER_FILTER_SCREENSHOTS=docs`).
+WINDOW = (1400, 860)
+_CLICK = """[...document.querySelectorAll("mat-icon, .mat-icon")]
+    .find(icon => icon.innerText.trim() === "%s")?.closest("button, [role=button], div")?.click()"""
 
 
 class Model(torch.nn.Module):
@@ -75,3 +94,50 @@ def test_the_largest_node_reads_the_largest_constant_and_dead_bytes_are_on_the_i
     assert dead == 32 * 32 * 4 and values[INPUTS_NODE] == dead
     assert main(["explain", str(program), "--node-data", str(out), "--value", "dead"]) == 0
     assert json.loads(out.read_text())[graph]["results"] == {INPUTS_NODE: {"value": dead}}
+
+
+@needs_chromium
+def test_model_explorer_shows_the_bytes_on_the_adapters_nodes(program, tmp_path):
+    """The real client: Model Explorer's server with the adapter, the web app in Chromium."""
+    out = tmp_path / "node-data.json"
+    assert main(["explain", str(program), "--node-data", str(out)]) == 0
+    [(graph, data)] = json.loads(out.read_text()).items()
+    values = {node: result["value"] for node, result in data["results"].items()}
+    labels = adapter_graphs(program)[graph]
+    with serve(program, out, tmp_path / "server.log") as address, \
+            DevToolsPage(tmp_path, window=WINDOW) as page:
+        page.open(address)
+        rows = page.wait_for(NODE_DATA_ROWS)
+        root = page.wait_for(ROOT_STATS_ROWS)
+        if os.environ.get("EMITTER_FILTER_SCREENSHOTS") and program.stem == "portable":
+            # Every layer open (the toolbar's "expand all"), the graph fit to the window.
+            for icon in ("unfold_more_double", "fit_screen"):
+                page.evaluate(_CLICK % icon)
+                time.sleep(2)  # the graph's layout and colours
+            # The pointer away from the toolbar, so that no button's tooltip shows.
+            page.call("Input.dispatchMouseEvent", type="mouseMoved", x=WINDOW[0] - 420,
+                      y=WINDOW[1] - 40)
+            page.evaluate("document.activeElement && document.activeElement.blur()")
+            # The help bubbles the clicks opened (the app's own popovers), out of the picture.
+            page.evaluate("document.querySelectorAll('bubble-container').forEach(b => b.remove())")
+            time.sleep(2)
+            page.screenshot(Path(os.environ["EMITTER_FILTER_SCREENSHOTS"]) / "model-explorer.png")
+    # The app's "Node data" table lists the graph's operator nodes in the adapter's order,
+    # with the value the file gives each ("-" for none): an id it did not match would be
+    # missing there. The inputs and outputs nodes are not in that table (their
+    # ids are checked against the adapter's own in the tests above).
+    calls = [node for node in labels if node not in (INPUTS_NODE, OUTPUTS_NODE)]
+    assert set(values) <= {*calls, INPUTS_NODE}
+    shown = [(label, None if value == "-" else float(value.replace(",", "")))
+             for label, value in rows]
+    assert shown == [(labels[node], values.get(node)) for node in calls]
+    # The node it shows largest is the file's largest: the reader of the largest constant
+    # (`test_the_largest_node_reads_the_largest_constant_and_dead_bytes_are_on_the_inputs`).
+    largest = max((node for node in values if node != INPUTS_NODE), key=values.get)
+    assert max((row for row in shown if row[1] is not None), key=lambda row: row[1]) == (
+        labels[largest], values[largest])
+    # The dead bytes, on the inputs node, show beside the plan in the root-level stats, as a
+    # share of what the plan's calls read.
+    calls_sum = sum(value for node, value in values.items() if node != INPUTS_NODE)
+    assert float(root["Graph Inputs"]) == pytest.approx(
+        100 * values[INPUTS_NODE] / calls_sum, abs=0.05)
