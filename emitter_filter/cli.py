@@ -108,8 +108,10 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     audit.add_argument(
         "--ptd", action="append", default=[], metavar="FILE.ptd",
-        help="a .ptd file with the program's external constants (repeatable); with several "
-        "programs, the .ptd they all load with (what share writes): audited as one set",
+        help="a .ptd file with the program's external constants (repeatable). Several "
+        "programs are audited as one set with the .ptd files they load with, as share "
+        "takes them: IN.ptd for every program (what share writes), PROGRAM.pte=IN.ptd for "
+        "one; without --ptd, each with the .ptd beside it with its stem, if any",
     )
     audit.add_argument("--json", action="store_true", help="print the report as JSON")
     audit.add_argument(
@@ -219,7 +221,9 @@ def _add_explain(commands) -> argparse.ArgumentParser:
     )
     explain.add_argument("--ptd", action="append", default=[], metavar="FILE.ptd",
                          help="a .ptd file with the program's external data (repeatable); with "
-                         "several programs, the .ptd they load with (what share writes)")
+                         "several programs, as share takes them: IN.ptd for every program "
+                         "(what share writes), PROGRAM.pte=IN.ptd for one; without --ptd, each "
+                         "with the .ptd beside it with its stem, if any")
     explain.add_argument("--names", metavar="FILE",
                          help="a torch.export .pt2 or an ETRecord of the same model: name "
                          "constant and mutable entries by content (imports torch)")
@@ -732,9 +736,10 @@ def _copy_location(copy) -> str:
 
 def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.audit import audit_file
+    from emitter_filter.ondisk.data_files import beside
     from emitter_filter.state_names import state_file
 
-    if options.ptd and len(options.pte) > 1:
+    if len(options.pte) > 1 and (options.ptd or any(beside(p) for p in options.pte)):
         return _audit_set(options)
     names = state_file(options.names)
     reports = [
@@ -761,7 +766,8 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 
 
 def _audit_set(options: argparse.Namespace) -> int:
-    """`audit A.pte B.pte --ptd shared.ptd`: the programs as one set (what `share` writes)."""
+    """`audit A.pte B.pte --ptd shared.ptd` (what `share` writes), or programs with `.ptd`
+    files of their own: the programs as one set."""
     from emitter_filter.ondisk.audit_set import audit_set
 
     report = audit_set(options.pte, options.ptd)

@@ -1,4 +1,4 @@
-"""Audit several programs that load with the same `.ptd` files (what `share` writes) as one set.
+"""Audit several programs and the `.ptd` files they load with (what `share` writes) as one set.
 
 Audited alone, each program would count the entries of a shared `.ptd` that
 only the others read as dead. As a set: each program's own entries are judged
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.audit_report import AuditReport
+from emitter_filter.ondisk.data_files import data_files_for
 from emitter_filter.ondisk.share_find import SharedContent, find_set_shared, read_set
 
 __all__ = ["ProgramInSet", "SetAuditReport", "audit_set"]
@@ -34,7 +35,7 @@ class ProgramInSet:
         file_bytes: Its size.
         ptd_bytes: Bytes of the `.ptd` entries it reads (each segment once).
         dead_bytes: Bytes of its own (`.pte`) entries no plan of it reaches.
-        report: `audit_file` of it with the set's `.ptd` files, for the details.
+        report: `audit_file` of it with the `.ptd` files it loads with, for the details.
     """
 
     path: str
@@ -116,47 +117,55 @@ def _read_keys(report: AuditReport, ptd_keys: set[str]) -> set[str]:
 
 def audit_set(
     ptes: Sequence[str | os.PathLike],
-    ptd_paths: Sequence[str | os.PathLike],
+    ptd_paths: Sequence,
     *,
     min_bytes: int = _DEFAULT_MIN_BYTES,
 ) -> SetAuditReport:
-    """Audits programs that load with the same `.ptd` files as one set.
+    """Audits programs and the `.ptd` files they load with as one set.
 
     Args:
         ptes: The programs. Not modified.
-        ptd_paths: The `.ptd` files each of them loads with. Not modified.
+        ptd_paths: The `.ptd` files they load with, as `share_files` takes them:
+            `IN.ptd` for every program, `FILE=IN.ptd` for one; none given, each
+            reads the `.ptd` beside it with its stem (`data_files.data_files_for`).
+            Not modified.
         min_bytes: Contents stored in several files count as shared from this size.
 
     Raises:
         PteFormatError: A file is malformed, or a `.ptd` does not match a program.
+        MethodSetError: A `FILE=` names none of the programs.
     """
     ptes = [os.fspath(p) for p in ptes]
-    ptd_paths = [os.fspath(p) for p in ptd_paths]
-    programs = read_set(ptes, ptd_paths)
+    data_of = data_files_for(ptes, ptd_paths)
+    programs = read_set(ptes, list(dict.fromkeys(p for f in data_of for p in f)), data_of)
     ptd_files = [ptd for ptd, _ in programs.ptds]
+    # Per (file, key): one program's `head.weight` is not another's.
     segment_of = {
-        key: (ptd.path, entry.segment_index, entry.nbytes)
+        (ptd.path, key): (ptd.path, entry.segment_index, entry.nbytes)
         for ptd in ptd_files for key, entry in ptd.named_data.items()
     }
-    reports = [audit_file(path, ptd_paths) for path in ptes]
-    read_by_any: set[str] = set()
+    read_by_any: set[tuple[str, str]] = set()
     members = []
-    for read, report in zip(programs.reads, reports):
-        keys = _read_keys(report, set(segment_of))
-        read_by_any |= keys
+    for read, files in zip(programs.reads, data_of):
+        report = audit_file(read.pte.path, files)
+        paths = {ptd.path for ptd in read.pte.ptd_files}
+        own = {key for path, key in segment_of if path in paths}
+        keys = _read_keys(report, own)
+        reads = {(path, key) for path, key in segment_of if path in paths and key in keys}
+        read_by_any |= reads
         own_dead = sum(
             d.nbytes for d in report.dead
-            if not (d.space in ("named_data", "external") and d.name in segment_of)
+            if not (d.space in ("named_data", "external") and d.name in own)
         )
-        ptd_bytes = sum(n for _, _, n in {segment_of[k] for k in keys})
+        ptd_bytes = sum(n for _, _, n in {segment_of[k] for k in reads})
         members.append(
             ProgramInSet(read.pte.path, read.pte.file_bytes, ptd_bytes, own_dead, report)
         )
     read_segments = {segment_of[k][:2] for k in read_by_any}
     counted: set[tuple[str, int]] = set()
     dead_keys = []
-    for key, (path, segment, nbytes) in segment_of.items():
-        if key in read_by_any:
+    for (path, key), (_, segment, nbytes) in segment_of.items():
+        if (path, key) in read_by_any:
             continue
         freed = (path, segment) not in read_segments and (path, segment) not in counted
         counted.add((path, segment))

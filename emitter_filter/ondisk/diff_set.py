@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emitter_filter.errors import PteFormatError
+from emitter_filter.ondisk.data_files import beside
 from emitter_filter.ondisk.diff import SizeDiff, diff_files
 
 __all__ = ["SetDiff", "diff_sets", "set_files"]
@@ -26,8 +27,7 @@ def set_files(directory: str | os.PathLike) -> dict[str, list[str]]:
     ptds = sorted(str(p) for p in root.glob("*.ptd") if p.is_file())
     if not ptes:
         raise PteFormatError(str(root), "no .pte file in this directory: not a set of programs")
-    return {p.name: [str(p.with_suffix(".ptd"))] if p.with_suffix(".ptd").is_file() else ptds
-            for p in ptes}
+    return {p.name: [own] if (own := beside(str(p))) else ptds for p in ptes}
 
 
 def _bytes(directory: str | os.PathLike) -> int:

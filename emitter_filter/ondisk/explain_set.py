@@ -1,7 +1,7 @@
-"""`explain A.pte B.pte ... [--ptd shared.ptd]`: every byte of a set of files an app ships.
+"""`explain A.pte B.pte ... [--ptd [FILE=]IN.ptd]`: every byte of a set of files an app ships.
 
-Each program is explained as `explain_file` explains it (with the `.ptd` files given),
-then the set is made of their parts:
+Each program is explained as `explain_file` explains it (with the `.ptd` files it loads
+with: `data_files.data_files_for`), then the set is made of their parts:
 
 - each file's bytes once: a `.pte`'s parts from its program; a `.ptd`'s parts, which every
   program reading it attributes, once, read by every program that reads them (each
@@ -23,6 +23,7 @@ from dataclasses import replace
 from emitter_filter.duplicates import StoredCopy, group_duplicates
 from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan
+from emitter_filter.ondisk.data_files import data_files_for
 from emitter_filter.ondisk.explain import Explanation, Part, explain_file
 
 __all__ = ["explain_set"]
@@ -68,10 +69,12 @@ def _label(part: Part) -> str:
     return f"{os.path.basename(part.file)}:{part.label}"
 
 
-def explain_set(
-    ptes: Sequence[str | os.PathLike], ptd_paths: Sequence[str | os.PathLike] = ()
-) -> Explanation:
+def explain_set(ptes: Sequence[str | os.PathLike], ptd_paths: Sequence = ()) -> Explanation:
     """Attributes every byte of several `.pte` files and the `.ptd` files they load with.
+
+    `ptd_paths` as `share_files` takes them: `IN.ptd` for every program, `FILE=IN.ptd`
+    for one; none given, each reads the `.ptd` beside it with its stem
+    (`data_files.data_files_for`).
 
     Returns an `Explanation` of the set (`programs`: each program's own), whose parts add
     up to the files' sizes, each file counted once.
@@ -79,15 +82,16 @@ def explain_set(
     Raises:
         PteFormatError: A file is malformed, or a `.ptd` does not match a `.pte`.
         PteFormatError: A file is given twice.
+        MethodSetError: A `FILE=` names none of the programs.
     """
     ptes = [os.fspath(p) for p in ptes]
-    ptd_paths = [os.fspath(p) for p in ptd_paths]
+    data_of = data_files_for(ptes, ptd_paths)
     seen: set[str] = set()
-    for path in [*ptes, *ptd_paths]:
+    for path in [*ptes, *dict.fromkeys(p for files in data_of for p in files)]:
         if os.path.realpath(path) in seen:
             raise PteFormatError(path, "given twice: a set holds each file once")
         seen.add(os.path.realpath(path))
-    programs = tuple(explain_file(pte, ptd_paths) for pte in ptes)
+    programs = tuple(explain_file(pte, files) for pte, files in zip(ptes, data_of))
     parts: list[Part] = []
     ptd_parts: dict[tuple, list[Part]] = {}
     outside: list[Part] = []

@@ -44,7 +44,7 @@ from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.analysis import find_aliases, find_shared_ranges
 from emitter_filter.ondisk.byte_source import Piece
-from emitter_filter.ondisk.data_files import beside, data_files_of
+from emitter_filter.ondisk.data_files import data_files_for
 from emitter_filter.ondisk.dedupe import dedupe_output
 from emitter_filter.ondisk.layout import (
     DEFAULT_SEGMENT_ALIGNMENT,
@@ -411,20 +411,6 @@ def _check_names(paths: Sequence[str], out_dir: str, why: str) -> None:
         raise OutputFileError(f"{out_dir}: several inputs are named {repeated[0]!r}; {why}")
 
 
-def _data_of(ptes: Sequence[str], data) -> list[list[str]]:
-    """The `.ptd` files each program reads: as `data` says (`data_files.data_files_of`),
-    or, with no `data`, the `.ptd` beside each with its stem."""
-    if data:
-        return data_files_of(ptes, data)
-    paired = []
-    for pte in ptes:
-        ptd = beside(pte)
-        if ptd is not None:
-            logger.info("%s: reading %s, the .ptd beside it", pte, ptd)
-        paired.append([] if ptd is None else [ptd])
-    return paired
-
-
 def _with_layouts(programs: ProgramSet) -> ProgramSet:
     """The set with each input's layout, read back as `prune` reads it, before anything changes."""
     layouts = []
@@ -494,7 +480,7 @@ def share_files(
             ptes, out_dir, list(ptd_paths), started,
             ptd_name=ptd_name, min_bytes=min_bytes, progress=progress, dedupe=dedupe,
         )
-    data_of = _data_of(ptes, ptd_paths)
+    data_of = data_files_for(ptes, ptd_paths)
     ptd_paths = list(dict.fromkeys(p for files in data_of for p in files))
     pte_outputs = [os.path.join(out_dir, os.path.basename(p)) for p in ptes]
     shared_output = os.path.join(out_dir, ptd_name)

@@ -6,7 +6,8 @@ segment of an input `.ptd`. Blobs are grouped by content as `audit` groups
 duplicates (`duplicates.group_duplicates`: length, first bytes, then sha256,
 each read in chunks), and a content is *shared* when it is stored in two or
 more files, is at least `min_bytes` long, and a program stores a copy that can
-move to the shared `.ptd`:
+move to the shared `.ptd`; or when two or more input `.ptd` files hold it (the
+shared `.ptd` holds it once, whatever its size):
 
     A.pte  [constant: P W1 H1 | named: k1]      out/A.pte [constant: P H1]
     B.pte  [constant: P W1 H2 | named: k1]  ->  out/B.pte [constant: P H2]
@@ -321,10 +322,11 @@ def find_shared(
             None: every alignment counts as 1.
         ptds: Each input `.ptd` with the own alignment of each of its segments (or None).
         sources: An open `ByteSource` for every input file, by path.
-        min_bytes: Contents shorter than this stay where they are.
+        min_bytes: Contents shorter than this stay where they are (but for what
+            several `.ptd` files hold).
 
     Raises:
-        PteFormatError: One key names different bytes in two inputs.
+        PteFormatError: One program loads one key with two contents.
     """
     blobs = [b for ptd, alignments in ptds for b in _ptd_blobs(ptd, alignments)]
     analyses = [analyse_file(read.pte, sources) for read in reads]
@@ -333,19 +335,25 @@ def find_shared(
     tensor_layouts = {number: _tensor_layouts(read) for number, read in enumerate(reads)}
     groups = _group(blobs, sources)
     content_of = {blob: number for number, (_, _, members) in enumerate(groups) for blob in members}
-    clashing, own_keys = _resolve_keys(reads, analyses, blobs, content_of)
+    ptd_keys_read = _ptd_keys_read(reads, analyses)
+    clashing, own_keys = _resolve_keys(reads, blobs, content_of, ptd_keys_read)
 
     shared, constant_keys = [], {}
     moved_keys: dict[int, set[str]] = {}
     for nbytes, sha256, members in groups:
-        movable = [b for b in members if _movable(b, tensor_layouts)
-                   and not clashing.intersection(b.keys)]
-        in_ptds = {b.file for b in members if b.kind == "external"
-                   and not clashing.issuperset(b.keys)}
-        if nbytes < min_bytes or len({b.file for b in members}) < 2 or not (
-                movable or len(in_ptds) > 1):
+        if len({b.file for b in members}) < 2:
             continue
-        shared.append(SharedContent(nbytes, sha256, tuple(members)))
+        # Below `min_bytes`, moving a copy costs about what it saves; but the shared `.ptd`
+        # holds what several `.ptd` files hold once, whatever its size. What no program
+        # reads is dead, not shared (it too is stored once, but `prune` drops it).
+        movable = [b for b in members if nbytes >= min_bytes and _movable(b, tensor_layouts)
+                   and not clashing.intersection(b.keys)]
+        in_ptds = [b for b in members if b.kind == "external"
+                   and not clashing.issuperset(b.keys)
+                   and _read_by_some(b, reads, ptd_keys_read)]
+        if not movable and len({b.file for b in in_ptds}) < 2:
+            continue
+        shared.append(SharedContent(nbytes, sha256, tuple(members if movable else in_ptds)))
         for blob in movable:
             if blob.kind == "named_data":
                 moved_keys.setdefault(blob.program, set()).update(blob.keys)
@@ -373,9 +381,32 @@ def _own_dead_bytes(analysis: FileAnalysis) -> int:
     return sum(end - start for start, end in analysis.count.freed.get(analysis.pte.path, ()))
 
 
+def _ptd_keys_read(
+    reads: Sequence[PteProgram], analyses: Sequence[FileAnalysis]
+) -> list[frozenset[str]]:
+    """Per program, the keys of its `.ptd` files it reads (`analysis.keep_ptd_key`)."""
+    read_keys = []
+    for read, analysis in zip(reads, analyses):
+        keep = keep_ptd_key(read.pte, read.program, analysis.liveness,
+                            frozenset(analysis.use.dead))
+        read_keys.append(frozenset(
+            key for ptd in read.pte.ptd_files for key in ptd.named_data if keep(key)))
+    return read_keys
+
+
+def _read_by_some(blob: StoredBlob, reads: Sequence[PteProgram],
+                  ptd_keys_read: Sequence[frozenset[str]]) -> bool:
+    """Whether a program that loads with the blob's `.ptd` reads one of its keys."""
+    return any(
+        ptd_keys_read[number].intersection(blob.keys)
+        for number, read in enumerate(reads)
+        if blob.file in {ptd.path for ptd in read.pte.ptd_files}
+    )
+
+
 def _resolve_keys(
-    reads: Sequence[PteProgram], analyses: Sequence[FileAnalysis],
-    blobs: Sequence[StoredBlob], content_of: Mapping[StoredBlob, int],
+    reads: Sequence[PteProgram], blobs: Sequence[StoredBlob],
+    content_of: Mapping[StoredBlob, int], ptd_keys_read: Sequence[frozenset[str]],
 ) -> tuple[frozenset[str], dict[int, frozenset[str]]]:
     """The keys with other bytes for other programs, and per program those of them its
     `.ptd` files hold and it reads (what it keeps in its `.pte`).
@@ -410,15 +441,13 @@ def _resolve_keys(
         key for key in holders if len({content[own[key]] for own in resolved if key in own}) > 1
     )
     own_keys: dict[int, frozenset[str]] = {}
-    for number, (read, analysis, own) in enumerate(zip(reads, analyses, resolved)):
-        keep = keep_ptd_key(read.pte, read.program, analysis.liveness,
-                            frozenset(analysis.use.dead))
+    for number, (read, own) in enumerate(zip(reads, resolved)):
         mine = set()
         for key in sorted(clashing.intersection(own)):
             blob = own[key]
             if blob.kind != "external":
                 continue  # In its `.pte` already, where it stays.
-            if not keep(key):
+            if key not in ptd_keys_read[number]:
                 raise PteFormatError(
                     blob.file,
                     f"{key!r} holds other bytes for another program of the set, and "

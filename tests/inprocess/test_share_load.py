@@ -188,6 +188,36 @@ def test_the_ptd_beside_each_program_is_its_own(heads_with_their_ptd, tmp_path):
     assert _bytes_of(tmp_path / "out") == _bytes_of(paired)
 
 
+def test_explain_and_audit_of_such_a_set_count_what_share_stores_once(
+    heads_with_their_ptd, tmp_path
+):
+    """Each program with its own `.ptd` (given, or beside it): the tools agree on the count."""
+    from emitter_filter.ondisk.explain_set import explain_set
+    from emitter_filter.ondisk.read_ptd import read_ptd
+
+    ptes = [pte for pte, _ in heads_with_their_ptd]
+    data = [f"{pte}={ptd}" for pte, ptd in heads_with_their_ptd]
+    before, audit = explain_set(ptes, data), audit_set(ptes, data)
+    report = share_files(ptes, tmp_path / "out", ptd_paths=data)
+    twice = sum(p.nbytes for p in before.parts if p.status == "duplicated")
+    assert twice == audit.duplicated_bytes == report.shared_bytes > 64 * 128 * 4
+    assert sum(p.nbytes for p in before.parts) == before.file_bytes == sum(
+        path.stat().st_size for pair in heads_with_their_ptd for path in pair)
+    # Each program reads all of its own .ptd: `head.weight` of one is not the other's.
+    assert [p.ptd_bytes for p in audit.programs] == [
+        sum(e.nbytes for e in read_ptd(ptd).named_data.values())
+        for _, ptd in heads_with_their_ptd]
+    assert audit.dead_bytes == 0
+    for pte, ptd in heads_with_their_ptd:
+        (tmp_path / pte.name).write_bytes(pte.read_bytes())
+        (tmp_path / pte.with_suffix(".ptd").name).write_bytes(ptd.read_bytes())
+    beside = explain_set([tmp_path / pte.name for pte in ptes])
+    assert sum(p.nbytes for p in beside.parts if p.status == "duplicated") == twice
+    out = [tmp_path / "out" / pte.name for pte in ptes]
+    after = explain_set(out, [tmp_path / "out" / "shared.ptd"])
+    assert not [p for p in after.parts if p.status == "duplicated"]
+
+
 def _bytes_of(directory) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
 

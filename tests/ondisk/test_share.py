@@ -16,6 +16,7 @@ from emitter_filter.cli import main
 from emitter_filter.errors import OutputFileError, PteFormatError
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.audit_set import audit_set
+from emitter_filter.ondisk.explain_set import explain_set
 from emitter_filter.ondisk.read_ptd import read_ptd
 from emitter_filter.ondisk.read_pte import read_pte, read_pte_program
 from emitter_filter.ondisk.share import share_files
@@ -193,6 +194,41 @@ def test_without_data_each_program_reads_the_ptd_beside_it(tmp_path):
     share_files([a, b], tmp_path / "given", min_bytes=1,
                 ptd_paths=[(str(a), str(a_ptd)), (str(b), str(b_ptd))])
     assert _bytes(tmp_path / "beside") == _bytes(tmp_path / "given")
+
+
+def test_explain_and_audit_read_the_set_as_share_does_and_agree_on_its_count(tmp_path):
+    """Each program with the .ptd beside it: what explain calls duplicated is what audit
+    says is stored in two files and share stores once; the dead stay dead in all three."""
+    (tmp_path / "probe").mkdir()
+    probe, probe_ptd = _external_pair(tmp_path / "probe", "probe")
+    read = read_pte(probe, [probe_ptd])
+    flipped = next(t.name for t in read.tensors if t.ref.space is DataSpace.EXTERNAL)
+    a, a_ptd = _external_pair(tmp_path, "a")
+    b, b_ptd = _external_pair(tmp_path, "b", flip=flipped)
+    explanation, audit = explain_set([a, b]), audit_set([a, b], [], min_bytes=1)
+    report = share_files([a, b], tmp_path / "out", min_bytes=1)
+    duplicated = sum(p.nbytes for p in explanation.parts if p.status == "duplicated")
+    dead = sum(p.nbytes for p in explanation.parts if p.status == "dead")
+    assert explanation.file_bytes == sum(p.stat().st_size for p in (a, b, a_ptd, b_ptd))
+    assert 0 < duplicated == audit.duplicated_bytes == report.shared_bytes
+    assert 0 < dead == audit.dead_bytes
+    # The set given as share writes it, and as `FILE=IN.ptd`: the same counts.
+    given = audit_set([a, b], [f"a.pte={a_ptd}", f"{b}={b_ptd}"], min_bytes=1)
+    assert given.to_json() == audit.to_json()
+    out = [tmp_path / "out" / "a.pte", tmp_path / "out" / "b.pte"]
+    after = explain_set(out, [tmp_path / "out" / "shared.ptd"])
+    assert not [p for p in after.parts if p.status == "duplicated"]
+    assert sum(p.nbytes for p in after.parts if p.status == "dead") == audit_set(
+        out, [tmp_path / "out" / "shared.ptd"]).dead_bytes == audit_set([a], [a_ptd]).dead_bytes
+
+
+@pytest.mark.parametrize("command", ["explain", "audit"])
+def test_a_bad_ptd_spec_for_a_set_is_one_line(tmp_path, capsys, command):
+    a, a_ptd = _external_pair(tmp_path, "a")
+    b, _ = _external_pair(tmp_path, "b")
+    assert main([command, str(a), str(b), "--ptd", f"c.pte={a_ptd}"]) == 2
+    err = capsys.readouterr().err
+    assert "'c.pte' is none of the inputs" in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("data, message", [
