@@ -46,7 +46,7 @@ def data_files_of(inputs: Sequence[str], data) -> list[list[str]]:
             spec = os.fspath(spec)
             file, _, ptd = spec.rpartition("=") if "=" in spec else ("", "", spec)
         if not ptd:
-            raise MethodSetError(f"--data {spec!r}: expected IN.ptd or FILE=IN.ptd")
+            raise MethodSetError(f"{spec!r}: expected IN.ptd or FILE=IN.ptd")
         if file:
             own[input_of(os.fspath(file), inputs)].append(os.fspath(ptd))
         else:
