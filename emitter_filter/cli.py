@@ -107,11 +107,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="the program file; several are audited in turn (as a pre-commit hook passes them)",
     )
     audit.add_argument(
-        "--ptd", action="append", default=[], metavar="FILE.ptd",
+        "--ptd", "--data", dest="ptd", action="append", default=[], metavar="FILE.ptd",
         help="a .ptd file with the program's external constants (repeatable). Several "
         "programs are audited as one set with the .ptd files they load with, as share "
-        "takes them: IN.ptd for every program (what share writes), PROGRAM.pte=IN.ptd for "
-        "one; without --ptd, each with the .ptd beside it with its stem, if any",
+        "takes them (--data is the same option, share's and merge's word): IN.ptd for "
+        "every program (what share writes), PROGRAM.pte=IN.ptd for one; without --ptd, "
+        "each with the .ptd beside it with its stem, if any",
     )
     audit.add_argument("--json", action="store_true", help="print the report as JSON")
     audit.add_argument(
@@ -219,11 +220,13 @@ def _add_explain(commands) -> argparse.ArgumentParser:
         help="the program file; several are explained as one set (each file's bytes once, "
         "what the set stores twice duplicated, each program's own in --json)",
     )
-    explain.add_argument("--ptd", action="append", default=[], metavar="FILE.ptd",
+    explain.add_argument("--ptd", "--data", dest="ptd", action="append", default=[],
+                         metavar="FILE.ptd",
                          help="a .ptd file with the program's external data (repeatable); with "
-                         "several programs, as share takes them: IN.ptd for every program "
-                         "(what share writes), PROGRAM.pte=IN.ptd for one; without --ptd, each "
-                         "with the .ptd beside it with its stem, if any")
+                         "several programs, as share takes them (--data is the same option, "
+                         "share's and merge's word): IN.ptd for every program (what share "
+                         "writes), PROGRAM.pte=IN.ptd for one; without --ptd, each with the "
+                         ".ptd beside it with its stem, if any")
     explain.add_argument("--names", metavar="FILE",
                          help="a torch.export .pt2 or an ETRecord of the same model: name "
                          "constant and mutable entries by content (imports torch)")
@@ -241,9 +244,9 @@ def _add_explain(commands) -> argparse.ArgumentParser:
         "node ids pte-adapter-model-explorer gives the file's graphs (load it beside the .pte)",
     )
     explain.add_argument(
-        "--value", choices=("bytes", "dead", "duplicated"), default="bytes",
-        help="what --node-data sums per node: every byte read (default), the dead ones, or "
-        "the duplicated ones",
+        "--value", choices=("bytes", "dead", "duplicated"), default=None,
+        help="what --node-data sums per node: every byte read (default: bytes), the dead "
+        "ones, or the duplicated ones",
     )
     return explain
 
@@ -741,6 +744,9 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 
     if len(options.pte) > 1 and (options.ptd or any(beside(p) for p in options.pte)):
         return _audit_set(options)
+    if len(options.pte) == 1:
+        pte, ptd = _one_program(options)
+        options.pte, options.ptd = [pte], ptd
     names = state_file(options.names)
     reports = [
         audit_file(pte, options.ptd, keep_constants=options.keep, names=names)
@@ -765,6 +771,15 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     return EXIT_DEAD_BYTES if over else EXIT_OK
 
 
+def _one_program(options: argparse.Namespace) -> tuple[str, list[str]]:
+    """The one program of `audit`/`explain` and its `.ptd` files, `--ptd` in the words a set
+    takes (`MODEL.pte=IN.ptd` as well as `IN.ptd`)."""
+    from emitter_filter.ondisk.data_files import data_files_of
+
+    [pte] = options.pte
+    return pte, data_files_of([pte], options.ptd)[0]
+
+
 def _audit_set(options: argparse.Namespace) -> int:
     """`audit A.pte B.pte --ptd shared.ptd` (what `share` writes), or programs with `.ptd`
     files of their own: the programs as one set."""
@@ -783,6 +798,10 @@ def _audit_set(options: argparse.Namespace) -> int:
 
 
 def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    if options.value is not None and not options.node_data:
+        print("emitter-filter explain: --value says what --node-data sums; give --node-data "
+              "OUT.json with it", file=sys.stderr)
+        return EXIT_USAGE
     if len(options.pte) > 1:
         if options.names or options.node_data:
             option = "--names" if options.names else "--node-data"
@@ -795,7 +814,7 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
     else:
         from emitter_filter.ondisk.explain import explain_file
 
-        [options.pte] = options.pte
+        options.pte, options.ptd = _one_program(options)
         explanation = explain_file(options.pte, options.ptd, names=options.names)
     if options.html:
         from emitter_filter.ondisk.explain_page import write_explain_page
@@ -808,10 +827,11 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
         from emitter_filter.ondisk.node_data import node_data_file
         from emitter_filter.ondisk.output import write_text
 
-        document = node_data_file(options.pte, options.ptd, options.value, names=options.names)
+        value = options.value or "bytes"
+        document = node_data_file(options.pte, options.ptd, value, names=options.names)
         write_text(options.node_data, json.dumps(document, indent=2) + "\n",
                    inputs=[options.pte, *options.ptd])
-        print(f"wrote {options.node_data}: Model Explorer node data ({options.value} per node "
+        print(f"wrote {options.node_data}: Model Explorer node data ({value} per node "
               f"of {len(document)} graph(s))", file=sys.stderr)
     if options.json:
         print(json.dumps(explanation.to_json(options.top, options.by), indent=2))
@@ -830,10 +850,17 @@ def _diff(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         return EXIT_USAGE
     sets = [os.path.isdir(options.old), os.path.isdir(options.new)]
     if any(sets):
-        if not all(sets) or options.old_ptd or options.new_ptd or options.old_names \
-                or options.new_names:
-            print("emitter-filter diff: two directories (sets of programs, each with its .ptd "
-                  "files beside it) or two .pte files; --*-ptd and --*-names take files",
+        if not all(sets):
+            directory, other = ((options.old, options.new) if sets[0]
+                                else (options.new, options.old))
+            what = "a file" if os.path.exists(other) else "not there"
+            print(f"emitter-filter diff: {directory} is a directory but {other} is {what}: "
+                  "give two directories (sets of programs, each with its .ptd files beside "
+                  "it) or two .pte files", file=sys.stderr)
+            return EXIT_USAGE
+        if options.old_ptd or options.new_ptd or options.old_names or options.new_names:
+            print("emitter-filter diff: --old-ptd, --new-ptd and the --*-names options take "
+                  "two .pte files; two directories pair each program with the .ptd beside it",
                   file=sys.stderr)
             return EXIT_USAGE
         from emitter_filter.ondisk.diff_set import diff_sets

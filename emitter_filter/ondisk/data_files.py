@@ -41,11 +41,11 @@ def data_files_of(inputs: Sequence[str], data) -> list[list[str]]:
     every, own = [], [[] for _ in inputs]
     for spec in data:
         if isinstance(spec, tuple):
-            file, ptd = spec
+            (file, ptd), equals = spec, ""
         else:
             spec = os.fspath(spec)
-            file, _, ptd = spec.rpartition("=") if "=" in spec else ("", "", spec)
-        if not ptd:
+            file, equals, ptd = spec.rpartition("=")
+        if not ptd or (equals and not file):
             raise MethodSetError(f"{spec!r}: expected IN.ptd or FILE=IN.ptd")
         if file:
             own[input_of(os.fspath(file), inputs)].append(os.fspath(ptd))

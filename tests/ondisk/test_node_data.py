@@ -49,3 +49,7 @@ def test_the_cli_writes_it_says_where_and_refuses_what_it_cannot(tmp_path, capsy
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1].startswith("emitter-filter: ") and pte.exists()
     assert main(["explain", str(pte), "--node-data", str(tmp_path / "no" / "dir" / "x.json")]) == 2
+    capsys.readouterr()
+    assert main(["explain", str(pte), "--value", "dead"]) == 2
+    assert capsys.readouterr().err == ("emitter-filter explain: --value says what --node-data "
+                                       "sums; give --node-data OUT.json with it\n")

@@ -223,12 +223,30 @@ def test_explain_and_audit_read_the_set_as_share_does_and_agree_on_its_count(tmp
 
 
 @pytest.mark.parametrize("command", ["explain", "audit"])
-def test_a_bad_ptd_spec_for_a_set_is_one_line(tmp_path, capsys, command):
-    a, a_ptd = _external_pair(tmp_path, "a")
-    b, _ = _external_pair(tmp_path, "b")
-    assert main([command, str(a), str(b), "--ptd", f"c.pte={a_ptd}"]) == 2
+@pytest.mark.parametrize("programs", [("a", "b"), ("a",)], ids=["set", "one"])
+@pytest.mark.parametrize("spec, message", [
+    ("c.pte={}", "'c.pte' is none of the inputs"),
+    ("={}", "expected IN.ptd or FILE=IN.ptd"),
+], ids=["other-file", "no-file"])
+def test_a_bad_ptd_spec_is_one_line(tmp_path, capsys, command, programs, spec, message):
+    pairs = [_external_pair(tmp_path, name) for name in programs]
+    argv = [command, *(str(pte) for pte, _ in pairs), "--ptd", spec.format(pairs[0][1])]
+    assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "'c.pte' is none of the inputs" in err and err.count("\n") == 1
+    assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["explain", "audit"])
+def test_one_program_takes_its_ptd_in_the_words_a_set_takes(tmp_path, capsys, command):
+    """`--ptd IN.ptd`, `--ptd MODEL.pte=IN.ptd` and `--data` (share's word) say the same."""
+    a, a_ptd = _external_pair(tmp_path, "a")
+    outputs = []
+    for option in (["--ptd", str(a_ptd)], ["--ptd", f"{a}={a_ptd}"], ["--data", f"a.pte={a_ptd}"]):
+        assert main([command, str(a), *option, "--json"]) == 0
+        outputs.append(json.loads(capsys.readouterr().out))
+    assert outputs[0] == outputs[1] == outputs[2]
+    assert main([command, str(a), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) != outputs[0]  # the .ptd was read
 
 
 @pytest.mark.parametrize("data, message", [
