@@ -2,8 +2,9 @@
 
 Every backend's `init` gets the program's merged `NamedDataMap`, and may look up
 any key in it. Only for XNNPACK does the blob say which keys: its
-`XNNGraph.constant_data[*].named_key`. Other blobs are opaque, so their keys
-cannot be enumerated.
+`XNNGraph.constant_data[*].named_key`, and which of its nodes reads each (the
+values of a node's inputs). Other blobs are opaque, so their keys cannot be
+enumerated.
 
 This module reads bytes only (no `executorch.exir`, whose import takes seconds),
 so the in-memory hook and the file side can share it.
@@ -11,6 +12,8 @@ so the in-memory hook and the file side can share it.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import struct
 
 from emitter_filter._program_fbs.fb_xnnpack.XNNQuantParams import XNNQuantParams
@@ -22,7 +25,7 @@ from emitter_filter.scalar_types import xnnpack_scalar_type
 
 __all__ = [
     "XNNPACK_BACKEND_ID", "XNN_HEADER_SIZE", "delegate_named_keys", "xnnpack_flatbuffer_span",
-    "xnnpack_named_keys", "xnnpack_constant_types",
+    "xnnpack_named_keys", "xnnpack_constant_types", "xnnpack_node_keys",
 ]
 
 #: `BackendDelegate.id` of XNNPACK delegates: the name of
@@ -169,6 +172,112 @@ def xnnpack_constant_types(processed: bytes) -> dict[str, tuple[str, tuple[int, 
     except (struct.error, IndexError, TypeError, ValueError, UnicodeDecodeError) as e:
         raise ProgramFormatError(f"malformed XNNPACK flatbuffer: {e}") from e
     return types
+
+
+# The members of schema.fbs's `union XNodeUnion` that are another table (`XNNAdd:
+# _XNNNode2x1`), by that table's name; every other member is a table of its own name.
+# `tests/inprocess/test_xnnpack_nodes.py` checks it against the installed schema.
+_XNODE_TABLES = {
+    "XNNAdd": "_XNNNode2x1", "XNNSoftmax": "_XNNNode1x1", "XNNSigmoid": "_XNNNode1x1",
+    "XNNClamp": "_XNNNode1x1", "XNNConv2d": "_XNNNodeConv", "XNNDiv": "_XNNNode2x1",
+    "XNNAvgPooling2d": "_XNNPooling2D", "XNNMinimum": "_XNNNode2x1",
+    "XNNDepthwiseConv2d": "_XNNNodeConv", "XNNMaxPooling2d": "_XNNPooling2D",
+    "XNNMultiply": "_XNNNode2x1", "XNNSubtract": "_XNNNode2x1", "XNNFloor": "_XNNNode1x1",
+    "XNNConvert": "_XNNNode1x1", "XNNGlobalAvgPooling2d": "_XNNNode1x1",
+    "XNNSquareRoot": "_XNNNode1x1", "XNNCeiling": "_XNNNode1x1", "XNNHardswish": "_XNNNode1x1",
+    "XNNMaximum": "_XNNNode2x1", "XNNNegate": "_XNNNode1x1", "XNNSquare": "_XNNNode1x1",
+    "XNNAbs": "_XNNNode1x1", "XNNPReLU": "_XNNNode2x1", "XNNConcatenate2": "_XNNCat",
+    "XNNConcatenate3": "_XNNCat", "XNNConcatenate4": "_XNNCat",
+    "XNNBatchMatrixMultiply": "_XNNNode2x1", "XNNConcatenate5": "_XNNCat",
+    "XNNConvTranspose2d": "_XNNNodeConv", "XNNReciprocalSquareRoot": "_XNNNode1x1",
+    "XNNLog": "_XNNNode1x1", "XNNGelu": "_XNNNode1x1", "XNNTanh": "_XNNNode1x1",
+    "XNNExp": "_XNNNode1x1", "XNNSin": "_XNNNode1x1", "XNNCopy": "_XNNNode1x1",
+    "XNNCos": "_XNNNode1x1",
+}
+
+
+@functools.cache
+def _node_table(kind: int) -> tuple[type | None, tuple[str, ...]]:
+    """The generated table of `XNodeUnion` member `kind` and its accessors of the value ids
+    the node reads: its `*_id` fields but its outputs' (`input1_id`, `filter_id`,
+    `bias_id`, `query_id`, ...)."""
+    from emitter_filter._program_fbs.fb_xnnpack.XNodeUnion import XNodeUnion
+
+    member = next((name for name, number in vars(XNodeUnion).items() if number == kind), None)
+    if member in (None, "NONE"):
+        return None, ()
+    table = _XNODE_TABLES.get(member, member)
+    cls = getattr(importlib.import_module(f"emitter_filter._program_fbs.fb_xnnpack.{table}"), table)
+    return cls, tuple(name for name in dir(cls) if name[0].isupper() and name.endswith("Id")
+                      and not name.startswith("Output") and callable(getattr(cls, name)))
+
+
+def _node_inputs(xnode) -> list[int]:
+    """The value ids an `XNode` reads."""
+    cls, fields = _node_table(xnode.XnodeUnionType())
+    union = xnode.XnodeUnion()
+    if cls is None or union is None:
+        return []
+    node = cls()
+    node.Init(union.Bytes, union.Pos)
+    return [getattr(node, field)() for field in fields]
+
+
+def xnnpack_node_keys(processed: bytes) -> tuple[tuple[str, ...], ...]:
+    """The named-data keys each node of an XNNPACK graph reads, in `xnodes` order (the
+    node's index is the id pte-adapter-model-explorer gives it): the keys of the constant
+    tensors among its inputs, and of their per-channel-group scales.
+
+    Args:
+        processed: The blob's bytes, or at least its header and flatbuffer
+            (`xnnpack_flatbuffer_span`). Not modified.
+
+    Raises:
+        ProgramFormatError: The blob is not an XNNPACK graph the runtime would load.
+    """
+    from emitter_filter._program_fbs.fb_xnnpack.PerChannelGroupQuant import (
+        PerChannelGroupQuant,
+    )
+    from emitter_filter._program_fbs.fb_xnnpack.XNNQuantizedTensorValue import (
+        XNNQuantizedTensorValue,
+    )
+    from emitter_filter._program_fbs.fb_xnnpack.XNNTensorValue import XNNTensorValue
+
+    try:
+        graph = _graph(processed)
+        names = [graph.ConstantData(i).NamedKey() for i in range(graph.ConstantDataLength())]
+
+        def key(index: int) -> list[str]:
+            return [names[index].decode("utf-8")] if 0 < index < len(names) and names[index] \
+                else []
+
+        value_keys: list[list[str]] = []
+        for index in range(graph.XvaluesLength()):
+            xvalue = graph.Xvalues(index)
+            union, kind = xvalue.XvalueUnion(), xvalue.XvalueUnionType()
+            found: list[str] = []
+            if kind == XValueUnion.XNNQuantizedTensorValue:
+                quantized = XNNQuantizedTensorValue()
+                quantized.Init(union.Bytes, union.Pos)
+                found = key(quantized.TensorValue().ConstantBufferIdx())
+                if quantized.QuantParamsType() == XNNQuantParams.PerChannelGroupQuant:
+                    params, table = PerChannelGroupQuant(), quantized.QuantParams()
+                    params.Init(table.Bytes, table.Pos)
+                    found += key(params.ScaleBufferIdx())
+            elif kind == XValueUnion.XNNTensorValue:
+                tensor = XNNTensorValue()
+                tensor.Init(union.Bytes, union.Pos)
+                found = key(tensor.ConstantBufferIdx())
+            value_keys.append(found)
+        nodes = []
+        for index in range(graph.XnodesLength()):
+            keys = [k for vid in _node_inputs(graph.Xnodes(index)) if 0 <= vid < len(value_keys)
+                    for k in value_keys[vid]]
+            nodes.append(tuple(dict.fromkeys(keys)))
+    except (struct.error, IndexError, TypeError, ValueError, UnicodeDecodeError,
+            ModuleNotFoundError) as e:
+        raise ProgramFormatError(f"malformed XNNPACK flatbuffer: {e}") from e
+    return tuple(nodes)
 
 
 def delegate_named_keys(backend_id: str, processed: bytes) -> tuple[str, ...] | None:

@@ -9,7 +9,8 @@ program or FlatTensor with these, instead of importing `executorch.exir` (~11 s)
 - `flat_tensor_flatbuffer`: `extension/flat_tensor/serialize/flat_tensor.fbs`
   (the `.ptd` file).
 - `fb_xnnpack`: `backends/xnnpack/serialization/schema.fbs` (the XNNPACK blob,
-  read only for the named-data keys in `XNNGraph.constant_data`).
+  read only for the named-data keys in `XNNGraph.constant_data`, and which node
+  reads each).
 
 Regenerate with the `flatc` in the executorch 1.5.1 wheel (version 24.3.25),
 from the repository root::

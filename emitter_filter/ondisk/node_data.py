@@ -12,21 +12,26 @@ A node's value is the bytes of the constants, mutable buffers and named data its
 reads (`explain`'s parts and readers): a tensor read by several calls counts at each, and a
 delegate's named data at each call of that delegate. A plan output counts at
 `GraphOutputs`. Dead bytes have no reader: they are put on the first graph's `GraphInputs`.
-The adapter's subgraphs of a delegate's own nodes (XNNPACK's) get nothing: the bytes are on
-the call of the delegate. Written with `json`; Model Explorer is never imported.
+The adapter also draws each call of an XNNPACK delegate as a graph of XNNPACK's own nodes,
+`{file name}::{call's node id}`, a node per `XNNGraph.xnodes[i]` with id `i`: there each
+node's value is the named data its inputs hold (a fully connected layer's filter and bias),
+so the bytes on the delegate's call are split among its nodes. Written with `json`; Model
+Explorer is never imported.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from emitter_filter.delegates import xnnpack_node_keys
+from emitter_filter.errors import ProgramFormatError, PteFormatError
 from emitter_filter.generated_fields import table_text
 from emitter_filter.ondisk.byte_source import open_sources
 from emitter_filter.ondisk.explain import Explanation, Part, explain_pte
 from emitter_filter.ondisk.read_pte import read_pte_program
-from emitter_filter.ondisk.readers import Reader, plan_calls
+from emitter_filter.ondisk.readers import Reader, plan_calls, xnnpack_graphs
 from emitter_filter.state_names import state_file
 
 __all__ = [
@@ -78,8 +83,44 @@ def _reader_nodes(reader: Reader, calls) -> list[str]:
     return found if reader.arg < 0 else found[reader.ordinal : reader.ordinal + 1]
 
 
-def node_data(explanation: Explanation, program, value: str = "bytes") -> dict:
+def _xnnpack_node_values(
+    explanation: Explanation, program, value: str,
+    xnnpack_nodes: Mapping[tuple[str, int], Sequence[Sequence[str]]],
+) -> dict[str, dict[str, int]]:
+    """The adapter's graph of each XNNPACK call (`{file}::{call's node id}`) and its nodes'
+    values: the counted parts each node's named-data keys read, each part once a node."""
+    by_key: dict[str, list[Part]] = {}
+    for part in explanation.parts:
+        if _counted(part, value):
+            for key in dict.fromkeys(r.key for r in part.readers if r.key is not None):
+                by_key.setdefault(key, []).append(part)
+    name = os.path.basename(explanation.path)
+    results: dict[str, dict[str, int]] = {}
+    for plan, graph in zip(program.executionPlan or (), graph_ids(program)):
+        plan_name = table_text(plan.name) or ""
+        for call in plan_calls(plan):
+            nodes = xnnpack_nodes.get((plan_name, call.delegate))
+            if call.delegate is None or nodes is None:
+                continue
+            values = {}
+            for index, keys in enumerate(nodes):
+                parts = {id(p): p for key in keys for p in by_key.get(key, ())}
+                if parts:
+                    values[str(index)] = sum(p.nbytes for p in parts.values())
+            results[f"{name}::{graph}_{call.chain}_{call.instruction}"] = values
+    return results
+
+
+def node_data(
+    explanation: Explanation, program, value: str = "bytes",
+    xnnpack_nodes: Mapping[tuple[str, int], Sequence[Sequence[str]]] | None = None,
+) -> dict:
     """The node data of `explanation` (of `program`), each node valued by `value`.
+
+    Args:
+        xnnpack_nodes: For each XNNPACK delegate, by (plan name, index in its
+            `delegates`), the named-data keys each of its nodes reads
+            (`delegates.xnnpack_node_keys`); its calls' graphs get values from them.
 
     Raises:
         ValueError: `value` is not one of `NODE_VALUES`.
@@ -100,6 +141,7 @@ def node_data(explanation: Explanation, program, value: str = "bytes") -> dict:
             places = {(graphs[0], INPUTS_NODE)}  # dead: read by nothing
         for graph, node in places:
             results[graph][node] = results[graph].get(node, 0) + part.nbytes
+    results.update(_xnnpack_node_values(explanation, program, value, xnnpack_nodes or {}))
     name = os.path.basename(explanation.path)
     return {
         graph: {
@@ -124,4 +166,13 @@ def node_data_file(
         sources = open_sources(stack, (os.fspath(path), *map(os.fspath, ptd_paths)))
         explanation = explain_pte(read.pte, read.program, read.program_data, sources,
                                   state_file(names))
-    return node_data(explanation, read.program, value)
+        xnnpack_nodes = {}
+        for blob, graph in xnnpack_graphs(read.pte, read.program, read.program_data,
+                                          sources[read.pte.path]):
+            try:
+                keys = xnnpack_node_keys(graph)
+            except ProgramFormatError as error:
+                raise PteFormatError(read.pte.path, f"XNNPACK blob: {error}",
+                                     blob.offset) from error
+            xnnpack_nodes.update({(user.plan, user.index): keys for user in blob.users})
+    return node_data(explanation, read.program, value, xnnpack_nodes)

@@ -15,7 +15,7 @@ Only the program flatbuffer is read, never tensor bytes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.delegates import (
@@ -30,7 +30,7 @@ from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.object_models import GENERATED
 from emitter_filter.ondisk.byte_source import ByteSource
-from emitter_filter.ondisk.file_model import PteFile
+from emitter_filter.ondisk.file_model import DelegateData, PteFile
 from emitter_filter.reachability import DataRef
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "find_tensor_readers",
     "find_named_data_readers",
     "find_named_data_types",
+    "xnnpack_graphs",
     "inline_delegate_spans",
 ]
 
@@ -89,13 +90,15 @@ def _delegate_names(plan) -> list[str]:
 
 @dataclass(frozen=True)
 class PlanCall:
-    """One kernel or delegate call of a plan: what `Reader.op` names, its arguments, and
-    where it is (`plan.chains[chain].instructions[instruction]`)."""
+    """One kernel or delegate call of a plan: what `Reader.op` names, its arguments,
+    where it is (`plan.chains[chain].instructions[instruction]`), and for a delegate call
+    which of `plan.delegates` it calls."""
 
     op: str
     args: tuple[int, ...]
     chain: int
     instruction: int
+    delegate: int | None = None
 
 
 def plan_calls(plan) -> list[PlanCall]:
@@ -113,7 +116,8 @@ def plan_calls(plan) -> list[PlanCall]:
                 op = delegates[number] if 0 <= number < len(delegates) else "?"
             else:
                 continue
-            calls.append(PlanCall(op, tuple(vector_ints(args.args)), chain_index, index))
+            calls.append(PlanCall(op, tuple(vector_ints(args.args)), chain_index, index,
+                                  args.delegateIndex if kind == "DelegateCall" else None))
     return calls
 
 
@@ -164,19 +168,19 @@ def find_named_data_readers(pte: PteFile) -> Mapping[str, Sequence[Reader]]:
     return {key: tuple(readers.get(key, ())) or tuple(opaque) for key in keys}
 
 
-def find_named_data_types(
+def xnnpack_graphs(
     pte: PteFile, program: Table, program_data: bytes, source: ByteSource
-) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """The datatype and dims XNNPACK reads each named-data key as (`FLOAT`, `CHAR`, ...: `scalar_types`).
-
-    Reads each XNNPACK blob's header and flatbuffer, never its constant data.
+) -> Iterator[tuple[DelegateData, bytes]]:
+    """Each XNNPACK blob with its header and flatbuffer, never its constant data.
 
     Args:
         pte: What `read_pte_program` returned with `program` and `program_data`. Not modified.
         program, program_data: The program, decoded and as bytes, for inline blobs.
         source: The `.pte`, open, for blobs in segments.
+
+    Raises:
+        PteFormatError: A blob's header points outside it.
     """
-    types: dict[str, tuple[str, tuple[int, ...]]] = {}
     for blob in pte.delegates:
         if not blob.users or any(u.backend_id != XNNPACK_BACKEND_ID for u in blob.users):
             continue
@@ -191,7 +195,20 @@ def find_named_data_types(
         try:
             head = read(0, min(XNN_HEADER_SIZE, blob.nbytes))
             offset, size = xnnpack_flatbuffer_span(head, blob.nbytes)
-            for key, found in xnnpack_constant_types(read(0, offset + size)).items():
+        except ProgramFormatError as error:
+            raise PteFormatError(pte.path, f"XNNPACK blob: {error}", blob.offset) from error
+        yield blob, read(0, offset + size)
+
+
+def find_named_data_types(
+    pte: PteFile, program: Table, program_data: bytes, source: ByteSource
+) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The datatype and dims XNNPACK reads each named-data key as (`FLOAT`, `CHAR`, ...:
+    `scalar_types`); arguments as `xnnpack_graphs` takes them."""
+    types: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for blob, graph in xnnpack_graphs(pte, program, program_data, source):
+        try:
+            for key, found in xnnpack_constant_types(graph).items():
                 types.setdefault(key, found)
         except ProgramFormatError as error:
             raise PteFormatError(pte.path, f"XNNPACK blob: {error}", blob.offset) from error

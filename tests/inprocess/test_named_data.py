@@ -539,7 +539,7 @@ def test_other_backends_are_opaque():
 def test_public_api_is_what_we_meant():
     assert set(delegates.__all__) == {
         "XNNPACK_BACKEND_ID", "XNN_HEADER_SIZE", "delegate_named_keys", "xnnpack_named_keys",
-        "xnnpack_flatbuffer_span", "xnnpack_constant_types"}
+        "xnnpack_flatbuffer_span", "xnnpack_constant_types", "xnnpack_node_keys"}
     assert set(named_keys.__all__) == {"DelegateRef", "NamedDataUse", "classify_named_keys"}
     assert set(named_data.__all__) == {
         "NamedDataEntry", "NamedDataReport",

@@ -36,6 +36,9 @@ pytestmark = needs_model_explorer
 
 #: The window of the picture in docs/explain.md (`EMITTER_FILTER_SCREENSHOTS=docs`).
 WINDOW = (1400, 860)
+#: The graph selector's option for a graph id, once the selector is open.
+_OPTION = """[...document.querySelectorAll("mat-option")]
+    .find(option => option.innerText.trim().split("\\n")[0].trim() === "%s")"""
 _CLICK = """[...document.querySelectorAll("mat-icon, .mat-icon")]
     .find(icon => icon.innerText.trim() === "%s")?.closest("button, [role=button], div")?.click()"""
 
@@ -67,6 +70,8 @@ def test_every_node_is_one_the_adapter_draws_and_model_explorer_reads_it(program
     document = json.loads(out.read_text())
     graphs = adapter_graphs(program)
     assert document and set(document) <= set(graphs)
+    # XNNPACK's: the graph of the call that reads the weights too (the adapter's id for it).
+    assert bool(set(document) - {"forward"}) == (program.stem == "xnnpack")
     for graph, data in document.items():
         assert set(data["results"]) <= set(graphs[graph]), graph
     again = round_trip(document)
@@ -80,7 +85,7 @@ def test_the_largest_node_reads_the_largest_constant_and_dead_bytes_are_on_the_i
     explanation = explain_file(program)
     out = tmp_path / "node-data.json"
     assert main(["explain", str(program), "--node-data", str(out)]) == 0
-    [(graph, data)] = json.loads(out.read_text()).items()
+    graph, data = "forward", json.loads(out.read_text())["forward"]
     values = {node: r["value"] for node, r in data["results"].items()}
     read = [p for p in explanation.parts if p.readers and p.status == "live"
             and p.storage in ("constant", "named_data")]
@@ -93,7 +98,30 @@ def test_the_largest_node_reads_the_largest_constant_and_dead_bytes_are_on_the_i
     dead = sum(p.nbytes for p in explanation.parts if p.status == "dead")
     assert dead == 32 * 32 * 4 and values[INPUTS_NODE] == dead
     assert main(["explain", str(program), "--node-data", str(out), "--value", "dead"]) == 0
-    assert json.loads(out.read_text())[graph]["results"] == {INPUTS_NODE: {"value": dead}}
+    assert json.loads(out.read_text()) == {graph: {
+        "name": f"dead ({program.name})", "results": {INPUTS_NODE: {"value": dead}},
+        "gradient": data["gradient"]}}
+
+
+def test_xnnpack_nodes_carry_the_named_data_their_inputs_hold(tmp_path):
+    """On the adapter's graph of an XNNPACK call, each fully connected node holds its own
+    filter and bias: the large linear's node the most, the bytes on the call split among
+    them."""
+    torch.manual_seed(0)
+    program = tmp_path / "xnnpack.pte"
+    program.write_bytes(export(Model(), "xnnpack"))
+    out = tmp_path / "node-data.json"
+    assert main(["explain", str(program), "--node-data", str(out)]) == 0
+    document = json.loads(out.read_text())
+    [graph] = set(document) - {"forward"}
+    assert graph.startswith(f"{program.name}::forward_")
+    labels = adapter_graphs(program)[graph]
+    values = {node: r["value"] for node, r in document[graph]["results"].items()}
+    assert {labels[node] for node in values} == {"XNNFullyConnected"} and len(values) == 2
+    large, small = (256 * 64 + 256) * 4, (16 * 64 + 16) * 4
+    assert sorted(values.values()) == [small, large]
+    named = sum(p.nbytes for p in explain_file(program).parts if p.storage == "named_data")
+    assert sum(values.values()) == named
 
 
 @needs_chromium
@@ -101,9 +129,11 @@ def test_model_explorer_shows_the_bytes_on_the_adapters_nodes(program, tmp_path)
     """The real client: Model Explorer's server with the adapter, the web app in Chromium."""
     out = tmp_path / "node-data.json"
     assert main(["explain", str(program), "--node-data", str(out)]) == 0
-    [(graph, data)] = json.loads(out.read_text()).items()
+    document = json.loads(out.read_text())
+    graph, data = "forward", document["forward"]
     values = {node: result["value"] for node, result in data["results"].items()}
-    labels = adapter_graphs(program)[graph]
+    graphs = adapter_graphs(program)
+    labels = graphs[graph]
     with serve(program, out, tmp_path / "server.log") as address, \
             DevToolsPage(tmp_path, window=WINDOW) as page:
         page.open(address)
@@ -122,6 +152,18 @@ def test_model_explorer_shows_the_bytes_on_the_adapters_nodes(program, tmp_path)
             page.evaluate("document.querySelectorAll('bubble-container').forEach(b => b.remove())")
             time.sleep(2)
             page.screenshot(Path(os.environ["EMITTER_FILTER_SCREENSHOTS"]) / "model-explorer.png")
+        delegate_rows = {}
+        for subgraph in set(document) - {graph}:  # XNNPACK's: picked in the graph selector
+            page.evaluate("document.querySelector('mat-select').click()")
+            page.wait_for(f"!!{_OPTION % subgraph}")
+            page.evaluate(f"{_OPTION % subgraph}.click()")
+            # Once the table lists the subgraph's nodes (the adapter's labels, in its order).
+            nodes = [graphs[subgraph][node] for node in graphs[subgraph]
+                     if node not in (INPUTS_NODE, OUTPUTS_NODE)]
+            delegate_rows[subgraph] = page.wait_for(
+                f"(rows => rows && JSON.stringify(rows.map(row => row[0])) === "
+                f"{json.dumps(json.dumps(nodes, separators=(',', ':')))} && rows)"
+                f"({NODE_DATA_ROWS})")
     # The app's "Node data" table lists the graph's operator nodes in the adapter's order,
     # with the value the file gives each ("-" for none): an id it did not match would be
     # missing there. The inputs and outputs nodes are not in that table (their
@@ -141,3 +183,11 @@ def test_model_explorer_shows_the_bytes_on_the_adapters_nodes(program, tmp_path)
     calls_sum = sum(value for node, value in values.items() if node != INPUTS_NODE)
     assert float(root["Graph Inputs"]) == pytest.approx(
         100 * values[INPUTS_NODE] / calls_sum, abs=0.05)
+    # The graph of an XNNPACK call: the app shows each of its nodes with the file's value.
+    assert bool(delegate_rows) == (program.stem == "xnnpack")
+    for subgraph, rows in delegate_rows.items():
+        results = document[subgraph]["results"]
+        nodes = [node for node in graphs[subgraph] if node not in (INPUTS_NODE, OUTPUTS_NODE)]
+        assert [(label, None if value == "-" else float(value)) for label, value in rows] == [
+            (graphs[subgraph][node], results[node]["value"] if node in results else None)
+            for node in nodes]
