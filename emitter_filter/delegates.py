@@ -45,6 +45,9 @@ _XNN_HEADER_MAGIC = b"XH00"
 _XNN_FLATBUFFER_IDS = (b"XN00", b"XN01")
 
 
+# What the generated readers raise on bytes that are no XNNPACK graph.
+_MALFORMED = (struct.error, IndexError, TypeError, ValueError, UnicodeDecodeError)
+
 #: Bytes of a blob's head that `xnnpack_flatbuffer_span` needs.
 XNN_HEADER_SIZE = _XNN_HEADER.size
 
@@ -112,6 +115,45 @@ def _graph(processed: bytes):
     return XNNGraph.GetRootAs(processed, _graph_offset(processed))
 
 
+def _xvalue_constants(graph) -> list[tuple[object | None, str | None, str | None]]:
+    """Each of `graph`'s values as (its `XNNTensorValue`, the named key of its constant data,
+    that of its per-channel-group scales), None where it has none."""
+    from emitter_filter._program_fbs.fb_xnnpack.PerChannelGroupQuant import (
+        PerChannelGroupQuant,
+    )
+    from emitter_filter._program_fbs.fb_xnnpack.XNNQuantizedTensorValue import (
+        XNNQuantizedTensorValue,
+    )
+    from emitter_filter._program_fbs.fb_xnnpack.XNNTensorValue import XNNTensorValue
+
+    keys = [graph.ConstantData(i).NamedKey() for i in range(graph.ConstantDataLength())]
+
+    def key(index: int) -> str | None:
+        return keys[index].decode("utf-8") if 0 < index < len(keys) and keys[index] else None
+
+    values = []
+    for index in range(graph.XvaluesLength()):
+        xvalue = graph.Xvalues(index)
+        union, kind = xvalue.XvalueUnion(), xvalue.XvalueUnionType()
+        scales = None
+        if kind == XValueUnion.XNNQuantizedTensorValue:
+            quantized = XNNQuantizedTensorValue()
+            quantized.Init(union.Bytes, union.Pos)
+            tensor = quantized.TensorValue()
+            if quantized.QuantParamsType() == XNNQuantParams.PerChannelGroupQuant:
+                params, table = PerChannelGroupQuant(), quantized.QuantParams()
+                params.Init(table.Bytes, table.Pos)
+                scales = key(params.ScaleBufferIdx())
+        elif kind == XValueUnion.XNNTensorValue:
+            tensor = XNNTensorValue()
+            tensor.Init(union.Bytes, union.Pos)
+        else:
+            values.append((None, None, None))
+            continue
+        values.append((tensor, key(tensor.ConstantBufferIdx()), scales))
+    return values
+
+
 def xnnpack_constant_types(processed: bytes) -> dict[str, tuple[str, tuple[int, ...] | None]]:
     """The XNNPACK datatype and dims of each named constant a blob reads, in value order.
 
@@ -128,48 +170,17 @@ def xnnpack_constant_types(processed: bytes) -> dict[str, tuple[str, tuple[int, 
     Raises:
         ProgramFormatError: The blob is not an XNNPACK graph the runtime would load.
     """
-    from emitter_filter._program_fbs.fb_xnnpack.PerChannelGroupQuant import (
-        PerChannelGroupQuant,
-    )
-    from emitter_filter._program_fbs.fb_xnnpack.XNNQuantizedTensorValue import (
-        XNNQuantizedTensorValue,
-    )
-    from emitter_filter._program_fbs.fb_xnnpack.XNNTensorValue import XNNTensorValue
-
     types: dict[str, tuple[str, tuple[int, ...] | None]] = {}
     try:
-        graph = _graph(processed)
-        keys = [graph.ConstantData(i).NamedKey() for i in range(graph.ConstantDataLength())]
-
-        def key(index: int) -> str | None:
-            return keys[index].decode("utf-8") if 0 < index < len(keys) and keys[index] else None
-
-        for index in range(graph.XvaluesLength()):
-            xvalue = graph.Xvalues(index)
-            union, kind = xvalue.XvalueUnion(), xvalue.XvalueUnionType()
-            quant = None
-            if kind == XValueUnion.XNNQuantizedTensorValue:
-                quantized = XNNQuantizedTensorValue()
-                quantized.Init(union.Bytes, union.Pos)
-                tensor, quant = quantized.TensorValue(), quantized
-            elif kind == XValueUnion.XNNTensorValue:
-                tensor = XNNTensorValue()
-                tensor.Init(union.Bytes, union.Pos)
-            else:
+        for tensor, name, scales in _xvalue_constants(_graph(processed)):
+            if tensor is None:
                 continue
-            dtype = xnnpack_scalar_type(tensor.Datatype())
-            dims = tuple(int(tensor.Dims(j)) for j in range(tensor.DimsLength()))
-            name = key(tensor.ConstantBufferIdx())
             if name is not None:
-                types.setdefault(name, (dtype, dims))
-            if quant is not None and quant.QuantParamsType() == XNNQuantParams.PerChannelGroupQuant:
-                params = PerChannelGroupQuant()
-                table = quant.QuantParams()
-                params.Init(table.Bytes, table.Pos)
-                scales = key(params.ScaleBufferIdx())
-                if scales is not None:
-                    types.setdefault(scales, ("scales", None))
-    except (struct.error, IndexError, TypeError, ValueError, UnicodeDecodeError) as e:
+                dims = tuple(int(tensor.Dims(j)) for j in range(tensor.DimsLength()))
+                types.setdefault(name, (xnnpack_scalar_type(tensor.Datatype()), dims))
+            if scales is not None:
+                types.setdefault(scales, ("scales", None))
+    except _MALFORMED as e:
         raise ProgramFormatError(f"malformed XNNPACK flatbuffer: {e}") from e
     return types
 
@@ -235,47 +246,16 @@ def xnnpack_node_keys(processed: bytes) -> tuple[tuple[str, ...], ...]:
     Raises:
         ProgramFormatError: The blob is not an XNNPACK graph the runtime would load.
     """
-    from emitter_filter._program_fbs.fb_xnnpack.PerChannelGroupQuant import (
-        PerChannelGroupQuant,
-    )
-    from emitter_filter._program_fbs.fb_xnnpack.XNNQuantizedTensorValue import (
-        XNNQuantizedTensorValue,
-    )
-    from emitter_filter._program_fbs.fb_xnnpack.XNNTensorValue import XNNTensorValue
-
     try:
         graph = _graph(processed)
-        names = [graph.ConstantData(i).NamedKey() for i in range(graph.ConstantDataLength())]
-
-        def key(index: int) -> list[str]:
-            return [names[index].decode("utf-8")] if 0 < index < len(names) and names[index] \
-                else []
-
-        value_keys: list[list[str]] = []
-        for index in range(graph.XvaluesLength()):
-            xvalue = graph.Xvalues(index)
-            union, kind = xvalue.XvalueUnion(), xvalue.XvalueUnionType()
-            found: list[str] = []
-            if kind == XValueUnion.XNNQuantizedTensorValue:
-                quantized = XNNQuantizedTensorValue()
-                quantized.Init(union.Bytes, union.Pos)
-                found = key(quantized.TensorValue().ConstantBufferIdx())
-                if quantized.QuantParamsType() == XNNQuantParams.PerChannelGroupQuant:
-                    params, table = PerChannelGroupQuant(), quantized.QuantParams()
-                    params.Init(table.Bytes, table.Pos)
-                    found += key(params.ScaleBufferIdx())
-            elif kind == XValueUnion.XNNTensorValue:
-                tensor = XNNTensorValue()
-                tensor.Init(union.Bytes, union.Pos)
-                found = key(tensor.ConstantBufferIdx())
-            value_keys.append(found)
+        value_keys = [[k for k in (name, scales) if k is not None]
+                      for _, name, scales in _xvalue_constants(graph)]
         nodes = []
         for index in range(graph.XnodesLength()):
             keys = [k for vid in _node_inputs(graph.Xnodes(index)) if 0 <= vid < len(value_keys)
                     for k in value_keys[vid]]
             nodes.append(tuple(dict.fromkeys(keys)))
-    except (struct.error, IndexError, TypeError, ValueError, UnicodeDecodeError,
-            ModuleNotFoundError) as e:
+    except (*_MALFORMED, ModuleNotFoundError) as e:
         raise ProgramFormatError(f"malformed XNNPACK flatbuffer: {e}") from e
     return tuple(nodes)
 
