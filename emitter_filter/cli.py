@@ -62,8 +62,16 @@ def _add_verbose(parser: argparse.ArgumentParser, dest: str, default) -> None:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its usage errors one line: what is wrong, and where help is
+    (the usage it would print first is what --help begins with)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="emitter-filter",
         description=(
             "Keep ExecuTorch .pte/.ptd files to the constants their program can reach."

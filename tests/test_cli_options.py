@@ -1,6 +1,7 @@
 """The command line's options and reports, as a new user meets them (issue 33).
 
-Error messages in the user's words, not argparse's internal type names; `audit --top`;
+Error messages in the user's words, not argparse's internal type names, in one line;
+`audit --top`;
 `prune --ptd-out` creating its directory as `share --out` does; `prune --json`'s
 schema; `-v` on every command; help text on every `budget` option; the grammar of
 `share`'s one line.
@@ -40,6 +41,21 @@ def test_a_bad_count_is_refused_in_the_users_words(argv, capsys):
     last = err.strip().splitlines()[-1]
     assert "_byte_count" not in last and "invalid" not in last, last
     assert "a whole number, 0 or more" in last, last
+
+
+@pytest.mark.parametrize("argv, prog", [
+    ([], "emitter-filter"),
+    (["nope"], "emitter-filter"),
+    (["audit"], "emitter-filter audit"),
+    (["explain", "x.pte", "--value", "most", "--node-data", "x.json"], "emitter-filter explain"),
+    (["budget"], "emitter-filter budget"),
+    (["diff", "a.pte", "b.pte", "--top", "many"], "emitter-filter diff"),
+], ids=["no command", "unknown command", "no file", "bad choice", "no action", "bad count"])
+def test_a_usage_error_is_one_line_naming_its_help(argv, prog, capsys):
+    code, out, err = _run(capsys, *argv)
+    assert (code, out) == (cli.EXIT_USAGE, "")
+    assert err.count("\n") == 1 and err.startswith(f"{prog}: "), err
+    assert err.endswith(f"(see {prog} --help)\n"), err
 
 
 def test_audit_lists_every_dead_entry_unless_top_says_fewer(tmp_path, capsys):
