@@ -276,7 +276,8 @@ def _add_diff(commands) -> argparse.ArgumentParser:
     diff.add_argument("new", metavar="NEW.pte", help="the new program, or a directory of them")
     for side in ("old", "new"):
         diff.add_argument(f"--{side}-ptd", action="append", default=[], metavar="FILE.ptd",
-                          help=f"a .ptd file of {side.upper()}.pte (repeatable)")
+                          help=f"a .ptd file of {side.upper()}.pte (repeatable; default: "
+                          "the .ptd beside it with its stem, if any)")
         diff.add_argument(f"--{side}-names", metavar="FILE",
                           help=f"a .pt2 or ETRecord naming {side.upper()}.pte's entries "
                           "(imports torch)")
@@ -780,12 +781,18 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 
 
 def _one_program(options: argparse.Namespace) -> tuple[str, list[str]]:
-    """The one program of `audit`/`explain` and its `.ptd` files, `--ptd` in the words a set
-    takes (`MODEL.pte=IN.ptd` as well as `IN.ptd`)."""
-    from emitter_filter.ondisk.data_files import data_files_of
-
+    """The one program of `audit`/`explain` and its `.ptd` files, read as a set's program
+    reads them: `--ptd` in the same words (`MODEL.pte=IN.ptd` as well as `IN.ptd`), and
+    without it the `.ptd` beside the program with its stem, if any."""
     [pte] = options.pte
-    return pte, data_files_of([pte], options.ptd)[0]
+    return pte, _data_files(pte, options.ptd)
+
+
+def _data_files(pte: str, ptd: Sequence[str]) -> list[str]:
+    """The `.ptd` files one program reads (`data_files.data_files_for`)."""
+    from emitter_filter.ondisk.data_files import data_files_for
+
+    return data_files_for([pte], ptd)[0]
 
 
 def _audit_set(options: argparse.Namespace) -> int:
@@ -875,7 +882,8 @@ def _diff(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 
         result = diff_sets(options.old, options.new)
     else:
-        result = diff_files(options.old, options.new, options.old_ptd, options.new_ptd,
+        result = diff_files(options.old, options.new, _data_files(options.old, options.old_ptd),
+                            _data_files(options.new, options.new_ptd),
                             old_names=options.old_names, new_names=options.new_names)
     if options.json:
         print(json.dumps(result.to_json(), indent=2))

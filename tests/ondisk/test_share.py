@@ -237,16 +237,42 @@ def test_a_bad_ptd_spec_is_one_line(tmp_path, capsys, command, programs, spec, m
 
 
 @pytest.mark.parametrize("command", ["explain", "audit"])
-def test_one_program_takes_its_ptd_in_the_words_a_set_takes(tmp_path, capsys, command):
-    """`--ptd IN.ptd`, `--ptd MODEL.pte=IN.ptd` and `--data` (share's word) say the same."""
+def test_one_program_reads_its_ptd_as_a_program_of_a_set_does(tmp_path, capsys, command):
+    """`--ptd IN.ptd`, `--ptd MODEL.pte=IN.ptd`, `--data` (share's word) and, with none, the
+    `.ptd` beside it with its stem say the same; a `.ptd` of another stem is not read."""
     a, a_ptd = _external_pair(tmp_path, "a")
     outputs = []
-    for option in (["--ptd", str(a_ptd)], ["--ptd", f"{a}={a_ptd}"], ["--data", f"a.pte={a_ptd}"]):
+    for option in (["--ptd", str(a_ptd)], ["--ptd", f"{a}={a_ptd}"], ["--data", f"a.pte={a_ptd}"],
+                   []):
         assert main([command, str(a), *option, "--json"]) == 0
         outputs.append(json.loads(capsys.readouterr().out))
-    assert outputs[0] == outputs[1] == outputs[2]
-    assert main([command, str(a), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) != outputs[0]  # the .ptd was read
+    assert outputs[1:] == outputs[:1] * 3
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copyfile(a, alone / "a.pte")
+    shutil.copyfile(a_ptd, alone / "other.ptd")
+    assert main([command, str(alone / "a.pte"), "--json"]) == 0
+    assert "other.ptd" not in capsys.readouterr().out  # read only when given
+    assert main([command, str(alone / "a.pte"), "--ptd", str(alone / "other.ptd"), "--json"]) == 0
+    assert "other.ptd" in capsys.readouterr().out
+
+
+def test_diff_of_two_programs_reads_the_ptd_beside_each(tmp_path, capsys):
+    """As `diff` of two directories pairs each program with its `.ptd`: each side's bytes
+    are its `.pte` and `.ptd`, as if both were given."""
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    old, _ = _external_pair(tmp_path / "old", "a")
+    probe = read_pte(old, [tmp_path / "old" / "a.ptd"])
+    name = next(t.name for t in probe.tensors if t.ref.space is DataSpace.EXTERNAL)
+    new, _ = _external_pair(tmp_path / "new", "a", flip=name)
+    assert main(["diff", str(old), str(new), "--json"]) == 0
+    beside = json.loads(capsys.readouterr().out)
+    assert main(["diff", str(old), str(new), "--old-ptd", str(tmp_path / "old" / "a.ptd"),
+                 "--new-ptd", str(tmp_path / "new" / "a.ptd"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == beside
+    for side, pte in (("old", old), ("new", new)):  # each with its .ptd
+        assert beside[side]["bytes"] == pte.stat().st_size + pte.with_suffix(".ptd").stat().st_size
 
 
 @pytest.mark.parametrize("data, message", [
