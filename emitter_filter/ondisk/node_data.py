@@ -100,7 +100,7 @@ def _xnnpack_node_values(
         plan_name = table_text(plan.name) or ""
         for call in plan_calls(plan):
             nodes = xnnpack_nodes.get((plan_name, call.delegate))
-            if call.delegate is None or nodes is None:
+            if nodes is None:  # a kernel call, or a delegate of another backend
                 continue
             values = {}
             for index, keys in enumerate(nodes):

@@ -27,8 +27,10 @@ def test_dead_bytes_are_on_the_inputs_and_every_other_node_is_a_call(case):
     calls = [node for node in data["results"] if node not in (INPUTS_NODE, "GraphOutputs")]
     assert calls and all(re.fullmatch(r"forward_\d+_\d+", node) for node in calls)
     # An XNNPACK call's graph, named as the adapter names it, a node per XNNPACK node.
-    assert [f"model.pte::{call}" for call in calls] == list(document) if case == "xnnpack" \
-        else not document
+    if case == "xnnpack":
+        assert [f"model.pte::{call}" for call in calls] == list(document)
+    else:
+        assert not document
     for graph in document.values():
         assert all(node.isdigit() for node in graph["results"])
 
