@@ -59,7 +59,7 @@ from emitter_filter.plan_indices import check_data_refs, collect_plan_refs
 from emitter_filter.reachability import DataRef, DataSpace, PlanRefs
 from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
 
-__all__ = ["PteProgram", "read_pte", "read_pte_program"]
+__all__ = ["PteProgram", "read_pte", "read_pte_program", "tensor_nbytes"]
 
 # Bytes per element for each ScalarType, as the runtime's elementSize() has them.
 _ELEMENT_SIZE = {
@@ -91,8 +91,9 @@ class PteProgram:
     program_data: bytes
 
 
-def _tensor_nbytes(tensor, where: str) -> int | None:
-    """numel * element size: what the serializer wrote for a constant tensor."""
+def tensor_nbytes(tensor, where: str) -> int | None:
+    """numel * element size: what the serializer wrote for a constant tensor, and what the
+    runtime reads or plans for any tensor; None for a `scalar_type` it does not know."""
     size = _ELEMENT_SIZE.get(tensor.scalarType)
     if size is None:
         return None
@@ -117,7 +118,7 @@ def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
                 ref=ref,
                 dtype=SCALAR_TYPE_NAMES.get(tensor.scalarType, str(tensor.scalarType)),
                 shape=tuple(vector_ints(tensor.sizes)),
-                nbytes=_tensor_nbytes(tensor, f"plan {name!r} value {index}"),
+                nbytes=tensor_nbytes(tensor, f"plan {name!r} value {index}"),
                 name=fqn,
             )
         )
@@ -377,8 +378,9 @@ def _tensor_data_entries(
         # Only the empty placeholder entry is a program without constants: accepted.
         raise PteFormatError(
             reader.name,
-            "constants inline in Program.constant_buffer (the deprecated layout) "
-            "are not supported",
+            "constants inline in Program.constant_buffer: relies on the constant_buffer "
+            "path, which ExecuTorch's runtime refuses (ET_ENABLE_DEPRECATED_CONSTANT_BUFFER=0); "
+            "export the program again",
         )
     if program.mutableDataSegments:
         mutable_segment, entries[DataSpace.MUTABLE] = _subsegment(

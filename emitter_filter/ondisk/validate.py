@@ -1,0 +1,485 @@
+"""`validate_file`: what ExecuTorch's runtime checks when it loads a program and each method,
+checked on the file, torch-free.
+
+A file is *valid* when the runtime (ExecuTorch 1.5's, as its pip wheels build it) loads
+the program and every method of it, leaving out what depends on how the runtime was
+built: the operators and delegate backends it needs are listed (`Validity.operators`,
+`Validity.backends`), not checked. Each check names the runtime's function it mirrors
+(`runtime/executor/...`); `docs/valid.md` lists them.
+
+The file is read once, by the readers every tool uses (`read_pte_program`,
+`read_ptd_flat_tensor`), which already refuse offsets outside the file, segment
+indices past `segments`, `data_buffer_idx` past its data space and a `.ptd` that does
+not match the program's shapes: their error is then the one problem. The checks here
+are those the readers do not make.
+
+External tensors and named-data keys: the runtime refuses a method whose external
+tensor (or XNNPACK constant) resolves in no data map it was given. Without data files
+nothing can be known of them: the keys are listed in `Validity.missing_data` and are no
+problem (`audit --require-data` makes them a gate); with data files, a key in none of
+them is a problem, as the runtime refuses that method with those files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
+from emitter_filter._program_fbs.executorch_flatbuffer.InstructionArguments import (
+    InstructionArguments,
+)
+from emitter_filter._program_fbs.executorch_flatbuffer.KernelTypes import KernelTypes
+from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
+    TensorDataLocation,
+)
+from emitter_filter._program_fbs.executorch_flatbuffer.TensorShapeDynamism import (
+    TensorShapeDynamism,
+)
+from emitter_filter.delegates import XNNPACK_BACKEND_ID
+from emitter_filter.errors import ProgramFormatError
+from emitter_filter.flatbuffer_tables import FlatbufferError, Table
+from emitter_filter.generated_fields import table_text, vector_ints
+from emitter_filter.ondisk.file_model import PtdFile, PteFile
+from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
+from emitter_filter.ondisk.read_pte import read_pte_program, tensor_nbytes
+from emitter_filter.reachability import DataSpace
+from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
+
+__all__ = ["Validity", "validate_file", "validate_bytes"]
+
+# runtime/core/exec_aten/util/tensor_dimension_limit.h: kTensorDimensionLimit.
+_TENSOR_DIMENSION_LIMIT = 16
+# method.cpp: Method::resolve_operator's kTempBufferSizeForName ("name.overload" and its NUL).
+_OPERATOR_NAME_LIMIT = 100
+# Why the constant_buffer path is refused, in the runtime's words (program.cpp: Program::load).
+_CONSTANT_BUFFER_PATH = (
+    "relies on the constant_buffer path, which ExecuTorch's runtime refuses "
+    "(built with ET_ENABLE_DEPRECATED_CONSTANT_BUFFER=0, as its pip wheels are); "
+    "export the program again"
+)
+
+
+@dataclass(frozen=True)
+class Validity:
+    """What `validate_file` found.
+
+    Attributes:
+        problems: Why the runtime would refuse the program or one of its methods, each
+            one line naming the plan and the index; empty for a valid file.
+        operators: The operators the file's methods call (`name.overload`), sorted.
+        backends: The delegate backend ids its methods need, sorted.
+        missing_data: External-tensor and named-data keys found in none of the data
+            files given (nor in the `.pte`'s own named data), sorted.
+    """
+
+    problems: tuple[str, ...]
+    operators: tuple[str, ...]
+    backends: tuple[str, ...]
+    missing_data: tuple[str, ...]
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict:
+        """The form `audit --json` prints."""
+        return {
+            "valid": self.valid,
+            "problems": list(self.problems),
+            "operators": list(self.operators),
+            "backends": list(self.backends),
+            "missing_data": list(self.missing_data),
+        }
+
+
+def validate_file(
+    pte: str | os.PathLike, data_files: Sequence[str | os.PathLike] = ()
+) -> Validity:
+    """Checks a `.pte` file (with the `.ptd` files it loads with) as ExecuTorch's runtime
+    does when it loads the program and each of its methods. Nothing is modified.
+
+    Args:
+        pte: The program file.
+        data_files: The `.ptd` files the runtime would be given (its data maps).
+
+    Returns:
+        The problems found (a file that cannot be read as a program: the reader's
+        error), and what the file needs of the runtime's build and data.
+
+    Raises:
+        OSError: A file cannot be read.
+    """
+    return _validate(os.fspath(pte), data_files)
+
+
+def validate_bytes(pte: bytes, data_files: Sequence[str | os.PathLike] = ()) -> Validity:
+    """`validate_file` of a program's bytes."""
+    return _validate(pte, data_files)
+
+
+class _Problems:
+    """The problems of one file, in the order found, each once."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, None] = {}
+
+    def add(self, line: str) -> None:
+        self.lines.setdefault(line, None)
+
+
+def _validate(source: str | bytes, data_files: Sequence[str | os.PathLike]) -> Validity:
+    try:
+        read = read_pte_program(source)
+    except (ProgramFormatError, FlatbufferError) as error:
+        return Validity((str(error),), (), (), ())
+    problems = _Problems()
+    ptds = _read_data_files(data_files, problems)
+    program, pte = read.program, read.pte
+    _check_program(program, pte, problems)
+    operators: set[str] = set()
+    backends: set[str] = set()
+    missing: set[str] = set()
+    data = _DataMaps(pte, ptds, data_files)
+    for number, plan in enumerate(program.executionPlan or ()):
+        _Method(number, plan, program, pte, data, problems).check(operators, backends)
+    missing.update(data.missing)
+    return Validity(
+        tuple(problems.lines), tuple(sorted(operators)), tuple(sorted(backends)),
+        tuple(sorted(missing)),
+    )
+
+
+def _read_data_files(
+    data_files: Sequence[str | os.PathLike], problems: _Problems
+) -> list[tuple[PtdFile, Table]]:
+    """Each `.ptd` the reader accepts; a problem for each it or the runtime refuses.
+
+    flat_tensor_data_map.cpp: FlatTensorDataMap::load refuses a FlatTensor without
+    `named_data` or `segments`.
+    """
+    ptds = []
+    for path in data_files:
+        try:
+            ptd, table = read_ptd_flat_tensor(path)
+        except (ProgramFormatError, FlatbufferError) as error:
+            problems.add(str(error))
+            continue
+        if table.namedData is None or table.segments is None:
+            field = "named_data" if table.namedData is None else "segments"
+            problems.add(f"{ptd.path}: FlatTensor has no {field}: the runtime refuses the file")
+            continue
+        ptds.append((ptd, table))
+    return ptds
+
+
+def _check_program(program: Table, pte: PteFile, problems: _Problems) -> None:
+    """What `Program::load` checks (program.cpp) beyond the reader's bounds."""
+    if program.executionPlan is None:
+        # program_validation.cpp: validate_program.
+        problems.add("Program.execution_plan is absent")
+    constant_segment = program.constantSegment
+    offsets = vector_ints(constant_segment.offsets) if constant_segment is not None else []
+    constant_buffer = program.constantBuffer
+    if not offsets:
+        # program.cpp: Program::load takes the constant_buffer path when
+        # constant_segment.offsets is absent or empty, whatever constant_buffer holds.
+        problems.add(_CONSTANT_BUFFER_PATH)
+    elif len(offsets) > 1 and constant_buffer:
+        problems.add(
+            f"constant_buffer has {len(constant_buffer)} entries and constant_segment.offsets "
+            f"{len(offsets)}: only one may be used (the runtime refuses the program)"
+        )
+    if program.namedData is not None and program.segments is None:
+        # pte_data_map.cpp: PteDataMap::create.
+        problems.add("Program.named_data without Program.segments")
+    if pte.segment_base_offset == 0 and pte.mutable_segment is not None:
+        # program.cpp: Program::load_mutable_subsegment_into refuses a program without
+        # an extended header ("No segments in program").
+        problems.add("mutable_data_segments in a file without an extended header")
+
+
+class _DataMaps:
+    """The keys the runtime's data maps hold: the `.pte`'s named data, then the `.ptd` files'.
+
+    method.cpp: Method::init merges the program's named data (PteDataMap) with the
+    external data map (MergedDataMap); external tensors resolve in the latter only.
+    """
+
+    def __init__(
+        self, pte: PteFile, ptds: Sequence[tuple[PtdFile, Table]],
+        data_files: Sequence[str | os.PathLike],
+    ) -> None:
+        self.given = bool(data_files)
+        self.pte_keys = {entry.key for entry in pte.named_data}
+        self.layouts: dict[str, tuple[int, tuple[int, ...]] | None] = {}
+        for ptd, _ in ptds:
+            for key in ptd.named_data:
+                self.layouts.setdefault(key, ptd.layouts.get(key))
+        self.names = ", ".join(os.fspath(p) for p in data_files)
+        self.missing: set[str] = set()
+
+    def external(self, key: str, where: str, problems: _Problems) -> tuple | None:
+        """The layout of an external tensor's key; a problem or a missing key if none has it."""
+        if key in self.layouts:
+            layout = self.layouts[key]
+            if layout is None:
+                problems.add(f"{where}: external tensor {key!r} has no tensor_layout in {self.names}")
+            return layout
+        self.missing.add(key)
+        if self.given:
+            problems.add(f"{where}: external tensor {key!r} is in none of {self.names}")
+        return None
+
+    def named(self, key: str, where: str, problems: _Problems) -> None:
+        """A delegate's named-data key: in the `.pte` or a `.ptd`, else missing."""
+        if key in self.pte_keys or key in self.layouts:
+            return
+        self.missing.add(key)
+        if self.given:
+            problems.add(f"{where}: named data {key!r} is in neither the .pte nor {self.names}")
+
+
+class _Method:
+    """What `Program::load_method` checks of one plan (method.cpp, tensor_parser*.cpp)."""
+
+    def __init__(
+        self, number: int, plan: Table, program: Table, pte: PteFile, data: _DataMaps,
+        problems: _Problems,
+    ) -> None:
+        self.plan, self.program, self.pte, self.data, self.problems = (
+            plan, program, pte, data, problems
+        )
+        name = table_text(plan.name)
+        self.where = f"plan {name!r}" if name is not None else f"plan {number}"
+        self.values = plan.values or []
+        self.buffer_sizes = vector_ints(plan.nonConstBufferSizes)
+
+    def add(self, message: str) -> None:
+        self.problems.add(f"{self.where}: {message}")
+
+    def check(self, operators: set[str], backends: set[str]) -> None:
+        self._check_meta()
+        dynamic_inputs = {
+            i for i in vector_ints(self.plan.inputs)
+            if 0 <= i < len(self.values) and self._tensor(i) is not None
+            and self._tensor(i).shapeDynamism != TensorShapeDynamism.STATIC
+        }
+        for index, evalue in enumerate(self.values):
+            self._check_value(index, evalue, index in dynamic_inputs)
+        self._check_delegates(backends)
+        self._check_chains()
+        for number, operator in enumerate(self.plan.operators or ()):
+            name = self._operator_name(number, operator)
+            if name is not None:
+                operators.add(name)
+
+    def _tensor(self, index: int) -> Table | None:
+        evalue = self.values[index]
+        return evalue.val if evalue.valType == KernelTypes.Tensor else None
+
+    def _check_meta(self) -> None:
+        # program.cpp: Program::method_meta; program_validation.cpp: validate_program.
+        plan = self.plan
+        for field, value in (
+            ("name", plan.name), ("values", plan.values), ("inputs", plan.inputs),
+            ("outputs", plan.outputs), ("non_const_buffer_sizes", plan.nonConstBufferSizes),
+            ("delegates", plan.delegates),
+        ):
+            if value is None:
+                self.add(f"ExecutionPlan.{field} is absent")
+        for field in ("inputs", "outputs"):
+            for index in vector_ints(getattr(plan, field)):
+                self._check_index(index, f"{field} entry")
+
+    def _check_index(self, index: int, what: str) -> bool:
+        if not 0 <= index < len(self.values):
+            self.add(f"{what} {index} outside values (len {len(self.values)})")
+            return False
+        return True
+
+    def _check_value(self, index: int, evalue: Table, dynamic_input: bool) -> None:
+        """method.cpp: Method::parse_values; program_validation.cpp: validate_program."""
+        kind, val = evalue.valType, evalue.val
+        if val is None and kind != KernelTypes.Null:
+            self.add(f"value {index}: null value")
+        elif kind == KernelTypes.Tensor:
+            self._check_tensor(index, val, dynamic_input)
+        elif kind in (KernelTypes.IntList, KernelTypes.TensorList, KernelTypes.OptionalTensorList):
+            if val.items is None:
+                self.add(f"value {index}: list without items")
+            for item in vector_ints(val.items):
+                if item == -1 and kind == KernelTypes.OptionalTensorList:
+                    continue
+                if not self._check_index(item, f"value {index}: list item"):
+                    continue
+                if kind != KernelTypes.IntList and self._tensor(item) is None:
+                    self.add(f"value {index}: list item {item} is not a Tensor")
+        elif kind in (KernelTypes.DoubleList, KernelTypes.BoolList) and val.items is None:
+            self.add(f"value {index}: list without items")
+        elif kind == KernelTypes.String and val.stringVal is None:
+            self.add(f"value {index}: String without string_val")
+        elif kind > KernelTypes.OptionalTensorList:
+            self.add(f"value {index}: unknown KernelTypes value {kind}")
+
+    def _check_tensor(self, index: int, tensor: Table, dynamic_input: bool) -> None:
+        where = f"value {index}"
+        sizes = tensor.sizes
+        # program_validation.cpp: validate_tensor (skipped for dynamic inputs).
+        if not dynamic_input:
+            if sizes is None:
+                self.add(f"{where}: Tensor without sizes")
+            elif any(size < 0 for size in sizes):
+                self.add(f"{where}: negative size in sizes {list(sizes)}")
+            if tensor.scalarType not in SCALAR_TYPE_NAMES:
+                self.add(f"{where}: invalid scalar_type {tensor.scalarType}")
+        # tensor_parser_portable.cpp: parseTensor.
+        if tensor.storageOffset != 0:
+            self.add(f"{where}: storage_offset {tensor.storageOffset} (only 0 is supported)")
+        if tensor.shapeDynamism == TensorShapeDynamism.DYNAMIC_UNBOUND:
+            self.add(f"{where}: DYNAMIC_UNBOUND shape (not supported)")
+        rank = len(sizes or ())
+        if rank > _TENSOR_DIMENSION_LIMIT:
+            self.add(f"{where}: rank {rank} > {_TENSOR_DIMENSION_LIMIT}")
+        if tensor.dimOrder is None or len(tensor.dimOrder) != rank:
+            got = "no dim_order" if tensor.dimOrder is None else f"dim_order of {len(tensor.dimOrder)}"
+            self.add(f"{where}: {got} for {rank} sizes")
+        if sizes is None or any(size < 0 for size in sizes):
+            return
+        nbytes = tensor_nbytes(tensor, where) or 0
+        info = tensor.extraTensorInfo
+        planned = tensor.allocationInfo
+        if info is not None and info.location == TensorDataLocation.EXTERNAL:
+            self._check_external(where, tensor, info)
+        elif tensor.dataBufferIdx > 0:
+            self._check_stored(where, tensor, nbytes, planned is not None)
+        if planned is not None:
+            self._check_planned(where, planned, nbytes)
+
+    def _check_external(self, where: str, tensor: Table, info: Table) -> None:
+        """tensor_parser_exec_aten.cpp: getTensorDataPtr, validateTensorLayout;
+        method.cpp: Method::parse_external_constants."""
+        key = table_text(info.fullyQualifiedName)
+        if key is None:
+            self.add(f"{where}: external tensor without fully_qualified_name")
+            return
+        layout = self.data.external(key, f"{self.where} {where}", self.problems)
+        if layout is None:
+            return
+        scalar_type, sizes = layout
+        if scalar_type != tensor.scalarType or tuple(sizes) != tuple(tensor.sizes):
+            self.add(
+                f"{where}: external tensor {key!r} is {SCALAR_TYPE_NAMES.get(tensor.scalarType)} "
+                f"{list(tensor.sizes)}, its data {SCALAR_TYPE_NAMES.get(scalar_type)} "
+                f"{list(sizes)} (the runtime refuses the method)"
+            )
+
+    def _check_stored(self, where: str, tensor: Table, nbytes: int, mutable: bool) -> None:
+        """Each tensor's bytes within its entry's segment (the reader checks the first user's):
+        program.cpp: get_constant_buffer_data, load_mutable_subsegment_into."""
+        space = DataSpace.MUTABLE if mutable else DataSpace.CONSTANT
+        entry = self.pte.entries[space].get(tensor.dataBufferIdx)
+        segment_index = self.pte.mutable_segment if mutable else self.pte.constant_segment
+        if entry is None or segment_index is None:
+            return  # The reader refused it already, or it is the constant_buffer path.
+        segment = self.pte.segments[segment_index]
+        if entry.offset + nbytes > segment.offset + segment.size:
+            self.add(
+                f"{where}: {nbytes} bytes at {space.value} entry {tensor.dataBufferIdx} overrun "
+                f"segment {segment_index} (size {segment.size})"
+            )
+
+    def _check_planned(self, where: str, planned: Table, nbytes: int) -> None:
+        """tensor_parser_exec_aten.cpp: getMemPlannedPtr; hierarchical_allocator.h:
+        get_offset_address, over the buffers `non_const_buffer_sizes[1:]` plans."""
+        buffers = self.buffer_sizes[1:]
+        memory_id = planned.memoryId - 1
+        offset = planned.memoryOffsetLow | (planned.memoryOffsetHigh << 32)
+        if not 0 <= memory_id < len(buffers):
+            self.add(
+                f"{where}: memory_id {planned.memoryId} names no planned buffer "
+                f"(non_const_buffer_sizes has {len(self.buffer_sizes)} entries)"
+            )
+        elif offset + nbytes > buffers[memory_id]:
+            self.add(
+                f"{where}: {nbytes} bytes at offset {offset} overrun planned buffer "
+                f"{planned.memoryId} ({buffers[memory_id]} bytes)"
+            )
+
+    def _check_delegates(self, backends: set[str]) -> None:
+        """method.cpp: BackendDelegate::Init, GetProcessedData; the XNNPACK backend's init
+        reads each constant by key from the named data map it is given."""
+        blobs = {(d.location, d.index): d for d in self.pte.delegates}
+        for number, delegate in enumerate(self.plan.delegates or ()):
+            where = f"delegate {number}"
+            backend = table_text(delegate.id)
+            if backend is None:
+                self.add(f"{where}: no backend id")
+            else:
+                backends.add(backend)
+            location = delegate.processed.location
+            if location == DataLocation.SEGMENT and self.pte.segment_base_offset == 0:
+                self.add(f"{where}: data in segment {delegate.processed.index} of a file "
+                         "without an extended header")
+            kind = "segment" if location == DataLocation.SEGMENT else "inline"
+            blob = blobs.get((kind, delegate.processed.index))
+            if backend == XNNPACK_BACKEND_ID and blob is not None and blob.named_keys:
+                for key in sorted(blob.named_keys):
+                    self.data.named(key, f"{self.where} {where} ({backend})", self.problems)
+
+    def _check_chains(self) -> None:
+        """method.cpp: Method::init, gen_instruction_arguments, resolve_operator;
+        Method::execute_instruction for a delegate call's index."""
+        chains = self.plan.chains
+        if not chains:
+            self.add("no chains")
+            return
+        operators = len(self.plan.operators or ())
+        delegates = len(self.plan.delegates or ())
+        for number, chain in enumerate(chains):
+            if chain.instructions is None:
+                self.add(f"chain {number}: no instructions")
+                continue
+            for position, instruction in enumerate(chain.instructions):
+                where = f"chain {number} instruction {position}"
+                kind, args = instruction.instrArgsType, instruction.instrArgs
+                if args is None:
+                    self.add(f"{where}: no arguments")
+                    continue
+                if kind in (InstructionArguments.KernelCall, InstructionArguments.DelegateCall):
+                    if args.args is None:
+                        self.add(f"{where}: call without args")
+                    indices = vector_ints(args.args)
+                    if kind == InstructionArguments.KernelCall and not 0 <= args.opIndex < operators:
+                        self.add(f"{where}: op_index {args.opIndex} >= len(operators) {operators}")
+                    if kind == InstructionArguments.DelegateCall and not (
+                        0 <= args.delegateIndex < delegates
+                    ):
+                        self.add(
+                            f"{where}: delegate_index {args.delegateIndex} >= "
+                            f"len(delegates) {delegates}"
+                        )
+                elif kind == InstructionArguments.MoveCall:
+                    indices = [args.moveFrom, args.moveTo]
+                elif kind == InstructionArguments.JumpFalseCall:
+                    indices = [args.condValueIndex]
+                elif kind == InstructionArguments.FreeCall:
+                    indices = [args.valueIndex]
+                else:
+                    self.add(f"{where}: invalid instruction type {kind}")
+                    continue
+                for index in indices:
+                    self._check_index(index, f"{where}: value index")
+
+    def _operator_name(self, number: int, operator: Table) -> str | None:
+        """method.cpp: populate_operator_name."""
+        name, overload = table_text(operator.name), table_text(operator.overload)
+        if name is None:
+            self.add(f"operator {number}: no name")
+            return None
+        full = f"{name}.{overload}" if overload else name
+        if len(full) >= _OPERATOR_NAME_LIMIT:
+            self.add(f"operator {number}: name {full!r} is {len(full)} characters, the runtime "
+                     f"takes {_OPERATOR_NAME_LIMIT - 1}")
+        return full
