@@ -107,7 +107,9 @@ def _build_parser() -> argparse.ArgumentParser:
             "which contents are stored more than once and which ranges several entries "
             "share (dedupe_constants=True). Reads headers and flatbuffers, "
             "and only the data entries whose size another entry shares. Exit 1 if the "
-            "dead bytes exceed --max-dead-bytes, 2 if a file is malformed."
+            "dead bytes exceed --max-dead-bytes (or --require-data finds weights missing), "
+            "2 if a file is malformed or invalid: one ExecuTorch's runtime refuses to load "
+            "(docs/valid.md)."
         ),
     )
     audit.add_argument(
@@ -129,6 +131,11 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     audit.add_argument("--top", type=_byte_count, default=None, metavar="N",
                        help="list the N largest dead entries (default: all; --json: all)")
+    audit.add_argument(
+        "--require-data", action="store_true",
+        help="exit 1 if an external tensor or named-data key is in none of the .ptd files "
+        "given (or beside the program): a .pte shipped without its weights (a CI gate)",
+    )
     _add_naming_arguments(audit)
 
     prune = commands.add_parser(
@@ -757,10 +764,16 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         pte, ptd = _one_program(options)
         options.pte, options.ptd = [pte], ptd
     names = state_file(options.names)
-    reports = [
-        audit_file(pte, options.ptd, keep_constants=options.keep, names=names)
-        for pte in options.pte
-    ]
+    reports, refused, gated = [], [], []
+    for pte in options.pte:
+        report = audit_file(pte, options.ptd, keep_constants=options.keep, names=names)
+        # A file the runtime refuses gets its own status, not the report of a file that loads.
+        line, gate = _validity_lines(pte, options.ptd, options.require_data)
+        if line is not None:
+            refused.append(line)
+            continue
+        reports.append(report)
+        gated.extend([gate] if gate is not None else [])
     if options.json:
         # One file: its report; several: a list of them.
         documents = [report.to_json() for report in reports]
@@ -777,7 +790,26 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
             f"--max-dead-bytes {options.max_dead_bytes:,}",
             file=sys.stderr,
         )
-    return EXIT_DEAD_BYTES if over else EXIT_OK
+    for line in [*gated, *refused]:
+        print(line, file=sys.stderr)
+    if refused:
+        return EXIT_USAGE
+    return EXIT_DEAD_BYTES if over or gated else EXIT_OK
+
+
+def _validity_lines(
+    pte: str, ptd: Sequence[str], require_data: bool = False
+) -> tuple[str | None, str | None]:
+    """(the line of a file ExecuTorch's runtime refuses, the `--require-data` gate's line),
+    each None when there is nothing to say (`ondisk.validate`)."""
+    from emitter_filter.ondisk.validate import validate_file
+
+    validity = validate_file(pte, ptd)
+    if not validity.valid:
+        return f"emitter-filter: {pte}: {validity.status}", None
+    if require_data and validity.missing_data:
+        return None, f"emitter-filter: {pte}: --require-data: {validity.missing_line()}"
+    return None, None
 
 
 def _one_program(options: argparse.Namespace) -> tuple[str, list[str]]:
@@ -800,16 +832,31 @@ def _audit_set(options: argparse.Namespace) -> int:
     files of their own: the programs as one set."""
     from emitter_filter.ondisk.audit_set import audit_set
 
+    from emitter_filter.ondisk.data_files import data_files_for
+
     report = audit_set(options.pte, options.ptd)
+    lines = [
+        _validity_lines(pte, ptd, options.require_data)
+        for pte, ptd in zip(options.pte, data_files_for(options.pte, options.ptd))
+    ]
+    refused = [line for line, _ in lines if line is not None]
+    if refused:
+        print("\n".join(refused), file=sys.stderr)
+        return EXIT_USAGE
     print(json.dumps(report.to_json(), indent=2) if options.json else "\n".join(report.lines()))
+    failed = False
     if options.max_dead_bytes is not None and report.dead_bytes > options.max_dead_bytes:
         print(
             f"emitter-filter: the set has {report.dead_bytes:,} dead bytes > "
             f"--max-dead-bytes {options.max_dead_bytes:,}",
             file=sys.stderr,
         )
-        return EXIT_DEAD_BYTES
-    return EXIT_OK
+        failed = True
+    for _, gate in lines:
+        if gate is not None:
+            print(gate, file=sys.stderr)
+            failed = True
+    return EXIT_DEAD_BYTES if failed else EXIT_OK
 
 
 def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
@@ -823,14 +870,21 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
             print(f"emitter-filter explain: {option} takes one program, not a set",
                   file=sys.stderr)
             return EXIT_USAGE
+        from emitter_filter.ondisk.data_files import data_files_for
         from emitter_filter.ondisk.explain_set import explain_set
 
         explanation = explain_set(options.pte, options.ptd)
+        programs = list(zip(options.pte, data_files_for(options.pte, options.ptd)))
     else:
         from emitter_filter.ondisk.explain import explain_file
 
         options.pte, options.ptd = _one_program(options)
         explanation = explain_file(options.pte, options.ptd, names=options.names)
+        programs = [(options.pte, options.ptd)]
+    refused = [line for line, _ in (_validity_lines(p, d) for p, d in programs) if line]
+    if refused:
+        print("\n".join(refused), file=sys.stderr)
+        return EXIT_USAGE
     if options.html:
         from emitter_filter.ondisk.explain_page import write_explain_page
 

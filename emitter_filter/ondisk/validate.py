@@ -83,6 +83,19 @@ class Validity:
     def valid(self) -> bool:
         return not self.problems
 
+    @property
+    def status(self) -> str:
+        """`valid`, or `invalid: ` with the first problem (and how many more), in one line."""
+        if self.valid:
+            return "valid"
+        more = len(self.problems) - 1
+        return f"invalid: {self.problems[0]}" + (f" (and {more} more)" if more else "")
+
+    def missing_line(self) -> str:
+        """The `--require-data` gate's line: the keys no data file holds."""
+        keys = ", ".join(repr(k) for k in self.missing_data)
+        return f"external data in none of the data files given or beside it: {keys}"
+
     def to_json(self) -> dict:
         """The form `audit --json` prints."""
         return {
