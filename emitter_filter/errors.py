@@ -11,6 +11,7 @@ __all__ = [
     "UnsupportedExecutorchError",
     "ProgramFormatError",
     "OutputFileError",
+    "InvalidOutputError",
     "EnvironmentVariableError",
     "MethodSetError",
     "InvariantError",
@@ -33,6 +34,11 @@ class ProgramFormatError(EmitterFilterError, ValueError):
 
 class OutputFileError(EmitterFilterError, ValueError):
     """An output cannot be written as asked: it would replace an input, or is unwritable."""
+
+
+class InvalidOutputError(OutputFileError):
+    """An output would be a file ExecuTorch's runtime refuses to load (`ondisk.validate`):
+    nothing was written. The message names the output and the runtime's reason."""
 
 
 class MethodSetError(EmitterFilterError, ValueError):

@@ -24,7 +24,8 @@ PUBLIC_API = {
     "share_files", "ShareReport", "merge_files", "split_file", "MergeReport",
     # errors
     "EmitterFilterError", "UnsupportedExecutorchError", "ProgramFormatError", "PteFormatError",
-    "OutputFileError", "EnvironmentVariableError", "InvariantError", "ReportNotFoundError",
+    "OutputFileError", "InvalidOutputError", "EnvironmentVariableError", "InvariantError",
+    "ReportNotFoundError",
     "MethodSetError",
     # the environment and the supported executorch
     "SUPPORTED_EXECUTORCH", "ENV_PRUNE", "ENV_DEDUPE", "ENV_STRICT", "__version__",

@@ -86,6 +86,7 @@ from emitter_filter.ondisk.layout import (
 )
 from emitter_filter.ondisk.output import (
     EarlyCopy,
+    OutputCheck,
     OutputFile,
     ProgressFn,
     UnconfirmedOutput,
@@ -645,6 +646,7 @@ def write_deduplicated(
     read: PteProgram | None = None,
     progress: ProgressFn | None = None,
     early: EarlyCopy | None = None,
+    validate: OutputCheck | None = None,
 ) -> tuple[int, DedupeReport]:
     """Deduplicates `outputs[0]` (`dedupe_output`) and writes every output (`write_outputs`).
 
@@ -654,19 +656,20 @@ def write_deduplicated(
     matched in size, first and last bytes), nothing was written: the output is
     decided again, every compare made first, and written. Returns the bytes
     written and what was shared; `outputs[0]` becomes the deduplicated output.
-    `early` is a copy of the input begun already (`output.EarlyCopy`).
+    `early` is a copy of the input begun already (`output.EarlyCopy`); `validate`
+    checks the outputs before they replace anything (`output.write_outputs`).
     """
     planned = outputs[0]
     outputs[0], report = dedupe_output(
         planned, segment_alignment, read=read, compare_later=True
     )
     try:
-        return write_outputs(outputs, progress, early), report
+        return write_outputs(outputs, progress, early, validate=validate), report
     except UnconfirmedOutput:
         logger.debug("%s: a repeat's bytes differ after all; deciding again", planned.path)
     # The first try may have rewritten `read.program`: read the planned output again.
     outputs[0], report = dedupe_output(planned, segment_alignment)
-    return write_outputs(outputs, progress), report
+    return write_outputs(outputs, progress, validate=validate), report
 
 
 def dedupe_file(
@@ -695,6 +698,9 @@ def dedupe_file(
     check_outputs([src], [dst], "dedupe")
     with EarlyCopy(src, dst) as early, ByteSource(src) as source:
         (whole,) = source.parts
+        # Not validated (`validate.validate_outputs`): the hook imports this module, and the
+        # validator above it would make the import graph deeper than tests/test_layout.py
+        # allows; `prune --dedupe` (`prune_file(dedupe=True)`) validates what it writes.
         bytes_after, report = write_deduplicated(
             [OutputFile(dst, whole.fd, b"", [(0, [whole])])], segment_alignment, early=early
         )

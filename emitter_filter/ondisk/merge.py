@@ -98,6 +98,7 @@ from emitter_filter.ondisk.prune import (
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
+from emitter_filter.ondisk.validate import validate_outputs
 from emitter_filter.plan_indices import remap_data_indices, remap_plan_values
 from emitter_filter.reachability import DataSpace, new_data_indices, order_live_data
 
@@ -668,7 +669,9 @@ def merge_files(
                 merged, written = _merged_pte(items, names, contents, output, inline)
             if ptd is not None:
                 written += sum(len(p) for _, pieces in ptd.runs for p in pieces)
-        bytes_after = write_outputs([merged, *([ptd] if ptd else [])], progress)
+        bytes_after = write_outputs(
+            [merged, *([ptd] if ptd else [])], progress, validate=validate_outputs
+        )
     finally:
         for fd in opened:
             os.close(fd)

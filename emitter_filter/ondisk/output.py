@@ -31,6 +31,7 @@ from emitter_filter.regular_files import open_regular_input, output_target
 
 __all__ = [
     "ProgressFn",
+    "OutputCheck",
     "OutputFile",
     "UnconfirmedOutput",
     "EarlyCopy",
@@ -50,6 +51,9 @@ __all__ = [
 _COPY_CHUNK = 64 << 20
 
 ProgressFn = Callable[[int, int], None]
+#: Called with (file as written, target) of every output once all are written, before
+#: any replaces anything; raises to refuse them (`validate.validate_outputs`).
+OutputCheck = Callable[[Sequence[tuple[str, str]]], None]
 
 
 @dataclass
@@ -499,6 +503,8 @@ def write_outputs(
     outputs: Sequence[OutputFile],
     progress: ProgressFn | None = None,
     early: EarlyCopy | None = None,
+    *,
+    validate: OutputCheck | None = None,
 ) -> int:
     """Writes every output, then renames them into place, the first one last.
 
@@ -506,8 +512,14 @@ def write_outputs(
     `.ptd` files; `early` is a copy of its input begun already, which it takes.
     Returns the bytes written.
 
+    Every writer passes `validate` (`validate.validate_outputs`, which sits above this
+    module in the import graph): the outputs, all written, are checked before anything
+    replaces anything, so nothing ExecuTorch's runtime would refuse is left behind.
+
     Raises:
         OutputFileError: An output cannot be written; none is left behind.
+        InvalidOutputError: `validate` refused them (a program ExecuTorch's runtime
+            would not load); none is left behind.
         UnconfirmedOutput: A test of an output's `confirm` failed; none is left behind.
     """
     total = max(sum(o.size for o in outputs), 1)
@@ -522,6 +534,8 @@ def write_outputs(
         for entry in temps:
             os.close(entry[0])
             entry[0] = None
+        if validate is not None:
+            validate([(temp, final) for _, temp, final in temps])
         for index in [*range(1, len(temps)), 0]:
             _, temp, final = temps[index]
             try:

@@ -86,6 +86,7 @@ from emitter_filter.ondisk.output import (
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
+from emitter_filter.ondisk.validate import validate_outputs
 from emitter_filter.plan_indices import remap_data_indices, remap_plan_values
 from emitter_filter.reachability import DataSpace, Liveness, new_data_indices, order_live_data
 from emitter_filter.state_names import StateFile, state_file
@@ -645,10 +646,11 @@ def _write_pruned(
         with output_directory(directory) if directory else contextlib.nullcontext():
             if dedupe:
                 bytes_after, dedupe_report = write_deduplicated(
-                    outputs, alignment, read=verbatim_read, progress=progress, early=early
+                    outputs, alignment, read=verbatim_read, progress=progress, early=early,
+                    validate=validate_outputs,
                 )
             else:
-                bytes_after = write_outputs(outputs, progress, early)
+                bytes_after = write_outputs(outputs, progress, early, validate=validate_outputs)
     finally:
         for input_fd in opened:
             os.close(input_fd)

@@ -81,6 +81,7 @@ from emitter_filter.ondisk.share_find import (
     find_set_shared,
     read_set,
 )
+from emitter_filter.ondisk.validate import validate_outputs
 from emitter_filter.reachability import DataRef, DataSpace, Liveness
 
 __all__ = ["DEFAULT_MIN_BYTES", "SharedProgram", "ShareReport", "share_files"]
@@ -504,7 +505,7 @@ def share_files(
         deduplicated = _dedupe(outputs, programs.layouts) if dedupe else 0
         sizes = [o.size for o in outputs]
         with output_directory(out_dir):
-            bytes_after = write_outputs(outputs, progress)
+            bytes_after = write_outputs(outputs, progress, validate=validate_outputs)
     finally:
         for fd in opened:
             os.close(fd)

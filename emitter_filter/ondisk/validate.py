@@ -38,16 +38,17 @@ from emitter_filter._program_fbs.executorch_flatbuffer.TensorShapeDynamism impor
     TensorShapeDynamism,
 )
 from emitter_filter.delegates import XNNPACK_BACKEND_ID
-from emitter_filter.errors import ProgramFormatError
+from emitter_filter.errors import InvalidOutputError, ProgramFormatError
 from emitter_filter.flatbuffer_tables import FlatbufferError, Table
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.file_model import PtdFile, PteFile
+from emitter_filter.ondisk.layout import FLAT_TENSOR_IDENTIFIER, PROGRAM_IDENTIFIER
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read_pte import read_pte_program, tensor_nbytes
 from emitter_filter.reachability import DataSpace
 from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
 
-__all__ = ["Validity", "validate_file", "validate_bytes"]
+__all__ = ["Validity", "validate_file", "validate_bytes", "validate_outputs"]
 
 # runtime/core/exec_aten/util/tensor_dimension_limit.h: kTensorDimensionLimit.
 _TENSOR_DIMENSION_LIMIT = 16
@@ -130,6 +131,37 @@ def validate_file(
 def validate_bytes(pte: bytes, data_files: Sequence[str | os.PathLike] = ()) -> Validity:
     """`validate_file` of a program's bytes."""
     return _validate(pte, data_files)
+
+
+def validate_outputs(written: Sequence[tuple[str, str]]) -> None:
+    """Refuses a writer's outputs if a program among them would not load in ExecuTorch's
+    runtime: the check `output.write_outputs` makes of what every writer wrote, before
+    anything replaces anything.
+
+    Each program (a file with the program identifier) is validated with every `.ptd`
+    written with it. Keys of a program's external tensors found in none of them are
+    a problem only if some `.ptd` was written (as `validate_file` has it).
+
+    Args:
+        written: (file as written, its target) of each output. Not modified.
+
+    Raises:
+        InvalidOutputError: The first invalid program, named by its target, and its problem.
+    """
+    kinds = {}
+    for temp, _ in written:
+        with open(temp, "rb") as file:
+            kinds[temp] = file.read(8)[4:8]
+    data = [temp for temp, _ in written if kinds[temp] == FLAT_TENSOR_IDENTIFIER]
+    for temp, final in written:
+        if kinds[temp] != PROGRAM_IDENTIFIER:
+            continue
+        validity = validate_file(temp, data)
+        if not validity.valid:
+            status = validity.status
+            for other, target in written:
+                status = status.replace(other, target)
+            raise InvalidOutputError(f"{final}: not written: {status}")
 
 
 class _Problems:
