@@ -774,11 +774,11 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
             continue
         reports.append(report)
         gated.extend([gate] if gate is not None else [])
-    if options.json:
+    if options.json and reports:
         # One file: its report; several: a list of them.
         documents = [report.to_json() for report in reports]
         print(json.dumps(documents[0] if len(documents) == 1 else documents, indent=2))
-    else:
+    elif reports:
         print("\n\n".join(_format_audit(report, options.top) for report in reports))
     over = [
         r for r in reports

@@ -50,6 +50,9 @@ from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
 
 __all__ = ["Validity", "validate_file", "validate_bytes", "validate_outputs"]
 
+# runtime/core/portable_type/scalar_type.h: the ScalarTypes the portable runtime knows
+# (Byte 0 .. UInt64 29, complex and bits types included); scalar_type_util.h: isValid.
+_SCALAR_TYPES = range(30)
 # runtime/core/exec_aten/util/tensor_dimension_limit.h: kTensorDimensionLimit.
 _TENSOR_DIMENSION_LIMIT = 16
 # method.cpp: Method::resolve_operator's kTempBufferSizeForName ("name.overload" and its NUL).
@@ -258,10 +261,17 @@ class _DataMaps:
     ) -> None:
         self.given = bool(data_files)
         self.pte_keys = {entry.key for entry in pte.named_data}
-        self.layouts: dict[str, tuple[int, tuple[int, ...]] | None] = {}
-        for ptd, _ in ptds:
-            for key in ptd.named_data:
-                self.layouts.setdefault(key, ptd.layouts.get(key))
+        # key -> (scalar_type, sizes, dim_order) of its tensor_layout, None without one.
+        self.layouts: dict[str, tuple[int, list[int], list[int]] | None] = {}
+        for _, table in ptds:
+            for entry in table.namedData:
+                layout = entry.tensorLayout
+                self.layouts.setdefault(
+                    table_text(entry.key) or "",
+                    None if layout is None else (
+                        layout.scalarType, vector_ints(layout.sizes), vector_ints(layout.dimOrder)
+                    ),
+                )
         self.names = ", ".join(os.fspath(p) for p in data_files)
         self.missing: set[str] = set()
 
@@ -377,7 +387,7 @@ class _Method:
                 self.add(f"{where}: Tensor without sizes")
             elif any(size < 0 for size in sizes):
                 self.add(f"{where}: negative size in sizes {list(sizes)}")
-            if tensor.scalarType not in SCALAR_TYPE_NAMES:
+            if tensor.scalarType not in _SCALAR_TYPES:
                 self.add(f"{where}: invalid scalar_type {tensor.scalarType}")
         # tensor_parser_portable.cpp: parseTensor.
         if tensor.storageOffset != 0:
@@ -390,6 +400,9 @@ class _Method:
         if tensor.dimOrder is None or len(tensor.dimOrder) != rank:
             got = "no dim_order" if tensor.dimOrder is None else f"dim_order of {len(tensor.dimOrder)}"
             self.add(f"{where}: {got} for {rank} sizes")
+        elif sorted(tensor.dimOrder) != list(range(rank)):
+            # dim_order_util.h: dim_order_to_stride validates the permutation.
+            self.add(f"{where}: dim_order {list(tensor.dimOrder)} is no permutation of 0..{rank - 1}")
         if sizes is None or any(size < 0 for size in sizes):
             return
         nbytes = tensor_nbytes(tensor, where) or 0
@@ -412,12 +425,12 @@ class _Method:
         layout = self.data.external(key, f"{self.where} {where}", self.problems)
         if layout is None:
             return
-        scalar_type, sizes = layout
-        if scalar_type != tensor.scalarType or tuple(sizes) != tuple(tensor.sizes):
+        scalar_type, sizes, dim_order = layout
+        mine = (tensor.scalarType, vector_ints(tensor.sizes), vector_ints(tensor.dimOrder))
+        if mine != (scalar_type, sizes, dim_order):
             self.add(
-                f"{where}: external tensor {key!r} is {SCALAR_TYPE_NAMES.get(tensor.scalarType)} "
-                f"{list(tensor.sizes)}, its data {SCALAR_TYPE_NAMES.get(scalar_type)} "
-                f"{list(sizes)} (the runtime refuses the method)"
+                f"{where}: external tensor {key!r} is {_layout_text(*mine)}, its data "
+                f"{_layout_text(scalar_type, sizes, dim_order)} (the runtime refuses the method)"
             )
 
     def _check_stored(self, where: str, tensor: Table, nbytes: int, mutable: bool) -> None:
@@ -528,3 +541,8 @@ class _Method:
             self.add(f"operator {number}: name {full!r} is {len(full)} characters, the runtime "
                      f"takes {_OPERATOR_NAME_LIMIT - 1}")
         return full
+
+
+def _layout_text(scalar_type: int, sizes: Sequence[int], dim_order: Sequence[int]) -> str:
+    name = SCALAR_TYPE_NAMES.get(scalar_type, f"scalar_type {scalar_type}")
+    return f"{name} {list(sizes)} dim_order {list(dim_order)}"
