@@ -9,6 +9,11 @@ hook, imports nothing of ExecuTorch and changes no byte a test writes.
   `audit.audit_file` on the bytes ExecuTorch wrote, its `.ptd` files included.
   A test fails, after its own result, if one of its programs carries more than
   N dead bytes; the message lists the program's largest dead entries.
+- `--emitter-filter-require-data`: a test fails if a program it serializes has an
+  external tensor or named-data key in none of the `.ptd` files written with it
+  (`validate.validate_bytes`: a `.pte` whose weights are nowhere).
+- Either gate fails a test whose program ExecuTorch's runtime would refuse to load
+  (`invalid: <reason>`, the record's `error`).
 - `--emitter-filter-prune`: prune every program of the run (`hook.enable()`,
   what `EMITTER_FILTER_PRUNE=1` does), so a suite shows whether it still passes.
 - `--emitter-filter-report PATH`: write one JSON record per serialized program
@@ -81,7 +86,9 @@ class ProgramRecord:
         prune_report: What pruning dropped; None when not pruned.
         serialize_seconds: ExecuTorch's serializer.
         audit_seconds: The audit.
-        error: Why the audit failed (a malformed program); None when it did not.
+        error: Why the audit failed (a malformed program), or `invalid: <reason>` for a
+            program the runtime would refuse (`validate`); None when neither.
+        missing_data: External-tensor and named-data keys in none of its `.ptd` files.
     """
 
     test: str | None
@@ -94,6 +101,7 @@ class ProgramRecord:
     serialize_seconds: float
     audit_seconds: float
     error: str | None
+    missing_data: tuple[str, ...] = ()
 
     @property
     def dead_bytes(self) -> int | None:
@@ -124,6 +132,7 @@ class ProgramRecord:
                 "audit": self.audit_seconds,
             },
             "error": self.error,
+            "missing_data": list(self.missing_data),
         }
 
 
@@ -139,6 +148,8 @@ class PteBudget:
         exempt: The test carries the `emitter_filter_exempt` marker: no budget applies.
         audited: The test asked for `pte_budget`: its programs are audited even
             without the plugin's options.
+        require_data: `--emitter-filter-require-data`: a program with keys in none of
+            its `.ptd` files fails the test.
         programs: What each program serialized so far in the test was found to hold.
     """
 
@@ -146,6 +157,7 @@ class PteBudget:
     max_dead_bytes: int | None
     exempt: bool = False
     audited: bool = False
+    require_data: bool = False
     programs: list[ProgramRecord] = dataclasses.field(default_factory=list)
 
     def check_size(
@@ -162,12 +174,15 @@ class PteBudget:
         return assert_within_budget(paths, budget, tolerance_percent)
 
     def over_budget(self) -> list[ProgramRecord]:
-        """The programs the gate fails the test for: over budget, or unreadable."""
-        if self.exempt or self.max_dead_bytes is None:
+        """The programs the gates fail the test for: over budget, unreadable or invalid,
+        or (with `require_data`) without their data."""
+        if self.exempt or (self.max_dead_bytes is None and not self.require_data):
             return []
+        limit = self.max_dead_bytes
         return [
             r for r in self.programs
-            if r.audit is None or r.audit.dead_bytes > self.max_dead_bytes
+            if r.audit is None or (limit is not None and r.audit.dead_bytes > limit)
+            or (self.require_data and r.missing_data)
         ]
 
 
@@ -177,6 +192,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--emitter-filter-max-dead-bytes", type=int, default=None, metavar="N",
         help="fail a test if a program it serializes carries more than N dead bytes "
         "(audited in process, without pruning)",
+    )
+    group.addoption(
+        "--emitter-filter-require-data", action="store_true", default=False,
+        help="fail a test if a program it serializes has an external tensor or named-data "
+        "key in none of the .ptd files written with it",
     )
     group.addoption(
         "--emitter-filter-prune", action="store_true", default=False,
@@ -225,32 +245,45 @@ def pte_budget(request: pytest.FixtureRequest) -> PteBudget:
     return request.config.stash[_SESSION].budget_of_current_test()
 
 
-def _audit(pte: bytes, ptd: Mapping) -> tuple[AuditReport | None, str | None]:
-    """`audit_file` on a serialized program; the `.ptd` files go to a temporary directory."""
+def _audit(pte: bytes, ptd: Mapping) -> tuple[AuditReport | None, str | None, tuple[str, ...]]:
+    """`audit_file` and `validate_bytes` on a serialized program: (the audit, None if it
+    failed or the program is invalid; why; the keys in none of its `.ptd` files). The
+    `.ptd` files go to a temporary directory."""
     from emitter_filter.errors import EmitterFilterError
     from emitter_filter.ondisk.audit import audit_file
+    from emitter_filter.ondisk.validate import validate_bytes
 
     try:
-        if not ptd:
-            return audit_file(pte), None
         with tempfile.TemporaryDirectory(prefix="emitter-filter-") as directory:
             paths = []
             for name, cord in sorted(ptd.items()):
                 paths.append(os.path.join(directory, f"{name}.ptd"))
                 with open(paths[-1], "wb") as f:
                     cord.write_to_file(f)
-            return audit_file(pte, paths), None
+            audit = audit_file(pte, paths)
+            validity = validate_bytes(pte, paths)
     except EmitterFilterError as error:
-        return None, f"{type(error).__name__}: {error}"
+        return None, f"{type(error).__name__}: {error}", ()
+    if not validity.valid:
+        return None, validity.status, validity.missing_data
+    return audit, None, validity.missing_data
 
 
-def _describe(number: int, record: ProgramRecord, max_dead_bytes: int) -> str:
+def _describe(number: int, record: ProgramRecord, max_dead_bytes: int | None) -> str:
     from emitter_filter.testing import describe_dead_bytes as describe_audit
 
     where = f"program {number} (methods {', '.join(record.methods) or '-'})"
     if record.audit is None:
+        if record.error is not None and record.error.startswith("invalid: "):
+            return f"{where}: {record.error}"
         return f"{where}: cannot be audited: {record.error}"
-    return describe_audit(dataclasses.replace(record.audit, path=where), max_dead_bytes)
+    lines = []
+    if max_dead_bytes is not None and record.audit.dead_bytes > max_dead_bytes:
+        lines.append(describe_audit(dataclasses.replace(record.audit, path=where), max_dead_bytes))
+    if record.missing_data:
+        keys = ", ".join(repr(k) for k in record.missing_data)
+        lines.append(f"{where}: external data in none of the .ptd files written with it: {keys}")
+    return "\n".join(lines)
 
 
 def _checked_report_path(path: Path) -> Path:
@@ -287,6 +320,7 @@ class _Session:
             raise pytest.UsageError(
                 f"--emitter-filter-max-dead-bytes {self.max_dead_bytes}: expected N >= 0"
             )
+        self.require_data = config.getoption("emitter_filter_require_data")
         self.prune = config.getoption("emitter_filter_prune")
         self.report_path = config.getoption("emitter_filter_report")
         # A pytest-xdist worker sends its records to the controller, which writes the report.
@@ -299,7 +333,9 @@ class _Session:
         self._worker_records: dict[str, list[dict]] = {}  # JSON forms, by xdist worker id
         self._report_error: str | None = None
         self._lost_workers: list[str] = []  # xdist workers that went down without their records
-        self._audit_all = self.max_dead_bytes is not None or self.report_path is not None
+        self._audit_all = (
+            self.max_dead_bytes is not None or self.report_path is not None or self.require_data
+        )
         self._test: PteBudget | None = None
         self._observing = False
         self._enabled_pruning = False
@@ -392,7 +428,7 @@ class _Session:
             return
         started = time.perf_counter()
         pte = bytes(program.pte)
-        audit, error = _audit(pte, program.ptd)
+        audit, error, missing_data = _audit(pte, program.ptd)
         audit_seconds = time.perf_counter() - started
         record = ProgramRecord(
             test=None if test is None else test.test,
@@ -405,6 +441,7 @@ class _Session:
             serialize_seconds=program.serialize_seconds,
             audit_seconds=audit_seconds,
             error=error,
+            missing_data=missing_data,
         )
         with self._lock:
             self.records.append(record)
@@ -414,7 +451,9 @@ class _Session:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
         exempt = item.get_closest_marker(EXEMPT_MARKER) is not None
-        self._test = PteBudget(item.nodeid, self.max_dead_bytes, exempt=exempt)
+        self._test = PteBudget(
+            item.nodeid, self.max_dead_bytes, exempt=exempt, require_data=self.require_data
+        )
         unforced = exempt and self._enabled_pruning
         if unforced:
             from emitter_filter.inprocess import hook
@@ -438,12 +477,15 @@ class _Session:
         if not failing or report.skipped:
             return
         numbers = {id(record): number for number, record in enumerate(test.programs, 1)}
+        if test.max_dead_bytes is None:
+            what = "lack their data or do not load (--emitter-filter-require-data"
+        else:
+            what = (f"carry more than {test.max_dead_bytes:,} dead bytes "
+                    "(--emitter-filter-max-dead-bytes or pte_budget")
         message = "\n".join(
             [
                 f"emitter_filter: {len(failing)} of {len(test.programs)} programs this test "
-                f"serialized carry more than {test.max_dead_bytes:,} dead bytes "
-                "(--emitter-filter-max-dead-bytes or pte_budget; exempt with "
-                f"@pytest.mark.{EXEMPT_MARKER})",
+                f"serialized {what}; exempt with @pytest.mark.{EXEMPT_MARKER})",
                 *(_describe(numbers[id(r)], r, test.max_dead_bytes) for r in failing),
             ]
         )

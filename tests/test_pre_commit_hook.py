@@ -74,3 +74,30 @@ def test_hook_fails_when_one_staged_program_carries_dead_bytes(hook_definition, 
     ]
     # Both files are reported, in the order given.
     assert completed.stdout.index(str(staged["clean"])) < completed.stdout.index(str(staged["dirty"]))
+
+
+def test_hook_fails_an_invalid_program_in_one_line(hook_definition, tmp_path):
+    from tests.layouts import build_program
+
+    placeholder = tmp_path / "p.pte"
+    placeholder.write_bytes(build_program(dead=False, where="placeholder").pte)
+    completed = _run_entry(hook_definition, [placeholder])
+    assert completed.returncode == 2
+    (line,) = completed.stderr.splitlines()
+    assert line.startswith(f"emitter-filter: {placeholder}: invalid: relies on the constant_buffer")
+
+
+def test_require_data_hook_fails_a_program_staged_without_its_ptd(tmp_path, built):
+    hooks = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+    definition = next(h for h in hooks if h["id"] == "emitter-filter-require-data")
+    # Exported with external_constants=True: its weights are in the .ptd.
+    pte = tmp_path / "model.pte"
+    pte.write_bytes(built["external"].pte.read_bytes())
+    completed = _run_entry(definition, [pte])
+    assert completed.returncode == 1
+    (line,) = completed.stderr.splitlines()
+    assert line.startswith(f"emitter-filter: {pte}: --require-data: external data in none of")
+    (ptd,) = built["external"].ptds
+    (tmp_path / "model.ptd").write_bytes(ptd.read_bytes())
+    completed = _run_entry(definition, [pte])
+    assert completed.returncode == 0, completed.stderr

@@ -177,6 +177,13 @@ def test_report_has_one_record_per_serialized_program(suite):
     )
 
 
+def test_require_data_passes_programs_serialized_with_their_ptd(suite):
+    # external_constants=True: ExecuTorch writes the weights to a .ptd beside the .pte.
+    result = _run(suite, "-k", "external or clean", "--emitter-filter-require-data")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["emitter_filter: 2 programs audited, * dead bytes"])
+
+
 def test_report_of_a_pruned_run_has_bytes_before_and_after(suite):
     path = suite.path / "report.json"
     result = _run(suite, "-k", "dirty", "--emitter-filter-prune", "--emitter-filter-report", str(path))
