@@ -289,6 +289,25 @@ class Schema:
         offset = _vtable(buffer, table._pos, slot + 1)[slot]
         return table._pos + offset if offset else None
 
+    def misaligned(self, buffer: bytes, table: Table) -> str | None:
+        """The first of `table`'s own fields stored off its alignment, or None.
+
+        The flatbuffers Verifier (which ExecuTorch's `InternalConsistency`
+        verification runs) refuses a table not 4-aligned, a scalar not aligned to
+        its size and an offset (string, vector, table) not 4-aligned; reading
+        does not need them aligned, so `read` accepts them.
+        """
+        if table._pos % 4:
+            return f"{table._table} at {table._pos} is not 4-aligned"
+        for field, kind in self.tables[table._table]:
+            if kind is None or kind in self.unions:
+                continue
+            size = struct.calcsize(_SCALARS[kind]) if kind in _SCALARS else 4
+            at = self.field_at(buffer, table, field) if size > 1 else None
+            if at is not None and at % size:
+                return f"{table._table}.{field} at {at} is not {size}-aligned"
+        return None
+
     def vector_at(self, buffer: bytes, table: Table, field: str) -> int | None:
         """Where the first element of `table`'s vector `field` is; None if it is absent."""
         at = self.field_at(buffer, table, field)

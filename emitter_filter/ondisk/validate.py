@@ -39,6 +39,7 @@ from emitter_filter._program_fbs.executorch_flatbuffer.TensorShapeDynamism impor
 )
 from emitter_filter.delegates import XNNPACK_BACKEND_ID
 from emitter_filter.errors import InvalidOutputError, ProgramFormatError
+from emitter_filter.fbs_schemas import PROGRAM
 from emitter_filter.flatbuffer_tables import FlatbufferError, Table
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.file_model import PtdFile, PteFile
@@ -191,7 +192,9 @@ def _validate(source: str | bytes, data_files: Sequence[str | os.PathLike]) -> V
     missing: set[str] = set()
     data = _DataMaps(pte, ptds, data_files)
     for number, plan in enumerate(program.executionPlan or ()):
-        _Method(number, plan, program, pte, data, problems).check(operators, backends)
+        method = _Method(number, plan, program, pte, data, problems)
+        method.check(operators, backends)
+        method.check_alignment(read.program_data)
     missing.update(data.missing)
     return Validity(
         tuple(problems.lines), tuple(sorted(operators)), tuple(sorted(backends)),
@@ -329,6 +332,16 @@ class _Method:
             name = self._operator_name(number, operator)
             if name is not None:
                 operators.add(name)
+
+    def check_alignment(self, buffer: bytes) -> None:
+        """program.cpp: Program::load's `VerifyProgramBuffer` (InternalConsistency, the
+        pybindings' default) on each value's table: a union member of another type than
+        its `val_type` (a Tensor read as an Int) is mostly found this way."""
+        for index, evalue in enumerate(self.values):
+            if isinstance(evalue.val, Table):
+                found = PROGRAM.misaligned(buffer, evalue.val)
+                if found is not None:
+                    self.add(f"value {index}: {found} (the flatbuffers Verifier refuses it)")
 
     def _tensor(self, index: int) -> Table | None:
         evalue = self.values[index]

@@ -7,6 +7,7 @@ loads the same files in ExecuTorch's runtime. Nothing here imports torch or exec
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from emitter_filter.cli import main
 from emitter_filter.errors import InvalidOutputError
 from emitter_filter.fbs_schemas import PROGRAM
 from emitter_filter.ondisk.merge import merge_files
+from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.ondisk.validate import Validity, validate_bytes, validate_file
 from tests.files import GOLDEN
 from tests.layouts import LIVE, build_program, flat_tensor, with_program_changed
@@ -124,6 +126,29 @@ def test_each_check_of_the_runtime_finds_its_field(name):
         assert not validity.valid
         assert any(problem in p for p in validity.problems), validity.problems
         assert all("\n" not in p for p in validity.problems)
+
+
+def flipped(index: int, val_type: int) -> bytes:
+    """The built program with value `index`'s `val_type` byte set, its table left as it is:
+    what no packer writes, and a reader of the table decodes as another type."""
+    pte = build_program(dead=False).pte
+    evalue = read_pte_program(pte).program.executionPlan[0].values[index]
+    vtable = evalue._pos - struct.unpack_from("<i", pte, evalue._pos)[0]
+    (at,) = struct.unpack_from("<H", pte, vtable + 4)  # slot 0: `val_type`
+    data = bytearray(pte)
+    data[evalue._pos + at] = val_type
+    return bytes(data)
+
+
+#: (value, val_type) of `flipped` files the runtime's flatbuffers Verifier refuses: a
+#: Tensor table read as an Int or a Double, whose 8-byte field is then misaligned.
+FLIPPED = [(0, 2), (1, 2), (2, 4)]
+
+
+@pytest.mark.parametrize("index, val_type", FLIPPED)
+def test_a_value_of_another_type_than_its_table_is_invalid(index, val_type):
+    (problem,) = validate_bytes(flipped(index, val_type)).problems
+    assert f"value {index}: " in problem and "is not 8-aligned" in problem
 
 
 def test_a_program_as_built_is_valid_and_lists_its_operators():

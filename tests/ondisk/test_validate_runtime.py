@@ -10,7 +10,7 @@ import pytest
 from emitter_filter.ondisk.validate import validate_file
 from tests.files import GOLDEN
 from tests.layouts import build_program
-from tests.ondisk.test_validate import CASES, changed
+from tests.ondisk.test_validate import CASES, FLIPPED, changed, flipped
 
 
 def _loads(pte: Path, ptd: Path | None = None) -> bool:
@@ -32,6 +32,10 @@ def _files(tmp_path: Path) -> dict[str, tuple[Path, Path | None]]:
     for name in CASES:
         files[name] = (tmp_path / f"{name}.pte", None)
         files[name][0].write_bytes(changed(name))
+    for index, val_type in FLIPPED:
+        name = f"value-{index}-as-type-{val_type}"
+        files[name] = (tmp_path / f"{name}.pte", None)
+        files[name][0].write_bytes(flipped(index, val_type))
     for where in ("segment", "external", "placeholder"):
         built = build_program(dead=True, where=where)
         pte = tmp_path / f"{where}.pte"
