@@ -22,6 +22,7 @@ from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.ondisk.validate import Validity, validate_bytes, validate_file
 from tests.files import GOLDEN
 from tests.layouts import LIVE, build_program, flat_tensor, with_program_changed
+from tests.realworld import needs_realworld, real_files
 
 pytestmark = pytest.mark.filetools
 
@@ -273,3 +274,17 @@ def test_a_merge_that_would_keep_a_constant_buffer_beside_the_segment_is_refused
         merge_files([h, d], out, methods=["h=h.pte:forward", "d=d.pte:forward"])
     assert str(error.value).startswith(f"{out}: not written: invalid: constant_buffer")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.pte", "h.pte"]
+
+
+@needs_realworld
+def test_hello_world_add_model_relies_on_the_constant_buffer_path(capsys):
+    (pte,) = [p for p, _ in real_files() if p.name.endswith("hello_world_add_model.pte")]
+    assert main(["audit", str(pte)]) == 2
+    assert "invalid: relies on the constant_buffer path" in capsys.readouterr().err
+
+
+@needs_realworld
+@pytest.mark.parametrize("pte, ptds", real_files(), ids=lambda v: getattr(v, "name", ""))
+def test_a_real_file_the_tools_read_validates_without_raising(pte, ptds):
+    validity = validate_file(pte, ptds)
+    assert validity.valid or validity.problems
