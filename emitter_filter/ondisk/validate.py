@@ -186,19 +186,20 @@ def _validate(source: str | bytes, data_files: Sequence[str | os.PathLike]) -> V
     problems = _Problems()
     ptds = _read_data_files(data_files, problems)
     program, pte = read.program, read.pte
-    _check_program(program, pte, problems)
     operators: set[str] = set()
     backends: set[str] = set()
-    missing: set[str] = set()
     data = _DataMaps(pte, ptds, data_files)
-    for number, plan in enumerate(program.executionPlan or ()):
-        method = _Method(number, plan, program, pte, data, problems)
-        method.check(operators, backends)
-        method.check_alignment(read.program_data)
-    missing.update(data.missing)
+    try:
+        _check_program(program, pte, problems)
+        for number, plan in enumerate(program.executionPlan or ()):
+            method = _Method(number, plan, program, pte, data, problems)
+            method.check(operators, backends)
+            method.check_alignment(read.program_data)
+    except (ProgramFormatError, FlatbufferError) as error:
+        problems.add(str(error))  # A table the reader decoded lazily, corrupt.
     return Validity(
         tuple(problems.lines), tuple(sorted(operators)), tuple(sorted(backends)),
-        tuple(sorted(missing)),
+        tuple(sorted(data.missing)),
     )
 
 
