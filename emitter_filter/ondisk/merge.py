@@ -593,6 +593,33 @@ def _read_inputs(inputs, reads, stack, opened) -> tuple[list[_Input], dict[int, 
     return items, {fds[file]: source for file, source in sources.items()}
 
 
+def _check_data_keys(items: Sequence[_Input], contents: _Contents) -> None:
+    """Refuses a key two of one input's `.ptd` files give with other bytes: a program
+    loads one data map, and which file's bytes it would read is not the user's to guess
+    (in every mode: `--inline` would pick one silently). Per-program files
+    (`FILE=IN.ptd`) never meet here: each input reads its own."""
+    given = []
+    for item in items:
+        places: dict[str, list] = {}
+        for ptd in item.read.pte.ptd_files:
+            for key, entry in ptd.named_data.items():
+                places.setdefault(key, []).append(entry)
+        for key, entries in places.items():
+            if len(entries) > 1:
+                given.append((item, key, entries))
+                for entry in entries:
+                    contents.expect("given", item.fds[entry.file], entry.offset, entry.nbytes)
+    for item, key, entries in given:
+        first = entries[0]
+        want = contents.key("given", item.fds[first.file], first.offset, first.nbytes)
+        for entry in entries[1:]:
+            if contents.key("given", item.fds[entry.file], entry.offset, entry.nbytes) != want:
+                raise PteFormatError(
+                    entry.file, f"{key!r} holds other bytes than {key!r} in {first.file}, "
+                    f"and {item.path} loads with both: give each program its own, "
+                    "--data FILE=IN.ptd")
+
+
 def _dropped_bytes(items: Sequence[_Input]) -> int:
     """The inputs' dead bytes, but a `.ptd` key one input leaves and another reads."""
     kept = {key for item in items for ptd in item.read.pte.ptd_files
@@ -657,6 +684,7 @@ def merge_files(
         with contextlib.ExitStack() as stack:
             items, sources = _read_inputs(inputs, reads, stack, opened)
             contents = _Contents(sources)
+            _check_data_keys(items, contents)
             dropped = _dropped_bytes(items)
             live = sum(item.analysis.count.live[space] for item in items
                        for space in ("constant", "named_data", "delegate", "external"))

@@ -21,13 +21,14 @@ from executorch.extension.pybindings.portable_lib import (
 )
 from executorch.runtime import Runtime
 
+from emitter_filter.cli import main
 from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.layout import aligned
 from emitter_filter.ondisk.merge import merge_files, split_file
 from emitter_filter.ondisk.read_pte import read_pte
 from emitter_filter.reachability import DataSpace
-from tests.model_sets import INPUT, SETS, STEPS, export, export_step, tiny_llama
+from tests.model_sets import INPUT, SETS, STEPS, export, export_step, tiny_llama, twin_heads
 
 #: `Runtime.load_program` takes a data file from executorch 1.5 on; the pybindings in 1.4 too.
 _RUNTIME_TAKES_DATA = "data_path" in inspect.signature(Runtime.load_program).parameters
@@ -230,3 +231,57 @@ def test_shares_outputs_merge_with_their_ptd_and_inline(backend, tmp_path):
             loaded = runtime.load_program(str(out), data_path=str(out_ptd))
             got.append(loaded.load_method(f"m{number}").execute(list(INPUT))[0])
         assert all(torch.equal(g, want) for g in got), original.name
+
+
+@pytest.fixture
+def twins(tmp_path) -> list[tuple[Path, Path]]:
+    """Two heads of one shape exported with `external_constants`: (the .pte, its .ptd) each,
+    both .ptd files with a `head.weight` of other bytes."""
+    pairs = []
+    for number, model in enumerate(twin_heads()):
+        pte, (ptd,) = _export_external(model, tmp_path / f"in{number}")
+        # Named apart: `share` writes each program under its file name.
+        pairs.append((pte.rename(pte.with_name(f"head{number}.pte")),
+                      ptd.rename(ptd.with_name(f"head{number}.ptd"))))
+    return pairs
+
+
+@pytest.mark.parametrize("mode", ["--inline", "--ptd"])
+def test_a_key_two_data_files_give_with_other_bytes_is_refused_naming_it(twins, mode, tmp_path,
+                                                                        capsys):
+    (a, a_ptd), (c, c_ptd) = twins
+    out = tmp_path / "every.pte"
+    written = ["--inline"] if mode == "--inline" else ["--ptd", str(tmp_path / "every.ptd")]
+    assert main(["merge", str(a), str(c), "-o", str(out), "--method", f"c={c}:forward",
+                 "--data", str(a_ptd), "--data", str(c_ptd), *written]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'head.weight'" in err and str(a_ptd) in err and str(c_ptd) in err
+    assert not out.exists() and not (tmp_path / "every.ptd").exists()
+
+
+def test_share_refuses_a_key_two_data_files_give_with_other_bytes(twins, tmp_path, capsys):
+    (a, a_ptd), (c, c_ptd) = twins
+    assert main(["share", str(a), str(c), "--out", str(tmp_path / "shared"),
+                 "--data", str(a_ptd), "--data", str(c_ptd)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'head.weight'" in err and str(a_ptd) in err and str(c_ptd) in err
+    assert not any((tmp_path / "shared").glob("*"))
+
+
+def test_each_program_given_its_own_data_file_computes_with_its_own_weights(twins, tmp_path):
+    out = tmp_path / "own.pte"
+    data = [f"{pte}={ptd}" for pte, ptd in twins]
+    merge_files([pte for pte, _ in twins], out, data=data, inline=True,
+                methods=[f"m{i}={pte}:forward" for i, (pte, _) in enumerate(twins)])
+    for number, (pte, ptd) in enumerate(twins):
+        program, weights = pte.read_bytes(), ptd.read_bytes()  # alive while the module runs
+        want = _load_for_executorch_from_buffer(program, weights).forward(INPUT)[0]
+        for got in _run_every_loader(out, f"m{number}", INPUT):
+            assert torch.equal(got, want)
+    first, second = (_want_with(pte, ptd) for pte, ptd in twins)
+    assert not torch.equal(first, second)  # the heads differ: a mix-up would show
+
+
+def _want_with(pte: Path, ptd: Path) -> torch.Tensor:
+    program, weights = pte.read_bytes(), ptd.read_bytes()  # alive while the module runs
+    return _load_for_executorch_from_buffer(program, weights).forward(INPUT)[0]
