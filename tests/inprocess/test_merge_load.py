@@ -285,3 +285,74 @@ def test_each_program_given_its_own_data_file_computes_with_its_own_weights(twin
 def _want_with(pte: Path, ptd: Path) -> torch.Tensor:
     program, weights = pte.read_bytes(), ptd.read_bytes()  # alive while the module runs
     return _load_for_executorch_from_buffer(program, weights).forward(INPUT)[0]
+
+
+class _Xor(torch.nn.Module):
+    """ExecuTorch's XOR training example (`extension/training/examples/XOR`): a net and
+    its loss, exported forward and backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 10)
+        self.linear2 = torch.nn.Linear(10, 2)
+        self.loss = torch.nn.CrossEntropyLoss()
+
+    def forward(self, x, label):
+        pred = self.linear2(torch.sigmoid(self.linear(x)))
+        return self.loss(pred, label), pred.detach().argmax(dim=1)
+
+
+XOR_INPUTS = (torch.randn(1, 2, generator=torch.Generator().manual_seed(7)),
+              torch.ones(1, dtype=torch.int64))
+
+
+def _export_training(seed: int, directory: Path) -> tuple[Path, Path]:
+    """The XOR net with weights from `seed`, exported for training with its weights
+    mutable in a `.ptd` (`external_mutable_weights`), as ExecuTorch's Android test's
+    xor.pte and xor.ptd are: (the .pte, the .ptd)."""
+    from executorch.exir import ExecutorchBackendConfig, to_edge
+    from torch.export.experimental import _export_forward_backward
+
+    torch.manual_seed(seed)
+    exported = _export_forward_backward(torch.export.export(_Xor(), XOR_INPUTS, strict=True))
+    manager = to_edge(exported).to_executorch(
+        ExecutorchBackendConfig(external_mutable_weights=True))
+    directory.mkdir()
+    pte = directory / f"xor{seed}.pte"
+    pte.write_bytes(manager.buffer)
+    manager.write_tensor_data_to_file(str(directory))
+    (ptd,) = directory.glob("*.ptd")
+    return pte, ptd
+
+
+def test_mutable_weights_in_a_ptd_inline_as_mutable_data_and_train_as_before(tmp_path):
+    inputs = [_export_training(seed, tmp_path / f"in{seed}") for seed in (0, 1)]
+    assert any(t.ref.space is DataSpace.EXTERNAL for t in read_pte(inputs[0][0]).tensors)
+    out = tmp_path / "inline.pte"
+    # Both name their weights `linear.weight`...: each input its own .ptd.
+    merge_files([pte for pte, _ in inputs], out, inline=True,
+                data=[f"{pte}={ptd}" for pte, ptd in inputs],
+                methods=[f"m{i}={pte}:forward" for i, (pte, _) in enumerate(inputs)])
+    merged = read_pte(out)
+    assert not merged.entries[DataSpace.EXTERNAL] and audit_file(out).dead_bytes == 0
+    # The initial weights are mutable data: the runtime copies them into the arena.
+    assert sum(e.nbytes for e in merged.entries[DataSpace.MUTABLE].values()) == 2 * 208
+    wants = []
+    for number, (pte, ptd) in enumerate(inputs):
+        program, weights = pte.read_bytes(), ptd.read_bytes()  # alive while the module runs
+        want = _load_for_executorch_from_buffer(program, weights).forward(XOR_INPUTS)
+        wants.append(want)
+        for got in _run_every_loader_all(out, f"m{number}", XOR_INPUTS):
+            assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want))
+    assert not torch.equal(wants[0][2], wants[1][2])  # other weights: a mix-up would show
+
+
+def _run_every_loader_all(pte, method: str, inputs) -> list[list[torch.Tensor]]:
+    """`_run_every_loader`, every output of the method."""
+    data = pte.read_bytes()  # kept alive, with each program, while its method runs
+    runtime = Runtime.get()
+    outputs = [program.load_method(method).execute(list(inputs))
+               for program in (runtime.load_program(str(pte)), runtime.load_program(data))]
+    for module in (_load_for_executorch(str(pte)), _load_for_executorch_from_buffer(data)):
+        outputs.append(module.run_method(method, tuple(inputs)))
+    return outputs
