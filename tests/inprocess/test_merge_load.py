@@ -9,6 +9,7 @@ bit for bit what its input's `forward` computes; so does each method `split` giv
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 from pathlib import Path
@@ -306,27 +307,44 @@ XOR_INPUTS = (torch.randn(1, 2, generator=torch.Generator().manual_seed(7)),
               torch.ones(1, dtype=torch.int64))
 
 
-def _export_training(seed: int, directory: Path) -> tuple[Path, Path]:
-    """The XOR net with weights from `seed`, exported for training with its weights
-    mutable in a `.ptd` (`external_mutable_weights`), as ExecuTorch's Android test's
-    xor.pte and xor.ptd are: (the .pte, the .ptd)."""
+def _export_training(model: torch.nn.Module, directory: Path) -> tuple[Path, Path]:
+    """`model` (an `_Xor`) exported for training with its weights mutable in a `.ptd`
+    (`external_mutable_weights`), as ExecuTorch's Android test's xor.pte and xor.ptd
+    are: (the .pte, the .ptd), named after `directory`."""
     from executorch.exir import ExecutorchBackendConfig, to_edge
     from torch.export.experimental import _export_forward_backward
 
-    torch.manual_seed(seed)
-    exported = _export_forward_backward(torch.export.export(_Xor(), XOR_INPUTS, strict=True))
+    exported = _export_forward_backward(torch.export.export(model, XOR_INPUTS, strict=True))
     manager = to_edge(exported).to_executorch(
         ExecutorchBackendConfig(external_mutable_weights=True))
     directory.mkdir()
-    pte = directory / f"xor{seed}.pte"
+    pte = directory / f"{directory.name}.pte"
     pte.write_bytes(manager.buffer)
     manager.write_tensor_data_to_file(str(directory))
     (ptd,) = directory.glob("*.ptd")
-    return pte, ptd
+    return pte, ptd.rename(pte.with_suffix(".ptd"))
+
+
+def _seeded_xor(seed: int) -> _Xor:
+    torch.manual_seed(seed)
+    return _Xor()
+
+
+def _check_trains_as_before(inputs, out, methods) -> list:
+    """Each of `methods` of `out` computes, through every loader, every output its input
+    (with its .ptd) computes; returns the inputs' outputs."""
+    wants = []
+    for (pte, ptd), method in zip(inputs, methods):
+        program, weights = pte.read_bytes(), ptd.read_bytes()  # alive while the module runs
+        want = _load_for_executorch_from_buffer(program, weights).forward(XOR_INPUTS)
+        wants.append(want)
+        for got in _run_every_loader_all(out, method, XOR_INPUTS):
+            assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want))
+    return wants
 
 
 def test_mutable_weights_in_a_ptd_inline_as_mutable_data_and_train_as_before(tmp_path):
-    inputs = [_export_training(seed, tmp_path / f"in{seed}") for seed in (0, 1)]
+    inputs = [_export_training(_seeded_xor(seed), tmp_path / f"xor{seed}") for seed in (0, 1)]
     assert any(t.ref.space is DataSpace.EXTERNAL for t in read_pte(inputs[0][0]).tensors)
     out = tmp_path / "inline.pte"
     # Both name their weights `linear.weight`...: each input its own .ptd.
@@ -337,14 +355,31 @@ def test_mutable_weights_in_a_ptd_inline_as_mutable_data_and_train_as_before(tmp
     assert not merged.entries[DataSpace.EXTERNAL] and audit_file(out).dead_bytes == 0
     # The initial weights are mutable data: the runtime copies them into the arena.
     assert sum(e.nbytes for e in merged.entries[DataSpace.MUTABLE].values()) == 2 * 208
-    wants = []
-    for number, (pte, ptd) in enumerate(inputs):
-        program, weights = pte.read_bytes(), ptd.read_bytes()  # alive while the module runs
-        want = _load_for_executorch_from_buffer(program, weights).forward(XOR_INPUTS)
-        wants.append(want)
-        for got in _run_every_loader_all(out, f"m{number}", XOR_INPUTS):
-            assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want))
+    wants = _check_trains_as_before(inputs, out, ["m0", "m1"])
     assert not torch.equal(wants[0][2], wants[1][2])  # other weights: a mix-up would show
+
+
+def test_share_keeps_a_training_weight_of_its_own_as_mutable_data(tmp_path):
+    from emitter_filter.ondisk.share import share_files
+
+    first = _seeded_xor(0)
+    second = copy.deepcopy(first)
+    with torch.no_grad():
+        second.linear2.bias.add_(1.0)  # one weight of other bytes under the same name
+    inputs = [_export_training(m, tmp_path / n) for m, n in ((first, "a"), (second, "b"))]
+    share_files([pte for pte, _ in inputs], tmp_path / "shared", min_bytes=1,
+                ptd_paths=[f"{pte}={ptd}" for pte, ptd in inputs])
+    shared_ptd = tmp_path / "shared" / "shared.ptd"
+    for pte, ptd in inputs:
+        out = tmp_path / "shared" / pte.name
+        # 'linear2.bias' is each program's own, in its .pte: its initial bytes mutable data.
+        assert read_pte(out).entries[DataSpace.MUTABLE]
+        # The bytes alive while their modules run.
+        program, weights, old, old_weights = (
+            out.read_bytes(), shared_ptd.read_bytes(), pte.read_bytes(), ptd.read_bytes())
+        got = _load_for_executorch_from_buffer(program, weights).forward(XOR_INPUTS)
+        want = _load_for_executorch_from_buffer(old, old_weights).forward(XOR_INPUTS)
+        assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
 
 
 def _run_every_loader_all(pte, method: str, inputs) -> list[list[torch.Tensor]]:
