@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["INPUT", "SETS", "STEPS", "export", "tiny_llama", "export_step"]
+__all__ = ["INPUT", "SETS", "STEPS", "export", "tiny_llama", "export_step", "twin_heads"]
 
 INPUT = (torch.randn(2, 64, generator=torch.Generator().manual_seed(7)),)
 
@@ -66,6 +66,15 @@ def _lora() -> list[torch.nn.Module]:
     torch.manual_seed(1)
     backbone = Backbone()
     return [LoraModel(backbone) for _ in range(2)]  # each adapter its own random weights
+
+
+def twin_heads() -> list[torch.nn.Module]:
+    """Two heads of one shape on one backbone: both name their head `head.weight`, with
+    other values, so only the bytes tell them apart (not in `SETS`: `share`'s load tests
+    run every set)."""
+    torch.manual_seed(2)
+    backbone = Backbone()
+    return [WithHead(backbone, 10), WithHead(backbone, 10)]
 
 
 #: Each set's models, made afresh.

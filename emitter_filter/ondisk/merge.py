@@ -329,6 +329,24 @@ class _Input:
         return {t.ref.index: t.name for t in self.read.pte.tensors
                 if t.ref.space is DataSpace.EXTERNAL}
 
+    def mutable_external(self) -> frozenset[int]:
+        """The external entries mutable tensors read (`allocation_info` set: training
+        weights, `external_mutable_weights`): the runtime copies their initial bytes into
+        the arena from the data map, or, inline, from the mutable data segment; never
+        from the constant segment. Taken before the program is rewritten."""
+        mutable, constant = set(), set()
+        for plan, refs in zip(self.program.executionPlan or (), self.read.pte.plans):
+            for value, ref in refs.data_refs.items():
+                if ref.space is DataSpace.EXTERNAL:
+                    tensor = GENERATED.value(plan.values[value])[1]
+                    (mutable if tensor.allocationInfo is not None else constant).add(ref.index)
+        both = mutable & constant
+        if both:
+            name = self.external_names().get(min(both))
+            raise PteFormatError(self.path, f"external tensor {name!r} is read both as a "
+                                 "mutable and as a constant tensor; merge cannot inline it")
+        return frozenset(mutable)
+
 
 def _merged_layout(layouts: Sequence[PteLayout]) -> PteLayout:
     """The inputs' largest alignments (powers of two: the largest is their multiple)."""
@@ -344,14 +362,17 @@ def _merged_layout(layouts: Sequence[PteLayout]) -> PteLayout:
 
 
 def _data_entries(inputs: Sequence[_Input], contents: _Contents, new_index: list,
-                  inline: bool) -> tuple[list[StoredEntry], list[StoredEntry]]:
+                  inline: bool, mutable_external: Sequence[frozenset[int]],
+                  ) -> tuple[list[StoredEntry], list[StoredEntry]]:
     """The output's constant and mutable entries (with `inline`, the external tensors'
-    among the constants); fills each input's data index map."""
-    for item in inputs:
+    among them: `mutable_external`'s, per input, among the mutable ones); fills each
+    input's data index map."""
+    for item, mutable in zip(inputs, mutable_external):
         entries = item.entries(DataSpace.CONSTANT)
         places = [entries[old] for old in item.order[DataSpace.CONSTANT]]
         if inline:
-            places += [item.external(old) for old in item.order[DataSpace.EXTERNAL]]
+            places += [item.external(old) for old in item.order[DataSpace.EXTERNAL]
+                       if old not in mutable]
         for entry in places:
             contents.expect("constant", entry.fd, entry.offset, entry.nbytes)
     constants: list[StoredEntry] = []
@@ -359,12 +380,12 @@ def _data_entries(inputs: Sequence[_Input], contents: _Contents, new_index: list
     where: dict[tuple, int] = {}
     external_index: dict[str, int] = {}
     for number, item in enumerate(inputs):
-        index = new_index[number]
+        index, mutable = new_index[number], mutable_external[number]
         entries = item.entries(DataSpace.CONSTANT)
         stored = [(DataSpace.CONSTANT, old, entries[old]) for old in item.order[DataSpace.CONSTANT]]
         if inline:
             stored += [(DataSpace.EXTERNAL, old, item.external(old))
-                       for old in item.order[DataSpace.EXTERNAL]]
+                       for old in item.order[DataSpace.EXTERNAL] if old not in mutable]
         else:
             # One index per key over all inputs, in first-reference order, as one export numbers them.
             names = item.external_names()
@@ -381,11 +402,17 @@ def _data_entries(inputs: Sequence[_Input], contents: _Contents, new_index: list
                 constants.append(entry)
             index[space][old] = where[key]
         entries = item.entries(DataSpace.MUTABLE)
-        if entries and not mutables:
-            mutables.append(entries[0])
-        for old in item.order[DataSpace.MUTABLE]:
-            index[DataSpace.MUTABLE][old] = len(mutables)
-            mutables.append(entries[old])
+        stored = [(DataSpace.MUTABLE, old, entries[old]) for old in item.order[DataSpace.MUTABLE]]
+        # Inline, a mutable external tensor's initial bytes are mutable data, as an export
+        # without `external_mutable_weights` writes them: each input's own, never shared.
+        stored += [(DataSpace.EXTERNAL, old, item.external(old))
+                   for old in item.order[DataSpace.EXTERNAL] if old in mutable]
+        if stored and not mutables:
+            # The placeholder, once: the input's own, or none of its bytes.
+            mutables.append(entries[0] if entries else StoredEntry(item.fd, 0, 0, 0, True, 1))
+        for space, old, entry in stored:
+            index[space][old] = len(mutables)
+            mutables.append(entry)
     return constants, mutables
 
 
@@ -465,7 +492,8 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
     """Every byte of the merged `.pte`, and the bytes stored once for several inputs."""
     layout = _merged_layout([item.layout for item in inputs])
     new_index = [new_data_indices(item.order) for item in inputs]
-    constants, mutables = _data_entries(inputs, contents, new_index, inline)
+    mutable_external = [item.mutable_external() if inline else frozenset() for item in inputs]
+    constants, mutables = _data_entries(inputs, contents, new_index, inline, mutable_external)
     out: list[OutSegment] = []
     program = inputs[0].program
     if constants:
@@ -525,6 +553,8 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
     if data_size:
         result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out)]
     written = (sum(entry.nbytes for entry in constants[1:])
+               + sum(item.external(old).nbytes for item, mutable in zip(inputs, mutable_external)
+                     for old in item.order[DataSpace.EXTERNAL] if old in mutable)
                + sum(s.size for s in out[blobs_from:])
                + sum(len(bytes(blob.data or b"")) for blob in blobs))
     return result, written
@@ -594,6 +624,33 @@ def _read_inputs(inputs, reads, stack, opened) -> tuple[list[_Input], dict[int, 
     return items, {fds[file]: source for file, source in sources.items()}
 
 
+def _check_data_keys(items: Sequence[_Input], contents: _Contents) -> None:
+    """Refuses a key two of one input's `.ptd` files give with other bytes: a program
+    loads one data map, and which file's bytes it would read is not the user's to guess
+    (in every mode: `--inline` would pick one silently). Per-program files
+    (`FILE=IN.ptd`) never meet here: each input reads its own."""
+    given = []
+    for item in items:
+        places: dict[str, list] = {}
+        for ptd in item.read.pte.ptd_files:
+            for key, entry in ptd.named_data.items():
+                places.setdefault(key, []).append(entry)
+        for key, entries in places.items():
+            if len(entries) > 1:
+                given.append((item, key, entries))
+                for entry in entries:
+                    contents.expect("given", item.fds[entry.file], entry.offset, entry.nbytes)
+    for item, key, entries in given:
+        first = entries[0]
+        want = contents.key("given", item.fds[first.file], first.offset, first.nbytes)
+        for entry in entries[1:]:
+            if contents.key("given", item.fds[entry.file], entry.offset, entry.nbytes) != want:
+                raise PteFormatError(
+                    entry.file, f"{key!r} holds other bytes than {key!r} in {first.file}, "
+                    f"and {item.path} loads with both: give each program its own, "
+                    "--data FILE=IN.ptd")
+
+
 def _dropped_bytes(items: Sequence[_Input]) -> int:
     """The inputs' dead bytes, but a `.ptd` key one input leaves and another reads."""
     kept = {key for item in items for ptd in item.read.pte.ptd_files
@@ -658,6 +715,7 @@ def merge_files(
         with contextlib.ExitStack() as stack:
             items, sources = _read_inputs(inputs, reads, stack, opened)
             contents = _Contents(sources)
+            _check_data_keys(items, contents)
             dropped = _dropped_bytes(items)
             live = sum(item.analysis.count.live[space] for item in items
                        for space in ("constant", "named_data", "delegate", "external"))

@@ -317,10 +317,11 @@ def read_layout(
 def _tensor_data_segments(
     pte: PteFile, program, fd: int, order, layout: PteLayout, out: list[OutSegment],
     extra_constants: Sequence[StoredEntry] = (),
+    extra_mutables: Sequence[StoredEntry] = (),
 ) -> None:
     """Appends the new constant and mutable data segments to `out`; rewrites `program`'s
-    `constant_segment` and `mutable_data_segments` to them. `extra_constants` follow the
-    input's entries (after its placeholder, where it has none)."""
+    `constant_segment` and `mutable_data_segments` to them. `extra_constants` and
+    `extra_mutables` follow the input's entries (after its placeholder, where it has none)."""
     has_constants = (program.constantSegment is not None
                      and vector_ints(program.constantSegment.offsets))
     if has_constants or extra_constants:
@@ -335,10 +336,12 @@ def _tensor_data_segments(
             segmentIndex=len(out), offsets=offsets
         )
         out.append(constant)
-    if program.mutableDataSegments:
-        subsegment = program.mutableDataSegments[0]
+    if program.mutableDataSegments or extra_mutables:
         # No offsets, not even the placeholder: no tensor can refer to mutable data.
-        entries = stored_entries(pte, subsegment, fd, DataSpace.MUTABLE)
+        entries = stored_entries(pte, program.mutableDataSegments[0], fd, DataSpace.MUTABLE
+                                 ) if program.mutableDataSegments else []
+        if extra_mutables:
+            entries = [*(entries or [StoredEntry(fd, 0, 0, 0, True, 1)]), *extra_mutables]
         mutable = entries and mutable_segment(
             [entries[i] for i in [0, *order[DataSpace.MUTABLE]]])
         if not mutable:
@@ -391,19 +394,21 @@ def pruned_pte(
     output: str,
     *,
     extra_constants: Sequence[StoredEntry] = (),
+    extra_mutables: Sequence[StoredEntry] = (),
     extra_named: Sequence[tuple[str, Piece, int]] = (),
 ) -> OutputFile:
     """Decides every byte of the pruned `.pte` laid out with `layout`; rewrites `program`
     (our own copy) in place.
 
     `share` brings data in from elsewhere (a `.ptd`): `extra_constants` are constant
-    entries the plans' refs number after the input's own, `extra_named` named data
+    entries the plans' refs number after the input's own, `extra_mutables` mutable
+    entries (a training weight's initial bytes) likewise, `extra_named` named data
     (key, bytes, alignment) added after its own.
     """
     logger.debug("%s: %s", pte.path, layout)
     order = order_live_data(pte.plans, liveness)
     out: list[OutSegment] = []
-    _tensor_data_segments(pte, program, fd, order, layout, out, extra_constants)
+    _tensor_data_segments(pte, program, fd, order, layout, out, extra_constants, extra_mutables)
     table = SegmentTable(out)
     delegate_segments(pte, program, fd, table, key=lambda index: ("delegate", index))
     named = _named_data_segments(pte, program, fd, table, lambda index: ("named", index),

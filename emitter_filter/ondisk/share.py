@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
     TensorDataLocation,
 )
-from emitter_filter.errors import OutputFileError
+from emitter_filter.errors import OutputFileError, PteFormatError
 from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM
 from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
@@ -224,10 +224,9 @@ def _externalize(read: PteProgram, keys) -> tuple:
     return tuple(plans)
 
 
-def _constant_count(program) -> int:
-    """Entries of the program's constant segment, its placeholder counted even where absent."""
-    segment = program.constantSegment
-    return max(len(vector_ints(segment.offsets)) if segment is not None else 0, 1)
+def _entry_count(subsegment) -> int:
+    """Entries of a constant or mutable subsegment, its placeholder counted even where absent."""
+    return max(len(vector_ints(subsegment.offsets)) if subsegment is not None else 0, 1)
 
 
 def _keep_own(read: PteProgram, plans, own: frozenset[str], fds: dict[str, int],
@@ -236,13 +235,17 @@ def _keep_own(read: PteProgram, plans, own: frozenset[str], fds: dict[str, int],
 
     A tensor reading one becomes a constant of the `.pte` (location SEGMENT, its
     `fully_qualified_name` kept, so the attribute API still finds it), as `merge
-    --inline` writes it; named data becomes the program's own, under its key.
-    Returns the new `PlanRefs`, the constant entries and the named data to add.
+    --inline` writes it, or, a mutable one (`allocation_info` set: a training weight),
+    mutable data, which the runtime copies into its arena; named data becomes the
+    program's own, under its key. Returns the new `PlanRefs`, the constant entries,
+    the mutable entries and the named data to add.
     """
     pte, program = read.pte, read.program
-    first = _constant_count(program)
-    entries: list[StoredEntry] = []
-    index_of: dict[str, int] = {}
+    spaces = {
+        DataSpace.CONSTANT: (_entry_count(program.constantSegment), []),
+        DataSpace.MUTABLE: (_entry_count((program.mutableDataSegments or [None])[0]), []),
+    }
+    index_of: dict[str, DataRef] = {}
     new_plans = []
     for plan, refs in zip(program.executionPlan or (), plans):
         data_refs = dict(refs.data_refs)
@@ -252,13 +255,18 @@ def _keep_own(read: PteProgram, plans, own: frozenset[str], fds: dict[str, int],
                     if tensor.extraTensorInfo is not None else None)
             if ref.space is not DataSpace.EXTERNAL or name not in own:
                 continue
+            space = DataSpace.CONSTANT if tensor.allocationInfo is None else DataSpace.MUTABLE
             if name not in index_of:
                 entry = pte.entries[DataSpace.EXTERNAL][ref.index]
-                index_of[name] = first + len(entries)
+                first, entries = spaces[space]
+                index_of[name] = DataRef(space, first + len(entries))
                 entries.append(StoredEntry(fds[entry.file], entry.offset, entry.nbytes,
                                            entry.nbytes, True, layout.tensor_alignment))
+            if index_of[name].space is not space:
+                raise PteFormatError(pte.path, f"external tensor {name!r} is read both as a "
+                                     "mutable and as a constant tensor: share cannot keep it")
             tensor.extraTensorInfo.location = TensorDataLocation.SEGMENT
-            data_refs[value_index] = DataRef(DataSpace.CONSTANT, index_of[name])
+            data_refs[value_index] = index_of[name]
         new_plans.append(dataclasses.replace(refs, data_refs=data_refs))
     named = [
         (entry.key, Piece(fds[entry.file], entry.offset, entry.nbytes),
@@ -266,7 +274,7 @@ def _keep_own(read: PteProgram, plans, own: frozenset[str], fds: dict[str, int],
         for entry in pte.named_data
         if entry.file != pte.path and entry.key in own and entry.key not in index_of
     ]
-    return tuple(new_plans), entries, named
+    return tuple(new_plans), spaces[DataSpace.CONSTANT][1], spaces[DataSpace.MUTABLE][1], named
 
 
 def _every_value(plans) -> Liveness:
@@ -295,11 +303,12 @@ def _shared_pte(
     own = found.own_keys.get(number, frozenset())
     if not keys and not moved_keys and not own:
         return verbatim(output, fd, read.pte.file_bytes)
-    plans, constants, named = _keep_own(
+    plans, constants, mutables, named = _keep_own(
         read, _externalize(read, keys), own, fds, layout, alignments)
     return pruned_pte(
         dataclasses.replace(read.pte, plans=plans), read.program, _every_value(plans),
-        moved_keys, layout, fd, output, extra_constants=constants, extra_named=named,
+        moved_keys, layout, fd, output, extra_constants=constants, extra_mutables=mutables,
+        extra_named=named,
     )
 
 

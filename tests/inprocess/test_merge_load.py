@@ -9,6 +9,7 @@ bit for bit what its input's `forward` computes; so does each method `split` giv
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 from pathlib import Path
@@ -21,13 +22,14 @@ from executorch.extension.pybindings.portable_lib import (
 )
 from executorch.runtime import Runtime
 
+from emitter_filter.cli import main
 from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.layout import aligned
 from emitter_filter.ondisk.merge import merge_files, split_file
 from emitter_filter.ondisk.read_pte import read_pte
 from emitter_filter.reachability import DataSpace
-from tests.model_sets import INPUT, SETS, STEPS, export, export_step, tiny_llama
+from tests.model_sets import INPUT, SETS, STEPS, export, export_step, tiny_llama, twin_heads
 
 #: `Runtime.load_program` takes a data file from executorch 1.5 on; the pybindings in 1.4 too.
 _RUNTIME_TAKES_DATA = "data_path" in inspect.signature(Runtime.load_program).parameters
@@ -230,3 +232,162 @@ def test_shares_outputs_merge_with_their_ptd_and_inline(backend, tmp_path):
             loaded = runtime.load_program(str(out), data_path=str(out_ptd))
             got.append(loaded.load_method(f"m{number}").execute(list(INPUT))[0])
         assert all(torch.equal(g, want) for g in got), original.name
+
+
+@pytest.fixture
+def twins(tmp_path) -> list[tuple[Path, Path]]:
+    """Two heads of one shape exported with `external_constants`: (the .pte, its .ptd) each,
+    both .ptd files with a `head.weight` of other bytes."""
+    pairs = []
+    for number, model in enumerate(twin_heads()):
+        pte, (ptd,) = _export_external(model, tmp_path / f"in{number}")
+        # Named apart: `share` writes each program under its file name.
+        pairs.append((pte.rename(pte.with_name(f"head{number}.pte")),
+                      ptd.rename(ptd.with_name(f"head{number}.ptd"))))
+    return pairs
+
+
+@pytest.mark.parametrize("mode", ["--inline", "--ptd"])
+def test_a_key_two_data_files_give_with_other_bytes_is_refused_naming_it(twins, mode, tmp_path,
+                                                                        capsys):
+    (a, a_ptd), (c, c_ptd) = twins
+    out = tmp_path / "every.pte"
+    written = ["--inline"] if mode == "--inline" else ["--ptd", str(tmp_path / "every.ptd")]
+    assert main(["merge", str(a), str(c), "-o", str(out), "--method", f"c={c}:forward",
+                 "--data", str(a_ptd), "--data", str(c_ptd), *written]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'head.weight'" in err and str(a_ptd) in err and str(c_ptd) in err
+    assert not out.exists() and not (tmp_path / "every.ptd").exists()
+
+
+def test_share_refuses_a_key_two_data_files_give_with_other_bytes(twins, tmp_path, capsys):
+    (a, a_ptd), (c, c_ptd) = twins
+    assert main(["share", str(a), str(c), "--out", str(tmp_path / "shared"),
+                 "--data", str(a_ptd), "--data", str(c_ptd)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'head.weight'" in err and str(a_ptd) in err and str(c_ptd) in err
+    assert not any((tmp_path / "shared").glob("*"))
+
+
+def test_each_program_given_its_own_data_file_computes_with_its_own_weights(twins, tmp_path):
+    out = tmp_path / "own.pte"
+    data = [f"{pte}={ptd}" for pte, ptd in twins]
+    merge_files([pte for pte, _ in twins], out, data=data, inline=True,
+                methods=[f"m{i}={pte}:forward" for i, (pte, _) in enumerate(twins)])
+    for number, (pte, ptd) in enumerate(twins):
+        program, weights = pte.read_bytes(), ptd.read_bytes()  # alive while the module runs
+        want = _load_for_executorch_from_buffer(program, weights).forward(INPUT)[0]
+        for got in _run_every_loader(out, f"m{number}", INPUT):
+            assert torch.equal(got, want)
+    first, second = (_want_with(pte, ptd) for pte, ptd in twins)
+    assert not torch.equal(first, second)  # the heads differ: a mix-up would show
+
+
+def _want_with(pte: Path, ptd: Path) -> torch.Tensor:
+    program, weights = pte.read_bytes(), ptd.read_bytes()  # alive while the module runs
+    return _load_for_executorch_from_buffer(program, weights).forward(INPUT)[0]
+
+
+class _Xor(torch.nn.Module):
+    """ExecuTorch's XOR training example (`extension/training/examples/XOR`): a net and
+    its loss, exported forward and backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 10)
+        self.linear2 = torch.nn.Linear(10, 2)
+        self.loss = torch.nn.CrossEntropyLoss()
+
+    def forward(self, x, label):
+        pred = self.linear2(torch.sigmoid(self.linear(x)))
+        return self.loss(pred, label), pred.detach().argmax(dim=1)
+
+
+XOR_INPUTS = (torch.randn(1, 2, generator=torch.Generator().manual_seed(7)),
+              torch.ones(1, dtype=torch.int64))
+
+
+def _export_training(model: torch.nn.Module, directory: Path) -> tuple[Path, Path]:
+    """`model` (an `_Xor`) exported for training with its weights mutable in a `.ptd`
+    (`external_mutable_weights`), as ExecuTorch's Android test's xor.pte and xor.ptd
+    are: (the .pte, the .ptd), named after `directory`."""
+    from executorch.exir import ExecutorchBackendConfig, to_edge
+    from torch.export.experimental import _export_forward_backward
+
+    exported = _export_forward_backward(torch.export.export(model, XOR_INPUTS, strict=True))
+    manager = to_edge(exported).to_executorch(
+        ExecutorchBackendConfig(external_mutable_weights=True))
+    directory.mkdir()
+    pte = directory / f"{directory.name}.pte"
+    pte.write_bytes(manager.buffer)
+    manager.write_tensor_data_to_file(str(directory))
+    (ptd,) = directory.glob("*.ptd")
+    return pte, ptd.rename(pte.with_suffix(".ptd"))
+
+
+def _seeded_xor(seed: int) -> _Xor:
+    torch.manual_seed(seed)
+    return _Xor()
+
+
+def _check_trains_as_before(inputs, out, methods) -> list:
+    """Each of `methods` of `out` computes, through every loader, every output its input
+    (with its .ptd) computes; returns the inputs' outputs."""
+    wants = []
+    for (pte, ptd), method in zip(inputs, methods):
+        program, weights = pte.read_bytes(), ptd.read_bytes()  # alive while the module runs
+        want = _load_for_executorch_from_buffer(program, weights).forward(XOR_INPUTS)
+        wants.append(want)
+        for got in _run_every_loader_all(out, method, XOR_INPUTS):
+            assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want))
+    return wants
+
+
+def test_mutable_weights_in_a_ptd_inline_as_mutable_data_and_train_as_before(tmp_path):
+    inputs = [_export_training(_seeded_xor(seed), tmp_path / f"xor{seed}") for seed in (0, 1)]
+    assert any(t.ref.space is DataSpace.EXTERNAL for t in read_pte(inputs[0][0]).tensors)
+    out = tmp_path / "inline.pte"
+    # Both name their weights `linear.weight`...: each input its own .ptd.
+    merge_files([pte for pte, _ in inputs], out, inline=True,
+                data=[f"{pte}={ptd}" for pte, ptd in inputs],
+                methods=[f"m{i}={pte}:forward" for i, (pte, _) in enumerate(inputs)])
+    merged = read_pte(out)
+    assert not merged.entries[DataSpace.EXTERNAL] and audit_file(out).dead_bytes == 0
+    # The initial weights are mutable data: the runtime copies them into the arena.
+    assert sum(e.nbytes for e in merged.entries[DataSpace.MUTABLE].values()) == 2 * 208
+    wants = _check_trains_as_before(inputs, out, ["m0", "m1"])
+    assert not torch.equal(wants[0][2], wants[1][2])  # other weights: a mix-up would show
+
+
+def test_share_keeps_a_training_weight_of_its_own_as_mutable_data(tmp_path):
+    from emitter_filter.ondisk.share import share_files
+
+    first = _seeded_xor(0)
+    second = copy.deepcopy(first)
+    with torch.no_grad():
+        second.linear2.bias.add_(1.0)  # one weight of other bytes under the same name
+    inputs = [_export_training(m, tmp_path / n) for m, n in ((first, "a"), (second, "b"))]
+    share_files([pte for pte, _ in inputs], tmp_path / "shared", min_bytes=1,
+                ptd_paths=[f"{pte}={ptd}" for pte, ptd in inputs])
+    shared_ptd = tmp_path / "shared" / "shared.ptd"
+    for pte, ptd in inputs:
+        out = tmp_path / "shared" / pte.name
+        # 'linear2.bias' is each program's own, in its .pte: its initial bytes mutable data.
+        assert read_pte(out).entries[DataSpace.MUTABLE]
+        # The bytes alive while their modules run.
+        program, weights, old, old_weights = (
+            out.read_bytes(), shared_ptd.read_bytes(), pte.read_bytes(), ptd.read_bytes())
+        got = _load_for_executorch_from_buffer(program, weights).forward(XOR_INPUTS)
+        want = _load_for_executorch_from_buffer(old, old_weights).forward(XOR_INPUTS)
+        assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+def _run_every_loader_all(pte, method: str, inputs) -> list[list[torch.Tensor]]:
+    """`_run_every_loader`, every output of the method."""
+    data = pte.read_bytes()  # kept alive, with each program, while its method runs
+    runtime = Runtime.get()
+    outputs = [program.load_method(method).execute(list(inputs))
+               for program in (runtime.load_program(str(pte)), runtime.load_program(data))]
+    for module in (_load_for_executorch(str(pte)), _load_for_executorch_from_buffer(data)):
+        outputs.append(module.run_method(method, tuple(inputs)))
+    return outputs
