@@ -537,13 +537,16 @@ def _add_share_parser(commands) -> argparse.ArgumentParser:
     )
     share.add_argument("pte", nargs="+", metavar="IN.pte", help="the programs")
     share.add_argument("--out", required=True, metavar="DIR",
-                       help="where to write the programs (under their names) and the .ptd")
+                       help="where to write the programs (under their names, or where several "
+                       "have one name, the tails of their paths that tell them apart: "
+                       "a/model.pte, b/model.pte) and the .ptd")
     share.add_argument("--ptd", default="shared.ptd", metavar="NAME.ptd",
                        help="the shared .ptd's file name (default: shared.ptd)")
     share.add_argument(
         "--data", action="append", default=[], metavar="[FILE=]IN.ptd",
         help="a .ptd the programs load with (repeatable), as merge takes it: every program "
-        "may read its keys from IN.ptd, or only the program FILE with FILE=IN.ptd; its "
+        "may read its keys from IN.ptd, or only the program FILE with FILE=IN.ptd (FILE as "
+        "given, a tail of it no other program has, or #N, the Nth from 1); its "
         "entries go into the shared .ptd. Without --data, each program reads the .ptd beside "
         "it with its stem (heads/a.pte: heads/a.ptd), if there is one",
     )

@@ -71,15 +71,18 @@ def _path_ends_with(given: str, tail: str) -> bool:
 def unique_tails(paths: Sequence[str]) -> list[str]:
     """Each path's shortest tail that no other path ends with: its base name where that
     is unique (`a/model.pte`, `b/model.pte` -> `a/model.pte`, `b/model.pte`; `x.pte`,
-    `y.pte` -> themselves). A path given twice keeps its whole spelling."""
-    parts = [_path_parts(p) for p in paths]
+    `y.pte` -> themselves): never `..`, never absolute, but for a path given twice,
+    which keeps its spelling."""
+    parts = [_path_parts(os.path.abspath(p)) for p in paths]
     tails = []
     for index, own in enumerate(parts):
         for length in range(1, len(own) + 1):
             tail = own[-length:]
             if all(other[-length:] != tail for j, other in enumerate(parts) if j != index):
+                tails.append(os.path.join(*tail))
                 break
-        tails.append(os.path.join(*own[-length:]) if own else paths[index])
+        else:
+            tails.append(paths[index])
     return tails
 
 

@@ -240,8 +240,11 @@ def _choose(inputs: Sequence[str], reads: Sequence[PteProgram], renames, prefixe
             except MethodSetError as error:
                 raise InvariantError(f"merge: the flags offered do not resolve the clash: "
                                      f"{error}") from error
-            raise MethodSetError(f"{clashes}; to keep the first input's constant methods "
-                                 f"and rename the others: {command(flags)}") from None
+            ways = (["keep the first input's value of each constant method"]
+                    if "--drop" in flags else [])
+            ways += ["name the other methods apart"] if "--method" in flags else []
+            raise MethodSetError(f"{clashes}; to {' and '.join(ways)}: "
+                                 f"{command(flags)}") from None
 
 
 def _read_without(read: PteProgram, methods: Sequence[str],

@@ -289,16 +289,29 @@ def test_a_bad_data_spec_is_one_line_and_writes_nothing(tmp_path, capsys, data, 
     assert not out.exists()
 
 
-def test_ptd_files_of_one_name_are_refused_when_each_would_be_copied(tmp_path):
+def test_ptd_files_of_one_name_are_copied_under_the_tails_that_tell_them_apart(tmp_path):
     (tmp_path / "x").mkdir()
     (tmp_path / "y").mkdir()
     a, a_ptd = _external_pair(tmp_path / "x", "a")
     pte, _ = saved(GOLDEN / "plain" / "dirty")
     b = shutil.copyfile(pte, tmp_path / "y" / "b.pte")
     other = shutil.copyfile(a_ptd, tmp_path / "y" / "a.ptd")
-    with pytest.raises(OutputFileError, match="several inputs are named 'a.ptd'; with nothing"):
-        share_files([a, b], tmp_path / "out", ptd_paths=[f"{a}={a_ptd}", f"{b}={other}"])
-    assert not (tmp_path / "out").exists()
+    share_files([a, b], tmp_path / "out", ptd_paths=[f"{a}={a_ptd}", f"{b}={other}"])
+    assert (tmp_path / "out" / "x" / "a.ptd").read_bytes() == a_ptd.read_bytes()
+    assert (tmp_path / "out" / "y" / "a.ptd").read_bytes() == other.read_bytes()
+
+
+def test_programs_of_one_name_in_other_folders_are_written_under_their_tails(tmp_path):
+    programs = []
+    for folder, case in (("x", "plain"), ("y", "clean"), ("z", "plain")):
+        (tmp_path / folder).mkdir()
+        programs.append(_copy(case, "dirty", tmp_path / folder / "model.pte"))
+    report = share_files(programs, tmp_path / "out", min_bytes=1)
+    written = sorted(p.relative_to(tmp_path / "out").as_posix()
+                     for p in (tmp_path / "out").rglob("*.pte"))
+    assert written == ["x/model.pte", "y/model.pte", "z/model.pte"]
+    assert [p.output for p in report.programs] == [
+        str(tmp_path / "out" / f / "model.pte") for f in "xyz"]
 
 
 def test_an_output_that_would_replace_an_input_is_refused(tmp_path):
@@ -306,7 +319,7 @@ def test_an_output_that_would_replace_an_input_is_refused(tmp_path):
     b = _copy("clean", "dirty", tmp_path / "b.pte")
     with pytest.raises(OutputFileError, match="never overwrites its input"):
         share_files([a, b], tmp_path)
-    with pytest.raises(OutputFileError, match="several inputs are named"):
+    with pytest.raises(OutputFileError, match="given twice"):
         share_files([a, a], tmp_path / "out")
 
 
