@@ -417,8 +417,11 @@ def _claim_name(choice, under, clashes, inputs, index, position, name, asked, sa
 
 
 def _tag(path: str, tails: Mapping[str, str]) -> str:
-    stem = os.path.splitext(tails[path])[0]
-    return re.sub(r"[^A-Za-z0-9_]+", "_", stem).strip("_") or "input"
+    """The input's name in a method's: its stem (`decode.pte`: `decode`), or where inputs
+    share a base name, the folders that tell it apart (`ft/model.pte`: `ft`)."""
+    tail = tails[path].split(os.sep)
+    words = tail[:-1] if len(tail) > 1 else [os.path.splitext(tail[0])[0]]
+    return re.sub(r"[^A-Za-z0-9_]+", "_", "_".join(words)).strip("_") or "input"
 
 
 def resolving_flags(inputs: Sequence[str], originals: Sequence[Sequence[str]],
