@@ -46,7 +46,7 @@ from emitter_filter.ondisk.data_files import input_of, unique_tails
 from emitter_filter.ondisk.read_pte import PteProgram
 
 __all__ = [
-    "Choice", "MethodClashes", "TRAINING_PREFIX", "choose_methods", "parse_drop",
+    "Choice", "Clash", "MethodClashes", "TRAINING_PREFIX", "choose_methods", "parse_drop",
     "is_constant_method", "parse_method", "parse_prefix", "plan_names", "resolving_flags",
     "same_method", "spans_open",
 ]
@@ -357,7 +357,7 @@ def choose_methods(
                   tuple(constant(m) for m, _ in under[name]), tuple(equals))
             for name, equals in clashes.items()
         ]
-        raise MethodClashes(found, clash_message(inputs, originals, found))
+        raise MethodClashes(found, _clash_message(inputs, originals, found))
     return choice
 
 
@@ -459,7 +459,7 @@ def resolving_flags(inputs: Sequence[str], originals: Sequence[Sequence[str]],
     return [word for flag in flags.values() for word in flag]
 
 
-def clash_message(inputs: Sequence[str], originals: Sequence[Sequence[str]],
+def _clash_message(inputs: Sequence[str], originals: Sequence[Sequence[str]],
                   clashes: Sequence[Clash]) -> str:
     listed = "; ".join(
         f"{clash.name!r} in {', '.join(dict.fromkeys(inputs[i] for i, _ in clash.methods))}"
