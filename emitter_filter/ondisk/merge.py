@@ -62,7 +62,7 @@ from emitter_filter.ondisk.analysis import (
     keep_ptd_key,
 )
 from emitter_filter.ondisk.byte_source import ByteSource, Piece, StoredSpan
-from emitter_filter.ondisk.data_files import data_files_of
+from emitter_filter.ondisk.data_files import data_files_of, input_of
 from emitter_filter.ondisk.dedupe import dedupe_output
 from emitter_filter.ondisk.layout import (
     PtdLayout,
@@ -232,7 +232,10 @@ def _choose(inputs: Sequence[str], reads: Sequence[PteProgram], renames, prefixe
         try:
             return choose()
         except MethodClashes as clashes:
-            flags = resolving_flags(inputs, originals, clashes.clashes)
+            given = [new for new, _, _ in renames] + [
+                prefix + name for prefix, path in prefixes
+                for name in originals[input_of(path, inputs)]]
+            flags = resolving_flags(inputs, originals, clashes.clashes, given)
             pairs = list(zip(flags[::2], flags[1::2]))
             try:
                 choose([parse_method(v) for f, v in pairs if f == "--method"],

@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from emitter_filter.errors import MethodSetError
@@ -425,13 +425,14 @@ def _tag(path: str, tails: Mapping[str, str]) -> str:
 
 
 def resolving_flags(inputs: Sequence[str], originals: Sequence[Sequence[str]],
-                    clashes: Sequence[Clash]) -> list[str]:
+                    clashes: Sequence[Clash], taken: Iterable[str] = ()) -> list[str]:
     """The flags that resolve every clash: the later inputs' constant methods dropped
     (the first's value is kept), their other methods renamed NAME_TAG (TAG: the
-    shortest tail of the input's path that no other input has, as a name); methods
-    equal to one renamed get its name, and are then kept once."""
+    shortest tail of the input's path that no other input has, as a name; never a
+    name of `taken`, the names flags give already); methods equal to one renamed get
+    its name, and are then kept once."""
     tails = dict(zip(inputs, unique_tails(inputs)))
-    taken = {name for methods in originals for name in methods}
+    taken = {*taken, *(name for methods in originals for name in methods)}
     flags: dict[tuple[int, str], tuple[str, str]] = {}
     for clash in clashes:
         given: list[str | None] = [clash.name]
