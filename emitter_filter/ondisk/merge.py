@@ -10,8 +10,11 @@ writes the programs of separately exported `.pte` files as one:
 
 1. Read each input and analyse it as `prune` does (`analysis.analyse_file`): only
    what a method can reach is written, so the output audits clean.
-2. Name the methods (as in their inputs, or as `--method NEW=FILE:METHOD` says),
-   refusing a name two inputs use before anything is opened for writing.
+2. Choose and name the methods (`merge_names`: as in their inputs, or as `--method`,
+   `--prefix` and `--drop` say; a method equal to one of an earlier input with its
+   name written once), refusing differing methods of one name, all at once with the
+   command that resolves them, before anything is opened for writing. An input with
+   methods left out is read without them, as `split` reads a file (`_read_without`).
 3. Store once, in first-reference order over the inputs in the order given:
    constant entries with equal bytes (tensors of any layout read an entry as raw
    bytes, as the emitter's own sharing within a program does), delegate segments
@@ -22,12 +25,15 @@ writes the programs of separately exported `.pte` files as one:
    Mutable data stays per input: merging does not make methods share state.
 4. Renumber each plan's values (`plan_indices.remap_plan_values`), data indices
    (`remap_data_indices`, one map per input) and delegates, and pack with the
-   inputs' largest alignments, as `prune` packs (`layout.pack_program`); stream
-   every segment from its input (`output.write_outputs`).
+   inputs' largest alignments, as `prune` packs (`layout.pack_program`); with
+   `dedupe`, store once what repeats within the output, as `prune --dedupe` does
+   (`dedupe.dedupe_output`); stream every segment from its input
+   (`output.write_outputs`).
 
 `split_file` is the other way: the chosen methods of a file, with only what they
-read. It is `prune` of the program without the other plans (`_without_plans`):
-their instructions were the only readers of what they alone read.
+read (`NEW=NAME` renames a method as it is cut). It is `prune` of the program
+without the other plans (`_without_plans`): their instructions were the only
+readers of what they alone read.
 
 Inputs with `.ptd` files (`data`): each reads its keys from the `.ptd` files it is
 given; the output has one `.ptd` with every live key once (`_merged_ptd`), or, with
