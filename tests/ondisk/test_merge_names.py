@@ -249,11 +249,13 @@ def test_split_refuses_renames_that_clash(pair, tmp_path, capsys, methods, messa
 
 
 def test_the_fix_for_inputs_of_one_name_names_them_by_their_folders(tmp_path, capsys):
-    inputs = [_export(tmp_path / folder, [W, blob], 1) for folder, blob in (("base", A),
-                                                                            ("ft", B))]
+    weights = (("base", A), ("ft", B), ("ft2", bytes(range(3, 131))))
+    inputs = [_export(tmp_path / folder, [W, blob], 1) for folder, blob in weights]
     out = tmp_path / "out.pte"
     assert main(["merge", *map(str, inputs), "-o", str(out)]) == 2
     command = shlex.split(capsys.readouterr().err.split(": emitter-filter ")[1])
-    assert command[-2:] == ["--method", f"forward_ft={inputs[1]}:forward"]
+    assert command[-4:] == ["--method", f"forward_ft={inputs[1]}:forward",
+                            "--method", f"forward_ft2={inputs[2]}:forward"]
     assert main(command) == 0
-    assert _plans(out) == ["forward", "get_n_layers", "enable_dynamic_shape", "forward_ft"]
+    assert _plans(out) == ["forward", "get_n_layers", "enable_dynamic_shape", "forward_ft",
+                           "forward_ft2"]
