@@ -222,23 +222,29 @@ class Choice:
             written (dropped, or the same as a method written from another input).
         same_as: (input, plan) of a method not written because it is the same as the
             one written from (input, plan).
+        originals: Per input, its methods' names in its file, in plan order.
     """
 
     names: list[list[str | None]]
     same_as: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
-
     originals: list[list[str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Clash:
-    """A name that differing methods of several inputs have, no flag asking for it:
-    `methods` are (input, plan), the first the one written under it."""
+    """A name that differing methods of several inputs have, no flag asking for it.
+
+    Attributes:
+        name: The name.
+        methods: (input, plan) of each, in input order; the first is written under it.
+        constant: Whether each is a constant method (`is_constant_method`).
+        equals: For each method after the first, the position in `methods` of an
+            earlier one it equals (and so takes the name of), or None.
+    """
 
     name: str
     methods: tuple[tuple[int, int], ...]
     constant: tuple[bool, ...]
-    # For each method after the first, the earlier one it equals, if any.
     equals: tuple[int | None, ...]
 
 
