@@ -39,6 +39,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
 from emitter_filter.errors import MethodSetError
 from emitter_filter.generated_fields import table_text
 from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan
@@ -142,7 +143,7 @@ def _same_bytes(spans: _Spans, a: tuple[str, int, int], b: tuple[str, int, int])
 
 def _delegate_blob(read: PteProgram, delegate) -> tuple[tuple[str, int, int], frozenset | None]:
     """Where a plan's delegate reads its blob, and the named-data keys the blob uses."""
-    location = "inline" if delegate.processed.location == 0 else "segment"
+    location = "inline" if delegate.processed.location == DataLocation.INLINE else "segment"
     for blob in read.pte.delegates:
         if blob.location == location and blob.index == delegate.processed.index:
             return (read.pte.path, blob.offset, blob.nbytes), blob.named_keys

@@ -259,3 +259,19 @@ def test_the_fix_for_inputs_of_one_name_names_them_by_their_folders(tmp_path, ca
     assert main(command) == 0
     assert _plans(out) == ["forward", "get_n_layers", "enable_dynamic_shape", "forward_ft",
                            "forward_ft2"]
+
+
+def test_a_delegate_reading_other_named_data_is_another_method(tmp_path):
+    from tests.files import GOLDEN, saved
+
+    pte, _ = saved(GOLDEN / "xnnpack" / "dirty")
+    copy = shutil.copyfile(pte, tmp_path / "copy.pte")
+    report = merge_files([pte, copy], tmp_path / "once.pte")
+    assert [(m.name, m.same_in) for m in report.methods] == [("forward", (str(copy),))]
+    # Equal plans and blobs, but the weights the blob names hold other bytes.
+    data = bytearray(pte.read_bytes())
+    entry = next(e for e in read_pte(pte).named_data if e.nbytes)
+    data[entry.offset] ^= 0xFF
+    (tmp_path / "other.pte").write_bytes(bytes(data))
+    with pytest.raises(MethodClashes, match="'forward' in"):
+        merge_files([pte, tmp_path / "other.pte"], tmp_path / "out.pte")
