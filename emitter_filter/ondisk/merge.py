@@ -252,8 +252,8 @@ def _choose(inputs: Sequence[str], reads: Sequence[PteProgram], renames, prefixe
             ways = (["keep the first input's value of each constant method"]
                     if "--drop" in flags else [])
             ways += ["name the other methods apart"] if "--method" in flags else []
-            raise MethodSetError(f"{clashes}; to {' and '.join(ways)}: "
-                                 f"{command(flags)}") from None
+            raise MethodClashes(clashes.clashes, f"{clashes}; to {' and '.join(ways)}: "
+                                f"{command(flags)}") from None
 
 
 def _read_without(read: PteProgram, methods: Sequence[str],
