@@ -433,9 +433,14 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
             "once: constants and delegate blobs with equal bytes, named data with an equal "
             "key and equal bytes. What no method can reach is not written (audit of OUT is "
             "clean); mutable data (state such as a KV cache) stays each method's own. A "
-            "method keeps its name unless --method renames it; a name two inputs use is "
-            "refused. Never modifies its inputs; writes atomically. Exit 2 if names clash, "
-            "a file is malformed, or the output cannot be written."
+            "method keeps its name unless --method or --prefix renames it; methods of "
+            "several inputs with one name that are the same (an exporter's constant "
+            "methods: get_max_seq_len, get_bos_id, ...) are written once; differing methods "
+            "with one name are refused, all in one message that ends with a command that "
+            "resolves them. FILE in every flag: the path as given, a tail of it no other "
+            "input has (model.pte, ft/model.pte), or #N (the Nth input, from 1). Never "
+            "modifies its inputs; writes atomically. Exit 2 if names clash, a flag names "
+            "what is not there, a file is malformed, or the output cannot be written."
         ),
     )
     merge.add_argument("pte", nargs="+", metavar="IN.pte",
@@ -444,9 +449,25 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
                        help="where to write the merged program (not an input)")
     merge.add_argument(
         "--method", action="append", default=[], metavar="NEW=FILE:METHOD",
-        help="name the method METHOD of input FILE (as given, or its file name) NEW in OUT "
-        "(repeatable), e.g. --method decode=decode.pte:forward; ExecuTorch's training "
-        "methods of METHOD (__et_training_*_METHOD) follow it",
+        help="name the method METHOD of input FILE NEW in OUT (repeatable), e.g. --method "
+        "decode=decode.pte:forward; ExecuTorch's training methods of METHOD "
+        "(__et_training_*_METHOD) follow it",
+    )
+    merge.add_argument(
+        "--prefix", action="append", default=[], metavar="PREFIX=FILE",
+        help="name every method of input FILE that is not written once for several inputs "
+        "PREFIX + its name (repeatable; PREFIX as given, no separator added: --prefix "
+        "ft_=ft/model.pte gives ft_forward)",
+    )
+    merge.add_argument(
+        "--drop", action="append", default=[], metavar="FILE:METHOD",
+        help="leave the method METHOD of input FILE out of OUT (repeatable), e.g. "
+        "--drop decode.pte:enable_dynamic_shape to keep the first input's",
+    )
+    merge.add_argument(
+        "--dedupe", action="store_true",
+        help="also store once what repeats within OUT, as prune --dedupe does (named data "
+        "that repeats a constant: a tied embedding lowered to XNNPACK)",
     )
     merge.add_argument(
         "--data", action="append", default=[], metavar="[FILE=]IN.ptd",
@@ -474,8 +495,9 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
         ),
     )
     split.add_argument("pte", metavar="IN.pte", help="the multi-method program")
-    split.add_argument("--method", action="append", required=True, metavar="NAME",
-                       help="a method to keep (repeatable)")
+    split.add_argument("--method", action="append", required=True, metavar="[NEW=]NAME",
+                       help="a method to keep (repeatable); NEW=NAME renames it as it is cut, "
+                       "e.g. --method forward=score for an app that calls forward")
     split.add_argument("-o", "--output", required=True, metavar="OUT.pte",
                        help="where to write the methods kept (not IN.pte)")
     split.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -487,7 +509,8 @@ def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 
     with _sigterm_unwinds():
         report = merge_files(options.pte, options.output, methods=options.method,
-                             data=options.data, ptd_out=options.ptd, inline=options.inline,
+                             prefixes=options.prefix, drops=options.drop, data=options.data,
+                             ptd_out=options.ptd, inline=options.inline, dedupe=options.dedupe,
                              progress=_progress_printer())
     print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
     return EXIT_OK
@@ -521,13 +544,16 @@ def _add_share_parser(commands) -> argparse.ArgumentParser:
     )
     share.add_argument("pte", nargs="+", metavar="IN.pte", help="the programs")
     share.add_argument("--out", required=True, metavar="DIR",
-                       help="where to write the programs (under their names) and the .ptd")
+                       help="where to write the programs (under their names, or where several "
+                       "have one name, the tails of their paths that tell them apart: "
+                       "a/model.pte, b/model.pte) and the .ptd")
     share.add_argument("--ptd", default="shared.ptd", metavar="NAME.ptd",
                        help="the shared .ptd's file name (default: shared.ptd)")
     share.add_argument(
         "--data", action="append", default=[], metavar="[FILE=]IN.ptd",
         help="a .ptd the programs load with (repeatable), as merge takes it: every program "
-        "may read its keys from IN.ptd, or only the program FILE with FILE=IN.ptd; its "
+        "may read its keys from IN.ptd, or only the program FILE with FILE=IN.ptd (FILE as "
+        "given, a tail of it no other program has, or #N, the Nth from 1); its "
         "entries go into the shared .ptd. Without --data, each program reads the .ptd beside "
         "it with its stem (heads/a.pte: heads/a.ptd), if there is one",
     )

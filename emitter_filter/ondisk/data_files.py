@@ -16,24 +16,74 @@ from collections.abc import Sequence
 
 from emitter_filter.errors import MethodSetError
 
-__all__ = ["input_of", "data_files_of", "beside", "data_files_for"]
+__all__ = ["input_of", "unique_tails", "data_files_of", "beside", "data_files_for"]
 
 logger = logging.getLogger(__name__)
 
 
-def input_of(path: str, inputs: Sequence[str]) -> int:
-    """The index of the input `path` names: as given, the same file, or its base name."""
-    for index, given in enumerate(inputs):
-        if given == path:
-            return index
-    for index, given in enumerate(inputs):
-        with contextlib.suppress(OSError):
-            if os.path.samefile(given, path):
-                return index
-    named = [i for i, given in enumerate(inputs) if os.path.basename(given) == path]
-    if len(named) == 1:
-        return named[0]
-    raise MethodSetError(f"{path!r} is none of the inputs ({', '.join(inputs)})")
+def input_of(spec: str, inputs: Sequence[str]) -> int:
+    """The index of the input `spec` names; the one reading of FILE in every flag.
+
+    `#N` is the Nth input, counted from 1; otherwise the path as given, then the
+    same file, then a tail of its path (`model.pte`, `ft/model.pte`), each only
+    where it names one input: inputs that share a base name (every optimum export
+    is `model.pte`), or one file given twice, need a longer tail or `#N`.
+    """
+    if spec.startswith("#") and spec[1:].isdigit():
+        number = int(spec[1:])
+        if 1 <= number <= len(inputs):
+            return number - 1
+        raise MethodSetError(f"{spec!r}: there {'is' if len(inputs) == 1 else 'are'} "
+                             f"{len(inputs)} input(s), #1 to #{len(inputs)}")
+    for matches in (
+        lambda given: given == spec,
+        lambda given: _same_file(given, spec),
+        lambda given: _path_ends_with(given, spec),
+    ):
+        named = [index for index, given in enumerate(inputs) if matches(given)]
+        if len(named) == 1:
+            return named[0]
+        if named:
+            listed = ", ".join(f"#{i + 1} {inputs[i]}" for i in named)
+            raise MethodSetError(f"{spec!r} names {len(named)} inputs ({listed}): give a "
+                                 "longer tail of its path or #N (the Nth input, from 1)")
+    raise MethodSetError(f"{spec!r} is none of the inputs ({', '.join(inputs)})")
+
+
+def _same_file(given: str, spec: str) -> bool:
+    with contextlib.suppress(OSError, ValueError):
+        return os.path.samefile(given, spec)
+    return False
+
+
+def _path_parts(path: str) -> list[str]:
+    return [part for part in os.path.normpath(path).split(os.sep) if part not in ("", ".")]
+
+
+def _path_ends_with(given: str, tail: str) -> bool:
+    """Whether `tail`'s names are the last names of `given`'s path (`ft/model.pte`)."""
+    want = _path_parts(tail)
+    if os.path.isabs(tail) or not want or ".." in want:
+        return False
+    return _path_parts(given)[-len(want):] == want
+
+
+def unique_tails(paths: Sequence[str]) -> list[str]:
+    """Each path's shortest tail that no other path ends with: its base name where that
+    is unique (`a/model.pte`, `b/model.pte` -> `a/model.pte`, `b/model.pte`; `x.pte`,
+    `y.pte` -> themselves): never `..`, never absolute, but for a path given twice,
+    which keeps its spelling."""
+    parts = [_path_parts(os.path.abspath(p)) for p in paths]
+    tails = []
+    for index, own in enumerate(parts):
+        for length in range(1, len(own) + 1):
+            tail = own[-length:]
+            if all(other[-length:] != tail for j, other in enumerate(parts) if j != index):
+                tails.append(os.path.join(*tail))
+                break
+        else:
+            tails.append(paths[index])
+    return tails
 
 
 def data_files_of(inputs: Sequence[str], data) -> list[list[str]]:

@@ -10,8 +10,11 @@ writes the programs of separately exported `.pte` files as one:
 
 1. Read each input and analyse it as `prune` does (`analysis.analyse_file`): only
    what a method can reach is written, so the output audits clean.
-2. Name the methods (as in their inputs, or as `--method NEW=FILE:METHOD` says),
-   refusing a name two inputs use before anything is opened for writing.
+2. Choose and name the methods (`merge_names`: as in their inputs, or as `--method`,
+   `--prefix` and `--drop` say; a method equal to one of an earlier input with its
+   name written once), refusing differing methods of one name, all at once with the
+   command that resolves them, before anything is opened for writing. An input with
+   methods left out is read without them, as `split` reads a file (`_read_without`).
 3. Store once, in first-reference order over the inputs in the order given:
    constant entries with equal bytes (tensors of any layout read an entry as raw
    bytes, as the emitter's own sharing within a program does), delegate segments
@@ -22,12 +25,15 @@ writes the programs of separately exported `.pte` files as one:
    Mutable data stays per input: merging does not make methods share state.
 4. Renumber each plan's values (`plan_indices.remap_plan_values`), data indices
    (`remap_data_indices`, one map per input) and delegates, and pack with the
-   inputs' largest alignments, as `prune` packs (`layout.pack_program`); stream
-   every segment from its input (`output.write_outputs`).
+   inputs' largest alignments, as `prune` packs (`layout.pack_program`); with
+   `dedupe`, store once what repeats within the output, as `prune --dedupe` does
+   (`dedupe.dedupe_output`); stream every segment from its input
+   (`output.write_outputs`).
 
 `split_file` is the other way: the chosen methods of a file, with only what they
-read. It is `prune` of the program without the other plans (`_without_plans`):
-their instructions were the only readers of what they alone read.
+read (`NEW=NAME` renames a method as it is cut). It is `prune` of the program
+without the other plans (`_without_plans`): their instructions were the only
+readers of what they alone read.
 
 Inputs with `.ptd` files (`data`): each reads its keys from the `.ptd` files it is
 given; the output has one `.ptd` with every live key once (`_merged_ptd`), or, with
@@ -38,8 +44,10 @@ the program's own.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
+import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,6 +69,7 @@ from emitter_filter.ondisk.analysis import (
 )
 from emitter_filter.ondisk.byte_source import ByteSource, Piece, StoredSpan
 from emitter_filter.ondisk.data_files import data_files_of, input_of
+from emitter_filter.ondisk.dedupe import dedupe_output
 from emitter_filter.ondisk.layout import (
     PtdLayout,
     PteLayout,
@@ -95,6 +104,20 @@ from emitter_filter.ondisk.prune import (
     stored_entries,
     verbatim,
 )
+from emitter_filter.ondisk.merge_names import (
+    TRAINING_PREFIX,
+    Choice,
+    MethodClashes,
+    choose_methods,
+    is_constant_method,
+    parse_drop,
+    parse_method,
+    parse_prefix,
+    plan_names,
+    resolving_flags,
+    same_method,
+    spans_open,
+)
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
@@ -114,14 +137,20 @@ JSON_SCHEMA = "emitter-filter-merge/1"
 
 @dataclass(frozen=True)
 class MergedMethod:
-    """One method of the merged file: its name there, and where it came from."""
+    """One method of the merged file: its name there, and where it came from.
+
+    `same_in` are the other inputs whose method of that name is the same method
+    (an exporter's constant method, in each of them): written once, from `source`.
+    """
 
     name: str
     source: str
     source_method: str
+    same_in: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        return {"name": self.name, "source": self.source, "source_method": self.source_method}
+        return {"name": self.name, "source": self.source, "source_method": self.source_method,
+                "same_in": list(self.same_in)}
 
 
 @dataclass(frozen=True)
@@ -139,6 +168,9 @@ class MergeReport:
             several inputs (constants, delegate blobs, named data).
         dropped: The inputs' dead bytes (`audit`'s one count), not written.
         seconds: Wall time.
+        dropped_methods: (input, method) of each method `--drop` left out.
+        deduplicated_bytes: With `dedupe`, what storing repeats within the output
+            once saved; None without.
     """
 
     inputs: tuple[str, ...]
@@ -150,6 +182,8 @@ class MergeReport:
     stored_once: int
     dropped: int
     seconds: float
+    dropped_methods: tuple[tuple[str, str], ...] = ()
+    deduplicated_bytes: int | None = None
 
     def to_json(self) -> dict:
         return {
@@ -163,77 +197,77 @@ class MergeReport:
             "stored_once": self.stored_once,
             "dropped": self.dropped,
             "seconds": self.seconds,
+            "dropped_methods": [{"source": f, "method": m} for f, m in self.dropped_methods],
+            "deduplicated_bytes": self.deduplicated_bytes,
         }
 
     def summary(self) -> str:
         methods = ", ".join(m.name for m in self.methods)
         count = len(self.inputs)
         written = self.output + ("" if self.ptd_output is None else f" + {self.ptd_output}")
+        once = [m.name for m in self.methods if m.same_in]
         return (
             f"{count} program{'s' if count != 1 else ''} -> {written}: "
-            f"{self.bytes_before:,} -> {self.bytes_after:,} B; methods {methods}; "
-            f"{self.stored_once:,} B stored once for several inputs, "
-            f"{self.dropped:,} B dead not written, in {self.seconds * 1000:.1f} ms"
+            f"{self.bytes_before:,} -> {self.bytes_after:,} B; methods {methods}"
+            + (f" ({len(once)} the same in several inputs, written once: {', '.join(once)})"
+               if once else "")
+            + (f"; dropped {', '.join(f'{f}:{m}' for f, m in self.dropped_methods)}"
+               if self.dropped_methods else "")
+            + f"; {self.stored_once:,} B stored once for several inputs, "
+            f"{self.dropped:,} B dead not written"
+            + ("" if self.deduplicated_bytes is None else
+               f", {self.deduplicated_bytes:,} B stored once within the output (--dedupe)")
+            + f", in {self.seconds * 1000:.1f} ms"
         )
 
 
-def parse_method(spec: str) -> tuple[str, str, str]:
-    """`NEW=FILE:METHOD` as (new name, file, method); a `MethodSetError` if malformed."""
-    new, equals, source = spec.partition("=")
-    path, colon, method = source.rpartition(":")
-    if not (equals and colon and new and path and method):
-        raise MethodSetError(f"--method {spec!r}: expected NEW=FILE:METHOD, e.g. "
-                             "decode=decode.pte:forward")
-    return new, path, method
+def _choose(inputs: Sequence[str], reads: Sequence[PteProgram], renames, prefixes, drops,
+            command: Callable[[list[str]], str]) -> Choice:
+    """`merge_names.choose_methods` over the inputs; where names clash, the message ends with
+    `command` of the flags that resolve every clash (checked to resolve them)."""
+    originals = [plan_names(read) for read in reads]
+    with spans_open() as spans:
+        def same(a, b):
+            return same_method(reads[a[0]], a[1], reads[b[0]], b[1], spans)
+
+        def choose(more_renames=(), more_drops=()):
+            return choose_methods(
+                inputs, originals, renames=[*renames, *more_renames], prefixes=prefixes,
+                drops=[*drops, *more_drops], same=same,
+                constant=lambda m: is_constant_method(reads[m[0]], m[1]))
+
+        try:
+            return choose()
+        except MethodClashes as clashes:
+            given = [new for new, _, _ in renames] + [
+                prefix + name for prefix, path in prefixes
+                for name in originals[input_of(path, inputs)]]
+            flags = resolving_flags(inputs, originals, clashes.clashes, given)
+            pairs = list(zip(flags[::2], flags[1::2]))
+            try:
+                choose([parse_method(v) for f, v in pairs if f == "--method"],
+                       [parse_drop(v) for f, v in pairs if f == "--drop"])
+            except MethodSetError as error:
+                raise InvariantError(f"merge: the flags offered do not resolve the clash: "
+                                     f"{error}") from error
+            ways = (["keep the first input's value of each constant method"]
+                    if "--drop" in flags else [])
+            ways += ["name the other methods apart"] if "--method" in flags else []
+            raise MethodClashes(clashes.clashes, f"{clashes}; to {' and '.join(ways)}: "
+                                f"{command(flags)}") from None
 
 
-# --- naming the methods ------------------------------------------------------------
-
-
-def _plan_names(read: PteProgram) -> list[str]:
-    return [table_text(plan.name) or "" for plan in read.program.executionPlan or ()]
-
-
-# ExecuTorch's training export adds, per method M, methods named `__et_training_*_M`
-# (`gradients_index`, `parameters_index`, `fqn`) that the runtime's TrainingModule
-# finds by M's name: a rename of M renames them too.
-_TRAINING_PREFIX = "__et_training_"
-
-
-def _method_names(
-    inputs: Sequence[str], reads: Sequence[PteProgram], renames: Sequence[tuple[str, str, str]]
-) -> list[list[str]]:
-    """Each input's methods' names in the output; refuses a name used twice."""
-    originals = [_plan_names(read) for read in reads]
-    names = [list(methods) for methods in originals]
-    for new, path, method in renames:
-        index = input_of(path, inputs)
-        if method not in originals[index]:
-            raise MethodSetError(f"--method {new}={path}:{method}: {inputs[index]} has no "
-                                 f"method {method!r} (it has {', '.join(originals[index])})")
-        for position, name in enumerate(originals[index]):
-            if name == method:
-                names[index][position] = new
-            elif name.startswith(_TRAINING_PREFIX) and name.endswith("_" + method):
-                names[index][position] = name[: -len(method)] + new
-    first: dict[str, tuple[int, int]] = {}
-    for index, methods in enumerate(names):
-        for position, name in enumerate(methods):
-            other = first.setdefault(name, (index, position))
-            if other == (index, position):
-                continue
-            original = originals[index][position]
-            if original.startswith(_TRAINING_PREFIX):
-                # A training method is renamed with its method: name the method apart.
-                original = next((m for m in originals[index] if not m.startswith(
-                    _TRAINING_PREFIX) and original.endswith("_" + m)), original)
-                name = names[index][originals[index].index(original)]
-            stem = os.path.splitext(os.path.basename(inputs[index]))[0]
-            raise MethodSetError(
-                f"method {name!r} is in both {inputs[other[0]]} and {inputs[index]}: name one "
-                f"apart, e.g. --method {name}_{stem}={inputs[index]}:{original}"
-            )
-    return names
+def _read_without(read: PteProgram, methods: Sequence[str],
+                  files: Sequence[str]) -> tuple[PteProgram, PteLayout]:
+    """`read` with only `methods`' plans, read from a view of its file as `split` prunes it
+    (`_without_plans`), and the layout of the file itself, to write it with."""
+    with ByteSource(read.pte.path) as source:
+        analysis = analyse_file(read.pte, {read.pte.path: source})
+        aliased = find_aliases(analysis.shared)
+        layout = read_pte_layout(read.pte, read.program, read.program_data, aliased,
+                                 shared_segment_alignment(read.pte, aliased))
+        view = _without_plans(read, methods, layout)
+        return read_pte_program(view.source(source), files), layout
 
 
 def _check_inputs(inputs: Sequence[str], reads: Sequence[PteProgram]) -> None:
@@ -601,21 +635,23 @@ def _merged_ptd(inputs: Sequence[_Input], contents: _Contents, output: str) -> O
     return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out)])
 
 
-def _read_inputs(inputs, reads, stack, opened) -> tuple[list[_Input], dict[int, ByteSource]]:
+def _read_inputs(inputs, reads, stack, opened,
+                 layouts=()) -> tuple[list[_Input], dict[int, ByteSource]]:
     """Analyses each input as `prune` does; opens its files (into `opened`), and a
-    `ByteSource` of each by its descriptor."""
+    `ByteSource` of each by its descriptor. A layout given (`layouts`, or None) is the
+    input's file's, where `reads` has the input without some methods (`_read_without`)."""
     fds: dict[str, int] = {}
     sources: dict[str, ByteSource] = {}
     items = []
-    for path, read in zip(inputs, reads):
+    for path, read, given in itertools.zip_longest(inputs, reads, layouts[:len(inputs)]):
         for file in [path, *(ptd.path for ptd in read.pte.ptd_files)]:
             if file not in fds:
                 fds[file] = open_input(file, opened)
                 sources[file] = stack.enter_context(ByteSource(file))
         analysis = analyse_file(read.pte, {f: sources[f] for f in fds})
         aliased = find_aliases(analysis.shared)
-        layout = read_pte_layout(read.pte, read.program, read.program_data, aliased,
-                                 shared_segment_alignment(read.pte, aliased))
+        layout = given or read_pte_layout(read.pte, read.program, read.program_data, aliased,
+                                          shared_segment_alignment(read.pte, aliased))
         order = order_live_data(read.pte.plans, analysis.liveness)
         keep = keep_ptd_key(read.pte, read.program, analysis.liveness,
                             frozenset(analysis.use.dead))
@@ -659,17 +695,44 @@ def _dropped_bytes(items: Sequence[_Input]) -> int:
                if not (d.space == "named_data" and d.name in kept))
 
 
+def _command(inputs, output, renames, prefixes, drops, data, ptd_out, inline, dedupe):
+    """The command line of a merge, as the CLI takes it, with more flags at the end."""
+    def line(more: list[str]) -> str:
+        words = ["emitter-filter", "merge", *inputs, "-o", output]
+        words += [w for new, path, method in renames for w in ("--method", f"{new}={path}:{method}")]
+        words += [w for prefix, path in prefixes for w in ("--prefix", f"{prefix}={path}")]
+        words += [w for path, method in drops for w in ("--drop", f"{path}:{method}")]
+        for spec in data:
+            spec = f"{os.fspath(spec[0])}={os.fspath(spec[1])}" if isinstance(spec, tuple) else spec
+            words += ["--data", os.fspath(spec)]
+        words += ["--ptd", ptd_out] if ptd_out else []
+        words += ["--inline"] if inline else []
+        words += ["--dedupe"] if dedupe else []
+        return shlex.join([*words, *more])
+
+    return line
+
+
 def merge_files(
     inputs: Sequence[str | os.PathLike],
     output: str | os.PathLike,
     *,
     methods: Sequence[str | tuple[str, str, str]] = (),
+    prefixes: Sequence[str | tuple[str, str]] = (),
+    drops: Sequence[str | tuple[str, str]] = (),
     data: Sequence[str | os.PathLike | tuple[str, str]] = (),
     ptd_out: str | os.PathLike | None = None,
     inline: bool = False,
+    dedupe: bool = False,
     progress: ProgressFn | None = None,
 ) -> MergeReport:
     """Writes the programs of `inputs` as one `.pte` whose methods are all of theirs.
+
+    Methods of several inputs with one name that are the same method (equal plans
+    reading equal bytes: exporters' constant methods) are written once; how names
+    are chosen is `merge_names`'. FILE below is an input as given, a tail of its
+    path that no other input has (`model.pte`, `ft/model.pte`), or `#N`, the Nth
+    input counted from 1 (`data_files.input_of`).
 
     Args:
         inputs: The `.pte` files, in the order their methods take in the output.
@@ -677,21 +740,29 @@ def merge_files(
         output: Where to write the merged `.pte`; written atomically, never over
             an input.
         methods: Renames, `NEW=FILE:METHOD` (or its `parse_method` tuple): the
-            method METHOD of the input FILE (as given, or its base name) is NEW.
+            method METHOD of the input FILE is NEW.
+        prefixes: `PREFIX=FILE` (or a (PREFIX, FILE) tuple): every method of FILE not
+            kept once is PREFIX + its name (no separator added).
+        drops: `FILE:METHOD` (or a (FILE, METHOD) tuple): the method is not written.
         data: The `.ptd` files the inputs load with: `IN.ptd`, which every input may
             read its keys from, or `FILE=IN.ptd` (or a (FILE, IN.ptd) tuple), read only
-            by the input FILE (as `methods` names it): where separate exports name
-            different tensors alike. Not modified.
+            by the input FILE: where separate exports name different tensors alike.
+            Not modified.
         ptd_out: With `data`: where to write the merged program's one `.ptd`, each
             live key of the inputs' once.
         inline: With `data`, instead: move the external tensors into the constant
             segment and the `.ptd`'s named data into the `.pte`, which then loads
             without a data file.
+        dedupe: Also store once what repeats within the output, as `prune --dedupe`
+            does (`dedupe.dedupe_output`: named data that repeats a constant, a tied
+            embedding lowered to XNNPACK).
         progress: Called with (bytes written, bytes to write) as data is copied.
 
     Raises:
-        MethodSetError: Two inputs' methods have one name, a rename names what is
-            not there, the programs' versions differ, an input's `.ptd` is not given.
+        MethodSetError: Differing methods of two inputs have one name (the message
+            ends with a command that resolves every such name), a flag names what
+            is not there or a method twice or a name another method keeps, the
+            programs' versions differ, an input's `.ptd` is not given.
         PteFormatError: A file is malformed, or one named-data key holds two contents.
         OutputFileError: The output would replace an input, or cannot be written.
     """
@@ -704,60 +775,106 @@ def merge_files(
     if data and (ptd_out is None) == (not inline):
         raise MethodSetError("merge: with --data, give --ptd OUT.ptd or --inline (one of them)")
     renames = [parse_method(m) if isinstance(m, str) else m for m in methods]
+    prefixes = [parse_prefix(p) if isinstance(p, str) else p for p in prefixes]
+    drops = [parse_drop(d) if isinstance(d, str) else d for d in drops]
     data_of = data_files_of(inputs, data)
-    data = list(dict.fromkeys(p for files in data_of for p in files))
-    check_outputs([*inputs, *data], [output, *([ptd_out] if ptd_out else [])], "merge")
+    data_files = list(dict.fromkeys(p for files in data_of for p in files))
+    check_outputs([*inputs, *data_files], [output, *([ptd_out] if ptd_out else [])], "merge")
     reads = [read_pte_program(path, files) for path, files in zip(inputs, data_of)]
     _check_inputs(inputs, reads)
-    names = _method_names(inputs, reads, renames)
+    command = _command(inputs, output, renames, prefixes, drops, data, ptd_out, inline, dedupe)
+    choice = _choose(inputs, reads, renames, prefixes, drops, command)
+    bytes_before = sum(read.pte.file_bytes for read in reads) + sum(
+        os.path.getsize(p) for p in data_files)
+    written_from = [n for n, names in enumerate(choice.names) if any(names)]
+    if not written_from:
+        raise MethodSetError("merge: every method is dropped: nothing to write")
+    # Inputs without the methods not written, read as split reads them.
+    names, layouts, kept_reads = [], [], []
+    for number in written_from:
+        read, new = reads[number], choice.names[number]
+        names.append([name for name in new if name is not None])
+        if None in new:
+            kept = [m for m, name in zip(choice.originals[number], new) if name is not None]
+            read, layout = _read_without(read, kept, data_of[number])
+            kept_reads.append(read)
+            layouts.append(layout)
+        else:
+            kept_reads.append(read)
+            layouts.append(None)
+    kept_inputs = [inputs[n] for n in written_from]
+    changed = renames or prefixes or data or len(kept_inputs) != len(inputs) or any(layouts)
     opened: list[int] = []
     try:
         with contextlib.ExitStack() as stack:
-            items, sources = _read_inputs(inputs, reads, stack, opened)
+            items, sources = _read_inputs(kept_inputs, kept_reads, stack, opened, layouts)
             contents = _Contents(sources)
             _check_data_keys(items, contents)
             dropped = _dropped_bytes(items)
             live = sum(item.analysis.count.live[space] for item in items
                        for space in ("constant", "named_data", "delegate", "external"))
             ptd = None if inline or ptd_out is None else _merged_ptd(items, contents, ptd_out)
-            if len(items) == 1 and not (renames or data) and not changes_pte(items[0].analysis):
+            if len(items) == 1 and not changed and not changes_pte(items[0].analysis):
                 # One program with nothing to change is its own merge, as it is its own prune.
-                merged, written = verbatim(output, items[0].fd, reads[0].pte.file_bytes), live
+                merged, written = verbatim(output, items[0].fd, kept_reads[0].pte.file_bytes), live
             else:
                 merged, written = _merged_pte(items, names, contents, output, inline)
             if ptd is not None:
                 written += sum(len(p) for _, pieces in ptd.runs for p in pieces)
-        bytes_after = write_outputs(
-            [merged, *([ptd] if ptd else [])], progress, validate=validate_outputs
-        )
+            deduplicated = None
+            if dedupe:
+                alignment = _merged_layout([item.layout for item in items]).segment_alignment
+                merged, deduplicated = dedupe_output(merged, alignment)
+            bytes_after = write_outputs(
+                [merged, *([ptd] if ptd else [])], progress, validate=validate_outputs
+            )
     finally:
         for fd in opened:
             os.close(fd)
     report = MergeReport(
         inputs=tuple(inputs), output=output, ptd_output=ptd_out if ptd else None,
-        methods=tuple(MergedMethod(name, path, method)
-                      for path, read, new in zip(inputs, reads, names)
-                      for name, method in zip(new, _plan_names(read))),
-        bytes_before=sum(read.pte.file_bytes for read in reads)
-        + sum(os.path.getsize(p) for p in data),
+        methods=_merged_methods(inputs, choice),
+        bytes_before=bytes_before,
         bytes_after=bytes_after,
         # What the inputs' live references read, against what the output holds for them.
         stored_once=max(live - written, 0), dropped=dropped,
         seconds=time.perf_counter() - started,
+        dropped_methods=tuple(
+            (inputs[number], method)
+            for number, (methods, names) in enumerate(zip(choice.originals, choice.names))
+            for position, (method, name) in enumerate(zip(methods, names))
+            if name is None and (number, position) not in choice.same_as),
+        deduplicated_bytes=None if deduplicated is None else deduplicated.saved_bytes,
     )
     logger.info("%s", report.summary())
     return report
 
 
+def _merged_methods(inputs: Sequence[str], choice: Choice) -> tuple[MergedMethod, ...]:
+    """Each method written, with the inputs whose same method it stands for."""
+    also: dict[tuple[int, int], list[str]] = {}
+    for (number, _), kept in choice.same_as.items():
+        also.setdefault(kept, []).append(inputs[number])
+    return tuple(
+        MergedMethod(name, inputs[number], method, tuple(also.get((number, position), ())))
+        for number, (methods, names) in enumerate(zip(choice.originals, choice.names))
+        for position, (method, name) in enumerate(zip(methods, names)) if name is not None
+    )
+
+
 # --- split -------------------------------------------------------------------------
 
 
-def _without_plans(read: PteProgram, methods: Sequence[str], layout: PteLayout) -> ProgramView:
+def _without_plans(read: PteProgram, methods: Sequence[str], layout: PteLayout,
+                   renames: Mapping[str, str] | None = None) -> ProgramView:
     """A view of the file `read` is (`prune_file`'s `view`), whose program has only
-    `methods`' plans and the inline blobs they read, and whose segments are the input's
-    bytes where the input has them: `prune` of it is the split."""
+    `methods`' plans (named as `renames` says) and the inline blobs they read, and whose
+    segments are the input's bytes where the input has them: `prune` of it is the split."""
     program = read.program
     plans = [p for p in program.executionPlan or () if (table_text(p.name) or "") in methods]
+    for plan in plans:
+        name = table_text(plan.name) or ""
+        plan.name = (renames or {}).get(name, name)
     program.executionPlan = plans
     inline, where = program.backendDelegateData or [], {}
     kept = []
@@ -791,6 +908,35 @@ def _without_plans(read: PteProgram, methods: Sequence[str], layout: PteLayout) 
     return ProgramView(view, layout)
 
 
+def _split_names(src: str, present: Sequence[str], specs: Sequence[str]) -> dict[str, str]:
+    """`NAME` or `NEW=NAME` (renamed as it is cut) of each method kept, with the training
+    methods that follow it (`__et_training_*_NAME`, renamed with it): old name -> new."""
+    chosen: dict[str, str] = {}
+    for spec in specs:
+        new, equals, old = spec.partition("=")
+        old = old if equals else new
+        if not (new and old):
+            raise MethodSetError(f"--method {spec!r}: expected NAME or NEW=NAME")
+        if old not in present:
+            raise MethodSetError(f"{src} has no method {old!r} (it has {', '.join(present)})")
+        if old in chosen:
+            raise MethodSetError(f"method {old!r} of {src} is named twice: "
+                                 f"{chosen[old]!r} and {new!r}")
+        chosen[old] = new
+    for name in present:
+        if name.startswith(TRAINING_PREFIX) and name not in chosen:
+            owner = max((m for m in chosen if name.endswith("_" + m)), key=len, default=None)
+            if owner is not None:
+                chosen[name] = name[: -len(owner)] + chosen[owner]
+    seen: dict[str, str] = {}
+    for old, new in chosen.items():
+        if new in seen:
+            raise MethodSetError(f"{src}: methods {seen[new]!r} and {old!r} would both be "
+                                 f"named {new!r}")
+        seen[new] = old
+    return chosen
+
+
 def split_file(
     src: str | os.PathLike,
     dst: str | os.PathLike,
@@ -801,8 +947,12 @@ def split_file(
     """Writes the methods `methods` of `src` with only what they read, as `prune` does;
     ExecuTorch's training methods of a method kept (`__et_training_*_METHOD`) are kept too.
 
+    A method given as `NEW=NAME` is renamed as it is cut (its training methods with
+    it): `forward=score` makes a file an app that calls `forward` loads as it is.
+
     Raises:
-        MethodSetError: No method is named, one is not in `src`, or `src` reads a `.ptd`.
+        MethodSetError: No method is named, one is not in `src` or is named twice, two
+            would have one name, or `src` reads a `.ptd`.
         PteFormatError: The file is malformed.
         OutputFileError: The output would replace the input, or cannot be written.
     """
@@ -811,20 +961,16 @@ def split_file(
         raise MethodSetError(f"{src}: split needs a --method to keep")
     check_outputs([src], [dst], "split")
     read = read_pte_program(src)
-    present = _plan_names(read)
-    missing = [m for m in methods if m not in present]
-    if missing:
-        raise MethodSetError(f"{src} has no method {missing[0]!r} (it has {', '.join(present)})")
+    present = plan_names(read)
+    chosen = _split_names(src, present, methods)
     external = len(read.pte.entries[DataSpace.EXTERNAL])
     if external:
         raise MethodSetError(f"{src}: reads {external} tensor(s) from a .ptd; split takes a "
                              "program whose data is in the .pte (merge --inline makes one)")
-    # A method's training methods (`__et_training_*_METHOD`) go with it, as in merge.
-    methods = [name for name in present if name in methods or (
-        name.startswith(_TRAINING_PREFIX) and any(name.endswith("_" + m) for m in methods))]
     with ByteSource(src) as source:
         analysis = analyse_file(read.pte, {read.pte.path: source})
     aliased = find_aliases(analysis.shared)
     layout = read_pte_layout(read.pte, read.program, read.program_data, aliased,
                              shared_segment_alignment(read.pte, aliased))
-    return prune_file(src, dst, progress=progress, view=_without_plans(read, methods, layout))
+    view = _without_plans(read, [m for m in present if m in chosen], layout, chosen)
+    return prune_file(src, dst, progress=progress, view=view)

@@ -27,6 +27,7 @@ looked up in the `.ptd`, then in the `.pte`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -44,7 +45,7 @@ from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.analysis import find_aliases, find_shared_ranges
 from emitter_filter.ondisk.byte_source import Piece
-from emitter_filter.ondisk.data_files import data_files_for
+from emitter_filter.ondisk.data_files import data_files_for, unique_tails
 from emitter_filter.ondisk.dedupe import dedupe_output
 from emitter_filter.ondisk.layout import (
     DEFAULT_SEGMENT_ALIGNMENT,
@@ -409,16 +410,12 @@ def _check_inputs(ptes: Sequence[str], out_dir: str, ptd_name: str) -> None:
         raise OutputFileError("share: no programs given")
     if not ptd_name or os.path.basename(ptd_name) != ptd_name:
         raise OutputFileError(f"{ptd_name!r}: the shared .ptd's name must be a file name")
-    _check_names(ptes, out_dir, "share writes each program under its own name")
+    absolute = [os.path.abspath(p) for p in ptes]
+    for path, where in zip(ptes, absolute):
+        if absolute.count(where) > 1:
+            raise OutputFileError(f"{path}: given twice; share writes each program once")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise OutputFileError(f"{out_dir}: not a directory")
-
-
-def _check_names(paths: Sequence[str], out_dir: str, why: str) -> None:
-    names = [os.path.basename(p) for p in paths]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise OutputFileError(f"{out_dir}: several inputs are named {repeated[0]!r}; {why}")
 
 
 def _with_layouts(programs: ProgramSet) -> ProgramSet:
@@ -492,19 +489,17 @@ def share_files(
         )
     data_of = data_files_for(ptes, ptd_paths)
     ptd_paths = list(dict.fromkeys(p for files in data_of for p in files))
-    pte_outputs = [os.path.join(out_dir, os.path.basename(p)) for p in ptes]
+    # Each under its name, or the shortest tail of its path that tells it apart
+    # (`a/model.pte`, `b/model.pte`: every optimum-executorch export is `model.pte`).
+    pte_outputs = [os.path.join(out_dir, tail) for tail in unique_tails(ptes)]
     shared_output = os.path.join(out_dir, ptd_name)
-    copy_outputs = list(dict.fromkeys(os.path.join(out_dir, os.path.basename(p))
-                                      for p in ptd_paths))
+    copy_outputs = [os.path.join(out_dir, tail) for tail in unique_tails(ptd_paths)]
     check_outputs([*ptes, *ptd_paths], [*pte_outputs, shared_output], "share")
     check_outputs([*ptes, *ptd_paths], [*pte_outputs, *copy_outputs], "share")
 
     programs = _with_layouts(read_set(ptes, ptd_paths, data_of))
     ptds = [(*ptd, own) for ptd, own in zip(programs.ptds, programs.ptd_alignments)]
     found = find_set_shared(programs, min_bytes)
-    if not found.shared:
-        _check_names(ptd_paths, out_dir, "with nothing in common, share copies each .ptd "
-                     "under its own name")
     opened: list[int] = []
     try:
         fds = {p: open_input(p, opened) for p in [*ptes, *ptd_paths]}
@@ -513,7 +508,9 @@ def share_files(
         )
         deduplicated = _dedupe(outputs, programs.layouts) if dedupe else 0
         sizes = [o.size for o in outputs]
-        with output_directory(out_dir):
+        with contextlib.ExitStack() as made:
+            for directory in dict.fromkeys(os.path.dirname(o.path) for o in outputs):
+                made.enter_context(output_directory(directory or out_dir))
             bytes_after = write_outputs(outputs, progress, validate=validate_outputs)
     finally:
         for fd in opened:
@@ -571,8 +568,9 @@ def _prune_then_share(ptes, out_dir, ptd_paths, started, **options) -> ShareRepo
     except OSError as error:
         raise OutputFileError(f"{out_dir}: cannot write: {error.strerror}") from error
     with temp:
-        pruned = [os.path.join(temp.name, os.path.basename(p)) for p in ptes]
+        pruned = [os.path.join(temp.name, tail) for tail in unique_tails(ptes)]
         for source, target in zip(ptes, pruned):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
             prune_file(source, target)
         report = share_files(pruned, out_dir, **options)
     return dataclasses.replace(

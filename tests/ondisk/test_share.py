@@ -13,7 +13,7 @@ import shutil
 import pytest
 
 from emitter_filter.cli import main
-from emitter_filter.errors import OutputFileError, PteFormatError
+from emitter_filter.errors import MethodSetError, OutputFileError, PteFormatError
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.audit_set import audit_set
 from emitter_filter.ondisk.explain_set import explain_set
@@ -289,16 +289,58 @@ def test_a_bad_data_spec_is_one_line_and_writes_nothing(tmp_path, capsys, data, 
     assert not out.exists()
 
 
-def test_ptd_files_of_one_name_are_refused_when_each_would_be_copied(tmp_path):
+def test_ptd_files_of_one_name_are_copied_under_the_tails_that_tell_them_apart(tmp_path):
     (tmp_path / "x").mkdir()
     (tmp_path / "y").mkdir()
     a, a_ptd = _external_pair(tmp_path / "x", "a")
     pte, _ = saved(GOLDEN / "plain" / "dirty")
     b = shutil.copyfile(pte, tmp_path / "y" / "b.pte")
     other = shutil.copyfile(a_ptd, tmp_path / "y" / "a.ptd")
-    with pytest.raises(OutputFileError, match="several inputs are named 'a.ptd'; with nothing"):
-        share_files([a, b], tmp_path / "out", ptd_paths=[f"{a}={a_ptd}", f"{b}={other}"])
-    assert not (tmp_path / "out").exists()
+    share_files([a, b], tmp_path / "out", ptd_paths=[f"{a}={a_ptd}", f"{b}={other}"])
+    assert (tmp_path / "out" / "x" / "a.ptd").read_bytes() == a_ptd.read_bytes()
+    assert (tmp_path / "out" / "y" / "a.ptd").read_bytes() == other.read_bytes()
+
+
+def test_programs_of_one_name_in_other_folders_are_written_under_their_tails(tmp_path):
+    programs = []
+    for folder, case in (("x", "plain"), ("y", "clean"), ("z", "plain")):
+        (tmp_path / folder).mkdir()
+        programs.append(_copy(case, "dirty", tmp_path / folder / "model.pte"))
+    report = share_files(programs, tmp_path / "out", min_bytes=1)
+    written = sorted(p.relative_to(tmp_path / "out").as_posix()
+                     for p in (tmp_path / "out").rglob("*.pte"))
+    assert written == ["x/model.pte", "y/model.pte", "z/model.pte"]
+    assert [p.output for p in report.programs] == [
+        str(tmp_path / "out" / f / "model.pte") for f in "xyz"]
+
+
+def test_programs_of_one_name_take_their_ptd_by_number_or_by_tail(tmp_path):
+    _, (ptd,) = saved(GOLDEN / "external" / "dirty")
+    (tmp_path / "probe").mkdir()
+    read = read_pte(_external_pair(tmp_path / "probe", "p")[0], [tmp_path / "probe" / "p.ptd"])
+    flipped = next(t.name for t in read.tensors if t.ref.space is DataSpace.EXTERNAL)
+    pairs = []
+    for folder in "xyz":
+        (tmp_path / folder).mkdir()
+        pairs.append(_external_pair(tmp_path / folder, "model",
+                                    flip=flipped if folder == "z" else None))
+    data = [f"#1={pairs[0][1]}", f"y/model.pte={pairs[1][1]}", f"#3={pairs[2][1]}"]
+    report = share_files([p for p, _ in pairs], tmp_path / "out", ptd_paths=data, min_bytes=1)
+    assert [p.output for p in report.programs] == [
+        str(tmp_path / "out" / f / "model.pte") for f in "xyz"]
+    # Only z's .ptd holds other bytes under `flipped`: each program keeps its own, as
+    # the FILE of its --data named it.
+    for folder, (_, ptd_in) in zip("xyz", pairs):
+        written = tmp_path / "out" / folder / "model.pte"
+        tensors = {t.name: t for t in read_pte(written, [tmp_path / "out" / "shared.ptd"]).tensors}
+        entry = read_pte(written, [tmp_path / "out" / "shared.ptd"]).entries[
+            DataSpace.CONSTANT][tensors[flipped].ref.index]
+        want = read_ptd(ptd_in).named_data[flipped]
+        got = written.read_bytes()[entry.offset:entry.offset + want.nbytes]
+        assert got == ptd_in.read_bytes()[want.offset:want.offset + want.nbytes], folder
+    with pytest.raises(MethodSetError, match="'model.pte' names 3 inputs"):
+        share_files([p for p, _ in pairs], tmp_path / "again",
+                    ptd_paths=[f"model.pte={pairs[0][1]}"])
 
 
 def test_an_output_that_would_replace_an_input_is_refused(tmp_path):
@@ -306,7 +348,7 @@ def test_an_output_that_would_replace_an_input_is_refused(tmp_path):
     b = _copy("clean", "dirty", tmp_path / "b.pte")
     with pytest.raises(OutputFileError, match="never overwrites its input"):
         share_files([a, b], tmp_path)
-    with pytest.raises(OutputFileError, match="several inputs are named"):
+    with pytest.raises(OutputFileError, match="given twice"):
         share_files([a, a], tmp_path / "out")
 
 
