@@ -114,13 +114,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "pte", nargs="+", metavar="MODEL.pte",
         help="the program file; several are audited in turn (as a pre-commit hook passes them)",
     )
-    audit.add_argument(
-        "--ptd", "--data", dest="ptd", action="append", default=[], metavar="FILE.ptd",
-        help="a .ptd file with the program's external constants (repeatable). Several "
-        "programs are audited as one set with the .ptd files they load with, as share "
-        "takes them (--data is the same option, share's and merge's word): IN.ptd for "
-        "every program (what share writes), PROGRAM.pte=IN.ptd for one; without --ptd, "
-        "each with the .ptd beside it with its stem, if any",
+    _add_data_arguments(
+        audit, "programs that read a common .ptd (what share writes) are audited as one set, "
+        "its bytes judged against all its readers; every other program alone",
     )
     audit.add_argument("--json", action="store_true", help="print the report as JSON")
     audit.add_argument(
@@ -144,12 +140,12 @@ def _build_parser() -> argparse.ArgumentParser:
     prune.add_argument("pte", metavar="IN.pte", help="the program file to prune")
     prune.add_argument("-o", "--output", required=True, metavar="OUT.pte",
                        help="where to write the pruned program (not IN.pte)")
-    prune.add_argument(
-        "--ptd", action="append", default=[], metavar="IN.ptd",
-        help="a .ptd file with the program's external data (repeatable; needs --ptd-out)",
+    _add_data_arguments(
+        prune, "--data needs --ptd-out; the .ptd beside IN.pte is written pruned beside "
+        "OUT.pte with its stem (or into --ptd-out)",
     )
     prune.add_argument("--ptd-out", metavar="DIR",
-                       help="the directory for the pruned .ptd files, under their input names")
+                       help="where to write the pruned .ptd files, under their input names")
     prune.add_argument("--json", action="store_true", help="print the report as JSON")
     prune.add_argument(
         "--dedupe", action="store_true",
@@ -228,13 +224,7 @@ def _add_explain(commands) -> argparse.ArgumentParser:
         help="the program file; several are explained as one set (each file's bytes once, "
         "what the set stores twice duplicated, each program's own in --json)",
     )
-    explain.add_argument("--ptd", "--data", dest="ptd", action="append", default=[],
-                         metavar="FILE.ptd",
-                         help="a .ptd file with the program's external data (repeatable); with "
-                         "several programs, as share takes them (--data is the same option, "
-                         "share's and merge's word): IN.ptd for every program (what share "
-                         "writes), PROGRAM.pte=IN.ptd for one; without --ptd, each with the "
-                         ".ptd beside it with its stem, if any")
+    _add_data_arguments(explain, "each program's pairing is in the header and --json")
     explain.add_argument("--names", metavar="FILE",
                          help="a torch.export .pt2 or an ETRecord of the same model: name "
                          "constant and mutable entries by content (imports torch)")
@@ -275,12 +265,15 @@ def _add_diff(commands) -> argparse.ArgumentParser:
                       "(a set: programs matched by file name)")
     diff.add_argument("new", metavar="NEW.pte", help="the new program, or a directory of them")
     for side in ("old", "new"):
-        diff.add_argument(f"--{side}-ptd", action="append", default=[], metavar="FILE.ptd",
-                          help=f"a .ptd file of {side.upper()}.pte (repeatable; default: "
+        diff.add_argument(f"--{side}-data", action="append", default=[], metavar="IN.ptd",
+                          help=f"a .ptd {side.upper()}.pte loads with (repeatable; default: "
                           "the .ptd beside it with its stem, if any)")
+        diff.add_argument(f"--{side}-ptd", dest=f"{side}_data", action=_DeprecatedData,
+                          help=argparse.SUPPRESS)
         diff.add_argument(f"--{side}-names", metavar="FILE",
                           help=f"a .pt2 or ETRecord naming {side.upper()}.pte's entries "
                           "(imports torch)")
+    _add_data_beside(diff)
     diff.add_argument("--json", action="store_true", help="print the diff as JSON")
     diff.add_argument("--markdown", action="store_true",
                       help="print tables ready for a pull request's comment")
@@ -320,6 +313,7 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
                             "(relative to the repository, as pre-commit passes them)")
         action.add_argument("--benchmark-json", metavar="OUT.json",
                             help="also write the sizes as github-action-benchmark reads them")
+        _add_data_arguments(action, "each program's .ptd counts in its size")
     return [budget, write, check]
 
 
@@ -336,6 +330,53 @@ def _add_naming_arguments(command: argparse.ArgumentParser) -> None:
         help="a torch.export .pt2 or an ETRecord of the same model: name constant-segment "
         "entries after the state tensors with their shape and bytes (imports torch)",
     )
+
+
+class _DeprecatedData(argparse.Action):
+    """An old spelling of an input data option (`--ptd`): read for one more release, with
+    one line on stderr naming the new one."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        new = "--" + self.dest.replace("_", "-")
+        if not getattr(namespace, "_deprecation_said", False):
+            print(f"{parser.prog}: {option_string} is deprecated, say {new} (the old spelling "
+                  "goes in the next release)", file=sys.stderr)
+            namespace._deprecation_said = True
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), values])
+
+
+class _MovedOutput(argparse.Action):
+    """`--ptd` where it named an output (`share`, `merge`): refused in one line, since
+    `--ptd` names an input data file in every other command."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} no longer names the output .ptd: say --ptd-out "
+                     f"{values} (input .ptd files are --data)")
+
+
+def _add_data_beside(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--no-data-beside", dest="data_beside", action="store_false",
+        help="do not read the .ptd beside a program with its stem (a.pte: a.ptd) when no "
+        "--data names its data",
+    )
+
+
+def _add_data_arguments(command: argparse.ArgumentParser, note: str, *,
+                        old_ptd: bool = True) -> None:
+    """--data [FILE=]IN.ptd and --no-data-beside, the same words in every command
+    (`data_files`'s rule); `--ptd`, the old spelling, where it named an input."""
+    command.add_argument(
+        "--data", action="append", default=[], metavar="[FILE=]IN.ptd",
+        help="a .ptd file the programs load with (repeatable): IN.ptd for every program, "
+        "FILE=IN.ptd for the program FILE only (split at the first = that names a program, "
+        "so run=3/a.pte=run=3/a.ptd works); a program given none reads the .ptd beside it "
+        f"with its stem, if any; {note}",
+    )
+    if old_ptd:
+        command.add_argument("--ptd", dest="data", action=_DeprecatedData,
+                             help=argparse.SUPPRESS)
+    _add_data_beside(command)
 
 
 def _progress_printer():
@@ -386,9 +427,15 @@ def _sigterm_unwinds() -> Iterator[None]:
 
 
 def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    if options.ptd and options.ptd_out is None:
-        print("emitter-filter prune: --ptd needs --ptd-out DIR", file=sys.stderr)
+    from emitter_filter.ondisk.data_files import program_data
+
+    if options.data and options.ptd_out is None:
+        print("emitter-filter prune: --data needs --ptd-out DIR", file=sys.stderr)
         return EXIT_USAGE
+    data = program_data(options.pte, options.data, beside=options.data_beside)
+    # The .ptd beside IN.pte, pruned beside OUT.pte with its stem: where the rule finds it.
+    ptd_outputs = ([os.path.splitext(options.output)[0] + ".ptd"] * len(data)
+                   if data and not options.data and options.ptd_out is None else None)
     try:
         with _sigterm_unwinds():
             # The kernel copies the .pte while the rest of the file side is imported
@@ -399,15 +446,16 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
                 from emitter_filter.ondisk.prune import prune_file
 
                 report = prune_file(
-                    options.pte, options.output, options.ptd, options.ptd_out,
+                    options.pte, options.output, data, options.ptd_out,
                     progress=_progress_printer(), keep_constants=options.keep,
                     names=options.names, dedupe=options.dedupe, early=early,
+                    ptd_outputs=ptd_outputs,
                 )
     except _Terminated:
         print("emitter-filter: terminated (SIGTERM); temporary files removed", file=sys.stderr)
         return EXIT_TERMINATED
     if options.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(_paired(report.to_json(), [options.pte], [data]), indent=2))
     else:
         print(report.summary())
         if report.dedupe is not None:
@@ -441,14 +489,12 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
         "(repeatable), e.g. --method decode=decode.pte:forward; ExecuTorch's training "
         "methods of METHOD (__et_training_*_METHOD) follow it",
     )
-    merge.add_argument(
-        "--data", action="append", default=[], metavar="[FILE=]IN.ptd",
-        help="a .ptd the inputs load with (repeatable; needs --ptd or --inline): every input "
-        "may read its keys from IN.ptd, or only the input FILE with FILE=IN.ptd",
-    )
+    _add_data_arguments(merge, "an input reading a .ptd needs --ptd-out or --inline",
+                        old_ptd=False)
     where = merge.add_mutually_exclusive_group()
-    where.add_argument("--ptd", metavar="OUT.ptd",
+    where.add_argument("--ptd-out", metavar="OUT.ptd",
                        help="write the merged program's one .ptd here: every live key once")
+    merge.add_argument("--ptd", action=_MovedOutput, help=argparse.SUPPRESS)
     where.add_argument(
         "--inline", action="store_true",
         help="move the .ptd data into OUT.pte instead (external tensors into its constant "
@@ -471,6 +517,7 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
                        help="a method to keep (repeatable)")
     split.add_argument("-o", "--output", required=True, metavar="OUT.pte",
                        help="where to write the methods kept (not IN.pte)")
+    _add_data_arguments(split, "split keeps its keys: OUT.pte loads with the same .ptd")
     split.add_argument("--json", action="store_true", help="print the report as JSON")
     return merge, split
 
@@ -478,21 +525,29 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
 def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.merge import merge_files
 
+    from emitter_filter.ondisk.data_files import data_files_for
+
     with _sigterm_unwinds():
         report = merge_files(options.pte, options.output, methods=options.method,
-                             data=options.data, ptd_out=options.ptd, inline=options.inline,
-                             progress=_progress_printer())
-    print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
+                             data=options.data, ptd_out=options.ptd_out, inline=options.inline,
+                             progress=_progress_printer(), data_beside=options.data_beside)
+    data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
+    print(json.dumps(_paired(report.to_json(), options.pte, data_of), indent=2)
+          if options.json else report.summary())
     return EXIT_OK
 
 
 def _split(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.merge import split_file
 
+    from emitter_filter.ondisk.data_files import program_data
+
+    data = program_data(options.pte, options.data, beside=options.data_beside)
     with _sigterm_unwinds():
         report = split_file(options.pte, options.output, options.method,
-                            progress=_progress_printer())
-    print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
+                            progress=_progress_printer(), data=data)
+    print(json.dumps(_paired(report.to_json(), [options.pte], [data]), indent=2)
+          if options.json else report.summary())
     return EXIT_OK
 
 
@@ -515,22 +570,19 @@ def _add_share_parser(commands) -> argparse.ArgumentParser:
     share.add_argument("pte", nargs="+", metavar="IN.pte", help="the programs")
     share.add_argument("--out", required=True, metavar="DIR",
                        help="where to write the programs (under their names) and the .ptd")
-    share.add_argument("--ptd", default="shared.ptd", metavar="NAME.ptd",
-                       help="the shared .ptd's file name (default: shared.ptd)")
-    share.add_argument(
-        "--data", action="append", default=[], metavar="[FILE=]IN.ptd",
-        help="a .ptd the programs load with (repeatable), as merge takes it: every program "
-        "may read its keys from IN.ptd, or only the program FILE with FILE=IN.ptd; its "
-        "entries go into the shared .ptd. Without --data, each program reads the .ptd beside "
-        "it with its stem (heads/a.pte: heads/a.ptd), if there is one",
-    )
+    share.add_argument("--ptd-out", dest="ptd_name", default="shared.ptd", metavar="OUT.ptd",
+                       help="the shared .ptd's file name in DIR (default: shared.ptd)")
+    share.add_argument("--ptd", action=_MovedOutput, help=argparse.SUPPRESS)
+    _add_data_arguments(share, "its entries go into the shared .ptd", old_ptd=False)
     share.add_argument(
         "--min-bytes", type=_byte_count, default=None, metavar="N",
-        help="leave contents shorter than N bytes where they are (default: 1024)",
+        help="leave contents shorter than N bytes where they are (default: 1024, what "
+        "audit and explain count as stored twice)",
     )
     share.add_argument(
         "--prune", action="store_true",
-        help="first prune each program as prune does (not with --data), then share them",
+        help="first prune each program as prune does, with the .ptd beside it (not with "
+        "--data), then share them",
     )
     share.add_argument(
         "--dedupe", action="store_true",
@@ -545,9 +597,10 @@ def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.share import DEFAULT_MIN_BYTES, share_files
 
     report = share_files(
-        options.pte, options.out, ptd_paths=options.data, ptd_name=options.ptd,
+        options.pte, options.out, ptd_paths=options.data, ptd_name=options.ptd_name,
         min_bytes=DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes,
         prune=options.prune, dedupe=options.dedupe, progress=_progress_printer(),
+        data_beside=options.data_beside,
     )
     print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
     return EXIT_OK
@@ -747,69 +800,51 @@ def _copy_location(copy) -> str:
 
 
 def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    """Each set of programs that read a common `.ptd` audited as one (`audit_set`), every
+    other program alone (`audit_file`), each judged against --max-dead-bytes."""
     from emitter_filter.ondisk.audit import audit_file
-    from emitter_filter.ondisk.data_files import beside
+    from emitter_filter.ondisk.audit_set import audit_set
+    from emitter_filter.ondisk.data_files import data_files_for, sets_of
     from emitter_filter.state_names import state_file
 
-    if len(options.pte) > 1 and (options.ptd or any(beside(p) for p in options.pte)):
-        return _audit_set(options)
-    if len(options.pte) == 1:
-        pte, ptd = _one_program(options)
-        options.pte, options.ptd = [pte], ptd
+    data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
     names = state_file(options.names)
-    reports = [
-        audit_file(pte, options.ptd, keep_constants=options.keep, names=names)
-        for pte in options.pte
-    ]
+    reports = []
+    for members in sets_of(data_of):
+        if len(members) == 1:
+            [n] = members
+            reports.append(audit_file(options.pte[n], data_of[n], keep_constants=options.keep,
+                                      names=names))
+        else:
+            reports.append(audit_set([options.pte[n] for n in members],
+                                     [(options.pte[n], f) for n in members for f in data_of[n]]))
     if options.json:
-        # One file: its report; several: a list of them.
+        # One file (or one set): its report; several: a list of them.
         documents = [report.to_json() for report in reports]
         print(json.dumps(documents[0] if len(documents) == 1 else documents, indent=2))
     else:
-        print("\n\n".join(_format_audit(report, options.top) for report in reports))
+        print("\n\n".join(_format_audit(r, options.top) if hasattr(r, "spaces")
+                           else "\n".join(r.lines()) for r in reports))
     over = [
         r for r in reports
         if options.max_dead_bytes is not None and r.dead_bytes > options.max_dead_bytes
     ]
     for report in over:
+        what = (report.path if hasattr(report, "path")
+                else "the set " + ", ".join(p.path for p in report.programs))
         print(
-            f"emitter-filter: {report.path}: {report.dead_bytes:,} dead bytes > "
+            f"emitter-filter: {what}: {report.dead_bytes:,} dead bytes > "
             f"--max-dead-bytes {options.max_dead_bytes:,}",
             file=sys.stderr,
         )
     return EXIT_DEAD_BYTES if over else EXIT_OK
 
 
-def _one_program(options: argparse.Namespace) -> tuple[str, list[str]]:
-    """The one program of `audit`/`explain` and its `.ptd` files, read as a set's program
-    reads them: `--ptd` in the same words (`MODEL.pte=IN.ptd` as well as `IN.ptd`), and
-    without it the `.ptd` beside the program with its stem, if any."""
-    [pte] = options.pte
-    return pte, _data_files(pte, options.ptd)
+def _paired(document: dict, ptes: Sequence[str], data_of: Sequence[Sequence[str]]) -> dict:
+    """A report's JSON with which `.ptd` files each program was read with (`"data"`)."""
+    from emitter_filter.ondisk.data_files import pairing_json
 
-
-def _data_files(pte: str, ptd: Sequence[str]) -> list[str]:
-    """The `.ptd` files one program reads (`data_files.data_files_for`)."""
-    from emitter_filter.ondisk.data_files import data_files_for
-
-    return data_files_for([pte], ptd)[0]
-
-
-def _audit_set(options: argparse.Namespace) -> int:
-    """`audit A.pte B.pte --ptd shared.ptd` (what `share` writes), or programs with `.ptd`
-    files of their own: the programs as one set."""
-    from emitter_filter.ondisk.audit_set import audit_set
-
-    report = audit_set(options.pte, options.ptd)
-    print(json.dumps(report.to_json(), indent=2) if options.json else "\n".join(report.lines()))
-    if options.max_dead_bytes is not None and report.dead_bytes > options.max_dead_bytes:
-        print(
-            f"emitter-filter: the set has {report.dead_bytes:,} dead bytes > "
-            f"--max-dead-bytes {options.max_dead_bytes:,}",
-            file=sys.stderr,
-        )
-        return EXIT_DEAD_BYTES
-    return EXIT_OK
+    return {**document, "data": pairing_json(ptes, data_of)}
 
 
 def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
@@ -825,12 +860,14 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
             return EXIT_USAGE
         from emitter_filter.ondisk.explain_set import explain_set
 
-        explanation = explain_set(options.pte, options.ptd)
+        explanation = explain_set(options.pte, options.data, data_beside=options.data_beside)
     else:
+        from emitter_filter.ondisk.data_files import program_data
         from emitter_filter.ondisk.explain import explain_file
 
-        options.pte, options.ptd = _one_program(options)
-        explanation = explain_file(options.pte, options.ptd, names=options.names)
+        [options.pte] = options.pte
+        options.data = program_data(options.pte, options.data, beside=options.data_beside)
+        explanation = explain_file(options.pte, options.data, names=options.names)
     if options.html:
         from emitter_filter.ondisk.explain_page import write_explain_page
 
@@ -843,9 +880,9 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
         from emitter_filter.ondisk.output import write_text
 
         value = options.value or "bytes"
-        document = node_data_file(options.pte, options.ptd, value, names=options.names)
+        document = node_data_file(options.pte, options.data, value, names=options.names)
         write_text(options.node_data, json.dumps(document, indent=2) + "\n",
-                   inputs=[options.pte, *options.ptd])
+                   inputs=[options.pte, *options.data])
         print(f"wrote {options.node_data}: Model Explorer node data ({value} per node "
               f"of {len(document)} graph(s))", file=sys.stderr)
     if options.json:
@@ -873,20 +910,29 @@ def _diff(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
                   "give two directories (sets of programs, each with its .ptd files beside "
                   "it) or two .pte files", file=sys.stderr)
             return EXIT_USAGE
-        if options.old_ptd or options.new_ptd or options.old_names or options.new_names:
-            print("emitter-filter diff: --old-ptd, --new-ptd and the --*-names options take "
+        if options.old_data or options.new_data or options.old_names or options.new_names:
+            print("emitter-filter diff: --old-data, --new-data and the --*-names options take "
                   "two .pte files; two directories pair each program with the .ptd beside it",
                   file=sys.stderr)
             return EXIT_USAGE
         from emitter_filter.ondisk.diff_set import diff_sets
 
-        result = diff_sets(options.old, options.new)
+        result = diff_sets(options.old, options.new, data_beside=options.data_beside)
+        pairing = result.pairing()
     else:
-        result = diff_files(options.old, options.new, _data_files(options.old, options.old_ptd),
-                            _data_files(options.new, options.new_ptd),
+        from emitter_filter.ondisk.data_files import data_files_for, program_data
+
+        if options.old_data or options.new_data:
+            old_data = program_data(options.old, options.old_data, beside=options.data_beside)
+            new_data = program_data(options.new, options.new_data, beside=options.data_beside)
+        else:  # one call: one warning for a .ptd beside both that cannot be read
+            old_data, new_data = data_files_for([options.old, options.new],
+                                                beside=options.data_beside)
+        result = diff_files(options.old, options.new, old_data, new_data,
                             old_names=options.old_names, new_names=options.new_names)
+        pairing = ([options.old, options.new], [old_data, new_data])
     if options.json:
-        print(json.dumps(result.to_json(), indent=2))
+        print(json.dumps(_paired(result.to_json(), *pairing), indent=2))
     elif options.markdown:
         print(result.to_markdown(options.top))
     else:
@@ -920,12 +966,14 @@ def _budget(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int
     from emitter_filter.ondisk.output import write_text
 
     if options.budget_action == "write":
-        _, explanations = write_budget(options.pte, options.output)
+        _, explanations = write_budget(options.pte, options.output, options.data,
+                                       data_beside=options.data_beside)
         print(f"wrote {options.output}: " + ", ".join(
             f"{e.path} {e.file_bytes:,} B" for e in explanations))
         over = []
     else:
-        checks = check_budget(options.pte, read_budget(options.budget), options.tolerance)
+        checks = check_budget(options.pte, read_budget(options.budget), options.tolerance,
+                              options.data, data_beside=options.data_beside)
         explanations = [c.explanation for c in checks]
         for check in checks:
             print(check.summary())
@@ -994,8 +1042,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     # One INFO line per prune is the point of `run`: show it unless asked for more.
-    # `prune` prints its own summary on stdout, so it logs only when asked to.
-    quiet = options.command in ("prune", "share", "merge", "split") and not options.verbose
+    # The file commands print their own results on stdout, so they log INFO (which .ptd
+    # a program reads, say) only when asked to: an error stays one line.
+    quiet = options.command != "run" and not options.verbose
     logging.getLogger("emitter_filter").setLevel(
         logging.DEBUG if options.verbose > 1 else logging.WARNING if quiet else logging.INFO
     )

@@ -60,7 +60,7 @@ from emitter_filter.ondisk.analysis import (
     keep_ptd_key,
 )
 from emitter_filter.ondisk.byte_source import ByteSource, Piece, StoredSpan
-from emitter_filter.ondisk.data_files import data_files_of, input_of
+from emitter_filter.ondisk.data_files import data_files_for, input_of
 from emitter_filter.ondisk.layout import (
     PtdLayout,
     PteLayout,
@@ -601,6 +601,15 @@ def _dropped_bytes(items: Sequence[_Input]) -> int:
                if not (d.space == "named_data" and d.name in kept))
 
 
+def _where_data_goes(inputs, data, data_of) -> str:
+    """The message for data files read with neither `--ptd-out` nor `--inline`."""
+    if data:
+        return "merge: with --data, give --ptd-out OUT.ptd or --inline (one of them)"
+    pte, files = next((p, f) for p, f in zip(inputs, data_of) if f)
+    return (f"merge: {pte} reads {files[0]}, the .ptd beside it: give --ptd-out OUT.ptd or "
+            "--inline for its data, or --no-data-beside to read it without")
+
+
 def merge_files(
     inputs: Sequence[str | os.PathLike],
     output: str | os.PathLike,
@@ -610,6 +619,7 @@ def merge_files(
     ptd_out: str | os.PathLike | None = None,
     inline: bool = False,
     progress: ProgressFn | None = None,
+    data_beside: bool = True,
 ) -> MergeReport:
     """Writes the programs of `inputs` as one `.pte` whose methods are all of theirs.
 
@@ -623,7 +633,9 @@ def merge_files(
         data: The `.ptd` files the inputs load with: `IN.ptd`, which every input may
             read its keys from, or `FILE=IN.ptd` (or a (FILE, IN.ptd) tuple), read only
             by the input FILE (as `methods` names it): where separate exports name
-            different tensors alike. Not modified.
+            different tensors alike. An input given none reads the `.ptd` beside it
+            with its stem, unless `data_beside` is False (`data_files.data_files_for`).
+            Not modified.
         ptd_out: With `data`: where to write the merged program's one `.ptd`, each
             live key of the inputs' once.
         inline: With `data`, instead: move the external tensors into the constant
@@ -643,10 +655,10 @@ def merge_files(
     ptd_out = None if ptd_out is None else os.fspath(ptd_out)
     if not inputs:
         raise MethodSetError("merge: no programs given")
-    if data and (ptd_out is None) == (not inline):
-        raise MethodSetError("merge: with --data, give --ptd OUT.ptd or --inline (one of them)")
     renames = [parse_method(m) if isinstance(m, str) else m for m in methods]
-    data_of = data_files_of(inputs, data)
+    data_of = data_files_for(inputs, data, beside=data_beside)
+    if any(data_of) and (ptd_out is None) == (not inline):
+        raise MethodSetError(_where_data_goes(inputs, data, data_of))
     data = list(dict.fromkeys(p for files in data_of for p in files))
     check_outputs([*inputs, *data], [output, *([ptd_out] if ptd_out else [])], "merge")
     reads = [read_pte_program(path, files) for path, files in zip(inputs, data_of)]
@@ -736,9 +748,13 @@ def split_file(
     methods: Sequence[str],
     *,
     progress: ProgressFn | None = None,
+    data: Sequence[str | os.PathLike] = (),
 ) -> FilePruneReport:
     """Writes the methods `methods` of `src` with only what they read, as `prune` does;
     ExecuTorch's training methods of a method kept (`__et_training_*_METHOD`) are kept too.
+
+    `data`: the `.ptd` files `src` loads with (`data_files.program_data`), read to check
+    them; their keys are kept, so the output loads with the same files.
 
     Raises:
         MethodSetError: No method is named, one is not in `src`, or `src` reads a `.ptd`.
@@ -748,15 +764,17 @@ def split_file(
     src, dst = os.fspath(src), os.fspath(dst)
     if not methods:
         raise MethodSetError(f"{src}: split needs a --method to keep")
-    check_outputs([src], [dst], "split")
-    read = read_pte_program(src)
+    data = [os.fspath(p) for p in data]
+    check_outputs([src, *data], [dst], "split")
+    read = read_pte_program(src, data)
     present = _plan_names(read)
     missing = [m for m in methods if m not in present]
     if missing:
         raise MethodSetError(f"{src} has no method {missing[0]!r} (it has {', '.join(present)})")
     external = len(read.pte.entries[DataSpace.EXTERNAL])
     if external:
-        raise MethodSetError(f"{src}: reads {external} tensor(s) from a .ptd; split takes a "
+        raise MethodSetError(f"{src}: reads {external} tensor(s) from a .ptd"
+                             f"{' (' + ', '.join(data) + ')' if data else ''}; split takes a "
                              "program whose data is in the .pte (merge --inline makes one)")
     # A method's training methods (`__et_training_*_METHOD`) go with it, as in merge.
     methods = [name for name in present if name in methods or (
