@@ -125,6 +125,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     audit.add_argument("--top", type=_byte_count, default=None, metavar="N",
                        help="list the N largest dead entries (default: all; --json: all)")
+    _add_min_bytes(audit)
     _add_naming_arguments(audit)
 
     prune = commands.add_parser(
@@ -229,6 +230,7 @@ def _add_explain(commands) -> argparse.ArgumentParser:
                          help="a torch.export .pt2 or an ETRecord of the same model: name "
                          "constant and mutable entries by content (imports torch)")
     explain.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    _add_min_bytes(explain)
     explain.add_argument("--html", metavar="OUT.html",
                          help="also write a self-contained page with a treemap of the bytes")
     explain.add_argument("--top", type=_byte_count, default=None, metavar="N",
@@ -352,6 +354,20 @@ class _MovedOutput(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         parser.error(f"{option_string} no longer names the output .ptd: say --ptd-out "
                      f"{values} (input .ptd files are --data)")
+
+
+def _add_min_bytes(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--min-bytes", type=_byte_count, default=None, metavar="N",
+        help="of several programs, count contents shorter than N bytes in more than one file "
+        "as share does: not duplicated (default: share's, 1024)",
+    )
+
+
+def _min_bytes(options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.share_find import DEFAULT_MIN_BYTES
+
+    return DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes
 
 
 def _add_data_beside(command: argparse.ArgumentParser) -> None:
@@ -817,7 +833,8 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
                                       names=names))
         else:
             reports.append(audit_set([options.pte[n] for n in members],
-                                     [(options.pte[n], f) for n in members for f in data_of[n]]))
+                                     [(options.pte[n], f) for n in members for f in data_of[n]],
+                                     min_bytes=_min_bytes(options)))
     if options.json:
         # One file (or one set): its report; several: a list of them.
         documents = [report.to_json() for report in reports]
@@ -825,6 +842,8 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     else:
         print("\n\n".join(_format_audit(r, options.top) if hasattr(r, "spaces")
                            else "\n".join(r.lines()) for r in reports))
+        if len(reports) > 1:
+            print(_stored_twice(options, data_of))
     over = [
         r for r in reports
         if options.max_dead_bytes is not None and r.dead_bytes > options.max_dead_bytes
@@ -838,6 +857,18 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_DEAD_BYTES if over else EXIT_OK
+
+
+def _stored_twice(options: argparse.Namespace, data_of) -> str:
+    """Of programs audited apart: the bytes they store in more than one file, which share
+    would store once (`audit_set`'s count, not a verdict)."""
+    from emitter_filter.ondisk.audit_set import audit_set
+
+    every = audit_set(options.pte, [(p, f) for p, files in zip(options.pte, data_of)
+                                    for f in files], min_bytes=_min_bytes(options))
+    return (f"\nthe {len(options.pte)} programs: {every.duplicated_bytes:,} B stored in more than "
+            f"one file ({len(every.shared)} contents of --min-bytes {_min_bytes(options):,} or "
+            "more, what share stores once)")
 
 
 def _paired(document: dict, ptes: Sequence[str], data_of: Sequence[Sequence[str]]) -> dict:
@@ -860,7 +891,8 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
             return EXIT_USAGE
         from emitter_filter.ondisk.explain_set import explain_set
 
-        explanation = explain_set(options.pte, options.data, data_beside=options.data_beside)
+        explanation = explain_set(options.pte, options.data, data_beside=options.data_beside,
+                                  min_bytes=_min_bytes(options))
     else:
         from emitter_filter.ondisk.data_files import program_data
         from emitter_filter.ondisk.explain import explain_file

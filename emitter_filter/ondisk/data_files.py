@@ -22,6 +22,7 @@ import os
 from collections.abc import Sequence
 
 from emitter_filter.errors import MethodSetError, PteFormatError
+from emitter_filter.ondisk.byte_source import ByteSource
 
 __all__ = ["input_of", "data_files_of", "beside", "data_files_for", "program_data",
            "sets_of", "pairing_json"]
@@ -95,7 +96,48 @@ def data_files_of(inputs: Sequence[str], data) -> list[list[str]]:
             own[input_of(file, inputs)].append(ptd)
         else:
             every.append(ptd)
-    return [_once([*every, *files]) for files in own]
+    return [_without_copies(pte, _once([*every, *files])) for pte, files in zip(inputs, own)]
+
+
+def _without_copies(pte: str, paths: list[str]) -> list[str]:
+    """`paths` without a `.ptd` whose every key an earlier one holds with equal bytes (a
+    copy given as well); refuses one key with other bytes in two of them.
+
+    The runtime merges a program's data files by key and refuses a key two of them
+    hold; a copy adds nothing to read, and a key with two contents has no answer.
+    """
+    if len(paths) < 2:
+        return paths
+    from emitter_filter.ondisk.read_ptd import read_ptd
+
+    ptds = [read_ptd(p) for p in paths]
+    held: dict[str, tuple] = {}
+    kept = []
+    for ptd in ptds:
+        common = [key for key in ptd.named_data if key in held]
+        for key in common:
+            first, entry = held[key], ptd.named_data[key]
+            if not _equal_bytes(first, entry):
+                raise PteFormatError(
+                    ptd.path, f"named data {key!r} ({entry.nbytes:,} B) holds other bytes than "
+                    f"{key!r} in {first.file} ({first.nbytes:,} B), and {pte} loads with both")
+        if common and len(common) == len(ptd.named_data):
+            logger.info("%s: every key also in %s with equal bytes: read once",
+                        ptd.path, held[common[0]].file)
+            continue
+        kept.append(ptd.path)
+        for key, entry in ptd.named_data.items():
+            held.setdefault(key, entry)
+    return kept
+
+
+def _equal_bytes(a, b) -> bool:
+    """Whether two named-data entries (`file_model.NamedData`) hold equal bytes."""
+    if a.nbytes != b.nbytes:
+        return False
+    with ByteSource(a.file) as first, ByteSource(b.file) as second:
+        return (first.sha256(a.offset, a.nbytes, a.key)
+                == second.sha256(b.offset, b.nbytes, b.key))
 
 
 def beside(pte: str) -> str | None:
