@@ -541,15 +541,11 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
 def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.merge import merge_files
 
-    from emitter_filter.ondisk.data_files import data_files_for
-
     with _sigterm_unwinds():
         report = merge_files(options.pte, options.output, methods=options.method,
                              data=options.data, ptd_out=options.ptd_out, inline=options.inline,
                              progress=_progress_printer(), data_beside=options.data_beside)
-    data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
-    print(json.dumps(_paired(report.to_json(), options.pte, data_of), indent=2)
-          if options.json else report.summary())
+    print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
     return EXIT_OK
 
 

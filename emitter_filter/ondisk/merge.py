@@ -138,6 +138,7 @@ class MergeReport:
             several inputs (constants, delegate blobs, named data).
         dropped: The inputs' dead bytes (`audit`'s one count), not written.
         seconds: Wall time.
+        data: The `.ptd` files each input was read with (`data_files.data_files_for`).
     """
 
     inputs: tuple[str, ...]
@@ -149,10 +150,12 @@ class MergeReport:
     stored_once: int
     dropped: int
     seconds: float
+    data: tuple[tuple[str, ...], ...] = ()
 
     def to_json(self) -> dict:
         return {
             "schema": JSON_SCHEMA,
+            "data": [{"program": p, "data": list(f)} for p, f in zip(self.inputs, self.data)],
             "inputs": list(self.inputs),
             "output": self.output,
             "ptd_output": self.ptd_output,
@@ -695,6 +698,7 @@ def merge_files(
         # What the inputs' live references read, against what the output holds for them.
         stored_once=max(live - written, 0), dropped=dropped,
         seconds=time.perf_counter() - started,
+        data=tuple(tuple(files) for files in data_of),
     )
     logger.info("%s", report.summary())
     return report
