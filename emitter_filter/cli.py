@@ -315,7 +315,7 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
                             "(relative to the repository, as pre-commit passes them)")
         action.add_argument("--benchmark-json", metavar="OUT.json",
                             help="also write the sizes as github-action-benchmark reads them")
-        _add_data_arguments(action, "each program's .ptd counts in its size")
+        _add_data_arguments(action, "each program's .ptd counts in its size", old_ptd=False)
     return [budget, write, check]
 
 
@@ -533,7 +533,8 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
                        help="a method to keep (repeatable)")
     split.add_argument("-o", "--output", required=True, metavar="OUT.pte",
                        help="where to write the methods kept (not IN.pte)")
-    _add_data_arguments(split, "split keeps its keys: OUT.pte loads with the same .ptd")
+    _add_data_arguments(split, "split keeps its keys: OUT.pte loads with the same .ptd",
+                        old_ptd=False)
     split.add_argument("--json", action="store_true", help="print the report as JSON")
     return merge, split
 

@@ -70,7 +70,7 @@ class SetAuditReport:
         return sum(c.saved_bytes for c in self.shared)
 
     def lines(self) -> list[str]:
-        """The text `audit A.pte B.pte --ptd shared.ptd` prints."""
+        """The text `audit A.pte B.pte --data shared.ptd` prints."""
         lines = [
             f"{p.path}: {p.file_bytes:,} B, reads {p.ptd_bytes:,} B of the .ptd; "
             f"{p.dead_bytes:,} B dead"

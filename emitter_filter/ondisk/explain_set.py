@@ -1,4 +1,4 @@
-"""`explain A.pte B.pte ... [--ptd [FILE=]IN.ptd]`: every byte of a set of files an app ships.
+"""`explain A.pte B.pte ... [--data [FILE=]IN.ptd]`: every byte of a set of files an app ships.
 
 Each program is explained as `explain_file` explains it (with the `.ptd` files it loads
 with: `data_files.data_files_for`), then the set is made of their parts:
