@@ -174,6 +174,7 @@ class ShareReport:
             **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
             "programs": [dataclasses.asdict(p) for p in self.programs],
             "saved_bytes": self.saved_bytes,
+            "data": [{"program": p.path, "data": list(p.data)} for p in self.programs],
         }
 
 

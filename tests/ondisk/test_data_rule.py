@@ -111,6 +111,43 @@ def test_a_stale_ptd_beside_a_program_is_dead_until_pruned_or_not_looked_for(tmp
     assert stale["dead_bytes"] - off["dead_bytes"] >= ptd_bytes // 2 > 0
 
 
+EVERY_COMMAND = {
+    "audit": ["audit", "{pte}", "--json"],
+    "explain": ["explain", "{pte}", "--json"],
+    "prune": ["prune", "{pte}", "-o", "{out}/p.pte", "--json"],
+    "diff": ["diff", "{pte}", "{pte}", "--json"],
+    "budget": ["budget", "write", "{pte}", "-o", "{out}/budget.json"],
+    "share": ["share", "{pte}", "--out", "{out}/s", "--json"],
+    "merge": ["merge", "{pte}", "-o", "{out}/m.pte", "--inline", "--json"],
+    "split": ["split", "{pte}", "--method", "forward", "-o", "{out}/x.pte", "--json"],
+}
+
+
+@pytest.mark.parametrize("case", ["beside", "off", "stale"])
+@pytest.mark.parametrize("command", EVERY_COMMAND)
+def test_every_command_reads_the_ptd_beside_a_program_unless_told_not_to(
+        tmp_path, capsys, command, case):
+    pte, flags = _case(tmp_path, case)
+    read = [] if case == "off" else [str(pte.with_suffix(".ptd"))]
+    out = tmp_path / "out"
+    out.mkdir()
+    code = main([a.format(pte=pte, out=out) for a in EVERY_COMMAND[command]] + flags)
+    captured = capsys.readouterr()
+    # The external program: split refuses its tensors in a .ptd; without its .ptd, the
+    # writers that need the bytes refuse it. One line, naming the .ptd where one was read.
+    if (command == "split" and case == "beside") or (
+            command in ("share", "merge", "split") and case == "off"):
+        assert code == 2 and captured.err.count("\n") == 1 and ".ptd" in captured.err
+        assert all(part in captured.err for part in read)
+        return
+    assert code == 0, captured.err
+    if command == "budget":
+        assert json.loads((out / "budget.json").read_text())["files"][str(pte)]["data"] == read
+        return
+    pairs = json.loads(captured.out)["data"]
+    assert {(p["program"], tuple(p["data"])) for p in pairs} == {(str(pte), tuple(read))}
+
+
 @pytest.mark.parametrize("argv", [
     ["audit", "{pte}"],
     ["explain", "{pte}"],
