@@ -846,13 +846,13 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         if options.max_dead_bytes is not None and r.dead_bytes > options.max_dead_bytes
     ]
     for report in over:
-        what = (report.path if hasattr(report, "path")
-                else "the set " + ", ".join(p.path for p in report.programs))
-        print(
-            f"emitter-filter: {what}: {report.dead_bytes:,} dead bytes > "
-            f"--max-dead-bytes {options.max_dead_bytes:,}",
-            file=sys.stderr,
-        )
+        limit = f"--max-dead-bytes {options.max_dead_bytes:,}"
+        if hasattr(report, "path"):
+            line = f"{report.path}: {report.dead_bytes:,} dead bytes > {limit}"
+        else:
+            line = (f"the set has {report.dead_bytes:,} dead bytes > {limit} "
+                    f"({', '.join(p.path for p in report.programs)})")
+        print(f"emitter-filter: {line}", file=sys.stderr)
     return EXIT_DEAD_BYTES if over else EXIT_OK
 
 

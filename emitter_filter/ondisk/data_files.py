@@ -12,6 +12,10 @@ The words are `--data [FILE=]IN.ptd` in every command (`merge`, `share`, `audit`
 `(FILE, IN.ptd)` tuple) by the input FILE only, where separately exported programs name
 different weights alike (both heads' `head.weight`). The spec is split at the first `=`
 whose left part names an input, so that a path holding `=` (`run=3/a.ptd`) can be named.
+A file given twice is read once, as is a copy of one (every key with equal bytes); one key
+with other bytes in two files a program reads is refused. Programs that read a common file
+form a set (`sets_of`): its bytes are judged against all its readers, every other program
+alone.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from collections.abc import Sequence
 
 from emitter_filter.errors import MethodSetError, PteFormatError
 from emitter_filter.ondisk.byte_source import ByteSource
+from emitter_filter.ondisk.file_model import NamedData
+from emitter_filter.ondisk.read_ptd import read_ptd
 
 __all__ = ["input_of", "data_files_of", "beside", "data_files_for", "program_data",
            "sets_of", "pairing_json"]
@@ -108,10 +114,8 @@ def _without_copies(pte: str, paths: list[str]) -> list[str]:
     """
     if len(paths) < 2:
         return paths
-    from emitter_filter.ondisk.read_ptd import read_ptd
-
     ptds = [read_ptd(p) for p in paths]
-    held: dict[str, tuple] = {}
+    held: dict[str, NamedData] = {}
     kept = []
     for ptd in ptds:
         common = [key for key in ptd.named_data if key in held]
@@ -131,8 +135,8 @@ def _without_copies(pte: str, paths: list[str]) -> list[str]:
     return kept
 
 
-def _equal_bytes(a, b) -> bool:
-    """Whether two named-data entries (`file_model.NamedData`) hold equal bytes."""
+def _equal_bytes(a: NamedData, b: NamedData) -> bool:
+    """Whether two named-data entries hold equal bytes."""
     if a.nbytes != b.nbytes:
         return False
     with ByteSource(a.file) as first, ByteSource(b.file) as second:
@@ -149,8 +153,6 @@ def beside(pte: str) -> str | None:
 def _readable_beside(pte: str, warned: set[str]) -> str | None:
     """`beside(pte)` if it can be read as a `.ptd`; else None, with one warning (once
     per file in `warned`)."""
-    from emitter_filter.ondisk.read_ptd import read_ptd
-
     ptd = beside(pte)
     if ptd is None:
         return None
