@@ -116,13 +116,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "pte", nargs="+", metavar="MODEL.pte",
         help="the program file; several are audited in turn (as a pre-commit hook passes them)",
     )
-    audit.add_argument(
-        "--ptd", "--data", dest="ptd", action="append", default=[], metavar="FILE.ptd",
-        help="a .ptd file with the program's external constants (repeatable). Several "
-        "programs are audited as one set with the .ptd files they load with, as share "
-        "takes them (--data is the same option, share's and merge's word): IN.ptd for "
-        "every program (what share writes), PROGRAM.pte=IN.ptd for one; without --ptd, "
-        "each with the .ptd beside it with its stem, if any",
+    _add_data_arguments(
+        audit, "programs that read a common .ptd (what share writes) are audited as one set, "
+        "its bytes judged against all its readers; every other program alone",
     )
     audit.add_argument("--json", action="store_true", help="print the report as JSON")
     audit.add_argument(
@@ -136,6 +132,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="exit 1 if an external tensor or named-data key is in none of the .ptd files "
         "given (or beside the program): a .pte shipped without its weights (a CI gate)",
     )
+    _add_min_bytes(audit)
     _add_naming_arguments(audit)
 
     prune = commands.add_parser(
@@ -151,12 +148,12 @@ def _build_parser() -> argparse.ArgumentParser:
     prune.add_argument("pte", metavar="IN.pte", help="the program file to prune")
     prune.add_argument("-o", "--output", required=True, metavar="OUT.pte",
                        help="where to write the pruned program (not IN.pte)")
-    prune.add_argument(
-        "--ptd", action="append", default=[], metavar="IN.ptd",
-        help="a .ptd file with the program's external data (repeatable; needs --ptd-out)",
+    _add_data_arguments(
+        prune, "--data needs --ptd-out; the .ptd beside IN.pte is written pruned beside "
+        "OUT.pte with its stem (or into --ptd-out)",
     )
     prune.add_argument("--ptd-out", metavar="DIR",
-                       help="the directory for the pruned .ptd files, under their input names")
+                       help="where to write the pruned .ptd files, under their input names")
     prune.add_argument("--json", action="store_true", help="print the report as JSON")
     prune.add_argument(
         "--dedupe", action="store_true",
@@ -235,17 +232,12 @@ def _add_explain(commands) -> argparse.ArgumentParser:
         help="the program file; several are explained as one set (each file's bytes once, "
         "what the set stores twice duplicated, each program's own in --json)",
     )
-    explain.add_argument("--ptd", "--data", dest="ptd", action="append", default=[],
-                         metavar="FILE.ptd",
-                         help="a .ptd file with the program's external data (repeatable); with "
-                         "several programs, as share takes them (--data is the same option, "
-                         "share's and merge's word): IN.ptd for every program (what share "
-                         "writes), PROGRAM.pte=IN.ptd for one; without --ptd, each with the "
-                         ".ptd beside it with its stem, if any")
+    _add_data_arguments(explain, "each program's pairing is in the header and --json")
     explain.add_argument("--names", metavar="FILE",
                          help="a torch.export .pt2 or an ETRecord of the same model: name "
                          "constant and mutable entries by content (imports torch)")
     explain.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    _add_min_bytes(explain)
     explain.add_argument("--html", metavar="OUT.html",
                          help="also write a self-contained page with a treemap of the bytes")
     explain.add_argument("--top", type=_byte_count, default=None, metavar="N",
@@ -282,12 +274,15 @@ def _add_diff(commands) -> argparse.ArgumentParser:
                       "(a set: programs matched by file name)")
     diff.add_argument("new", metavar="NEW.pte", help="the new program, or a directory of them")
     for side in ("old", "new"):
-        diff.add_argument(f"--{side}-ptd", action="append", default=[], metavar="FILE.ptd",
-                          help=f"a .ptd file of {side.upper()}.pte (repeatable; default: "
+        diff.add_argument(f"--{side}-data", action="append", default=[], metavar="IN.ptd",
+                          help=f"a .ptd {side.upper()}.pte loads with (repeatable; default: "
                           "the .ptd beside it with its stem, if any)")
+        diff.add_argument(f"--{side}-ptd", dest=f"{side}_data", action=_DeprecatedData,
+                          help=argparse.SUPPRESS)
         diff.add_argument(f"--{side}-names", metavar="FILE",
                           help=f"a .pt2 or ETRecord naming {side.upper()}.pte's entries "
                           "(imports torch)")
+    _add_data_beside(diff)
     diff.add_argument("--json", action="store_true", help="print the diff as JSON")
     diff.add_argument("--markdown", action="store_true",
                       help="print tables ready for a pull request's comment")
@@ -327,6 +322,7 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
                             "(relative to the repository, as pre-commit passes them)")
         action.add_argument("--benchmark-json", metavar="OUT.json",
                             help="also write the sizes as github-action-benchmark reads them")
+        _add_data_arguments(action, "each program's .ptd counts in its size", old_ptd=False)
     return [budget, write, check]
 
 
@@ -343,6 +339,67 @@ def _add_naming_arguments(command: argparse.ArgumentParser) -> None:
         help="a torch.export .pt2 or an ETRecord of the same model: name constant-segment "
         "entries after the state tensors with their shape and bytes (imports torch)",
     )
+
+
+class _DeprecatedData(argparse.Action):
+    """An old spelling of an input data option (`--ptd`): read for one more release, with
+    one line on stderr naming the new one."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        new = "--" + self.dest.replace("_", "-")
+        if not getattr(namespace, "_deprecation_said", False):
+            print(f"{parser.prog}: {option_string} is deprecated, say {new} (the old spelling "
+                  "goes in the next release)", file=sys.stderr)
+            namespace._deprecation_said = True
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), values])
+
+
+class _MovedOutput(argparse.Action):
+    """`--ptd` where it named an output (`share`, `merge`): refused in one line, since
+    `--ptd` names an input data file in every other command."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} no longer names the output .ptd: say --ptd-out "
+                     f"{values} (input .ptd files are --data)")
+
+
+def _add_min_bytes(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--min-bytes", type=_byte_count, default=None, metavar="N",
+        help="of several programs, count contents shorter than N bytes in more than one file "
+        "as share does: not duplicated (default: share's, 1024)",
+    )
+
+
+def _min_bytes(options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.share_find import DEFAULT_MIN_BYTES
+
+    return DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes
+
+
+def _add_data_beside(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--no-data-beside", dest="data_beside", action="store_false",
+        help="do not read the .ptd beside a program with its stem (a.pte: a.ptd) when no "
+        "--data names its data",
+    )
+
+
+def _add_data_arguments(command: argparse.ArgumentParser, note: str, *,
+                        old_ptd: bool = True) -> None:
+    """--data [FILE=]IN.ptd and --no-data-beside, the same words in every command
+    (`data_files`'s rule); `--ptd`, the old spelling, where it named an input."""
+    command.add_argument(
+        "--data", action="append", default=[], metavar="[FILE=]IN.ptd",
+        help="a .ptd file the programs load with (repeatable): IN.ptd for every program, "
+        "FILE=IN.ptd for the program FILE only (split at the first = that names a program, "
+        "so run=3/a.pte=run=3/a.ptd works); a program given none reads the .ptd beside it "
+        f"with its stem, if any; {note}",
+    )
+    if old_ptd:
+        command.add_argument("--ptd", dest="data", action=_DeprecatedData,
+                             help=argparse.SUPPRESS)
+    _add_data_beside(command)
 
 
 def _progress_printer():
@@ -393,9 +450,15 @@ def _sigterm_unwinds() -> Iterator[None]:
 
 
 def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    if options.ptd and options.ptd_out is None:
-        print("emitter-filter prune: --ptd needs --ptd-out DIR", file=sys.stderr)
+    from emitter_filter.ondisk.data_files import program_data
+
+    if options.data and options.ptd_out is None:
+        print("emitter-filter prune: --data needs --ptd-out DIR", file=sys.stderr)
         return EXIT_USAGE
+    data = program_data(options.pte, options.data, beside=options.data_beside)
+    # The .ptd beside IN.pte, pruned beside OUT.pte with its stem: where the rule finds it.
+    ptd_outputs = ([os.path.splitext(options.output)[0] + ".ptd"] * len(data)
+                   if data and not options.data and options.ptd_out is None else None)
     try:
         with _sigterm_unwinds():
             # The kernel copies the .pte while the rest of the file side is imported
@@ -406,15 +469,16 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
                 from emitter_filter.ondisk.prune import prune_file
 
                 report = prune_file(
-                    options.pte, options.output, options.ptd, options.ptd_out,
+                    options.pte, options.output, data, options.ptd_out,
                     progress=_progress_printer(), keep_constants=options.keep,
                     names=options.names, dedupe=options.dedupe, early=early,
+                    ptd_outputs=ptd_outputs,
                 )
     except _Terminated:
         print("emitter-filter: terminated (SIGTERM); temporary files removed", file=sys.stderr)
         return EXIT_TERMINATED
     if options.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(_paired(report.to_json(), [options.pte], [data]), indent=2))
     else:
         print(report.summary())
         if report.dedupe is not None:
@@ -469,14 +533,12 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
         help="also store once what repeats within OUT, as prune --dedupe does (named data "
         "that repeats a constant: a tied embedding lowered to XNNPACK)",
     )
-    merge.add_argument(
-        "--data", action="append", default=[], metavar="[FILE=]IN.ptd",
-        help="a .ptd the inputs load with (repeatable; needs --ptd or --inline): every input "
-        "may read its keys from IN.ptd, or only the input FILE with FILE=IN.ptd",
-    )
+    _add_data_arguments(merge, "an input reading a .ptd needs --ptd-out or --inline",
+                        old_ptd=False)
     where = merge.add_mutually_exclusive_group()
-    where.add_argument("--ptd", metavar="OUT.ptd",
+    where.add_argument("--ptd-out", metavar="OUT.ptd",
                        help="write the merged program's one .ptd here: every live key once")
+    merge.add_argument("--ptd", action=_MovedOutput, help=argparse.SUPPRESS)
     where.add_argument(
         "--inline", action="store_true",
         help="move the .ptd data into OUT.pte instead (external tensors into its constant "
@@ -500,6 +562,8 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
                        "e.g. --method forward=score for an app that calls forward")
     split.add_argument("-o", "--output", required=True, metavar="OUT.pte",
                        help="where to write the methods kept (not IN.pte)")
+    _add_data_arguments(split, "split keeps its keys: OUT.pte loads with the same .ptd",
+                        old_ptd=False)
     split.add_argument("--json", action="store_true", help="print the report as JSON")
     return merge, split
 
@@ -510,8 +574,9 @@ def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     with _sigterm_unwinds():
         report = merge_files(options.pte, options.output, methods=options.method,
                              prefixes=options.prefix, drops=options.drop, data=options.data,
-                             ptd_out=options.ptd, inline=options.inline, dedupe=options.dedupe,
-                             progress=_progress_printer())
+                             ptd_out=options.ptd_out, inline=options.inline,
+                             dedupe=options.dedupe, progress=_progress_printer(),
+                             data_beside=options.data_beside)
     print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
     return EXIT_OK
 
@@ -519,10 +584,14 @@ def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 def _split(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.merge import split_file
 
+    from emitter_filter.ondisk.data_files import program_data
+
+    data = program_data(options.pte, options.data, beside=options.data_beside)
     with _sigterm_unwinds():
         report = split_file(options.pte, options.output, options.method,
-                            progress=_progress_printer())
-    print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
+                            progress=_progress_printer(), data=data)
+    print(json.dumps(_paired(report.to_json(), [options.pte], [data]), indent=2)
+          if options.json else report.summary())
     return EXIT_OK
 
 
@@ -547,23 +616,19 @@ def _add_share_parser(commands) -> argparse.ArgumentParser:
                        help="where to write the programs (under their names, or where several "
                        "have one name, the tails of their paths that tell them apart: "
                        "a/model.pte, b/model.pte) and the .ptd")
-    share.add_argument("--ptd", default="shared.ptd", metavar="NAME.ptd",
-                       help="the shared .ptd's file name (default: shared.ptd)")
-    share.add_argument(
-        "--data", action="append", default=[], metavar="[FILE=]IN.ptd",
-        help="a .ptd the programs load with (repeatable), as merge takes it: every program "
-        "may read its keys from IN.ptd, or only the program FILE with FILE=IN.ptd (FILE as "
-        "given, a tail of it no other program has, or #N, the Nth from 1); its "
-        "entries go into the shared .ptd. Without --data, each program reads the .ptd beside "
-        "it with its stem (heads/a.pte: heads/a.ptd), if there is one",
-    )
+    share.add_argument("--ptd-out", dest="ptd_name", default="shared.ptd", metavar="OUT.ptd",
+                       help="the shared .ptd's file name in DIR (default: shared.ptd)")
+    share.add_argument("--ptd", action=_MovedOutput, help=argparse.SUPPRESS)
+    _add_data_arguments(share, "its entries go into the shared .ptd", old_ptd=False)
     share.add_argument(
         "--min-bytes", type=_byte_count, default=None, metavar="N",
-        help="leave contents shorter than N bytes where they are (default: 1024)",
+        help="leave contents shorter than N bytes where they are (default: 1024, what "
+        "audit and explain count as stored twice)",
     )
     share.add_argument(
         "--prune", action="store_true",
-        help="first prune each program as prune does (not with --data), then share them",
+        help="first prune each program as prune does, with the .ptd beside it (not with "
+        "--data), then share them",
     )
     share.add_argument(
         "--dedupe", action="store_true",
@@ -578,9 +643,10 @@ def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.share import DEFAULT_MIN_BYTES, share_files
 
     report = share_files(
-        options.pte, options.out, ptd_paths=options.data, ptd_name=options.ptd,
+        options.pte, options.out, ptd_paths=options.data, ptd_name=options.ptd_name,
         min_bytes=DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes,
         prune=options.prune, dedupe=options.dedupe, progress=_progress_printer(),
+        data_beside=options.data_beside,
     )
     print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
     return EXIT_OK
@@ -780,42 +846,53 @@ def _copy_location(copy) -> str:
 
 
 def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    """Each set of programs that read a common `.ptd` audited as one (`audit_set`), every
+    other program alone (`audit_file`), each judged against --max-dead-bytes."""
     from emitter_filter.ondisk.audit import audit_file
-    from emitter_filter.ondisk.data_files import beside
+    from emitter_filter.ondisk.audit_set import audit_set
+    from emitter_filter.ondisk.data_files import data_files_for, sets_of
     from emitter_filter.state_names import state_file
 
-    if len(options.pte) > 1 and (options.ptd or any(beside(p) for p in options.pte)):
-        return _audit_set(options)
-    if len(options.pte) == 1:
-        pte, ptd = _one_program(options)
-        options.pte, options.ptd = [pte], ptd
+    data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
     names = state_file(options.names)
     reports, refused, gated = [], [], []
-    for pte in options.pte:
-        report = audit_file(pte, options.ptd, keep_constants=options.keep, names=names)
+    for members in sets_of(data_of):
         # A file the runtime refuses gets its own status, not the report of a file that loads.
-        line, gate = _validity_lines(pte, options.ptd, options.require_data)
-        if line is not None:
-            refused.append(line)
+        lines = [_validity_lines(options.pte[n], data_of[n], options.require_data)
+                 for n in members]
+        refused.extend(line for line, _ in lines if line is not None)
+        if any(line is not None for line, _ in lines):
             continue
-        reports.append(report)
-        gated.extend([gate] if gate is not None else [])
+        gated.extend(gate for _, gate in lines if gate is not None)
+        if len(members) == 1:
+            [n] = members
+            reports.append(audit_file(options.pte[n], data_of[n], keep_constants=options.keep,
+                                      names=names))
+        else:
+            reports.append(audit_set([options.pte[n] for n in members],
+                                     [(options.pte[n], f) for n in members for f in data_of[n]],
+                                     min_bytes=_min_bytes(options)))
     if options.json and reports:
-        # One file: its report; several: a list of them.
+        # One file (or one set): its report; several: a list of them.
         documents = [report.to_json() for report in reports]
         print(json.dumps(documents[0] if len(documents) == 1 else documents, indent=2))
     elif reports:
-        print("\n\n".join(_format_audit(report, options.top) for report in reports))
+        print("\n\n".join(_format_audit(r, options.top) if hasattr(r, "spaces")
+                           else "\n".join(r.lines()) for r in reports))
+        if len(options.pte) > 1 and not refused:
+            print(_stored_twice(options, data_of))
     over = [
         r for r in reports
         if options.max_dead_bytes is not None and r.dead_bytes > options.max_dead_bytes
     ]
     for report in over:
-        print(
-            f"emitter-filter: {report.path}: {report.dead_bytes:,} dead bytes > "
-            f"--max-dead-bytes {options.max_dead_bytes:,}",
-            file=sys.stderr,
-        )
+        limit = f"--max-dead-bytes {options.max_dead_bytes:,}"
+        if hasattr(report, "path"):
+            line = f"{report.path}: {report.dead_bytes:,} dead bytes > {limit}"
+        else:
+            line = (f"the set has {report.dead_bytes:,} dead bytes > {limit} "
+                    f"({', '.join(p.path for p in report.programs)})")
+        print(f"emitter-filter: {line}", file=sys.stderr)
     for line in [*gated, *refused]:
         print(line, file=sys.stderr)
     if refused:
@@ -838,51 +915,23 @@ def _validity_lines(
     return None, None
 
 
-def _one_program(options: argparse.Namespace) -> tuple[str, list[str]]:
-    """The one program of `audit`/`explain` and its `.ptd` files, read as a set's program
-    reads them: `--ptd` in the same words (`MODEL.pte=IN.ptd` as well as `IN.ptd`), and
-    without it the `.ptd` beside the program with its stem, if any."""
-    [pte] = options.pte
-    return pte, _data_files(pte, options.ptd)
-
-
-def _data_files(pte: str, ptd: Sequence[str]) -> list[str]:
-    """The `.ptd` files one program reads (`data_files.data_files_for`)."""
-    from emitter_filter.ondisk.data_files import data_files_for
-
-    return data_files_for([pte], ptd)[0]
-
-
-def _audit_set(options: argparse.Namespace) -> int:
-    """`audit A.pte B.pte --ptd shared.ptd` (what `share` writes), or programs with `.ptd`
-    files of their own: the programs as one set."""
+def _stored_twice(options: argparse.Namespace, data_of) -> str:
+    """Of programs audited apart: the bytes they store in more than one file, which share
+    would store once (`audit_set`'s count, not a verdict)."""
     from emitter_filter.ondisk.audit_set import audit_set
 
-    from emitter_filter.ondisk.data_files import data_files_for
+    every = audit_set(options.pte, [(p, f) for p, files in zip(options.pte, data_of)
+                                    for f in files], min_bytes=_min_bytes(options))
+    return (f"\nthe {len(options.pte)} programs: {every.duplicated_bytes:,} B stored in more than "
+            f"one file ({len(every.shared)} contents of --min-bytes {_min_bytes(options):,} or "
+            "more, what share stores once)")
 
-    report = audit_set(options.pte, options.ptd)
-    lines = [
-        _validity_lines(pte, ptd, options.require_data)
-        for pte, ptd in zip(options.pte, data_files_for(options.pte, options.ptd))
-    ]
-    refused = [line for line, _ in lines if line is not None]
-    if refused:
-        print("\n".join(refused), file=sys.stderr)
-        return EXIT_USAGE
-    print(json.dumps(report.to_json(), indent=2) if options.json else "\n".join(report.lines()))
-    failed = False
-    if options.max_dead_bytes is not None and report.dead_bytes > options.max_dead_bytes:
-        print(
-            f"emitter-filter: the set has {report.dead_bytes:,} dead bytes > "
-            f"--max-dead-bytes {options.max_dead_bytes:,}",
-            file=sys.stderr,
-        )
-        failed = True
-    for _, gate in lines:
-        if gate is not None:
-            print(gate, file=sys.stderr)
-            failed = True
-    return EXIT_DEAD_BYTES if failed else EXIT_OK
+
+def _paired(document: dict, ptes: Sequence[str], data_of: Sequence[Sequence[str]]) -> dict:
+    """A report's JSON with which `.ptd` files each program was read with (`"data"`)."""
+    from emitter_filter.ondisk.data_files import pairing_json
+
+    return {**document, "data": pairing_json(ptes, data_of)}
 
 
 def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
@@ -899,14 +948,18 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
         from emitter_filter.ondisk.data_files import data_files_for
         from emitter_filter.ondisk.explain_set import explain_set
 
-        explanation = explain_set(options.pte, options.ptd)
-        programs = list(zip(options.pte, data_files_for(options.pte, options.ptd)))
+        explanation = explain_set(options.pte, options.data, data_beside=options.data_beside,
+                                  min_bytes=_min_bytes(options))
+        programs = list(zip(options.pte, data_files_for(options.pte, options.data,
+                                                         beside=options.data_beside)))
     else:
+        from emitter_filter.ondisk.data_files import program_data
         from emitter_filter.ondisk.explain import explain_file
 
-        options.pte, options.ptd = _one_program(options)
-        explanation = explain_file(options.pte, options.ptd, names=options.names)
-        programs = [(options.pte, options.ptd)]
+        [options.pte] = options.pte
+        options.data = program_data(options.pte, options.data, beside=options.data_beside)
+        explanation = explain_file(options.pte, options.data, names=options.names)
+        programs = [(options.pte, options.data)]
     refused = [line for line, _ in (_validity_lines(p, d) for p, d in programs) if line]
     if refused:
         print("\n".join(refused), file=sys.stderr)
@@ -923,9 +976,9 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
         from emitter_filter.ondisk.output import write_text
 
         value = options.value or "bytes"
-        document = node_data_file(options.pte, options.ptd, value, names=options.names)
+        document = node_data_file(options.pte, options.data, value, names=options.names)
         write_text(options.node_data, json.dumps(document, indent=2) + "\n",
-                   inputs=[options.pte, *options.ptd])
+                   inputs=[options.pte, *options.data])
         print(f"wrote {options.node_data}: Model Explorer node data ({value} per node "
               f"of {len(document)} graph(s))", file=sys.stderr)
     if options.json:
@@ -953,20 +1006,29 @@ def _diff(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
                   "give two directories (sets of programs, each with its .ptd files beside "
                   "it) or two .pte files", file=sys.stderr)
             return EXIT_USAGE
-        if options.old_ptd or options.new_ptd or options.old_names or options.new_names:
-            print("emitter-filter diff: --old-ptd, --new-ptd and the --*-names options take "
+        if options.old_data or options.new_data or options.old_names or options.new_names:
+            print("emitter-filter diff: --old-data, --new-data and the --*-names options take "
                   "two .pte files; two directories pair each program with the .ptd beside it",
                   file=sys.stderr)
             return EXIT_USAGE
         from emitter_filter.ondisk.diff_set import diff_sets
 
-        result = diff_sets(options.old, options.new)
+        result = diff_sets(options.old, options.new, data_beside=options.data_beside)
+        pairing = result.pairing()
     else:
-        result = diff_files(options.old, options.new, _data_files(options.old, options.old_ptd),
-                            _data_files(options.new, options.new_ptd),
+        from emitter_filter.ondisk.data_files import data_files_for, program_data
+
+        if options.old_data or options.new_data:
+            old_data = program_data(options.old, options.old_data, beside=options.data_beside)
+            new_data = program_data(options.new, options.new_data, beside=options.data_beside)
+        else:  # one call: one warning for a .ptd beside both that cannot be read
+            old_data, new_data = data_files_for([options.old, options.new],
+                                                beside=options.data_beside)
+        result = diff_files(options.old, options.new, old_data, new_data,
                             old_names=options.old_names, new_names=options.new_names)
+        pairing = ([options.old, options.new], [old_data, new_data])
     if options.json:
-        print(json.dumps(result.to_json(), indent=2))
+        print(json.dumps(_paired(result.to_json(), *pairing), indent=2))
     elif options.markdown:
         print(result.to_markdown(options.top))
     else:
@@ -1000,12 +1062,14 @@ def _budget(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int
     from emitter_filter.ondisk.output import write_text
 
     if options.budget_action == "write":
-        _, explanations = write_budget(options.pte, options.output)
+        _, explanations = write_budget(options.pte, options.output, options.data,
+                                       data_beside=options.data_beside)
         print(f"wrote {options.output}: " + ", ".join(
             f"{e.path} {e.file_bytes:,} B" for e in explanations))
         over = []
     else:
-        checks = check_budget(options.pte, read_budget(options.budget), options.tolerance)
+        checks = check_budget(options.pte, read_budget(options.budget), options.tolerance,
+                              options.data, data_beside=options.data_beside)
         explanations = [c.explanation for c in checks]
         for check in checks:
             print(check.summary())
@@ -1074,8 +1138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     # One INFO line per prune is the point of `run`: show it unless asked for more.
-    # `prune` prints its own summary on stdout, so it logs only when asked to.
-    quiet = options.command in ("prune", "share", "merge", "split") and not options.verbose
+    # The file commands print their own results on stdout, so they log INFO (which .ptd
+    # a program reads, say) only when asked to: an error stays one line.
+    quiet = options.command != "run" and not options.verbose
     logging.getLogger("emitter_filter").setLevel(
         logging.DEBUG if options.verbose > 1 else logging.WARNING if quiet else logging.INFO
     )

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.audit_report import AuditReport
+from emitter_filter.ondisk.data_files import program_data
 from emitter_filter.scalar_types import dtype_label
 
 __all__ = ["assert_no_dead_constants", "assert_within_budget", "describe_dead_bytes"]
@@ -37,13 +38,17 @@ def assert_no_dead_constants(
     pte_path_or_bytes: str | os.PathLike | bytes,
     max_dead_bytes: int = 0,
     ptd_paths: Sequence[str | os.PathLike] = (),
+    *,
+    data_beside: bool = True,
 ) -> AuditReport:
     """Fails if a `.pte` carries more than `max_dead_bytes` bytes no program can reach.
 
     Args:
         pte_path_or_bytes: The `.pte` file, or its bytes (`manager.buffer`). Not modified.
         max_dead_bytes: The dead bytes tolerated.
-        ptd_paths: The `.ptd` files with its external constants, if any.
+        ptd_paths: The `.ptd` files with its external constants, if any; none given, a
+            path reads the `.ptd` beside it with its stem, as `emitter-filter audit` does
+            (`data_files.program_data`), unless `data_beside` is False.
 
     Returns:
         The audit, for further checks.
@@ -51,6 +56,8 @@ def assert_no_dead_constants(
     Raises:
         AssertionError: Too many dead bytes; the message lists the largest dead entries.
     """
+    if not isinstance(pte_path_or_bytes, (bytes, bytearray, memoryview)):
+        ptd_paths = program_data(pte_path_or_bytes, ptd_paths, beside=data_beside)
     report = audit_file(pte_path_or_bytes, ptd_paths)
     if report.dead_bytes > max_dead_bytes:
         raise AssertionError(describe_dead_bytes(report, max_dead_bytes))
@@ -65,7 +72,8 @@ def assert_within_budget(
     """Fails if a `.pte` is larger than its record in a committed size budget.
 
     The budget is the file `emitter-filter budget write` writes, the one
-    `budget check` and the pre-commit hook read.
+    `budget check` and the pre-commit hook read; each `.pte` is checked with the
+    `.ptd` beside it with its stem, as they check it.
 
     Args:
         paths: The `.pte` files, as the budget names them. Not modified.

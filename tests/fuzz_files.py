@@ -169,7 +169,7 @@ def run_case(case: Case, workdir: Path) -> str:
         source = case.seed.pte if index == 0 else case.seed.ptds[index - 1]
         path.write_bytes(case.data if index == case.target else source.read_bytes())
     before = _digest([pte, *ptds])
-    ptd_args = [a for p in ptds for a in ("--ptd", str(p))]
+    ptd_args = [a for p in ptds for a in ("--data", str(p))]
     out = outputs / "model.pte"
     sink = io.StringIO()
     try:

@@ -85,7 +85,7 @@ def test_prune_creates_a_missing_ptd_out_directory_as_share_creates_out(tmp_path
     for file in (GOLDEN / "external" / "dirty").iterdir():
         shutil.copyfile(file, tmp_path / f"external{file.suffix}")
     out = tmp_path / "new" / "ptd"
-    code, _, err = _run(capsys, "prune", pte, "-o", tmp_path / "p.pte", "--ptd", ptd,
+    code, _, err = _run(capsys, "prune", pte, "-o", tmp_path / "p.pte", "--data", ptd,
                         "--ptd-out", out)
     assert (code, err) == (0, "")
     assert (out / "external.ptd").is_file()

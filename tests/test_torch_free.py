@@ -91,9 +91,9 @@ def test_audit_prune_merge_and_split_import_neither_torch_nor_executorch(tmp_pat
         f"""
         import sys
         from emitter_filter import cli
-        assert cli.main(["audit", {str(pte)!r}, "--ptd", {str(ptds[0])!r}]) == 0
+        assert cli.main(["audit", {str(pte)!r}, "--data", {str(ptds[0])!r}]) == 0
         assert cli.main(["prune", {str(pte)!r}, "-o", {str(tmp_path / "out.pte")!r},
-                         "--ptd", {str(ptds[0])!r}, "--ptd-out", {str(tmp_path)!r}]) == 0
+                         "--data", {str(ptds[0])!r}, "--ptd-out", {str(tmp_path)!r}]) == 0
         plain = {str(GOLDEN / "plain" / "dirty" / "model.pte")!r}
         assert cli.main(["merge", plain, plain, "-o", {str(tmp_path / "m.pte")!r},
                          "--method", "b=" + plain + ":forward"]) == 0

@@ -167,6 +167,7 @@ class AuditReport:
             "duplicates": [group.to_json() for group in self.duplicates],
             "shared_bytes": self.shared_bytes,
             "shared": [shared.to_json() for shared in self.shared],
+            "data": [{"program": self.path, "data": [path for path, _ in self.files[1:]]}],
         }
 
 

@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.audit_report import AuditReport
 from emitter_filter.ondisk.data_files import data_files_for
-from emitter_filter.ondisk.share_find import SharedContent, find_set_shared, read_set
+from emitter_filter.ondisk.share_find import (
+    DEFAULT_MIN_BYTES, SharedContent, find_set_shared, read_set,
+)
 
 __all__ = ["ProgramInSet", "SetAuditReport", "audit_set"]
-
-# `share`'s default: below it, storing a content once costs about what it saves.
-_DEFAULT_MIN_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -71,7 +70,7 @@ class SetAuditReport:
         return sum(c.saved_bytes for c in self.shared)
 
     def lines(self) -> list[str]:
-        """The text `audit A.pte B.pte --ptd shared.ptd` prints."""
+        """The text `audit A.pte B.pte --data shared.ptd` prints."""
         lines = [
             f"{p.path}: {p.file_bytes:,} B, reads {p.ptd_bytes:,} B of the .ptd; "
             f"{p.dead_bytes:,} B dead"
@@ -106,6 +105,7 @@ class SetAuditReport:
                  "files": sorted({b.file for b in c.copies})}
                 for c in self.shared
             ],
+            "data": [entry for p in self.programs for entry in p.report.to_json()["data"]],
         }
 
 
@@ -119,7 +119,8 @@ def audit_set(
     ptes: Sequence[str | os.PathLike],
     ptd_paths: Sequence,
     *,
-    min_bytes: int = _DEFAULT_MIN_BYTES,
+    min_bytes: int = DEFAULT_MIN_BYTES,
+    data_beside: bool = True,
 ) -> SetAuditReport:
     """Audits programs and the `.ptd` files they load with as one set.
 
@@ -136,7 +137,7 @@ def audit_set(
         MethodSetError: A `FILE=` names none of the programs.
     """
     ptes = [os.fspath(p) for p in ptes]
-    data_of = data_files_for(ptes, ptd_paths)
+    data_of = data_files_for(ptes, ptd_paths, beside=data_beside)
     programs = read_set(ptes, list(dict.fromkeys(p for f in data_of for p in f)), data_of)
     ptd_files = [ptd for ptd, _ in programs.ptds]
     # Per (file, key): one program's `head.weight` is not another's.

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.byte_source import open_sources
+from emitter_filter.ondisk.data_files import data_files_for
 from emitter_filter.ondisk.diff import HAS_BYTES, SizeDiff, diff_parts, digest_parts, totals_of
 from emitter_filter.ondisk.explain import Explanation, Part, explain_file
 from emitter_filter.ondisk.output import write_text
@@ -81,19 +82,25 @@ def record_explanation(explanation: Explanation, digest=None) -> dict:
 
 
 def write_budget(
-    paths: Sequence[str | os.PathLike], out: str | os.PathLike
+    paths: Sequence[str | os.PathLike], out: str | os.PathLike, data: Sequence = (), *,
+    data_beside: bool = True,
 ) -> tuple[dict, list[Explanation]]:
-    """Explains each `.pte` and writes their records to `out` (atomically).
+    """Explains each `.pte` with the `.ptd` files it reads and writes their records to
+    `out` (atomically).
 
     Files are keyed by the path as given, so give them as the check will (relative
-    to the repository, as pre-commit passes them).
+    to the repository, as pre-commit passes them). `data` and `data_beside` as
+    `data_files.data_files_for` takes them: a program's record counts its `.ptd` files,
+    so that the check sees one grow.
     """
-    explanations = [explain_file(p) for p in paths]
+    paths = [os.fspath(p) for p in paths]
+    data_of = data_files_for(paths, data, beside=data_beside)
+    explanations = [explain_file(p, files) for p, files in zip(paths, data_of)]
     files = {}
-    for path, explanation in zip(map(os.fspath, paths), explanations):
+    for path, ptds, explanation in zip(paths, data_of, explanations):
         with contextlib.ExitStack() as stack:
-            digest = digest_parts(open_sources(stack, (path,)))
-            files[path] = record_explanation(explanation, digest)
+            digest = digest_parts(open_sources(stack, (path, *ptds)))
+            files[path] = {**record_explanation(explanation, digest), "data": list(ptds)}
     document = {"schema": JSON_SCHEMA, "files": files}
     write_text(out, json.dumps(document, indent=2) + "\n", inputs=[os.fspath(p) for p in paths])
     return document, explanations
@@ -150,13 +157,16 @@ class BudgetCheck:
 
 
 def check_budget(
-    paths: Sequence[str | os.PathLike], budget: Mapping, tolerance_percent: float = 0.0
+    paths: Sequence[str | os.PathLike], budget: Mapping, tolerance_percent: float = 0.0,
+    data: Sequence = (), *, data_beside: bool = True,
 ) -> list[BudgetCheck]:
-    """Compares each `.pte` with its record in `budget` (what `read_budget` returned)."""
+    """Compares each `.pte`, with the `.ptd` files it reads (`data_files.data_files_for`
+    of `data`), with its record in `budget` (what `read_budget` returned)."""
     checks = []
-    for path in map(os.fspath, paths):
+    paths = [os.fspath(p) for p in paths]
+    for path, ptds in zip(paths, data_files_for(paths, data, beside=data_beside)):
         record = budget["files"].get(path)
-        explanation = explain_file(path)
+        explanation = explain_file(path, ptds)
         if record is None:
             checks.append(BudgetCheck(path, explanation, None, None, None))
             continue
@@ -164,10 +174,10 @@ def check_budget(
         digests = {id(p): bytes.fromhex(r["sha256"])
                    for p, r in zip(recorded, record["parts"]) if r.get("sha256")}
         with contextlib.ExitStack() as stack:
-            read = digest_parts(open_sources(stack, (path,)))
+            read = digest_parts(open_sources(stack, (path, *ptds)))
 
             def digest(part: Part, read=read) -> bytes | None:
-                return digests.get(id(part)) if part.file != path else read(part)
+                return digests.get(id(part)) if id(part) in digests else read(part)
 
             changes = tuple(diff_parts(recorded, explanation.parts, digest))
         diff = SizeDiff(

@@ -1,10 +1,21 @@
-"""Which `.ptd` files each of several programs loads with: `--data [FILE=]IN.ptd`.
+"""Which `.ptd` files each program loads with: the one rule every command follows.
 
-`merge`, `share` and the tools that read a set (`explain`, `audit`) take the same words:
-`IN.ptd` is read by every input, `FILE=IN.ptd` (or a `(FILE, IN.ptd)` tuple) by the input
-FILE only, where separately exported programs name different weights alike (both heads'
-`head.weight`). With none given, a set's program reads the `.ptd` beside it with its stem
-(`data_files_for`), as `diff` of two directories pairs them.
+A program reads the `.ptd` files given for it; none given, the `.ptd` beside it with its
+stem (`heads/a.pte` -> `heads/a.ptd`), unless `beside=False` (`--no-data-beside`);
+else none. A directory's other `.ptd` files are not a program's unless given. A `.ptd`
+found beside a program that cannot be read (ExecuTorch 0.6's layout, say) is one
+warning, and the program is read as if none were there; a `.ptd` the user named and
+cannot be read stays an error, where it is read.
+
+The words are `--data [FILE=]IN.ptd` in every command (`merge`, `share`, `audit`,
+`explain`, `prune`, ...): `IN.ptd` is read by every input, `FILE=IN.ptd` (or a
+`(FILE, IN.ptd)` tuple) by the input FILE only, where separately exported programs name
+different weights alike (both heads' `head.weight`). The spec is split at the first `=`
+whose left part names an input, so that a path holding `=` (`run=3/a.ptd`) can be named.
+A file given twice is read once, as is a copy of one (every key with equal bytes); one key
+with other bytes in two files a program reads is refused. Programs that read a common file
+form a set (`sets_of`): its bytes are judged against all its readers, every other program
+alone.
 """
 
 from __future__ import annotations
@@ -14,9 +25,13 @@ import logging
 import os
 from collections.abc import Sequence
 
-from emitter_filter.errors import MethodSetError
+from emitter_filter.errors import MethodSetError, PteFormatError
+from emitter_filter.ondisk.byte_source import ByteSource
+from emitter_filter.ondisk.file_model import NamedData
+from emitter_filter.ondisk.read_ptd import read_ptd
 
-__all__ = ["input_of", "unique_tails", "data_files_of", "beside", "data_files_for"]
+__all__ = ["input_of", "unique_tails", "data_files_of", "beside", "data_files_for",
+           "program_data", "sets_of", "pairing_json"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,39 +101,177 @@ def unique_tails(paths: Sequence[str]) -> list[str]:
     return tails
 
 
+def _names_input(path: str, inputs: Sequence[str]) -> bool:
+    try:
+        input_of(path, inputs)
+    except MethodSetError:
+        return False
+    return True
+
+
+def _split_spec(spec, inputs: Sequence[str]) -> tuple[str, str]:
+    """(FILE, IN.ptd) of one `--data` spec, FILE empty for every input: split at the first
+    `=` whose left part names an input; with none, the whole spec is IN.ptd if it is a file."""
+    if isinstance(spec, tuple):
+        file, ptd = (os.fspath(part) for part in spec)
+        if not file or not ptd:
+            raise MethodSetError(f"{spec!r}: expected IN.ptd or FILE=IN.ptd")
+        return file, ptd
+    spec = os.fspath(spec)
+    start = spec.find("=")
+    while start > 0:
+        if spec[start + 1:] and _names_input(spec[:start], inputs):
+            return spec[:start], spec[start + 1:]
+        start = spec.find("=", start + 1)
+    if "=" not in spec or os.path.isfile(spec):
+        return "", spec
+    file, _, ptd = spec.rpartition("=")
+    if not file or not ptd:
+        raise MethodSetError(f"{spec!r}: expected IN.ptd or FILE=IN.ptd")
+    input_of(file, inputs)  # names none of the inputs: its error
+    raise MethodSetError(f"{spec!r}: expected IN.ptd or FILE=IN.ptd")
+
+
+def _once(paths: Sequence[str]) -> list[str]:
+    """`paths` without a file given twice (the same file under two names counts once)."""
+    seen, kept = set(), []
+    for path in paths:
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            kept.append(path)
+    return kept
+
+
 def data_files_of(inputs: Sequence[str], data) -> list[list[str]]:
-    """The `.ptd` files each input reads: those every input reads, then its own."""
+    """The `.ptd` files given for each input: those every input reads, then its own."""
     every, own = [], [[] for _ in inputs]
     for spec in data:
-        if isinstance(spec, tuple):
-            (file, ptd), equals = spec, ""
-        else:
-            spec = os.fspath(spec)
-            file, equals, ptd = spec.rpartition("=")
-        if not ptd or (equals and not file):
-            raise MethodSetError(f"{spec!r}: expected IN.ptd or FILE=IN.ptd")
+        file, ptd = _split_spec(spec, inputs)
         if file:
-            own[input_of(os.fspath(file), inputs)].append(os.fspath(ptd))
+            own[input_of(file, inputs)].append(ptd)
         else:
-            every.append(os.fspath(ptd))
-    return [[*every, *files] for files in own]
+            every.append(ptd)
+    return [_without_copies(pte, _once([*every, *files])) for pte, files in zip(inputs, own)]
+
+
+def _without_copies(pte: str, paths: list[str]) -> list[str]:
+    """`paths` without a `.ptd` whose every key an earlier one holds with equal bytes (a
+    copy given as well); refuses one key with other bytes in two of them.
+
+    The runtime merges a program's data files by key and refuses a key two of them
+    hold; a copy adds nothing to read, and a key with two contents has no answer.
+    """
+    if len(paths) < 2:
+        return paths
+    ptds = [read_ptd(p) for p in paths]
+    held: dict[str, NamedData] = {}
+    kept = []
+    for ptd in ptds:
+        common = [key for key in ptd.named_data if key in held]
+        for key in common:
+            first, entry = held[key], ptd.named_data[key]
+            if not _equal_bytes(first, entry):
+                raise PteFormatError(
+                    ptd.path, f"named data {key!r} ({entry.nbytes:,} B) holds other bytes than "
+                    f"{key!r} in {first.file} ({first.nbytes:,} B), and {pte} loads with both")
+        if common and len(common) == len(ptd.named_data):
+            logger.info("%s: every key also in %s with equal bytes: read once",
+                        ptd.path, held[common[0]].file)
+            continue
+        kept.append(ptd.path)
+        for key, entry in ptd.named_data.items():
+            held.setdefault(key, entry)
+    return kept
+
+
+def _equal_bytes(a: NamedData, b: NamedData) -> bool:
+    """Whether two named-data entries hold equal bytes."""
+    if a.nbytes != b.nbytes:
+        return False
+    with ByteSource(a.file) as first, ByteSource(b.file) as second:
+        return (first.sha256(a.offset, a.nbytes, a.key)
+                == second.sha256(b.offset, b.nbytes, b.key))
 
 
 def beside(pte: str) -> str | None:
     """The `.ptd` next to `pte` with its stem (`heads/a.pte` -> `heads/a.ptd`), if there is one."""
-    ptd = os.path.splitext(pte)[0] + ".ptd"
+    ptd = os.path.splitext(os.fspath(pte))[0] + ".ptd"
     return ptd if os.path.isfile(ptd) else None
 
 
-def data_files_for(ptes: Sequence[str], data) -> list[list[str]]:
-    """The `.ptd` files each program of a set reads: as `data` says (`data_files_of`),
-    or, with no `data`, the `.ptd` beside each with its stem."""
-    if data:
-        return data_files_of(ptes, data)
-    paired = []
-    for pte in ptes:
-        ptd = beside(pte)
-        if ptd is not None:
-            logger.info("%s: reading %s, the .ptd beside it", pte, ptd)
-        paired.append([] if ptd is None else [ptd])
-    return paired
+def _readable_beside(pte: str, warned: set[str]) -> str | None:
+    """`beside(pte)` if it can be read as a `.ptd`; else None, with one warning (once
+    per file in `warned`)."""
+    ptd = beside(pte)
+    if ptd is None:
+        return None
+    try:
+        read_ptd(ptd)
+    except (PteFormatError, OSError) as error:
+        if ptd not in warned:
+            warned.add(ptd)
+            logger.warning("%s: read as if it had no .ptd beside it: %s: %s "
+                           "(--no-data-beside: not looked for)", pte, ptd, _reason(error, ptd))
+        return None
+    logger.info("%s: reading %s, the .ptd beside it", pte, ptd)
+    return ptd
+
+
+def _reason(error: Exception, path: str) -> str:
+    """The error's message without the file name it begins with."""
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    reason = str(error)
+    return reason[len(path) + 2:] if reason.startswith(path + ": ") else reason
+
+
+def data_files_for(ptes: Sequence[str], data=(), *, beside: bool = True) -> list[list[str]]:
+    """The `.ptd` files each program reads: those given for it in `data` (as
+    `data_files_of` reads them), else the readable `.ptd` beside it with its stem
+    (unless `beside` is False), else none."""
+    ptes = [os.fspath(p) for p in ptes]
+    given = data_files_of(ptes, data)
+    warned: set[str] = set()
+    return [files if files or not beside else _beside_list(pte, warned)
+            for pte, files in zip(ptes, given)]
+
+
+def _beside_list(pte: str, warned: set[str]) -> list[str]:
+    ptd = _readable_beside(pte, warned)
+    return [] if ptd is None else [ptd]
+
+
+def program_data(pte: str | os.PathLike, data=(), *, beside: bool = True) -> list[str]:
+    """The `.ptd` files one program reads (`data_files_for` of it alone)."""
+    return data_files_for([os.fspath(pte)], data, beside=beside)[0]
+
+
+def pairing_json(ptes: Sequence[str], data_of: Sequence[Sequence[str]]) -> list[dict]:
+    """Which data files each program was read with, as every `--json` shows it."""
+    return [{"program": os.fspath(p), "data": [os.fspath(f) for f in files]}
+            for p, files in zip(ptes, data_of)]
+
+
+def sets_of(data_of: Sequence[Sequence[str]]) -> list[list[int]]:
+    """The programs (by index) that read a common data file, together; every other
+    program alone. In the order given: a set where its first program is."""
+    owner: dict[str, int] = {}
+    parent = list(range(len(data_of)))
+
+    def root(n: int) -> int:
+        while parent[n] != n:
+            n = parent[n]
+        return n
+
+    for number, files in enumerate(data_of):
+        for path in files:
+            real = os.path.realpath(path)
+            if real in owner:
+                parent[root(number)] = root(owner[real])
+            else:
+                owner[real] = number
+    sets: dict[int, list[int]] = {}
+    for number in range(len(data_of)):
+        sets.setdefault(root(number), []).append(number)
+    return sorted(sets.values(), key=lambda members: members[0])

@@ -1,8 +1,9 @@
 """`diff OLD_DIR NEW_DIR`: two sets of files an app ships, programs matched by file name.
 
 A set is a directory's `.pte` files and the `.ptd` files they load with: a program's
-own `STEM.ptd` where there is one, else every `.ptd` of the directory (what `share`
-writes: one `shared.ptd` every program reads). Programs in both are diffed as
+own `STEM.ptd` where there is one (`data_files.data_files_for`), else the directory's
+`.ptd` files that are no other program's `STEM.ptd` (what `share` writes: one
+`shared.ptd` every program reads); a neighbour's own `.ptd` is never charged to it. Programs in both are diffed as
 `diff_files` diffs two files; a program only in one is added or removed. The set's size
 is every `.pte` and `.ptd` file of the directory, each once.
 """
@@ -10,24 +11,26 @@ is every `.pte` and `.ptd` file of the directory, each once.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.data_files import beside
+from emitter_filter.ondisk.data_files import data_files_for
 from emitter_filter.ondisk.diff import SizeDiff, diff_files
 
 __all__ = ["SetDiff", "diff_sets", "set_files"]
 
 
-def set_files(directory: str | os.PathLike) -> dict[str, list[str]]:
+def set_files(directory: str | os.PathLike, *, data_beside: bool = True) -> dict[str, list[str]]:
     """The set in `directory`: each `.pte`'s name and the `.ptd` files it loads with."""
     root = Path(directory)
     ptes = sorted(p for p in root.glob("*.pte") if p.is_file())
-    ptds = sorted(str(p) for p in root.glob("*.ptd") if p.is_file())
     if not ptes:
         raise PteFormatError(str(root), "no .pte file in this directory: not a set of programs")
-    return {p.name: [own] if (own := beside(str(p))) else ptds for p in ptes}
+    stems = {p.stem for p in ptes}
+    common = sorted(str(p) for p in root.glob("*.ptd") if p.is_file() and p.stem not in stems)
+    own = data_files_for([str(p) for p in ptes], beside=data_beside)
+    return {p.name: files or common for p, files in zip(ptes, own)}
 
 
 def _bytes(directory: str | os.PathLike) -> int:
@@ -44,6 +47,7 @@ class SetDiff:
         old_bytes, new_bytes: Each set's files, each once.
         programs: Each program in both, by name, and its diff.
         added, removed: Programs only in NEW, only in OLD.
+        data: For "old" and "new", each program's name and the `.ptd` files it loads with.
     """
 
     old: str
@@ -53,6 +57,13 @@ class SetDiff:
     programs: tuple[tuple[str, SizeDiff], ...]
     added: tuple[str, ...]
     removed: tuple[str, ...]
+    data: dict = field(default_factory=dict)
+
+    def pairing(self) -> tuple[list[str], list[list[str]]]:
+        """Each program of both sets and the `.ptd` files it was read with."""
+        pairs = [(os.path.join(getattr(self, side), name), files)
+                 for side in ("old", "new") for name, files in self.data.get(side, {}).items()]
+        return [p for p, _ in pairs], [f for _, f in pairs]
 
     @property
     def delta(self) -> int:
@@ -100,14 +111,16 @@ class SetDiff:
         }
 
 
-def diff_sets(old: str | os.PathLike, new: str | os.PathLike) -> SetDiff:
+def diff_sets(old: str | os.PathLike, new: str | os.PathLike, *,
+              data_beside: bool = True) -> SetDiff:
     """Diffs the sets of programs in two directories, matching programs by file name.
 
     Raises:
         PteFormatError: A directory holds no `.pte`, a file is malformed, or a `.ptd`
             does not match its `.pte`.
     """
-    before, after = set_files(old), set_files(new)
+    before = set_files(old, data_beside=data_beside)
+    after = set_files(new, data_beside=data_beside)
     root_old, root_new = Path(old), Path(new)
     programs = tuple(
         (name, diff_files(root_old / name, root_new / name, before[name], after[name]))
@@ -116,6 +129,7 @@ def diff_sets(old: str | os.PathLike, new: str | os.PathLike) -> SetDiff:
     return SetDiff(
         old=os.fspath(old), new=os.fspath(new), old_bytes=_bytes(old), new_bytes=_bytes(new),
         programs=programs,
+        data={"old": before, "new": after},
         added=tuple(name for name in after if name not in before),
         removed=tuple(name for name in before if name not in after),
     )

@@ -224,6 +224,12 @@ class Explanation:
         ordered = sorted(self.parts, key=lambda p: (-p.nbytes, p.file, p.offset))
         return tuple(ordered if count is None else ordered[:count])
 
+    def pairing(self) -> list[tuple[str, list[str]]]:
+        """Each program explained and the `.ptd` files it was read with."""
+        if self.programs:
+            return [pair for program in self.programs for pair in program.pairing()]
+        return [(self.files[0][0], [path for path, _ in self.files[1:]])]
+
     def to_json(self, top: int | None = None, by: str | None = None) -> dict:
         """The stable JSON form; docs/explain.md documents it, `JSON_SCHEMA` versions it."""
         status_totals = dict.fromkeys(STATUSES, 0)
@@ -238,6 +244,7 @@ class Explanation:
             "status": status_totals,
             "parts": [part.to_json() for part in self.largest(top)],
             "outside": [part.to_json() for part in self.outside],
+            "data": [{"program": program, "data": data} for program, data in self.pairing()],
         }
         if by is not None:
             document["groups"] = {"by": by, "bytes": self.totals(by)}
@@ -251,6 +258,8 @@ class Explanation:
             f"{self.path}: {self.file_bytes:,} bytes in {len(self.files)} file(s); "
             + ", ".join(f"{status} {sum(row[status] for row in self.storage_status().values()):,}"
                         for status in STATUSES),
+            *(f"{program} reads {', '.join(data) if data else 'no .ptd'}"
+              for program, data in self.pairing()),
             f"{'storage':<16}{'bytes':>14}" + "".join(f"{s:>12}" for s in STATUSES),
         ]
         for storage, row in self.storage_status().items():

@@ -1,4 +1,4 @@
-"""`explain A.pte B.pte ... [--ptd [FILE=]IN.ptd]`: every byte of a set of files an app ships.
+"""`explain A.pte B.pte ... [--data [FILE=]IN.ptd]`: every byte of a set of files an app ships.
 
 Each program is explained as `explain_file` explains it (with the `.ptd` files it loads
 with: `data_files.data_files_for`), then the set is made of their parts:
@@ -6,25 +6,27 @@ with: `data_files.data_files_for`), then the set is made of their parts:
 - each file's bytes once: a `.pte`'s parts from its program; a `.ptd`'s parts, which every
   program reading it attributes, once, read by every program that reads them (each
   reader's plan named `PROGRAM.pte:METHOD`) and live if any program reads them live;
-- what the set stores twice: data parts of different files with equal bytes (found as
-  `audit` and `share` find them, `duplicates.group_duplicates`) are `duplicated` after
-  the first, naming the others: the bytes `share` would store once.
+- what the set stores twice: the contents `share` would store once (found as `audit` of
+  the set and `share` find them, `share_find.find_set_shared`, with the same `min_bytes`)
+  are `duplicated` in each file after the first, naming the others.
 
 Parts are labelled with their file's name (`classify.pte:constant[3]`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import replace
 
-from emitter_filter.duplicates import StoredCopy, group_duplicates
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan
 from emitter_filter.ondisk.data_files import data_files_for
 from emitter_filter.ondisk.explain import Explanation, Part, explain_file
+from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
+from emitter_filter.ondisk.read_pte import read_pte_program
+from emitter_filter.ondisk.share_find import (
+    DEFAULT_MIN_BYTES, ProgramSet, SharedContent, find_set_shared,
+)
 
 __all__ = ["explain_set"]
 
@@ -48,15 +50,19 @@ def _one_part(parts: Sequence[Part]) -> Part:
     return replace(parts[0], readers=readers, status=status)
 
 
-def _mark_set_copies(parts: list[Part], sources: dict[str, ByteSource]) -> list[Part]:
-    """Equal bytes in different files: every copy after the first `duplicated`."""
-    candidates = [(StoredCopy(p.storage, p.file, i, ()), StoredSpan(sources[p.file], p.offset,
-                                                                       p.nbytes))
-                  for i, p in enumerate(parts) if p.storage in _DATA and p.status == "live"]
-    for group in group_duplicates(candidates, digests=False):
-        members = [c.index for c in group.copies]
-        if len({parts[i].file for i in members}) < 2:
-            continue  # within one file: its own explanation marked it
+def _mark_set_copies(parts: list[Part], shared: Sequence[SharedContent]) -> list[Part]:
+    """What `share` would store once (`share_find.find_set_shared`'s contents): in each
+    file after the first, the copy `duplicated`, naming the others."""
+    at = {(p.file, p.offset): i for i, p in enumerate(parts) if p.storage in _DATA}
+    for content in shared:
+        by_file: dict[str, int] = {}
+        for copy in content.copies:
+            i = at.get((copy.file, copy.offset))
+            if i is not None and parts[i].status == "live":
+                by_file.setdefault(copy.file, i)
+        members = list(by_file.values())
+        if len(members) < 2:
+            continue
         labels = [_label(parts[i]) for i in members]
         for number, i in enumerate(members):
             others = tuple(label for label in labels if label != labels[number])
@@ -69,12 +75,20 @@ def _label(part: Part) -> str:
     return f"{os.path.basename(part.file)}:{part.label}"
 
 
-def explain_set(ptes: Sequence[str | os.PathLike], ptd_paths: Sequence = ()) -> Explanation:
+def explain_set(
+    ptes: Sequence[str | os.PathLike],
+    ptd_paths: Sequence = (),
+    *,
+    data_beside: bool = True,
+    min_bytes: int = DEFAULT_MIN_BYTES,
+) -> Explanation:
     """Attributes every byte of several `.pte` files and the `.ptd` files they load with.
 
     `ptd_paths` as `share_files` takes them: `IN.ptd` for every program, `FILE=IN.ptd`
-    for one; none given, each reads the `.ptd` beside it with its stem
-    (`data_files.data_files_for`).
+    for one; a program given none reads the `.ptd` beside it with its stem, unless
+    `data_beside` is False (`data_files.data_files_for`). Contents shorter than
+    `min_bytes` are not counted duplicated between files: `share` leaves them where
+    they are, and `audit` does not count them either.
 
     Returns an `Explanation` of the set (`programs`: each program's own), whose parts add
     up to the files' sizes, each file counted once.
@@ -85,12 +99,15 @@ def explain_set(ptes: Sequence[str | os.PathLike], ptd_paths: Sequence = ()) -> 
         MethodSetError: A `FILE=` names none of the programs.
     """
     ptes = [os.fspath(p) for p in ptes]
-    data_of = data_files_for(ptes, ptd_paths)
+    data_of = data_files_for(ptes, ptd_paths, beside=data_beside)
     seen: set[str] = set()
-    for path in [*ptes, *dict.fromkeys(p for files in data_of for p in files)]:
+    for path in ptes:
         if os.path.realpath(path) in seen:
             raise PteFormatError(path, "given twice: a set holds each file once")
         seen.add(os.path.realpath(path))
+    # A .ptd two programs read under two names: one file, read by both.
+    named = {os.path.realpath(p): p for files in reversed(data_of) for p in files}
+    data_of = [[named[os.path.realpath(p)] for p in files] for files in data_of]
     programs = tuple(explain_file(pte, files) for pte, files in zip(ptes, data_of))
     parts: list[Part] = []
     ptd_parts: dict[tuple, list[Part]] = {}
@@ -106,9 +123,12 @@ def explain_set(ptes: Sequence[str | os.PathLike], ptd_paths: Sequence = ()) -> 
         outside += [_named(p, name) for p in explanation.outside]
     parts += [_one_part(found) for found in ptd_parts.values()]
     files = tuple(dict.fromkeys(f for e in programs for f in e.files))
-    with contextlib.ExitStack() as stack:
-        sources = {path: stack.enter_context(ByteSource(path)) for path, _ in files}
-        parts = _mark_set_copies(parts, sources)
+    ptds = list(dict.fromkeys(p for f in data_of for p in f))
+    found = find_set_shared(ProgramSet(
+        tuple(read_pte_program(pte, f) for pte, f in zip(ptes, data_of)),
+        tuple(read_ptd_flat_tensor(path) for path in ptds),
+    ), min_bytes)
+    parts = _mark_set_copies(parts, found.shared)
     order = {path: number for number, (path, _) in enumerate(files)}
     parts.sort(key=lambda p: (order[p.file], p.offset))
     count = len(ptes)

@@ -68,7 +68,7 @@ from emitter_filter.ondisk.analysis import (
     keep_ptd_key,
 )
 from emitter_filter.ondisk.byte_source import ByteSource, Piece, StoredSpan
-from emitter_filter.ondisk.data_files import data_files_of, input_of
+from emitter_filter.ondisk.data_files import data_files_for, input_of
 from emitter_filter.ondisk.dedupe import dedupe_output
 from emitter_filter.ondisk.layout import (
     PtdLayout,
@@ -171,6 +171,7 @@ class MergeReport:
         dropped_methods: (input, method) of each method `--drop` left out.
         deduplicated_bytes: With `dedupe`, what storing repeats within the output
             once saved; None without.
+        data: The `.ptd` files each input was read with (`data_files.data_files_for`).
     """
 
     inputs: tuple[str, ...]
@@ -184,10 +185,12 @@ class MergeReport:
     seconds: float
     dropped_methods: tuple[tuple[str, str], ...] = ()
     deduplicated_bytes: int | None = None
+    data: tuple[tuple[str, ...], ...] = ()
 
     def to_json(self) -> dict:
         return {
             "schema": JSON_SCHEMA,
+            "data": [{"program": p, "data": list(f)} for p, f in zip(self.inputs, self.data)],
             "inputs": list(self.inputs),
             "output": self.output,
             "ptd_output": self.ptd_output,
@@ -705,12 +708,19 @@ def _command(inputs, output, renames, prefixes, drops, data, ptd_out, inline, de
         for spec in data:
             spec = f"{os.fspath(spec[0])}={os.fspath(spec[1])}" if isinstance(spec, tuple) else spec
             words += ["--data", os.fspath(spec)]
-        words += ["--ptd", ptd_out] if ptd_out else []
+        words += ["--ptd-out", ptd_out] if ptd_out else []
         words += ["--inline"] if inline else []
         words += ["--dedupe"] if dedupe else []
         return shlex.join([*words, *more])
 
     return line
+def _where_data_goes(inputs, data, data_of) -> str:
+    """The message for data files read with neither `--ptd-out` nor `--inline`."""
+    if data:
+        return "merge: with --data, give --ptd-out OUT.ptd or --inline (one of them)"
+    pte, files = next((p, f) for p, f in zip(inputs, data_of) if f)
+    return (f"merge: {pte} reads {files[0]}, the .ptd beside it: give --ptd-out OUT.ptd or "
+            "--inline for its data, or --no-data-beside to read it without")
 
 
 def merge_files(
@@ -725,6 +735,7 @@ def merge_files(
     inline: bool = False,
     dedupe: bool = False,
     progress: ProgressFn | None = None,
+    data_beside: bool = True,
 ) -> MergeReport:
     """Writes the programs of `inputs` as one `.pte` whose methods are all of theirs.
 
@@ -747,6 +758,9 @@ def merge_files(
         data: The `.ptd` files the inputs load with: `IN.ptd`, which every input may
             read its keys from, or `FILE=IN.ptd` (or a (FILE, IN.ptd) tuple), read only
             by the input FILE: where separate exports name different tensors alike.
+            by the input FILE (as `methods` names it): where separate exports name
+            different tensors alike. An input given none reads the `.ptd` beside it
+            with its stem, unless `data_beside` is False (`data_files.data_files_for`).
             Not modified.
         ptd_out: With `data`: where to write the merged program's one `.ptd`, each
             live key of the inputs' once.
@@ -772,12 +786,12 @@ def merge_files(
     ptd_out = None if ptd_out is None else os.fspath(ptd_out)
     if not inputs:
         raise MethodSetError("merge: no programs given")
-    if data and (ptd_out is None) == (not inline):
-        raise MethodSetError("merge: with --data, give --ptd OUT.ptd or --inline (one of them)")
     renames = [parse_method(m) if isinstance(m, str) else m for m in methods]
     prefixes = [parse_prefix(p) if isinstance(p, str) else p for p in prefixes]
     drops = [parse_drop(d) if isinstance(d, str) else d for d in drops]
-    data_of = data_files_of(inputs, data)
+    data_of = data_files_for(inputs, data, beside=data_beside)
+    if any(data_of) and (ptd_out is None) == (not inline):
+        raise MethodSetError(_where_data_goes(inputs, data, data_of))
     data_files = list(dict.fromkeys(p for files in data_of for p in files))
     check_outputs([*inputs, *data_files], [output, *([ptd_out] if ptd_out else [])], "merge")
     reads = [read_pte_program(path, files) for path, files in zip(inputs, data_of)]
@@ -803,7 +817,7 @@ def merge_files(
             kept_reads.append(read)
             layouts.append(None)
     kept_inputs = [inputs[n] for n in written_from]
-    changed = renames or prefixes or data or len(kept_inputs) != len(inputs) or any(layouts)
+    changed = renames or prefixes or data_files or len(kept_inputs) != len(inputs) or any(layouts)
     opened: list[int] = []
     try:
         with contextlib.ExitStack() as stack:
@@ -845,6 +859,7 @@ def merge_files(
             for position, (method, name) in enumerate(zip(methods, names))
             if name is None and (number, position) not in choice.same_as),
         deduplicated_bytes=None if deduplicated is None else deduplicated.saved_bytes,
+        data=tuple(tuple(files) for files in data_of),
     )
     logger.info("%s", report.summary())
     return report
@@ -943,12 +958,15 @@ def split_file(
     methods: Sequence[str],
     *,
     progress: ProgressFn | None = None,
+    data: Sequence[str | os.PathLike] = (),
 ) -> FilePruneReport:
     """Writes the methods `methods` of `src` with only what they read, as `prune` does;
     ExecuTorch's training methods of a method kept (`__et_training_*_METHOD`) are kept too.
 
     A method given as `NEW=NAME` is renamed as it is cut (its training methods with
     it): `forward=score` makes a file an app that calls `forward` loads as it is.
+    `data`: the `.ptd` files `src` loads with (`data_files.program_data`), read to check
+    them; their keys are kept, so the output loads with the same files.
 
     Raises:
         MethodSetError: No method is named, one is not in `src` or is named twice, two
@@ -959,13 +977,15 @@ def split_file(
     src, dst = os.fspath(src), os.fspath(dst)
     if not methods:
         raise MethodSetError(f"{src}: split needs a --method to keep")
-    check_outputs([src], [dst], "split")
-    read = read_pte_program(src)
+    data = [os.fspath(p) for p in data]
+    check_outputs([src, *data], [dst], "split")
+    read = read_pte_program(src, data)
     present = plan_names(read)
     chosen = _split_names(src, present, methods)
     external = len(read.pte.entries[DataSpace.EXTERNAL])
     if external:
-        raise MethodSetError(f"{src}: reads {external} tensor(s) from a .ptd; split takes a "
+        raise MethodSetError(f"{src}: reads {external} tensor(s) from a .ptd"
+                             f"{' (' + ', '.join(data) + ')' if data else ''}; split takes a "
                              "program whose data is in the .pte (merge --inline makes one)")
     with ByteSource(src) as source:
         analysis = analyse_file(read.pte, {read.pte.path: source})

@@ -537,6 +537,7 @@ def prune_file(
     dedupe: bool = False,
     early: EarlyCopy | None = None,
     view: ProgramView | None = None,
+    ptd_outputs: Sequence[str | os.PathLike] | None = None,
 ) -> FilePruneReport:
     """Writes `src` without the constants and named data its program cannot reach.
 
@@ -570,6 +571,9 @@ def prune_file(
             it before importing this module); one is begun here otherwise.
         view: The file to prune in place of `src`'s (`ProgramView`). The output is
             then always rewritten.
+        ptd_outputs: Where to write each pruned `.ptd`, one per `ptd_paths`, in place
+            of `ptd_out` (the command line writes the `.ptd` found beside `src` beside
+            `dst` with its stem, where the rule of `data_files` finds it again).
 
     Returns:
         What was written and dropped.
@@ -582,9 +586,14 @@ def prune_file(
     started = time.perf_counter()
     src, dst = os.fspath(src), os.fspath(dst)
     ptd_paths = [os.fspath(p) for p in ptd_paths]
-    if ptd_paths and ptd_out is None:
+    if ptd_outputs is not None:
+        ptd_outputs = [os.fspath(p) for p in ptd_outputs]
+        if len(ptd_outputs) != len(ptd_paths):
+            raise ValueError(f"{len(ptd_outputs)} .ptd outputs for {len(ptd_paths)} inputs")
+    elif ptd_paths and ptd_out is None:
         raise OutputFileError(f"{dst}: .ptd inputs given without a directory for their outputs")
-    ptd_outputs = [os.path.join(os.fspath(ptd_out), os.path.basename(p)) for p in ptd_paths]
+    else:
+        ptd_outputs = [os.path.join(os.fspath(ptd_out), os.path.basename(p)) for p in ptd_paths]
     check_outputs([src, *ptd_paths], [dst, *ptd_outputs])
 
     # Read, then decide every output byte, then write; the kernel copies the .pte

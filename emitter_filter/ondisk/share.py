@@ -76,6 +76,7 @@ from emitter_filter.ondisk.prune import (
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
 from emitter_filter.ondisk.read_pte import PteProgram
 from emitter_filter.ondisk.share_find import (
+    DEFAULT_MIN_BYTES,
     ProgramSet,
     SharedSet,
     TensorLayoutKey,
@@ -89,10 +90,6 @@ __all__ = ["DEFAULT_MIN_BYTES", "SharedProgram", "ShareReport", "share_files"]
 
 logger = logging.getLogger(__name__)
 
-# Below this, moving a blob costs about what it saves: its key is written twice
-# (tensor and .ptd entry), with a TensorLayout and its tables (~200 B for a
-# constant), and the .ptd pads each segment to the segment alignment (128).
-DEFAULT_MIN_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -108,6 +105,7 @@ class SharedProgram:
         moved_named_data: Named-data keys now read from the shared `.ptd`.
         own_keys: Keys of its `.ptd` whose bytes differ for another program of the
             set (both heads' `head.weight`), now in its `.pte` under the same name.
+        data: The `.ptd` files it was read with (`data_files.data_files_for`).
     """
 
     path: str
@@ -117,6 +115,7 @@ class SharedProgram:
     moved_constants: int
     moved_named_data: int
     own_keys: tuple[str, ...] = ()
+    data: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -177,6 +176,7 @@ class ShareReport:
             **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
             "programs": [dataclasses.asdict(p) for p in self.programs],
             "saved_bytes": self.saved_bytes,
+            "data": [{"program": p.path, "data": list(p.data)} for p in self.programs],
         }
 
 
@@ -444,6 +444,7 @@ def share_files(
     prune: bool = False,
     dedupe: bool = False,
     progress: ProgressFn | None = None,
+    data_beside: bool = True,
 ) -> ShareReport:
     """Writes the programs into `out_dir` with the bytes they have in common in one `.ptd`.
 
@@ -455,8 +456,8 @@ def share_files(
         ptd_paths: The `.ptd` files the programs load with, as `merge_files`
             takes them: `IN.ptd`, read by every program, or `FILE=IN.ptd` (or a
             (FILE, IN.ptd) tuple), read by the program FILE only. None given:
-            each program reads the `.ptd` beside it with its stem, if any. Not
-            modified. Their entries go into the shared `.ptd`, each key once; a
+            each program reads the `.ptd` beside it with its stem, if any, unless
+            `data_beside` is False (`data_files.data_files_for`). Not modified. Their entries go into the shared `.ptd`, each key once; a
             key whose bytes differ between programs stays with each program
             that reads it, in its `.pte` under that key.
         ptd_name: The shared `.ptd`'s file name.
@@ -484,10 +485,10 @@ def share_files(
     _check_inputs(ptes, out_dir, ptd_name)
     if prune:
         return _prune_then_share(
-            ptes, out_dir, list(ptd_paths), started,
+            ptes, out_dir, list(ptd_paths), started, data_beside,
             ptd_name=ptd_name, min_bytes=min_bytes, progress=progress, dedupe=dedupe,
         )
-    data_of = data_files_for(ptes, ptd_paths)
+    data_of = data_files_for(ptes, ptd_paths, beside=data_beside)
     ptd_paths = list(dict.fromkeys(p for files in data_of for p in files))
     # Each under its name, or the shortest tail of its path that tells it apart
     # (`a/model.pte`, `b/model.pte`: every optimum-executorch export is `model.pte`).
@@ -516,7 +517,8 @@ def share_files(
         for fd in opened:
             os.close(fd)
     report = _report(
-        programs.reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started
+        programs.reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started,
+        data_of,
     )
     return dataclasses.replace(report, deduplicated_bytes=deduplicated) if dedupe else report
 
@@ -555,8 +557,9 @@ def _outputs(programs, ptds, found, fds, pte_outputs, shared_output, copy_output
     return outputs, [shared_output]
 
 
-def _prune_then_share(ptes, out_dir, ptd_paths, started, **options) -> ShareReport:
-    """`prune_file` of each program into a temporary directory, then `share_files` of those."""
+def _prune_then_share(ptes, out_dir, ptd_paths, started, data_beside, **options) -> ShareReport:
+    """`prune_file` of each program into a temporary directory (the `.ptd` beside it pruned
+    beside its output, with its stem), then `share_files` of those."""
     if ptd_paths:
         raise OutputFileError(
             f"{out_dir}: prune with .ptd files: a .ptd several programs read cannot be "
@@ -569,17 +572,22 @@ def _prune_then_share(ptes, out_dir, ptd_paths, started, **options) -> ShareRepo
         raise OutputFileError(f"{out_dir}: cannot write: {error.strerror}") from error
     with temp:
         pruned = [os.path.join(temp.name, tail) for tail in unique_tails(ptes)]
-        for source, target in zip(ptes, pruned):
+        data_of = data_files_for(ptes, (), beside=data_beside)
+        for source, target, files in zip(ptes, pruned, data_of):
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            prune_file(source, target)
+            prune_file(source, target, files,
+                       ptd_outputs=[os.path.splitext(target)[0] + ".ptd" for _ in files])
         report = share_files(pruned, out_dir, **options)
     return dataclasses.replace(
         report,
         programs=tuple(
-            dataclasses.replace(p, path=source, bytes_before=os.path.getsize(source))
-            for p, source in zip(report.programs, ptes)
+            dataclasses.replace(p, path=source, data=tuple(files),
+                                bytes_before=os.path.getsize(source))
+            for p, source, files in zip(report.programs, ptes, data_of)
         ),
-        bytes_before=sum(os.path.getsize(p) for p in ptes),
+        ptd_inputs=tuple(f for files in data_of for f in files),
+        bytes_before=sum(os.path.getsize(p) for p in ptes)
+        + sum(os.path.getsize(f) for files in data_of for f in files),
         seconds=time.perf_counter() - started,
     )
 
@@ -591,7 +599,8 @@ def _ptd_blobs_by_place(found: SharedSet) -> dict:
     }
 
 
-def _report(reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started):
+def _report(reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started,
+            data_of):
     programs = tuple(
         SharedProgram(
             path=read.pte.path,
@@ -601,6 +610,7 @@ def _report(reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, st
             moved_constants=sum(1 for p, _ in found.constant_keys if p == number),
             moved_named_data=len(found.moved_keys.get(number, ())),
             own_keys=tuple(sorted(found.own_keys.get(number, ()))),
+            data=tuple(data_of[number]),
         )
         for number, (read, output, size) in enumerate(zip(reads, pte_outputs, sizes))
     )

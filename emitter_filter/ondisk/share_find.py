@@ -52,6 +52,7 @@ from emitter_filter.reachability import DataSpace
 from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
 
 __all__ = [
+    "DEFAULT_MIN_BYTES",
     "StoredBlob",
     "TensorLayoutKey",
     "SharedContent",
@@ -63,7 +64,11 @@ __all__ = [
     "find_set_shared",
 ]
 
-
+#: Below this, moving a blob costs about what it saves: its key is written twice
+#: (tensor and .ptd entry), with a TensorLayout and its tables (~200 B for a
+#: constant), and the .ptd pads each segment to the segment alignment (128).
+#: `share`'s default, and what `audit` and `explain` of a set count as stored twice.
+DEFAULT_MIN_BYTES = 1024
 
 @dataclass(frozen=True)
 class StoredBlob:

@@ -142,7 +142,7 @@ def test_keep_on_disk_writes_the_bytes_keep_constants_writes(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     code = main(["prune", str(dirty["model.pte"]), "-o", str(out / "model.pte"),
-                 "--ptd", str(ptd), "--ptd-out", str(out), "--keep", "unused"])
+                 "--data", str(ptd), "--ptd-out", str(out), "--keep", "unused"])
     assert code == 0, capsys.readouterr().err
     assert _contents({p.name: p for p in sorted(out.iterdir())}) == _contents(kept)
     assert _contents(kept) != _contents(dirty)  # `odd` is still dropped
@@ -150,7 +150,7 @@ def test_keep_on_disk_writes_the_bytes_keep_constants_writes(tmp_path, capsys):
 
 def test_keep_on_disk_makes_a_matching_constant_live_for_audit(built, capsys):
     case = built["external"]
-    ptds = [a for p in case.ptds for a in ("--ptd", str(p))]
+    ptds = [a for p in case.ptds for a in ("--data", str(p))]
     assert main(["audit", str(case.pte), *ptds, "--keep", "unused", "--max-dead-bytes", "20"]) == 0
     assert main(["audit", str(case.pte), *ptds, "--max-dead-bytes", "20"]) == 1
     capsys.readouterr()

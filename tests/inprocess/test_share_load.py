@@ -115,13 +115,61 @@ def test_explain_of_the_set_shows_what_share_stores_once(shared_set):
 
     originals, out, report, _ = shared_set
     before = explain_set(originals)
-    # Contents share moves (at least --min-bytes, 1,024, long) stored again in another file.
-    twice = sum(p.nbytes for p in before.parts if p.status == "duplicated" and p.nbytes >= 1024
-                and p.storage in ("constant", "named_data"))
-    assert twice == report.shared_bytes > 64 * 128 * 4
+    # Exactly the contents share moves (at least --min-bytes, 1,024, long), stored again in
+    # another file: the one count explain, audit and share give.
+    twice = sum(p.nbytes for p in before.parts if p.status == "duplicated"
+                and any(not c.startswith(p.file.rsplit("/", 1)[-1] + ":") for c in p.copies))
+    assert twice == audit_set(originals, []).duplicated_bytes == report.shared_bytes
+    assert twice > 64 * 128 * 4
     after = explain_set([out / p.name for p in originals], [out / "shared.ptd"])
     assert sum(p.nbytes for p in after.parts) == after.file_bytes
-    assert not [p for p in after.parts if p.status == "duplicated" and p.nbytes >= 1024]
+    assert not [p for p in after.parts if p.status == "duplicated"]
+    assert audit_set([out / p.name for p in originals], [out / "shared.ptd"]).duplicated_bytes == 0
+
+
+class _KeywordSpotting(torch.nn.Module):
+    """A small DS-CNN as ExecuTorch's Arduino KeywordSpotting example has: a first
+    convolution, depthwise and pointwise blocks, then a classifier; weights of a few KB,
+    biases and the depthwise kernels under share's 1,024 B."""
+
+    def __init__(self, classes: int) -> None:
+        super().__init__()
+        torch.manual_seed(5)
+        self.first = torch.nn.Conv2d(1, 64, (10, 4), stride=(2, 2), padding=(5, 1))
+        self.depthwise = torch.nn.Conv2d(64, 64, 3, padding=1, groups=64)
+        self.pointwise = torch.nn.Conv2d(64, 64, 1)
+        torch.manual_seed(5 + classes)
+        self.classify = torch.nn.Linear(64, classes)
+
+    def forward(self, x):
+        x = self.pointwise(self.depthwise(self.first(x).relu()).relu()).relu()
+        return self.classify(x.mean(dim=(2, 3)))
+
+
+def test_explain_audit_and_share_count_the_same_bytes_on_a_keyword_spotting_pair(tmp_path,
+                                                                                  capsys):
+    """Two versions of a keyword spotter with one feature extractor: explain and audit count
+    as stored twice exactly what share stores once, and 0 on share's output."""
+    from emitter_filter.cli import main
+    from emitter_filter.ondisk.explain_set import explain_set
+
+    inputs = (torch.randn(1, 1, 49, 10, generator=torch.Generator().manual_seed(2)),)
+    ptes = []
+    for name, classes in (("model", 12), ("model_v2", 4)):
+        ptes.append(tmp_path / f"{name}.pte")
+        ptes[-1].write_bytes(export(_KeywordSpotting(classes), "portable", inputs))
+    before = explain_set(ptes)
+    report = share_files(ptes, tmp_path / "out")
+    twice = sum(p.nbytes for p in before.parts if p.status == "duplicated")
+    small = [p for p in before.parts if p.storage == "constant" and 0 < p.nbytes < 1024]
+    assert small, "the pair has contents under --min-bytes, which share leaves where they are"
+    assert 0 < twice == audit_set(ptes, []).duplicated_bytes == report.shared_bytes
+    assert main(["audit", *map(str, ptes)]) == 0
+    assert f"the 2 programs: {twice:,} B stored in more than one file" in capsys.readouterr().out
+    out = [tmp_path / "out" / p.name for p in ptes]
+    after = explain_set(out, [tmp_path / "out" / "shared.ptd"])
+    assert not [p for p in after.parts if p.status == "duplicated"]
+    assert audit_set(out, [tmp_path / "out" / "shared.ptd"]).duplicated_bytes == 0
 
 
 def _export_with_ptd(model, root, name) -> tuple:

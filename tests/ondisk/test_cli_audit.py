@@ -41,7 +41,7 @@ def test_dead_bytes_within_the_allowance_pass_and_no_gate_means_exit_0(built, ca
 
 def test_json_output_is_the_reports_json_form(built, capsys):
     case = built["external"]
-    ptd_args = [a for p in case.ptds for a in ("--ptd", p)]
+    ptd_args = [a for p in case.ptds for a in ("--data", p)]
     code, out, err = _run(capsys, case.pte, *ptd_args, "--json")
     assert code == 0 and err == ""
     assert json.loads(out) == audit_file(case.pte, case.ptds).to_json()
@@ -77,7 +77,7 @@ def test_bad_file_exits_2_with_one_line_naming_the_file(built, tmp_path, capsys,
 
 def test_missing_ptd_key_exits_2(built, capsys):
     case = built["external"]
-    code, out, err = _run(capsys, case.pte, "--ptd", case.pruned_ptds[0])
+    code, out, err = _run(capsys, case.pte, "--data", case.pruned_ptds[0])
     assert (code, out) == (2, "") and "does not match" in err
 
 
@@ -116,5 +116,5 @@ def test_several_files_are_audited_in_turn(capsys, built):
     # With a .ptd, several programs are one set (tests/ondisk/test_share.py): a .ptd
     # none of them reads is dead as a whole.
     ptd = built["external"].ptds[0]
-    code, out, err = _run(capsys, clean, dirty, "--ptd", ptd, "--max-dead-bytes", "0")
+    code, out, err = _run(capsys, clean, dirty, "--data", ptd, "--max-dead-bytes", "0")
     assert code == 1 and "the set has" in err and "no program reads" in out

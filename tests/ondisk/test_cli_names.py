@@ -86,7 +86,7 @@ def test_audit_json_and_table_show_the_names(built, pt2, capsys):
 
 def test_the_table_marks_an_external_constant_readable_by_name(built, capsys):
     case = built["external"]
-    assert main(["audit", str(case.pte), *[a for p in case.ptds for a in ("--ptd", str(p))]]) == 0
+    assert main(["audit", str(case.pte), *[a for p in case.ptds for a in ("--data", str(p))]]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[-2].endswith("unused (readable by name)")
 

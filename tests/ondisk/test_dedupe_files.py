@@ -49,7 +49,7 @@ def test_prune_dedupe_with_ptd_files_writes_what_prune_writes(tmp_path):
     for name, extra in (("pruned", []), ("deduped", ["--dedupe"])):
         out = tmp_path / name
         out.mkdir()
-        ptd_args = [a for p in ptds for a in ("--ptd", str(p))]
+        ptd_args = [a for p in ptds for a in ("--data", str(p))]
         argv = ["prune", str(pte), "-o", str(out / "model.pte"), *ptd_args, "--ptd-out", str(out)]
         assert main(argv + extra) == 0
         runs[name] = {p.name: p.read_bytes() for p in sorted(out.iterdir())}

@@ -56,8 +56,8 @@ def test_added_and_removed_programs_and_the_growth_gate(release, tmp_path, capsy
     assert main(["diff", str(tmp_path / "gone"), str(release)]) == 2
     assert f"{release} is a directory but {tmp_path / 'gone'} is not there" in \
         capsys.readouterr().err
-    assert main(["diff", str(release), str(new), "--old-ptd", "x.ptd"]) == 2
-    assert "--old-ptd, --new-ptd and the --*-names options take two .pte files" in \
+    assert main(["diff", str(release), str(new), "--old-data", "x.ptd"]) == 2
+    assert "--old-data, --new-data and the --*-names options take two .pte files" in \
         capsys.readouterr().err
     assert main(["diff", str(release), str(tmp_path)]) == 2
     assert "no .pte file" in capsys.readouterr().err

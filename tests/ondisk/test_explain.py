@@ -130,7 +130,7 @@ def test_external_parts_are_named_by_their_fqn_and_grouped_by_module():
 
 def test_explain_json_lists_every_part_and_its_totals(capsys):
     pte, ptds = saved(GOLDEN / "external" / "dirty")
-    argv = ["explain", str(pte), *(a for p in ptds for a in ("--ptd", str(p))), "--json"]
+    argv = ["explain", str(pte), *(a for p in ptds for a in ("--data", str(p))), "--json"]
     assert main(argv) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["schema"] == "emitter-filter-explain/1"
@@ -234,7 +234,7 @@ def test_explain_diff_and_budget_import_neither_torch_nor_executorch(tmp_path):
         f"""
         import sys
         from emitter_filter import cli
-        assert cli.main(["explain", {str(pte)!r}, "--ptd", {str(ptds[0])!r},
+        assert cli.main(["explain", {str(pte)!r}, "--data", {str(ptds[0])!r},
                          "--html", {str(tmp_path / "page.html")!r}]) == 0
         assert cli.main(["diff", {str(pruned)!r}, {str(dirty)!r}, "--markdown"]) == 0
         assert cli.main(["budget", "write", {str(dirty)!r}, "-o", {str(tmp_path / "b.json")!r}]) == 0

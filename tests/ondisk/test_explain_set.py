@@ -41,13 +41,13 @@ def _between_files(explanation) -> int:
 
 def test_the_parts_add_up_to_the_files_and_what_share_stores_once_is_duplicated(programs,
                                                                                 tmp_path):
-    explanation = explain_set(programs)
+    explanation = explain_set(programs, min_bytes=1)  # the golden programs' weights are small
     assert explanation.file_bytes == sum(p.stat().st_size for p in programs)
     assert sum(p.nbytes for p in explanation.parts) == explanation.file_bytes
     report = share_files(programs, tmp_path / "shared", min_bytes=1)
     assert report.shared_bytes > 0 and _between_files(explanation) == report.shared_bytes
     after = explain_set([tmp_path / "shared" / p.name for p in programs],
-                        [tmp_path / "shared" / "shared.ptd"])
+                        [tmp_path / "shared" / "shared.ptd"], min_bytes=1)
     assert _between_files(after) == 0
     assert sum(p.nbytes for p in after.parts) == after.file_bytes == sum(
         f.stat().st_size for f in (tmp_path / "shared").iterdir())
@@ -58,7 +58,7 @@ def test_the_parts_add_up_to_the_files_and_what_share_stores_once_is_duplicated(
 
 
 def test_the_cli_explains_a_set_as_text_json_and_a_page(programs, tmp_path, capsys):
-    assert main(["explain", *map(str, programs), "--top", "100"]) == 0
+    assert main(["explain", *map(str, programs), "--top", "100", "--min-bytes", "1"]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"2 programs: {sum(p.stat().st_size for p in programs):,} bytes")
     assert re.search(r"clean\.pte:constant\[\d+\]\s+duplicated", text)

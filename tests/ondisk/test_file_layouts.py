@@ -307,7 +307,7 @@ def _without_torch(*argv: str) -> subprocess.CompletedProcess:
 
 def test_audit_and_prune_with_a_ptd_need_neither_torch_nor_executorch(tmp_path):
     dirty, ptds = _files(tmp_path, "dirty", "external", "executorch-1.5.1", dead=True)
-    ptd_args = ["--ptd", str(ptds[0])]
+    ptd_args = ["--data", str(ptds[0])]
     audit = _without_torch("audit", str(dirty), *ptd_args, "--max-dead-bytes", "0")
     assert audit.returncode == 1, audit.stderr
     assert "24 dead" in audit.stdout
@@ -324,6 +324,6 @@ def test_audit_and_prune_with_a_ptd_need_neither_torch_nor_executorch(tmp_path):
     assert prune.returncode == 0, prune.stderr
     clean = build_program(dead=False, where="external")
     assert _bytes(out / "model.pte", out / "weights.ptd") == [clean.pte, clean.ptd]
-    gate = _without_torch("audit", str(out / "model.pte"), "--ptd", str(out / "weights.ptd"),
+    gate = _without_torch("audit", str(out / "model.pte"), "--data", str(out / "weights.ptd"),
                           "--max-dead-bytes", "0")
     assert gate.returncode == 0, gate.stderr

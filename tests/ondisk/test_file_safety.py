@@ -114,7 +114,7 @@ INPUT_COMMANDS = {
     "audit": lambda src, out: ["audit", src],
     "prune": lambda src, out: ["prune", src, "-o", out],
     "dedupe": lambda src, out: ["prune", "--dedupe", src, "-o", out],
-    "ptd": lambda src, out: ["audit", GOLDEN / "external" / "dirty" / "model.pte", "--ptd", src],
+    "ptd": lambda src, out: ["audit", GOLDEN / "external" / "dirty" / "model.pte", "--data", src],
     "names": lambda src, out: ["audit", GOLDEN / "plain" / "dirty" / "model.pte", "--names", src],
 }
 

@@ -246,8 +246,8 @@ def test_data_needs_one_place_to_go(tmp_path, capsys):
     pte, (ptd,) = saved(GOLDEN / "external" / "dirty")
     out = tmp_path / "out.pte"
     assert main(["merge", str(pte), "--data", str(ptd), "-o", str(out)]) == 2
-    assert "give --ptd OUT.ptd or --inline" in capsys.readouterr().err
-    assert main(["merge", str(pte), "--data", str(ptd), "-o", str(out), "--inline", "--ptd",
+    assert "give --ptd-out OUT.ptd or --inline" in capsys.readouterr().err
+    assert main(["merge", str(pte), "--data", str(ptd), "-o", str(out), "--inline", "--ptd-out",
                  str(tmp_path / "x.ptd")]) == 2
     assert not out.exists()
 

@@ -257,9 +257,9 @@ def test_audit_counts_exactly_the_bytes_both_prunes_drop(cases, pruned_on_disk, 
 @pytest.mark.parametrize("name", NAMED_DATA_CASES)
 def test_the_gate_fails_on_dead_named_data_and_passes_once_pruned(cases, capsys, name):
     files = cases[name]
-    ptd_args = [a for p in files.dirty_ptds for a in ("--ptd", str(p))]
+    ptd_args = [a for p in files.dirty_ptds for a in ("--data", str(p))]
     dirty_code = main(["audit", str(files.dirty), *ptd_args, "--max-dead-bytes", "0"])
-    pruned_ptd_args = [a for p in files.pruned_ptds for a in ("--ptd", str(p))]
+    pruned_ptd_args = [a for p in files.pruned_ptds for a in ("--data", str(p))]
     pruned_code = main(["audit", str(files.pruned), *pruned_ptd_args, "--max-dead-bytes", "0"])
     capsys.readouterr()
     dropped = files.report.named_data.dropped
@@ -381,7 +381,7 @@ def test_an_unwritable_output_directory_exits_2_naming_the_output(cases, tmp_pat
 def test_cli_prune_writes_the_pruned_file_and_reports_it_as_json(cases, tmp_path, capsys):
     files = cases["external"]
     argv = ["prune", str(files.dirty), "-o", str(tmp_path / "out.pte"), "--json",
-            *[a for p in files.dirty_ptds for a in ("--ptd", str(p))], "--ptd-out", str(tmp_path)]
+            *[a for p in files.dirty_ptds for a in ("--data", str(p))], "--ptd-out", str(tmp_path)]
     assert main(argv) == 0
     out, err = capsys.readouterr()
     report = json.loads(out)
@@ -403,7 +403,7 @@ def test_cli_prune_prints_a_one_line_summary(cases, tmp_path, capsys):
 def test_cli_ptd_without_an_output_directory_is_a_usage_error(cases, tmp_path, capsys):
     files = cases["external"]
     code = main(["prune", str(files.dirty), "-o", str(tmp_path / "o.pte"),
-                 "--ptd", str(files.dirty_ptds[0])])
+                 "--data", str(files.dirty_ptds[0])])
     assert code == 2 and "--ptd needs --ptd-out" in capsys.readouterr().err
     assert _listing(tmp_path) == []
 

@@ -205,7 +205,7 @@ def test_explain_and_audit_read_the_set_as_share_does_and_agree_on_its_count(tmp
     flipped = next(t.name for t in read.tensors if t.ref.space is DataSpace.EXTERNAL)
     a, a_ptd = _external_pair(tmp_path, "a")
     b, b_ptd = _external_pair(tmp_path, "b", flip=flipped)
-    explanation, audit = explain_set([a, b]), audit_set([a, b], [], min_bytes=1)
+    explanation, audit = explain_set([a, b], min_bytes=1), audit_set([a, b], [], min_bytes=1)
     report = share_files([a, b], tmp_path / "out", min_bytes=1)
     duplicated = sum(p.nbytes for p in explanation.parts if p.status == "duplicated")
     dead = sum(p.nbytes for p in explanation.parts if p.status == "dead")
@@ -216,7 +216,7 @@ def test_explain_and_audit_read_the_set_as_share_does_and_agree_on_its_count(tmp
     given = audit_set([a, b], [f"a.pte={a_ptd}", f"{b}={b_ptd}"], min_bytes=1)
     assert given.to_json() == audit.to_json()
     out = [tmp_path / "out" / "a.pte", tmp_path / "out" / "b.pte"]
-    after = explain_set(out, [tmp_path / "out" / "shared.ptd"])
+    after = explain_set(out, [tmp_path / "out" / "shared.ptd"], min_bytes=1)
     assert not [p for p in after.parts if p.status == "duplicated"]
     assert sum(p.nbytes for p in after.parts if p.status == "dead") == audit_set(
         out, [tmp_path / "out" / "shared.ptd"]).dead_bytes == audit_set([a], [a_ptd]).dead_bytes
@@ -230,7 +230,7 @@ def test_explain_and_audit_read_the_set_as_share_does_and_agree_on_its_count(tmp
 ], ids=["other-file", "no-file"])
 def test_a_bad_ptd_spec_is_one_line(tmp_path, capsys, command, programs, spec, message):
     pairs = [_external_pair(tmp_path, name) for name in programs]
-    argv = [command, *(str(pte) for pte, _ in pairs), "--ptd", spec.format(pairs[0][1])]
+    argv = [command, *(str(pte) for pte, _ in pairs), "--data", spec.format(pairs[0][1])]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
@@ -242,7 +242,7 @@ def test_one_program_reads_its_ptd_as_a_program_of_a_set_does(tmp_path, capsys, 
     `.ptd` beside it with its stem say the same; a `.ptd` of another stem is not read."""
     a, a_ptd = _external_pair(tmp_path, "a")
     outputs = []
-    for option in (["--ptd", str(a_ptd)], ["--ptd", f"{a}={a_ptd}"], ["--data", f"a.pte={a_ptd}"],
+    for option in (["--data", str(a_ptd)], ["--data", f"{a}={a_ptd}"], ["--data", f"a.pte={a_ptd}"],
                    []):
         assert main([command, str(a), *option, "--json"]) == 0
         outputs.append(json.loads(capsys.readouterr().out))
@@ -253,7 +253,7 @@ def test_one_program_reads_its_ptd_as_a_program_of_a_set_does(tmp_path, capsys, 
     shutil.copyfile(a_ptd, alone / "other.ptd")
     assert main([command, str(alone / "a.pte"), "--json"]) == 0
     assert "other.ptd" not in capsys.readouterr().out  # read only when given
-    assert main([command, str(alone / "a.pte"), "--ptd", str(alone / "other.ptd"), "--json"]) == 0
+    assert main([command, str(alone / "a.pte"), "--data", str(alone / "other.ptd"), "--json"]) == 0
     assert "other.ptd" in capsys.readouterr().out
 
 
@@ -266,8 +266,8 @@ def test_diff_of_two_programs_reads_the_ptd_beside_each(tmp_path, capsys):
     new, _ = _external_pair(tmp_path / "new", "a")
     assert main(["diff", str(old), str(new), "--json"]) == 0
     beside = json.loads(capsys.readouterr().out)
-    assert main(["diff", str(old), str(new), "--old-ptd", str(tmp_path / "old" / "a.ptd"),
-                 "--new-ptd", str(tmp_path / "new" / "a.ptd"), "--json"]) == 0
+    assert main(["diff", str(old), str(new), "--old-data", str(tmp_path / "old" / "a.ptd"),
+                 "--new-data", str(tmp_path / "new" / "a.ptd"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == beside
     for side, pte in (("old", old), ("new", new)):  # each with its .ptd
         assert beside[side]["bytes"] == pte.stat().st_size + pte.with_suffix(".ptd").stat().st_size
@@ -406,7 +406,7 @@ def test_the_audit_of_a_shared_set_counts_a_ptd_entry_dead_only_if_no_program_re
     c = _copy("mutated", "pruned", tmp_path / "c.pte")
     d = _copy("mutated", "pruned", tmp_path / "d.pte")
     assert audit_set([c, d], [ptd]).dead_bytes == 60
-    code = main(["audit", str(out / "a.pte"), str(out / "b.pte"), "--ptd", str(ptd),
+    code = main(["audit", str(out / "a.pte"), str(out / "b.pte"), "--data", str(ptd),
                  "--max-dead-bytes", "0"])
     assert code == 0
 
