@@ -857,6 +857,14 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     names = state_file(options.names)
     reports, refused, gated = [], [], []
     for members in sets_of(data_of):
+        if len(members) == 1:
+            [n] = members
+            report = audit_file(options.pte[n], data_of[n], keep_constants=options.keep,
+                                names=names)
+        else:
+            report = audit_set([options.pte[n] for n in members],
+                               [(options.pte[n], f) for n in members for f in data_of[n]],
+                               min_bytes=_min_bytes(options))
         # A file the runtime refuses gets its own status, not the report of a file that loads.
         lines = [_validity_lines(options.pte[n], data_of[n], options.require_data)
                  for n in members]
@@ -864,14 +872,7 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         if any(line is not None for line, _ in lines):
             continue
         gated.extend(gate for _, gate in lines if gate is not None)
-        if len(members) == 1:
-            [n] = members
-            reports.append(audit_file(options.pte[n], data_of[n], keep_constants=options.keep,
-                                      names=names))
-        else:
-            reports.append(audit_set([options.pte[n] for n in members],
-                                     [(options.pte[n], f) for n in members for f in data_of[n]],
-                                     min_bytes=_min_bytes(options)))
+        reports.append(report)
     if options.json and reports:
         # One file (or one set): its report; several: a list of them.
         documents = [report.to_json() for report in reports]

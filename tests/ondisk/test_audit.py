@@ -130,7 +130,7 @@ def test_json_form_has_the_documented_keys(built):
     assert list(form) == [
         "schema", "path", "files", "file_bytes", "constant_bytes", "dead_bytes",
         "dead_values", "duplicated_bytes", "spaces", "dead", "kept_unprovable_named_data",
-        "duplicates", "shared_bytes", "shared",
+        "duplicates", "shared_bytes", "shared", "data",
     ]
     assert form["schema"] == JSON_SCHEMA
     assert list(form["spaces"]) == list(SPACES)
