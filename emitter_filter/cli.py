@@ -813,41 +813,53 @@ def _audit_set(options: argparse.Namespace) -> int:
 
 
 def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    if options.value is not None and not options.node_data:
+    from emitter_filter.ondisk.output import check_outputs, write_files
+
+    if options.value is not None and options.node_data is None:
         print("emitter-filter explain: --value says what --node-data sums; give --node-data "
-              "OUT.json with it", file=sys.stderr)
+              "OUT.json with it (see emitter-filter explain --help)", file=sys.stderr)
         return EXIT_USAGE
     if len(options.pte) > 1:
-        if options.names or options.node_data:
-            option = "--names" if options.names else "--node-data"
-            print(f"emitter-filter explain: {option} takes one program, not a set",
-                  file=sys.stderr)
+        if options.names is not None or options.node_data is not None:
+            option = "--names" if options.names is not None else "--node-data"
+            print(f"emitter-filter explain: {option} takes one program, not a set "
+                  "(see emitter-filter explain --help)", file=sys.stderr)
             return EXIT_USAGE
+    else:
+        pte, options.ptd = _one_program(options)
+        options.pte = [pte]
+    # Every output refused, or every one written: checked before any work.
+    outputs = [o for o in (options.html, options.node_data) if o is not None]
+    inputs = [*options.pte, *(spec.rpartition("=")[2] for spec in options.ptd)]
+    check_outputs(inputs, outputs, "explain")
+    if len(options.pte) > 1:
         from emitter_filter.ondisk.explain_set import explain_set
 
         explanation = explain_set(options.pte, options.ptd)
     else:
         from emitter_filter.ondisk.explain import explain_file
 
-        options.pte, options.ptd = _one_program(options)
-        explanation = explain_file(options.pte, options.ptd, names=options.names)
-    if options.html:
-        from emitter_filter.ondisk.explain_page import write_explain_page
+        explanation = explain_file(options.pte[0], options.ptd, names=options.names)
+    files, wrote = [], []
+    if options.html is not None:
+        from emitter_filter.ondisk.explain_page import render_explain_page
 
-        write_explain_page(explanation, options.html)
-        # On stderr, so that `--json` output stays one document.
-        print(f"wrote {options.html} ({os.path.getsize(options.html):,} B): the treemap, "
-              "offline; open it in a browser", file=sys.stderr)
-    if options.node_data:
+        page = render_explain_page(explanation).encode("utf-8")
+        files.append((options.html, page))
+        wrote.append(f"wrote {options.html} ({len(page):,} B): the treemap, offline; "
+                     "open it in a browser")
+    if options.node_data is not None:
         from emitter_filter.ondisk.node_data import node_data_file
-        from emitter_filter.ondisk.output import write_text
 
         value = options.value or "bytes"
-        document = node_data_file(options.pte, options.ptd, value, names=options.names)
-        write_text(options.node_data, json.dumps(document, indent=2) + "\n",
-                   inputs=[options.pte, *options.ptd])
-        print(f"wrote {options.node_data}: Model Explorer node data ({value} per node "
-              f"of {len(document)} graph(s))", file=sys.stderr)
+        document = node_data_file(options.pte[0], options.ptd, value, names=options.names)
+        files.append((options.node_data, (json.dumps(document, indent=2) + "\n").encode()))
+        wrote.append(f"wrote {options.node_data}: Model Explorer node data ({value} per node "
+                     f"of {len(document)} graph(s))")
+    write_files(files, inputs, "explain")
+    # On stderr, so that `--json` output stays one document.
+    for line in wrote:
+        print(line, file=sys.stderr)
     if options.json:
         print(json.dumps(explanation.to_json(options.top, options.by), indent=2))
     else:
@@ -916,28 +928,44 @@ def _print_growth(result, limit: str) -> None:
 
 
 def _budget(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    from emitter_filter.ondisk.budget import benchmark_json, check_budget, read_budget, write_budget
-    from emitter_filter.ondisk.output import write_text
+    from emitter_filter.ondisk.budget import (
+        benchmark_json,
+        budget_document,
+        check_budget,
+        read_budget,
+    )
+    from emitter_filter.ondisk.output import check_outputs, write_files
 
-    if options.budget_action == "write":
-        _, explanations = write_budget(options.pte, options.output)
-        print(f"wrote {options.output}: " + ", ".join(
-            f"{e.path} {e.file_bytes:,} B" for e in explanations))
+    writing = options.budget_action == "write"
+    # Every output refused, or every one written: checked before any work.
+    outputs = [o for o in (options.output if writing else None, options.benchmark_json)
+               if o is not None]
+    inputs = [*options.pte, *([] if writing else [options.budget])]
+    check_outputs(inputs, outputs, f"budget {options.budget_action}")
+    files = []
+    if writing:
+        document, explanations = budget_document(options.pte)
+        files.append((options.output, (json.dumps(document, indent=2) + "\n").encode()))
         over = []
     else:
         checks = check_budget(options.pte, read_budget(options.budget), options.tolerance)
         explanations = [c.explanation for c in checks]
-        for check in checks:
-            print(check.summary())
-            if check.over and check.diff is not None:
-                print(check.diff.to_markdown() if options.markdown else check.diff.to_text())
         over = [c for c in checks if c.over]
-        for check in over:
-            if check.diff is not None:
-                _print_growth(check.diff, f"the budget ({check.allowed_bytes:,} B allowed)")
-    if options.benchmark_json:
-        write_text(options.benchmark_json, json.dumps(benchmark_json(explanations), indent=2),
-                   inputs=options.pte)
+    if options.benchmark_json is not None:
+        files.append((options.benchmark_json,
+                      json.dumps(benchmark_json(explanations), indent=2).encode()))
+    write_files(files, inputs, f"budget {options.budget_action}")
+    if writing:
+        print(f"wrote {options.output}: " + ", ".join(
+            f"{e.path} {e.file_bytes:,} B" for e in explanations))
+        return EXIT_OK
+    for check in checks:
+        print(check.summary())
+        if check.over and check.diff is not None:
+            print(check.diff.to_markdown() if options.markdown else check.diff.to_text())
+    for check in over:
+        if check.diff is not None:
+            _print_growth(check.diff, f"the budget ({check.allowed_bytes:,} B allowed)")
     return EXIT_DEAD_BYTES if over else EXIT_OK
 
 

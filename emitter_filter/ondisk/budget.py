@@ -28,13 +28,14 @@ from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.byte_source import open_sources
 from emitter_filter.ondisk.diff import HAS_BYTES, SizeDiff, diff_parts, digest_parts, totals_of
 from emitter_filter.ondisk.explain import Explanation, Part, explain_file
-from emitter_filter.ondisk.output import write_text
+from emitter_filter.ondisk.output import check_outputs, write_text
 from emitter_filter.ondisk.readers import Reader
 
 __all__ = [
     "JSON_SCHEMA",
     "BudgetCheck",
     "record_explanation",
+    "budget_document",
     "write_budget",
     "read_budget",
     "check_budget",
@@ -80,10 +81,8 @@ def record_explanation(explanation: Explanation, digest=None) -> dict:
     }
 
 
-def write_budget(
-    paths: Sequence[str | os.PathLike], out: str | os.PathLike
-) -> tuple[dict, list[Explanation]]:
-    """Explains each `.pte` and writes their records to `out` (atomically).
+def budget_document(paths: Sequence[str | os.PathLike]) -> tuple[dict, list[Explanation]]:
+    """Explains each `.pte`: the budget file's document, and the explanations.
 
     Files are keyed by the path as given, so give them as the check will (relative
     to the repository, as pre-commit passes them).
@@ -94,7 +93,16 @@ def write_budget(
         with contextlib.ExitStack() as stack:
             digest = digest_parts(open_sources(stack, (path,)))
             files[path] = record_explanation(explanation, digest)
-    document = {"schema": JSON_SCHEMA, "files": files}
+    return {"schema": JSON_SCHEMA, "files": files}, explanations
+
+
+def write_budget(
+    paths: Sequence[str | os.PathLike], out: str | os.PathLike
+) -> tuple[dict, list[Explanation]]:
+    """Explains each `.pte` and writes their records to `out` (atomically), as
+    `budget_document` makes them."""
+    check_outputs([os.fspath(p) for p in paths], [os.fspath(out)], "budget write")
+    document, explanations = budget_document(paths)
     write_text(out, json.dumps(document, indent=2) + "\n", inputs=[os.fspath(p) for p in paths])
     return document, explanations
 

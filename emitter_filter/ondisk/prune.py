@@ -579,7 +579,7 @@ def prune_file(
     if ptd_paths and ptd_out is None:
         raise OutputFileError(f"{dst}: .ptd inputs given without a directory for their outputs")
     ptd_outputs = [os.path.join(os.fspath(ptd_out), os.path.basename(p)) for p in ptd_paths]
-    check_outputs([src, *ptd_paths], [dst, *ptd_outputs])
+    check_outputs([src, *ptd_paths], [dst, *ptd_outputs], created=[ptd_out] if ptd_out else [])
 
     # Read, then decide every output byte, then write; the kernel copies the .pte
     # meanwhile, where most of the output will be its input at the same offsets.
