@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import runpy
@@ -52,6 +53,17 @@ def _byte_count(text: str) -> int:
         value = -1
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number, 0 or more, got {text!r}")
+    return value
+
+
+def _percent(text: str) -> float:
+    """A percentage, 0 or more (`--tolerance`): not nan, not inf."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a percentage, 0 or more, got {text!r}")
     return value
 
 
@@ -310,7 +322,7 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
     check = actions.add_parser("check", help="fail on growth past the recorded budget")
     check.add_argument("--budget", required=True, metavar="BUDGET.json",
                        help="the budget that budget write recorded")
-    check.add_argument("--tolerance", type=float, default=0.0, metavar="PCT",
+    check.add_argument("--tolerance", type=_percent, default=0.0, metavar="PCT",
                        help="allow this much growth, in percent of the recorded bytes")
     check.add_argument("--markdown", action="store_true",
                        help="print the diffs as tables for a pull request's comment")

@@ -19,12 +19,15 @@ plugin's `pte_budget` fixture and the pre-commit hook read the same file.
 from __future__ import annotations
 
 import contextlib
+import fractions
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.errors import PteFormatError
+from emitter_filter.ondisk.budget_schema import schema_error
 from emitter_filter.ondisk.byte_source import open_sources
 from emitter_filter.ondisk.diff import HAS_BYTES, SizeDiff, diff_parts, digest_parts, totals_of
 from emitter_filter.ondisk.explain import Explanation, Part, explain_file
@@ -44,6 +47,8 @@ __all__ = [
 
 #: The value of the "schema" key of a budget file.
 JSON_SCHEMA = "emitter-filter-budget/1"
+# Where its JSON Schema is published (`budget_schema.BUDGET_SCHEMA`).
+SCHEMA_PAGE = "see docs/budget-schema.json"
 
 
 def _part_record(part: Part, digest) -> dict:
@@ -108,10 +113,10 @@ def write_budget(
 
 
 def read_budget(path: str | os.PathLike) -> dict:
-    """Reads a budget file, checking its schema.
+    """Reads a budget file, checking it against its JSON Schema (`budget_schema`).
 
     Raises:
-        PteFormatError: Not a budget file of this schema.
+        PteFormatError: Not a budget file of this schema: the first place that is not.
     """
     name = os.fspath(path)
     try:
@@ -119,11 +124,14 @@ def read_budget(path: str | os.PathLike) -> dict:
             document = json.load(f)
     except OSError as error:
         raise PteFormatError(name, f"cannot read: {error.strerror}") from error
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # RecursionError: nested too deep
         raise PteFormatError(name, f"not JSON: {error}") from error
     if not isinstance(document, dict) or document.get("schema") != JSON_SCHEMA:
         found = document.get("schema") if isinstance(document, dict) else None
         raise PteFormatError(name, f"schema {found!r}, expected {JSON_SCHEMA!r}")
+    problem = schema_error(document)
+    if problem is not None:
+        raise PteFormatError(name, f"not a budget file ({SCHEMA_PAGE}): {problem}")
     return document
 
 
@@ -160,7 +168,13 @@ class BudgetCheck:
 def check_budget(
     paths: Sequence[str | os.PathLike], budget: Mapping, tolerance_percent: float = 0.0
 ) -> list[BudgetCheck]:
-    """Compares each `.pte` with its record in `budget` (what `read_budget` returned)."""
+    """Compares each `.pte` with its record in `budget` (what `read_budget` returned).
+
+    Raises:
+        ValueError: `tolerance_percent` is negative, infinite or not a number.
+    """
+    if not (math.isfinite(tolerance_percent) and tolerance_percent >= 0):
+        raise ValueError(f"the tolerance must be a percentage, 0 or more: {tolerance_percent!r}")
     checks = []
     for path in map(os.fspath, paths):
         record = budget["files"].get(path)
@@ -182,7 +196,8 @@ def check_budget(
             f"{path} (budget)", path, int(record["bytes"]), explanation.file_bytes,
             record.get("totals", {}), totals_of(explanation.parts), changes,
         )
-        allowed = int(record["bytes"] * (1 + tolerance_percent / 100))
+        # Exactly, as a fraction: a float product overflows for a huge tolerance.
+        allowed = int(record["bytes"] * (1 + fractions.Fraction(tolerance_percent) / 100))
         checks.append(BudgetCheck(path, explanation, int(record["bytes"]), allowed, diff))
     return checks
 
