@@ -82,6 +82,32 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def _usage_error(command: str, message: str) -> int:
+    """A usage error a handler finds, in the words `_Parser.error` uses: one line, then
+    where help is."""
+    print(f"emitter-filter {command}: {message} (see emitter-filter {command} --help)",
+          file=sys.stderr)
+    return EXIT_USAGE
+
+
+class _Version(argparse.Action):
+    """`--version`: looked up only when asked (importlib.metadata costs tens of ms)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print emitter_filter's version and exit", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version("emitter_filter")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown (not installed)"
+        print(f"emitter-filter {version}")
+        parser.exit(EXIT_OK)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="emitter-filter",
@@ -90,6 +116,7 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
     )
     _add_verbose(parser, "verbose", 0)
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser(
@@ -316,10 +343,28 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
         ),
     )
     actions = budget.add_subparsers(dest="budget_action", required=True, metavar="ACTION")
-    write = actions.add_parser("write", help="record the files' sizes and entries")
+    write = actions.add_parser(
+        "write", help="record the files' sizes and entries",
+        description=(
+            "Explain each FILE.pte and record its bytes, its bytes per storage and status, and "
+            "its parts (each tensor's sha256 too, to match it again by content) in "
+            "BUDGET.json, keyed by the path as given; commit it. Never writes over an input; "
+            "writes atomically, with --benchmark-json both or neither. Exit 2 if a file is "
+            "malformed or an output cannot be written."
+        ),
+    )
     write.add_argument("-o", "--output", required=True, metavar="BUDGET.json",
                        help="where to write the budget (replaced atomically; commit it)")
-    check = actions.add_parser("check", help="fail on growth past the recorded budget")
+    check = actions.add_parser(
+        "check", help="fail on growth past the recorded budget",
+        description=(
+            "Explain each FILE.pte again and compare it with its record in BUDGET.json: a "
+            "file larger than its recorded bytes plus --tolerance percent, or with no record, "
+            "is over budget, and the diff against the recorded parts says which entries grew. "
+            "Exit 1 if a file is over budget, 2 if a file is malformed or BUDGET.json does "
+            "not follow its schema (docs/budget-schema.json)."
+        ),
+    )
     check.add_argument("--budget", required=True, metavar="BUDGET.json",
                        help="the budget that budget write recorded")
     check.add_argument("--tolerance", type=_percent, default=0.0, metavar="PCT",
@@ -399,8 +444,7 @@ def _sigterm_unwinds() -> Iterator[None]:
 
 def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     if options.ptd and options.ptd_out is None:
-        print("emitter-filter prune: --ptd needs --ptd-out DIR", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error("prune", "--ptd needs --ptd-out DIR")
     try:
         with _sigterm_unwinds():
             # The kernel copies the .pte while the rest of the file side is imported
@@ -568,8 +612,7 @@ def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     target = options.target
     if not target or (target[0] == "-m" and len(target) < 2):
-        print("emitter-filter run: give -m MODULE or SCRIPT (see --help)", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error("run", "give -m MODULE or SCRIPT")
     module, script = (target[1], None) if target[0] == "-m" else (None, target[0])
     argv = [module or script, *target[(2 if module else 1):]]
     if script is not None and not os.path.isdir(script):
@@ -828,15 +871,12 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
     from emitter_filter.ondisk.output import check_outputs, write_files
 
     if options.value is not None and options.node_data is None:
-        print("emitter-filter explain: --value says what --node-data sums; give --node-data "
-              "OUT.json with it (see emitter-filter explain --help)", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error("explain", "--value says what --node-data sums; give --node-data "
+                            "OUT.json with it")
     if len(options.pte) > 1:
         if options.names is not None or options.node_data is not None:
             option = "--names" if options.names is not None else "--node-data"
-            print(f"emitter-filter explain: {option} takes one program, not a set "
-                  "(see emitter-filter explain --help)", file=sys.stderr)
-            return EXIT_USAGE
+            return _usage_error("explain", f"{option} takes one program, not a set")
     else:
         pte, options.ptd = _one_program(options)
         options.pte = [pte]
@@ -885,23 +925,20 @@ def _diff(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     try:
         limit = None if options.max_growth is None else growth_limit(options.max_growth)
     except ValueError as error:
-        print(f"emitter-filter diff: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error("diff", str(error))
     sets = [os.path.isdir(options.old), os.path.isdir(options.new)]
     if any(sets):
         if not all(sets):
             directory, other = ((options.old, options.new) if sets[0]
                                 else (options.new, options.old))
             what = "a file" if os.path.exists(other) else "not there"
-            print(f"emitter-filter diff: {directory} is a directory but {other} is {what}: "
-                  "give two directories (sets of programs, each with its .ptd files beside "
-                  "it) or two .pte files", file=sys.stderr)
-            return EXIT_USAGE
+            return _usage_error("diff", f"{directory} is a directory but {other} is {what}: "
+                                "give two directories (sets of programs, each with its .ptd "
+                                "files beside it) or two .pte files")
         if options.old_ptd or options.new_ptd or options.old_names or options.new_names:
-            print("emitter-filter diff: --old-ptd, --new-ptd and the --*-names options take "
-                  "two .pte files; two directories pair each program with the .ptd beside it",
-                  file=sys.stderr)
-            return EXIT_USAGE
+            return _usage_error("diff", "--old-ptd, --new-ptd and the --*-names options take "
+                                "two .pte files; two directories pair each program with the "
+                                ".ptd beside it")
         from emitter_filter.ondisk.diff_set import diff_sets
 
         result = diff_sets(options.old, options.new)
@@ -1007,6 +1044,18 @@ def _command_index(arguments: Sequence[str]) -> int | None:
     return next((i for i, a in enumerate(arguments) if not a.startswith("-")), None)
 
 
+def _command_parser(parser: argparse.ArgumentParser, options: argparse.Namespace):
+    """The parser of the command (`budget check`: of its action) that `options` were
+    parsed for."""
+    while True:
+        commands = next((a for a in parser._actions
+                         if isinstance(a, argparse._SubParsersAction)), None)
+        name = None if commands is None else getattr(options, commands.dest, None)
+        if name not in getattr(commands, "choices", {}):
+            return parser
+        parser = commands.choices[name]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code instead of exiting."""
     parser = _build_parser()
@@ -1023,7 +1072,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if target[:1] in (["-h"], ["--help"]):
             arguments, target = arguments + target[:1], None
     try:
-        options = parser.parse_args(arguments)
+        options, unknown = parser.parse_known_args(arguments)
+        if unknown:
+            # Said by the command's own parser, so that the message points at its help.
+            _command_parser(parser, options).error(
+                f"unrecognized arguments: {' '.join(unknown)}"
+            )
     except SystemExit as exit_:
         return EXIT_USAGE if exit_.code else EXIT_OK
     if target is not None:
