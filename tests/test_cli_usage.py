@@ -8,6 +8,9 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import shutil
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -91,3 +94,36 @@ def test_a_method_name_that_is_not_text_is_one_line(tmp_path, capsys):
                           "--method", f"{name}=a.pte:forward")
     assert code == 2 and err.count("\n") == 1 and "is not UTF-8 text" in err, err
     assert not (tmp_path / "m.pte").exists()
+
+
+def test_the_time_prune_reports_counts_no_import(tmp_path):
+    # A 1.9 KB file was reported pruned "in 362-627 ms": numpy's import (flatbuffers
+    # imports it) and the generated object API's were inside the clock.
+    code = textwrap.dedent(
+        f"""
+        import sys, time
+        from emitter_filter.ondisk import prune
+        started = []
+        late = []
+
+        class Watch:
+            def find_spec(self, name, path, target=None):
+                if started:
+                    late.append(name)
+                return None
+
+        def clock(real=time.perf_counter):
+            started.append(True)
+            return real()
+
+        sys.meta_path.insert(0, Watch())
+        prune.time = type(sys)("clock")
+        prune.time.perf_counter = clock
+        prune.prune_file({PLAIN!r}, {str(tmp_path / "out.pte")!r})
+        assert started
+        print(sorted(set(late)))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[]\n", result.stdout
