@@ -132,6 +132,11 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
     )
     run.add_argument(
+        "--keep", action="append", default=[], metavar="PATTERN",
+        help="keep the constants whose fully qualified name matches PATTERN (fnmatch; "
+        "repeatable; before the script), as ExecutorchBackendConfig(keep_constants=...) does",
+    )
+    run.add_argument(
         "target", nargs=argparse.REMAINDER, metavar="(-m MODULE | SCRIPT) [ARGS ...]",
         help="-m MODULE to run a module as python -m does, or the path of a script; "
         "then its own arguments",
@@ -623,9 +628,20 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
             print(f"emitter-filter run: {_os_error_line(error)}", file=sys.stderr)
             return EXIT_USAGE
 
-    from emitter_filter.inprocess import hook
+    from emitter_filter._upstream import check_executorch_version
+    from emitter_filter.inprocess import startup
+    from emitter_filter.reachability import keep_patterns
 
-    hook.enable()
+    check_executorch_version()  # a missing executorch is one line before the script runs
+    keep = keep_patterns(options.keep)
+
+    def enable() -> None:
+        from emitter_filter.inprocess import hook
+
+        hook.enable(keep)
+
+    # Armed, not enabled: ExecuTorch (and torch) load when the script imports them.
+    disarm = startup.on_exporter_import(enable)
     logger.info("running %s with pruning on", " ".join(argv))
     saved_argv = sys.argv
     sys.argv = argv
@@ -642,7 +658,9 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         return 1
     finally:
         sys.argv = saved_argv
-        hook.disable()
+        disarm()
+        if "emitter_filter.inprocess.hook" in sys.modules:
+            sys.modules["emitter_filter.inprocess.hook"].disable()
     return EXIT_OK
 
 
@@ -1066,9 +1084,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = _command_index(arguments)
     if command is not None and arguments[command] == "run":
         arguments, target = arguments[: command + 1], arguments[command + 1 :]
-        # `run -v SCRIPT -v`: the first is ours, the second the script's.
-        while target[:1] and _VERBOSE.fullmatch(target[0]):
-            arguments.append(target.pop(0))
+        # `run -v --keep P SCRIPT -v`: those before the script are ours, the rest its own.
+        while target[:1]:
+            if _VERBOSE.fullmatch(target[0]) or target[0].startswith("--keep="):
+                arguments.append(target.pop(0))
+            elif target[0] == "--keep":
+                arguments += target[:2]
+                del target[:2]
+            else:
+                break
         if target[:1] in (["-h"], ["--help"]):
             arguments, target = arguments + target[:1], None
     try:

@@ -68,6 +68,8 @@ _lock = threading.Lock()
 _original = None
 _original_emit = None
 _process_wide = False
+# The keep_constants patterns `enable()` was given, for every program.
+_process_keep: tuple[str, ...] = ()
 _pruning_depth: contextvars.ContextVar[int] = contextvars.ContextVar(
     "emitter_filter_pruning_depth", default=0
 )
@@ -92,7 +94,7 @@ def _strict(config) -> bool:
 
 
 def _keep_constants(config) -> tuple[str, ...]:
-    return (*(getattr(config, "keep_constants", ()) or ()), *_pruning_keep.get())
+    return (*(getattr(config, "keep_constants", ()) or ()), *_pruning_keep.get(), *_process_keep)
 
 
 def _emit_program(original, methods, *args, **kwargs):
@@ -323,17 +325,24 @@ def installed() -> bool:
     return _original is not None
 
 
-def enable() -> None:
-    """Prunes every program serialized from now on, in every thread."""
-    global _process_wide
+def enable(keep_constants: Sequence[str] = ()) -> None:
+    """Prunes every program serialized from now on, in every thread.
+
+    Args:
+        keep_constants: `fnmatch` patterns of FQNs to keep although no instruction
+            reads them, in every program (`emitter-filter run --keep`,
+            `EMITTER_FILTER_KEEP`); they replace those of an earlier `enable`.
+    """
+    global _process_wide, _process_keep
+    keep = keep_patterns(keep_constants)
     install()
-    _process_wide = True
+    _process_wide, _process_keep = True, keep
 
 
 def disable() -> None:
     """Stops what `enable()` started; `pruning()` blocks and configs still prune."""
-    global _process_wide
-    _process_wide = False
+    global _process_wide, _process_keep
+    _process_wide, _process_keep = False, ()
 
 
 def is_enabled() -> bool:
