@@ -206,7 +206,7 @@ def _serialize_for_executorch(
     serialize_seconds = time.perf_counter() - serialize_started
     if dedupe:
         serialized = _dedupe_serialized(emitter_output, serialized, config, prune_report)
-    _notify_observers(emitter_output, serialized, prune_report, serialize_seconds)
+    _notify_observers(emitter_output, serialized, prune_report, serialize_seconds, methods)
     return serialized
 
 
@@ -413,6 +413,8 @@ class SerializedProgram:
             (without the extension), as `Cord`s.
         prune_report: What pruning dropped; None when the program was not pruned.
         serialize_seconds: Wall time of ExecuTorch's own serializer.
+        methods: The `ExportedProgram`s it was emitted from, by method name (what names
+            its values: `state_names.PlaceholderNames`); None when not seen.
     """
 
     emitter_output: object
@@ -420,6 +422,7 @@ class SerializedProgram:
     ptd: dict
     prune_report: object
     serialize_seconds: float
+    methods: dict | None = None
 
 
 _observers: tuple = ()
@@ -452,11 +455,13 @@ def remove_observer(callback) -> None:
         _observers = _observers[:index] + _observers[index + 1 :]
 
 
-def _notify_observers(emitter_output, serialized, prune_report, seconds: float) -> None:
+def _notify_observers(
+    emitter_output, serialized, prune_report, seconds: float, methods=None
+) -> None:
     observers = _observers
     if not observers:
         return
     pte, ptd = serialized
-    program = SerializedProgram(emitter_output, pte, ptd, prune_report, seconds)
+    program = SerializedProgram(emitter_output, pte, ptd, prune_report, seconds, methods)
     for callback in observers:
         callback(program)
