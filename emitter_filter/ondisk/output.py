@@ -519,8 +519,6 @@ def check_outputs(
     targets: dict[str, str] = {}
     directories: dict[str, str] = {}
     for output in outputs:
-        if not os.fspath(output):
-            raise OutputFileError("an output path is empty: give a file name")
         target = output_target(output)
         for source in inputs:
             if _same_file(source, output):
