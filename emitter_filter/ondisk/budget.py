@@ -48,7 +48,7 @@ __all__ = [
 #: The value of the "schema" key of a budget file.
 JSON_SCHEMA = "emitter-filter-budget/1"
 # Where its JSON Schema is published (`budget_schema.BUDGET_SCHEMA`).
-SCHEMA_PAGE = "see docs/budget-schema.json"
+_SCHEMA_PAGE = "see docs/budget-schema.json"
 
 
 def _part_record(part: Part, digest) -> dict:
@@ -131,7 +131,7 @@ def read_budget(path: str | os.PathLike) -> dict:
         raise PteFormatError(name, f"schema {found!r}, expected {JSON_SCHEMA!r}")
     problem = schema_error(document)
     if problem is not None:
-        raise PteFormatError(name, f"not a budget file ({SCHEMA_PAGE}): {problem}")
+        raise PteFormatError(name, f"not a budget file ({_SCHEMA_PAGE}): {problem}")
     return document
 
 

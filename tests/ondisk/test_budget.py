@@ -261,6 +261,8 @@ def _places(value, path=()):
 def _mutate(document, data) -> None:
     """Replaces, removes or adds one thing somewhere in `document`."""
     places = [p for p in _places(document) if p]
+    if not places:  # everything removed already: `{}`
+        return
     path = data.draw(st.sampled_from(places))
     parent = document
     for key in path[:-1]:
