@@ -18,12 +18,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_files import build_pte, measure, median, summarize_runs  # noqa: E402
+from bench.bench_files import work_directory, build_pte, measure, median, summarize_runs  # noqa: E402
 
 
 def main() -> int:
@@ -33,7 +32,7 @@ def main() -> int:
     parser.add_argument("--dir", default=None, help="where to build (default: a temporary dir)")
     options = parser.parse_args()
 
-    workdir = tempfile.mkdtemp(prefix="ef-bench-explain-", dir=options.dir)
+    workdir = work_directory(parser, options.dir, "ef-bench-explain-")
     try:
         pte = os.path.join(workdir, "model.pte")
         started = time.perf_counter()

@@ -91,6 +91,15 @@ def summarize_runs(runs: list[dict]) -> dict:
     }
 
 
+def work_directory(parser: argparse.ArgumentParser, directory: str | None, prefix: str) -> str:
+    """A new directory to build in, inside `--dir` (default: the system's temporary one);
+    a `--dir` that is not a directory is one line and exit 2, as the CLI's usage errors."""
+    if directory is not None and not os.path.isdir(directory):
+        parser.exit(2, f"{parser.prog}: --dir {directory}: not a directory "
+                       f"(see {parser.prog} --help)\n")
+    return tempfile.mkdtemp(prefix=prefix, dir=directory)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=float, default=1.0, help="size of the generated .pte")
@@ -100,7 +109,7 @@ def main() -> int:
                         help="skip ExecuTorch's in-memory round trip (minutes, GiB of RAM)")
     options = parser.parse_args()
 
-    workdir = tempfile.mkdtemp(prefix="ef-bench-", dir=options.dir)
+    workdir = work_directory(parser, options.dir, "ef-bench-")
     try:
         pte = os.path.join(workdir, "model.pte")
         started = time.perf_counter()

@@ -21,12 +21,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_files import measure, median, summarize_runs  # noqa: E402
+from bench.bench_files import work_directory, measure, median, summarize_runs  # noqa: E402
 from bench.bench_share import build_set  # noqa: E402
 
 
@@ -37,7 +36,7 @@ def main() -> int:
     parser.add_argument("--dir", default=None, help="where to build (default: a /tmp dir)")
     options = parser.parse_args()
 
-    workdir = tempfile.mkdtemp(prefix="ef-bench-merge-", dir=options.dir)
+    workdir = work_directory(parser, options.dir, "ef-bench-merge-")
     try:
         inputs = os.path.join(workdir, "in")
         os.mkdir(inputs)

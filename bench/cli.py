@@ -167,6 +167,13 @@ _SUITE_NEEDS = {
 }
 
 
+def _install_command() -> str:
+    """The bench extra's install into this Python (a bare `pip` may be another's)."""
+    checkout = Path(__file__).resolve().parents[1]
+    return (f"{sys.executable} -m pip install -e '{checkout}[bench]' "
+            f"-c {checkout / 'constraints' / 'executorch-1.5.1.txt'}")
+
+
 def _missing_distributions() -> list[str]:
     return [dist for module, dist in _SUITE_NEEDS.items() if importlib.util.find_spec(module) is None]
 
@@ -260,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if missing:
             print(
                 f"bench: the benchmarks need {', '.join(missing)}, not installed here: "
-                "pip install -e '.[bench]' -c constraints/executorch-1.5.1.txt",
+                f"{_install_command()}",
                 file=sys.stderr,
             )
             return EXIT_USAGE

@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import runpy
@@ -55,6 +56,17 @@ def _byte_count(text: str) -> int:
     return value
 
 
+def _percent(text: str) -> float:
+    """A percentage, 0 or more (`--tolerance`): not nan, not inf."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a percentage, 0 or more, got {text!r}")
+    return value
+
+
 def _add_verbose(parser: argparse.ArgumentParser, dest: str, default) -> None:
     parser.add_argument(
         "-v", "--verbose", action="count", default=default, dest=dest,
@@ -70,6 +82,32 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def _usage_error(command: str, message: str) -> int:
+    """A usage error a handler finds, in the words `_Parser.error` uses: one line, then
+    where help is."""
+    print(f"emitter-filter {command}: {message} (see emitter-filter {command} --help)",
+          file=sys.stderr)
+    return EXIT_USAGE
+
+
+class _Version(argparse.Action):
+    """`--version`: looked up only when asked (importlib.metadata costs tens of ms)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print emitter_filter's version and exit", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version("emitter_filter")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown (not installed)"
+        print(f"emitter-filter {version}")
+        parser.exit(EXIT_OK)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="emitter-filter",
@@ -78,6 +116,7 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
     )
     _add_verbose(parser, "verbose", 0)
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser(
@@ -91,6 +130,11 @@ def _build_parser() -> argparse.ArgumentParser:
             "Examples: emitter-filter run export.py --out model.pte; "
             "emitter-filter run -m executorch.examples.models.llama.export_llama --help"
         ),
+    )
+    run.add_argument(
+        "--keep", action="append", default=[], metavar="PATTERN",
+        help="keep the constants whose fully qualified name matches PATTERN (fnmatch; "
+        "repeatable; before the script), as ExecutorchBackendConfig(keep_constants=...) does",
     )
     run.add_argument(
         "target", nargs=argparse.REMAINDER, metavar="(-m MODULE | SCRIPT) [ARGS ...]",
@@ -306,13 +350,31 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
         ),
     )
     actions = budget.add_subparsers(dest="budget_action", required=True, metavar="ACTION")
-    write = actions.add_parser("write", help="record the files' sizes and entries")
+    write = actions.add_parser(
+        "write", help="record the files' sizes and entries",
+        description=(
+            "Explain each FILE.pte and record its bytes, its bytes per storage and status, and "
+            "its parts (each tensor's sha256 too, to match it again by content) in "
+            "BUDGET.json, keyed by the path as given; commit it. Never writes over an input; "
+            "writes atomically, with --benchmark-json both or neither. Exit 2 if a file is "
+            "malformed or an output cannot be written."
+        ),
+    )
     write.add_argument("-o", "--output", required=True, metavar="BUDGET.json",
                        help="where to write the budget (replaced atomically; commit it)")
-    check = actions.add_parser("check", help="fail on growth past the recorded budget")
+    check = actions.add_parser(
+        "check", help="fail on growth past the recorded budget",
+        description=(
+            "Explain each FILE.pte again and compare it with its record in BUDGET.json: a "
+            "file larger than its recorded bytes plus --tolerance percent, or with no record, "
+            "is over budget, and the diff against the recorded parts says which entries grew. "
+            "Exit 1 if a file is over budget, 2 if a file is malformed or BUDGET.json does "
+            "not follow its schema (docs/budget-schema.json)."
+        ),
+    )
     check.add_argument("--budget", required=True, metavar="BUDGET.json",
                        help="the budget that budget write recorded")
-    check.add_argument("--tolerance", type=float, default=0.0, metavar="PCT",
+    check.add_argument("--tolerance", type=_percent, default=0.0, metavar="PCT",
                        help="allow this much growth, in percent of the recorded bytes")
     check.add_argument("--markdown", action="store_true",
                        help="print the diffs as tables for a pull request's comment")
@@ -453,8 +515,7 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.data_files import program_data
 
     if options.data and options.ptd_out is None:
-        print("emitter-filter prune: --data needs --ptd-out DIR", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error("prune", "--data needs --ptd-out DIR")
     data = program_data(options.pte, options.data, beside=options.data_beside)
     # The .ptd beside IN.pte, pruned beside OUT.pte with its stem: where the rule finds it.
     ptd_outputs = ([os.path.splitext(options.output)[0] + ".ptd"] * len(data)
@@ -655,8 +716,7 @@ def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     target = options.target
     if not target or (target[0] == "-m" and len(target) < 2):
-        print("emitter-filter run: give -m MODULE or SCRIPT (see --help)", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error("run", "give -m MODULE or SCRIPT")
     module, script = (target[1], None) if target[0] == "-m" else (None, target[0])
     argv = [module or script, *target[(2 if module else 1):]]
     if script is not None and not os.path.isdir(script):
@@ -667,9 +727,20 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
             print(f"emitter-filter run: {_os_error_line(error)}", file=sys.stderr)
             return EXIT_USAGE
 
-    from emitter_filter.inprocess import hook
+    from emitter_filter._upstream import check_executorch_version
+    from emitter_filter.inprocess import startup
+    from emitter_filter.reachability import keep_patterns
 
-    hook.enable()
+    check_executorch_version()  # a missing executorch is one line before the script runs
+    keep = keep_patterns(options.keep)
+
+    def enable() -> None:
+        from emitter_filter.inprocess import hook
+
+        hook.enable(keep)
+
+    # Armed, not enabled: ExecuTorch (and torch) load when the script imports them.
+    disarm = startup.on_exporter_import(enable)
     logger.info("running %s with pruning on", " ".join(argv))
     saved_argv = sys.argv
     sys.argv = argv
@@ -686,7 +757,9 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         return 1
     finally:
         sys.argv = saved_argv
-        hook.disable()
+        disarm()
+        if "emitter_filter.inprocess.hook" in sys.modules:
+            sys.modules["emitter_filter.inprocess.hook"].disable()
     return EXIT_OK
 
 
@@ -936,52 +1009,54 @@ def _paired(document: dict, ptes: Sequence[str], data_of: Sequence[Sequence[str]
 
 
 def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    if options.value is not None and not options.node_data:
-        print("emitter-filter explain: --value says what --node-data sums; give --node-data "
-              "OUT.json with it", file=sys.stderr)
-        return EXIT_USAGE
+    from emitter_filter.ondisk.data_files import data_files_for
+    from emitter_filter.ondisk.output import check_outputs, write_files
+
+    if options.value is not None and options.node_data is None:
+        return _usage_error("explain", "--value says what --node-data sums; give --node-data "
+                            "OUT.json with it")
+    if len(options.pte) > 1 and (options.names is not None or options.node_data is not None):
+        option = "--names" if options.names is not None else "--node-data"
+        return _usage_error("explain", f"{option} takes one program, not a set")
+    data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
+    # Every output refused, or every one written: checked before any work.
+    outputs = [o for o in (options.html, options.node_data) if o is not None]
+    inputs = [*options.pte, *(f for files in data_of for f in files)]
+    check_outputs(inputs, outputs, "explain")
     if len(options.pte) > 1:
-        if options.names or options.node_data:
-            option = "--names" if options.names else "--node-data"
-            print(f"emitter-filter explain: {option} takes one program, not a set",
-                  file=sys.stderr)
-            return EXIT_USAGE
-        from emitter_filter.ondisk.data_files import data_files_for
         from emitter_filter.ondisk.explain_set import explain_set
 
         explanation = explain_set(options.pte, options.data, data_beside=options.data_beside,
                                   min_bytes=_min_bytes(options))
-        programs = list(zip(options.pte, data_files_for(options.pte, options.data,
-                                                         beside=options.data_beside)))
     else:
-        from emitter_filter.ondisk.data_files import program_data
         from emitter_filter.ondisk.explain import explain_file
 
-        [options.pte] = options.pte
-        options.data = program_data(options.pte, options.data, beside=options.data_beside)
-        explanation = explain_file(options.pte, options.data, names=options.names)
-        programs = [(options.pte, options.data)]
-    refused = [line for line, _ in (_validity_lines(p, d) for p, d in programs) if line]
+        explanation = explain_file(options.pte[0], data_of[0], names=options.names)
+    refused = [line for line, _ in (_validity_lines(p, d) for p, d in zip(options.pte, data_of))
+               if line]
     if refused:
         print("\n".join(refused), file=sys.stderr)
         return EXIT_USAGE
-    if options.html:
-        from emitter_filter.ondisk.explain_page import write_explain_page
+    files, wrote = [], []
+    if options.html is not None:
+        from emitter_filter.ondisk.explain_page import render_explain_page
 
-        write_explain_page(explanation, options.html)
-        # On stderr, so that `--json` output stays one document.
-        print(f"wrote {options.html} ({os.path.getsize(options.html):,} B): the treemap, "
-              "offline; open it in a browser", file=sys.stderr)
-    if options.node_data:
+        page = render_explain_page(explanation).encode("utf-8")
+        files.append((options.html, page))
+        wrote.append(f"wrote {options.html} ({len(page):,} B): the treemap, offline; "
+                     "open it in a browser")
+    if options.node_data is not None:
         from emitter_filter.ondisk.node_data import node_data_file
-        from emitter_filter.ondisk.output import write_text
 
         value = options.value or "bytes"
-        document = node_data_file(options.pte, options.data, value, names=options.names)
-        write_text(options.node_data, json.dumps(document, indent=2) + "\n",
-                   inputs=[options.pte, *options.data])
-        print(f"wrote {options.node_data}: Model Explorer node data ({value} per node "
-              f"of {len(document)} graph(s))", file=sys.stderr)
+        document = node_data_file(options.pte[0], data_of[0], value, names=options.names)
+        files.append((options.node_data, (json.dumps(document, indent=2) + "\n").encode()))
+        wrote.append(f"wrote {options.node_data}: Model Explorer node data ({value} per node "
+                     f"of {len(document)} graph(s))")
+    write_files(files, inputs, "explain")
+    # On stderr, so that `--json` output stays one document.
+    for line in wrote:
+        print(line, file=sys.stderr)
     if options.json:
         print(json.dumps(explanation.to_json(options.top, options.by), indent=2))
     else:
@@ -995,23 +1070,20 @@ def _diff(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     try:
         limit = None if options.max_growth is None else growth_limit(options.max_growth)
     except ValueError as error:
-        print(f"emitter-filter diff: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error("diff", str(error))
     sets = [os.path.isdir(options.old), os.path.isdir(options.new)]
     if any(sets):
         if not all(sets):
             directory, other = ((options.old, options.new) if sets[0]
                                 else (options.new, options.old))
             what = "a file" if os.path.exists(other) else "not there"
-            print(f"emitter-filter diff: {directory} is a directory but {other} is {what}: "
-                  "give two directories (sets of programs, each with its .ptd files beside "
-                  "it) or two .pte files", file=sys.stderr)
-            return EXIT_USAGE
+            return _usage_error("diff", f"{directory} is a directory but {other} is {what}: "
+                                "give two directories (sets of programs, each with its .ptd "
+                                "files beside it) or two .pte files")
         if options.old_data or options.new_data or options.old_names or options.new_names:
-            print("emitter-filter diff: --old-data, --new-data and the --*-names options take "
-                  "two .pte files; two directories pair each program with the .ptd beside it",
-                  file=sys.stderr)
-            return EXIT_USAGE
+            return _usage_error("diff", "--old-data, --new-data and the --*-names options take "
+                                "two .pte files; two directories pair each program with the "
+                                ".ptd beside it")
         from emitter_filter.ondisk.diff_set import diff_sets
 
         result = diff_sets(options.old, options.new, data_beside=options.data_beside)
@@ -1059,30 +1131,46 @@ def _print_growth(result, limit: str) -> None:
 
 
 def _budget(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    from emitter_filter.ondisk.budget import benchmark_json, check_budget, read_budget, write_budget
-    from emitter_filter.ondisk.output import write_text
+    from emitter_filter.ondisk.budget import (
+        benchmark_json,
+        budget_document,
+        check_budget,
+        read_budget,
+    )
+    from emitter_filter.ondisk.output import check_outputs, write_files
 
-    if options.budget_action == "write":
-        _, explanations = write_budget(options.pte, options.output, options.data,
-                                       data_beside=options.data_beside)
-        print(f"wrote {options.output}: " + ", ".join(
-            f"{e.path} {e.file_bytes:,} B" for e in explanations))
+    writing = options.budget_action == "write"
+    # Every output refused, or every one written: checked before any work.
+    outputs = [o for o in (options.output if writing else None, options.benchmark_json)
+               if o is not None]
+    inputs = [*options.pte, *([] if writing else [options.budget])]
+    check_outputs(inputs, outputs, f"budget {options.budget_action}")
+    files = []
+    if writing:
+        document, explanations = budget_document(options.pte, options.data,
+                                                  data_beside=options.data_beside)
+        files.append((options.output, (json.dumps(document, indent=2) + "\n").encode()))
         over = []
     else:
         checks = check_budget(options.pte, read_budget(options.budget), options.tolerance,
                               options.data, data_beside=options.data_beside)
         explanations = [c.explanation for c in checks]
-        for check in checks:
-            print(check.summary())
-            if check.over and check.diff is not None:
-                print(check.diff.to_markdown() if options.markdown else check.diff.to_text())
         over = [c for c in checks if c.over]
-        for check in over:
-            if check.diff is not None:
-                _print_growth(check.diff, f"the budget ({check.allowed_bytes:,} B allowed)")
-    if options.benchmark_json:
-        write_text(options.benchmark_json, json.dumps(benchmark_json(explanations), indent=2),
-                   inputs=options.pte)
+    if options.benchmark_json is not None:
+        files.append((options.benchmark_json,
+                      json.dumps(benchmark_json(explanations), indent=2).encode()))
+    write_files(files, inputs, f"budget {options.budget_action}")
+    if writing:
+        print(f"wrote {options.output}: " + ", ".join(
+            f"{e.path} {e.file_bytes:,} B" for e in explanations))
+        return EXIT_OK
+    for check in checks:
+        print(check.summary())
+        if check.over and check.diff is not None:
+            print(check.diff.to_markdown() if options.markdown else check.diff.to_text())
+    for check in over:
+        if check.diff is not None:
+            _print_growth(check.diff, f"the budget ({check.allowed_bytes:,} B allowed)")
     return EXIT_DEAD_BYTES if over else EXIT_OK
 
 
@@ -1112,6 +1200,18 @@ def _command_index(arguments: Sequence[str]) -> int | None:
     return next((i for i, a in enumerate(arguments) if not a.startswith("-")), None)
 
 
+def _command_parser(parser: argparse.ArgumentParser, options: argparse.Namespace):
+    """The parser of the command (`budget check`: of its action) that `options` were
+    parsed for."""
+    while True:
+        commands = next((a for a in parser._actions
+                         if isinstance(a, argparse._SubParsersAction)), None)
+        name = None if commands is None else getattr(options, commands.dest, None)
+        if name not in getattr(commands, "choices", {}):
+            return parser
+        parser = commands.choices[name]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code instead of exiting."""
     parser = _build_parser()
@@ -1122,13 +1222,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = _command_index(arguments)
     if command is not None and arguments[command] == "run":
         arguments, target = arguments[: command + 1], arguments[command + 1 :]
-        # `run -v SCRIPT -v`: the first is ours, the second the script's.
-        while target[:1] and _VERBOSE.fullmatch(target[0]):
-            arguments.append(target.pop(0))
+        # `run -v --keep P SCRIPT -v`: those before the script are ours, the rest its own.
+        while target[:1]:
+            if _VERBOSE.fullmatch(target[0]) or target[0].startswith("--keep="):
+                arguments.append(target.pop(0))
+            elif target[0] == "--keep":
+                arguments += target[:2]
+                del target[:2]
+            else:
+                break
         if target[:1] in (["-h"], ["--help"]):
             arguments, target = arguments + target[:1], None
     try:
-        options = parser.parse_args(arguments)
+        options, unknown = parser.parse_known_args(arguments)
+        if unknown:
+            # Said by the command's own parser, so that the message points at its help.
+            _command_parser(parser, options).error(
+                f"unrecognized arguments: {' '.join(unknown)}"
+            )
     except SystemExit as exit_:
         return EXIT_USAGE if exit_.code else EXIT_OK
     if target is not None:

@@ -269,6 +269,28 @@ def _audit(pte: bytes, ptd: Mapping) -> tuple[AuditReport | None, str | None, tu
     return audit, None, validity.missing_data
 
 
+def _named(audit: AuditReport | None, methods) -> AuditReport | None:
+    """`audit` with each dead value's entry named after the state it was emitted from (the
+    FQN a failure should say, `calibration`, not `constant[3]`), where the methods are known."""
+    if audit is None or not methods:
+        return audit
+    from emitter_filter.errors import InvariantError
+    from emitter_filter.state_names import PlaceholderNames
+
+    names = PlaceholderNames(methods)
+
+    def name(dead):
+        if dead.names or dead.plan is None or dead.value_index is None or dead.shape is None:
+            return dead
+        try:
+            found = names.name_value(dead.plan, dead.value_index, dead.shape)
+        except InvariantError:  # values that do not follow placeholders: left unnamed
+            return dead
+        return dead if found is None else dataclasses.replace(dead, names=(found,))
+
+    return dataclasses.replace(audit, dead=tuple(name(d) for d in audit.dead))
+
+
 def _describe(number: int, record: ProgramRecord, max_dead_bytes: int | None) -> str:
     from emitter_filter.testing import describe_dead_bytes as describe_audit
 
@@ -429,6 +451,7 @@ class _Session:
         started = time.perf_counter()
         pte = bytes(program.pte)
         audit, error, missing_data = _audit(pte, program.ptd)
+        audit = _named(audit, program.methods)
         audit_seconds = time.perf_counter() - started
         record = ProgramRecord(
             test=None if test is None else test.test,

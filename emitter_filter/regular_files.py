@@ -61,9 +61,11 @@ def output_target(path: str) -> str:
     """The file writing to `path` renames onto: `path`, or the file its link names.
 
     Raises:
-        OutputFileError: `path` exists and is not a regular file, or is a link
-            that names nothing.
+        OutputFileError: `path` is empty, exists and is not a regular file, or is a
+            link that names nothing.
     """
+    if not path:
+        raise OutputFileError("an output path is empty: give a file name")
     target = os.path.realpath(path) if os.path.islink(path) else path
     try:
         mode = os.stat(target).st_mode

@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from emitter_filter.errors import InvariantError, ProgramFormatError
+from emitter_filter.errors import InvariantError, ProgramFormatError, UnsupportedExecutorchError
 from emitter_filter.names import ConstantName
 from emitter_filter.regular_files import open_regular_input
 
@@ -258,15 +258,31 @@ def _etrecord_programs(path: str) -> list[tuple[str | None, object]]:
     return programs
 
 
+def _require(module: str, path: str) -> None:
+    """Refuses, in one line naming the install that brings it, a name file that needs
+    `module` where it is not installed (the torch-free install of the file tools)."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        from emitter_filter._upstream import install_hint
+
+        raise UnsupportedExecutorchError(
+            f"{path}: naming entries after a .pt2 or an ETRecord needs {module}, which is "
+            f"not installed here: {install_hint()}"
+        )
+
+
 def read_state_file(path: str | os.PathLike) -> StateFile:
     """Reads the state tensors of a `torch.export.save` `.pt2` or an ETRecord (imports torch).
 
     Raises:
         ProgramFormatError: The file is neither.
+        UnsupportedExecutorchError: torch (for an ETRecord, executorch) is not installed.
     """
     import zipfile  # here: it imports pathlib, and every command imports this module
 
     path = os.fspath(path)
+    _require("torch", path)
     try:
         with os.fdopen(open_regular_input(path), "rb") as file, zipfile.ZipFile(file) as archive:
             entries = set(archive.namelist())
@@ -275,6 +291,7 @@ def read_state_file(path: str | os.PathLike) -> StateFile:
             f"{path}: not a .pt2 or an ETRecord (a zip archive): {error}"
         ) from error
     if _ETRECORD_IDENTIFIER in entries:
+        _require("executorch", path)
         programs = _etrecord_programs(path)
     else:
         import torch

@@ -27,8 +27,10 @@ def describe_dead_bytes(report: AuditReport, max_dead_bytes: int) -> str:
     for d in shown:
         where = "" if d.plan is None else f" plan {d.plan!r} value {d.value_index}"
         what = "" if d.dtype is None else f" {dtype_label(d.dtype)} {list(d.shape)}"
-        name = "" if d.name is None else f" {d.name!r}"
-        lines.append(f"  {d.nbytes:,} B  {d.space}[{d.index}]{where}{what}{name}")
+        # The names the user gave first (`calibration`), then where the entry is.
+        names = [n.name for n in d.names] or ([] if d.name is None else [d.name])
+        name = f"{', '.join(names)}  " if names else ""
+        lines.append(f"  {d.nbytes:,} B  {name}{d.space}[{d.index}]{where}{what}")
     if len(report.dead) > len(shown):
         lines.append(f"  ... and {len(report.dead) - len(shown)} more")
     return "\n".join(lines)

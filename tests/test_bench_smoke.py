@@ -112,9 +112,12 @@ def test_running_the_suite_without_the_bench_extra_says_what_to_install(
     )
     assert main(["--out", str(tmp_path / "out"), "--quick"]) == EXIT_USAGE
     err = capsys.readouterr().err
+    root = Path(__file__).resolve().parents[1]
+    # This Python's pip: a bare `pip` may install into another one.
     assert err.strip() == (
         "bench: the benchmarks need pytest-benchmark, not installed here: "
-        "pip install -e '.[bench]' -c constraints/executorch-1.5.1.txt"
+        f"{sys.executable} -m pip install -e '{root}[bench]' "
+        f"-c {root / 'constraints' / 'executorch-1.5.1.txt'}"
     )
     assert not (tmp_path / "out").exists()
 
@@ -174,3 +177,18 @@ def test_every_bench_script_imports_and_explains_itself(script):
     )
     assert result.returncode == 0, result.stderr
     assert "usage:" in result.stdout
+
+
+@pytest.mark.parametrize("script", ["bench_files", "bench_explain", "bench_share", "bench_merge"])
+def test_a_missing_dir_is_one_line_and_exit_2(script, tmp_path):
+    import subprocess
+
+    missing = tmp_path / "no" / "such"
+    result = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "bench" / f"{script}.py"),
+         "--dir", str(missing)], capture_output=True, text=True,
+    )
+    assert result.returncode == 2
+    assert result.stderr == (f"{script}.py: --dir {missing}: not a directory "
+                             f"(see {script}.py --help)\n")
+    assert not missing.parent.exists()

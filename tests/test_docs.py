@@ -62,3 +62,62 @@ def test_the_readme_is_short_and_starts_with_what_to_run():
     first = "\n".join(lines[:100])
     for command in ("pip install", "emitter-filter demo", ".venv/bin/python -m pytest"):
         assert command in first, command
+
+
+def _cli_commands(parser=None, prefix=()):
+    """(words, parser) of every command of `emitter-filter`, read from the parser itself, so
+    that a command or flag added later must be documented too."""
+    import argparse
+
+    from emitter_filter import cli
+
+    parser = parser or cli._build_parser()
+    yield prefix, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _cli_commands(sub, (*prefix, name))
+
+
+def _flags(parser) -> list[tuple[str, ...]]:
+    """Its options as --help lists them (each with its other spellings), but -h and -v, said
+    once in errors.md."""
+    return [tuple(action.option_strings) for action in parser._actions
+            if action.option_strings and not {"-h", "-v"} & set(action.option_strings)]
+
+
+@pytest.mark.parametrize(
+    "words, parser", list(_cli_commands()), ids=lambda w: " ".join(w) if isinstance(w, tuple)
+    else "",
+)
+def test_every_command_and_flag_in_help_is_on_a_page_about_it(words, parser):
+    command = " ".join(("emitter-filter", *words))
+    pages = [p.read_text() for p in DOCS.glob("*.md")]
+    about = [text for text in pages if command in text]
+    assert about, f"no page of docs/ shows `{command}`"
+    missing = [flags[-1] for flags in _flags(parser) if not any(
+        re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text)
+        for flag in flags for text in about)]
+    assert missing == [], f"{command}: not on a page that shows it: {missing}"
+
+
+def test_the_site_is_browsable_from_disk_and_fetches_nothing():
+    config = (ROOT / "mkdocs.yml").read_text()
+    assert re.search(r"^use_directory_urls: false$", config, re.M)  # page.html, not page/
+    assert re.search(r"^  highlightjs: false$", config, re.M)  # the theme loads it from a CDN
+
+
+def test_the_built_site_links_pages_as_files_and_loads_nothing_from_the_network(tmp_path):
+    pytest.importorskip("mkdocs", reason="the docs extra: pip install -e '.[docs]'")
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(site)],
+                   cwd=ROOT, check=True)
+    index = (site / "index.html").read_text()
+    assert 'href="install.html"' in index
+    fetched = [m for page in site.rglob("*.html")
+               for m in re.findall(r'<(?:script|img|link)[^>]*(?:src|href)="(https?:[^"]+)"',
+                                   page.read_text())]
+    assert fetched == []

@@ -112,7 +112,7 @@ def test_gate_fails_only_the_test_whose_program_carries_dead_bytes(suite):
     result.stdout.fnmatch_lines([
         "*1 of 1 programs this test serialized carry more than 0 dead bytes*",
         "program 1 (methods forward): 128 dead constant bytes > 0 allowed*",
-        "*128 B  constant[*",
+        "*128 B  unused  constant[[]*[]] plan 'forward' value *",  # the FQN, first
         "emitter_filter: 2 programs audited, 128 dead bytes",
         "FAILED test_suite.py::test_dirty - emitter_filter: 1 of 1 programs*",
     ])

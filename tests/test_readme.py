@@ -73,3 +73,24 @@ def test_the_examples_print_what_the_readme_and_the_pages_show(tmp_path):
             assert _normal(result.stdout) == _normal(expected), label
             ran += 1
     assert ran >= 20
+
+
+def test_the_readmes_set_up_installs_what_its_bench_command_needs():
+    # The bench command failed in the README's own venv: its extra was never installed.
+    import tomllib
+
+    text = README.read_text()
+    install = re.search(r"\.venv/bin/pip install -e '\.\[([\w,]+)\]'", text)
+    assert install, "the README has no set-up command"
+    assert ".venv/bin/python -m bench --out" in text
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    wanted = set(install.group(1).split(","))
+    installed = " ".join(d for extra in wanted for d in extras[extra])
+    installed += " ".join(d for d in extras["executorch"]) if "emitter_filter[executorch]" in \
+        installed else ""
+    sys.path.insert(0, str(ROOT))
+    from bench.cli import _SUITE_NEEDS
+
+    missing = [dist for dist in _SUITE_NEEDS.values() if dist not in installed]
+    assert missing == [], f"the README's set-up does not install {missing}"

@@ -117,3 +117,40 @@ def test_the_regression_assertion_works_on_files(tmp_path):
     with pytest.raises(AssertionError, match=r"148 dead constant bytes > 0 allowed"):
         assert_no_dead_constants(dirty)
     assert assert_no_dead_constants(dirty.read_bytes(), max_dead_bytes=148).dead_bytes == 148
+
+
+# Makes torch and executorch unimportable, as in the torch-free install.
+HIDE_TORCH = textwrap.dedent(
+    """
+    import sys
+    sys.modules["torch"] = None
+    sys.modules["executorch"] = None
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["audit", "{pte}", "--names", "{pt2}"],
+        ["explain", "{pte}", "--names", "{pt2}"],
+        ["explain", "{pte}", "--names", "{pt2}", "--node-data", "{out}"],
+        ["prune", "{pte}", "-o", "{out}", "--names", "{pt2}"],
+        ["diff", "{pte}", "{pte}", "--new-names", "{pt2}"],
+        ["diff", "{pte}", "{pte}", "--old-names", "{pt2}"],
+    ],
+    ids=["audit", "explain", "explain-node-data", "prune", "diff-new", "diff-old"],
+)
+def test_a_names_file_without_torch_is_one_line_naming_the_install_and_exit_2(command, tmp_path):
+    pte, _ = saved(GOLDEN / "plain" / "dirty")
+    pt2 = tmp_path / "model.pt2"
+    pt2.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip archive
+    out = tmp_path / "out"
+    argv = [a.format(pte=pte, pt2=pt2, out=out) for a in command]
+    code = HIDE_TORCH + f"from emitter_filter import cli\nraise SystemExit(cli.main({argv!r}))\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "needs torch" in result.stderr and INSTALL_HINT in result.stderr, result.stderr
+    assert str(pt2) in result.stderr
+    assert not out.exists() and not list(tmp_path.glob(".out*"))

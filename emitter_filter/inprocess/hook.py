@@ -68,6 +68,8 @@ _lock = threading.Lock()
 _original = None
 _original_emit = None
 _process_wide = False
+# The keep_constants patterns `enable()` was given, for every program.
+_process_keep: tuple[str, ...] = ()
 _pruning_depth: contextvars.ContextVar[int] = contextvars.ContextVar(
     "emitter_filter_pruning_depth", default=0
 )
@@ -92,7 +94,7 @@ def _strict(config) -> bool:
 
 
 def _keep_constants(config) -> tuple[str, ...]:
-    return (*(getattr(config, "keep_constants", ()) or ()), *_pruning_keep.get())
+    return (*(getattr(config, "keep_constants", ()) or ()), *_pruning_keep.get(), *_process_keep)
 
 
 def _emit_program(original, methods, *args, **kwargs):
@@ -204,7 +206,7 @@ def _serialize_for_executorch(
     serialize_seconds = time.perf_counter() - serialize_started
     if dedupe:
         serialized = _dedupe_serialized(emitter_output, serialized, config, prune_report)
-    _notify_observers(emitter_output, serialized, prune_report, serialize_seconds)
+    _notify_observers(emitter_output, serialized, prune_report, serialize_seconds, methods)
     return serialized
 
 
@@ -323,17 +325,24 @@ def installed() -> bool:
     return _original is not None
 
 
-def enable() -> None:
-    """Prunes every program serialized from now on, in every thread."""
-    global _process_wide
+def enable(keep_constants: Sequence[str] = ()) -> None:
+    """Prunes every program serialized from now on, in every thread.
+
+    Args:
+        keep_constants: `fnmatch` patterns of FQNs to keep although no instruction
+            reads them, in every program (`emitter-filter run --keep`,
+            `EMITTER_FILTER_KEEP`); they replace those of an earlier `enable`.
+    """
+    global _process_wide, _process_keep
+    keep = keep_patterns(keep_constants)
     install()
-    _process_wide = True
+    _process_wide, _process_keep = True, keep
 
 
 def disable() -> None:
     """Stops what `enable()` started; `pruning()` blocks and configs still prune."""
-    global _process_wide
-    _process_wide = False
+    global _process_wide, _process_keep
+    _process_wide, _process_keep = False, ()
 
 
 def is_enabled() -> bool:
@@ -404,6 +413,8 @@ class SerializedProgram:
             (without the extension), as `Cord`s.
         prune_report: What pruning dropped; None when the program was not pruned.
         serialize_seconds: Wall time of ExecuTorch's own serializer.
+        methods: The `ExportedProgram`s it was emitted from, by method name (what names
+            its values: `state_names.PlaceholderNames`); None when not seen.
     """
 
     emitter_output: object
@@ -411,6 +422,7 @@ class SerializedProgram:
     ptd: dict
     prune_report: object
     serialize_seconds: float
+    methods: dict | None = None
 
 
 _observers: tuple = ()
@@ -443,11 +455,13 @@ def remove_observer(callback) -> None:
         _observers = _observers[:index] + _observers[index + 1 :]
 
 
-def _notify_observers(emitter_output, serialized, prune_report, seconds: float) -> None:
+def _notify_observers(
+    emitter_output, serialized, prune_report, seconds: float, methods=None
+) -> None:
     observers = _observers
     if not observers:
         return
     pte, ptd = serialized
-    program = SerializedProgram(emitter_output, pte, ptd, prune_report, seconds)
+    program = SerializedProgram(emitter_output, pte, ptd, prune_report, seconds, methods)
     for callback in observers:
         callback(program)

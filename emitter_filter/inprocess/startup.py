@@ -34,7 +34,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 
-from emitter_filter.environment import ENV_DEDUPE, ENV_PRUNE, env_flag
+from emitter_filter.environment import ENV_DEDUPE, ENV_KEEP, ENV_PRUNE, env_flag, env_patterns
 from emitter_filter.errors import EmitterFilterError, EnvironmentVariableError
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "dedupe_requested",
     "apply_environment",
     "prune_from_exporter_import",
+    "on_exporter_import",
     "installed_pth_files",
 ]
 
@@ -60,6 +61,8 @@ _lock = threading.Lock()
 _trigger: _ImportTrigger | None = None
 # What the exporter's import turns on: (prune, dedupe); `apply_environment` sets it.
 _requested = (True, False)
+# The patterns `EMITTER_FILTER_KEEP` gives pruning; `apply_environment` sets them.
+_keep: tuple[str, ...] = ()
 # The warnings the exporter's import logs: one per variable whose value was refused.
 _refused: tuple[str, ...] = ()
 # Each variable `apply_environment` reads, and what a refused value of it leaves off.
@@ -86,7 +89,7 @@ def apply_environment(environ: Mapping[str, str] = os.environ) -> None:
     exports (`emitter-filter audit`, say) is not told about it (`emitter-filter env`
     explains a value).
     """
-    global _requested, _refused
+    global _requested, _refused, _keep
     requested, refused = [], []
     for name, mode in _VARIABLES:
         try:
@@ -96,6 +99,7 @@ def apply_environment(environ: Mapping[str, str] = os.environ) -> None:
             refused.append(f"{error}; not {mode}")
     if any(requested) or refused:
         _requested, _refused = tuple(requested), tuple(refused)
+        _keep = env_patterns(ENV_KEEP, environ)
         prune_from_exporter_import()
 
 
@@ -117,6 +121,21 @@ def prune_from_exporter_import() -> None:
         _enable_pruning()
 
 
+def on_exporter_import(callback: Callable[[], None]) -> Callable[[], None]:
+    """Calls `callback` once `EXPORTER_MODULE` is imported (at once if it is), without
+    importing anything of ExecuTorch (`emitter-filter run`: a script that never exports
+    never loads torch). Returns what disarms it, a no-op once it has fired.
+    """
+    if EXPORTER_MODULE in sys.modules:
+        callback()
+        return lambda: None
+    trigger = _ImportTrigger(EXPORTER_MODULE, callback)
+    sys.meta_path.insert(0, trigger)
+    if EXPORTER_MODULE in sys.modules and trigger in sys.meta_path:  # imported meanwhile
+        trigger.fire()
+    return trigger.remove
+
+
 def _enable_pruning() -> None:
     from emitter_filter.inprocess import hook
 
@@ -125,7 +144,7 @@ def _enable_pruning() -> None:
         logger.warning("emitter_filter: %s", warning)
     prune, dedupe = _requested
     if prune:
-        hook.enable()
+        hook.enable(_keep)
     if dedupe:
         hook.enable_dedupe()
 

@@ -19,23 +19,27 @@ plugin's `pte_budget` fixture and the pre-commit hook read the same file.
 from __future__ import annotations
 
 import contextlib
+import fractions
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.errors import PteFormatError
+from emitter_filter.ondisk.budget_schema import schema_error
 from emitter_filter.ondisk.byte_source import open_sources
 from emitter_filter.ondisk.data_files import data_files_for
 from emitter_filter.ondisk.diff import HAS_BYTES, SizeDiff, diff_parts, digest_parts, totals_of
 from emitter_filter.ondisk.explain import Explanation, Part, explain_file
-from emitter_filter.ondisk.output import write_text
+from emitter_filter.ondisk.output import check_outputs, write_text
 from emitter_filter.ondisk.readers import Reader
 
 __all__ = [
     "JSON_SCHEMA",
     "BudgetCheck",
     "record_explanation",
+    "budget_document",
     "write_budget",
     "read_budget",
     "check_budget",
@@ -44,6 +48,8 @@ __all__ = [
 
 #: The value of the "schema" key of a budget file.
 JSON_SCHEMA = "emitter-filter-budget/1"
+# Where its JSON Schema is published (`budget_schema.BUDGET_SCHEMA`).
+_SCHEMA_PAGE = "see docs/budget-schema.json"
 
 
 def _part_record(part: Part, digest) -> dict:
@@ -81,12 +87,11 @@ def record_explanation(explanation: Explanation, digest=None) -> dict:
     }
 
 
-def write_budget(
-    paths: Sequence[str | os.PathLike], out: str | os.PathLike, data: Sequence = (), *,
-    data_beside: bool = True,
+def budget_document(
+    paths: Sequence[str | os.PathLike], data: Sequence = (), *, data_beside: bool = True,
 ) -> tuple[dict, list[Explanation]]:
-    """Explains each `.pte` with the `.ptd` files it reads and writes their records to
-    `out` (atomically).
+    """Explains each `.pte` with the `.ptd` files it reads: the budget file's document, and
+    the explanations.
 
     Files are keyed by the path as given, so give them as the check will (relative
     to the repository, as pre-commit passes them). `data` and `data_beside` as
@@ -101,16 +106,26 @@ def write_budget(
         with contextlib.ExitStack() as stack:
             digest = digest_parts(open_sources(stack, (path, *ptds)))
             files[path] = {**record_explanation(explanation, digest), "data": list(ptds)}
-    document = {"schema": JSON_SCHEMA, "files": files}
+    return {"schema": JSON_SCHEMA, "files": files}, explanations
+
+
+def write_budget(
+    paths: Sequence[str | os.PathLike], out: str | os.PathLike, data: Sequence = (), *,
+    data_beside: bool = True,
+) -> tuple[dict, list[Explanation]]:
+    """Explains each `.pte` and writes their records to `out` (atomically), as
+    `budget_document` makes them."""
+    check_outputs([os.fspath(p) for p in paths], [os.fspath(out)], "budget write")
+    document, explanations = budget_document(paths, data, data_beside=data_beside)
     write_text(out, json.dumps(document, indent=2) + "\n", inputs=[os.fspath(p) for p in paths])
     return document, explanations
 
 
 def read_budget(path: str | os.PathLike) -> dict:
-    """Reads a budget file, checking its schema.
+    """Reads a budget file, checking it against its JSON Schema (`budget_schema`).
 
     Raises:
-        PteFormatError: Not a budget file of this schema.
+        PteFormatError: Not a budget file of this schema: the first place that is not.
     """
     name = os.fspath(path)
     try:
@@ -118,11 +133,14 @@ def read_budget(path: str | os.PathLike) -> dict:
             document = json.load(f)
     except OSError as error:
         raise PteFormatError(name, f"cannot read: {error.strerror}") from error
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # RecursionError: nested too deep
         raise PteFormatError(name, f"not JSON: {error}") from error
     if not isinstance(document, dict) or document.get("schema") != JSON_SCHEMA:
         found = document.get("schema") if isinstance(document, dict) else None
         raise PteFormatError(name, f"schema {found!r}, expected {JSON_SCHEMA!r}")
+    problem = schema_error(document)
+    if problem is not None:
+        raise PteFormatError(name, f"not a budget file ({_SCHEMA_PAGE}): {problem}")
     return document
 
 
@@ -161,7 +179,13 @@ def check_budget(
     data: Sequence = (), *, data_beside: bool = True,
 ) -> list[BudgetCheck]:
     """Compares each `.pte`, with the `.ptd` files it reads (`data_files.data_files_for`
-    of `data`), with its record in `budget` (what `read_budget` returned)."""
+    of `data`), with its record in `budget` (what `read_budget` returned).
+
+    Raises:
+        ValueError: `tolerance_percent` is negative, infinite or not a number.
+    """
+    if not (math.isfinite(tolerance_percent) and tolerance_percent >= 0):
+        raise ValueError(f"the tolerance must be a percentage, 0 or more: {tolerance_percent!r}")
     checks = []
     paths = [os.fspath(p) for p in paths]
     for path, ptds in zip(paths, data_files_for(paths, data, beside=data_beside)):
@@ -184,7 +208,8 @@ def check_budget(
             f"{path} (budget)", path, int(record["bytes"]), explanation.file_bytes,
             record.get("totals", {}), totals_of(explanation.parts), changes,
         )
-        allowed = int(record["bytes"] * (1 + tolerance_percent / 100))
+        # Exactly, as a fraction: a float product overflows for a huge tolerance.
+        allowed = int(record["bytes"] * (1 + fractions.Fraction(tolerance_percent) / 100))
         checks.append(BudgetCheck(path, explanation, int(record["bytes"]), allowed, diff))
     return checks
 

@@ -6,7 +6,8 @@ treemap is squarified (Bruls, Huizing, van Wijk), grouped by file for a set of
 programs, then by storage, then by module path (where the parts have names) or
 reader, then one rectangle per part:
 each rectangle's area is its bytes' share of the page's area, colour its status.
-A cell shows the longest label that fits it whole, or none. Hovering shows a
+A cell shows the longest label that fits it whole (for a set, with its file's
+name first), or none. Hovering shows a
 part's details; clicking pins them. Below it, the bytes by storage and status.
 """
 
@@ -129,9 +130,12 @@ function draw() {
       cell.title = describe(p);
       const tensor = ["constant", "mutable", "external"].includes(p.storage);
       const name = tensor && p.names.length ? p.names[0] + " " : "";
+      // A set of programs: each box says whose it is, where that fits.
+      const file = data.programs ? p.file.split("/").pop() + ": " : "";
+      const full = name + p.label + " " + p.bytes.toLocaleString("en") + " B";
       map.appendChild(cell);
       // The longest label that fits the cell whole, or none: a clipped label misleads.
-      for (const text of [name + p.label + " " + p.bytes.toLocaleString("en") + " B", p.label]) {
+      for (const text of [file + full, file + p.label, full, p.label]) {
         cell.textContent = text;
         if (cell.scrollWidth <= cell.clientWidth && cell.scrollHeight <= cell.clientHeight) break;
         cell.textContent = "";

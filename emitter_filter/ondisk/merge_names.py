@@ -65,6 +65,10 @@ def parse_method(spec: str) -> tuple[str, str, str]:
     if not (equals and colon and new and path and method):
         raise MethodSetError(f"--method {spec!r}: expected NEW=FILE:METHOD, e.g. "
                              "decode=decode.pte:forward")
+    try:
+        new.encode("utf-8")  # a flatbuffer string; bytes that are not text came from argv
+    except UnicodeEncodeError:
+        raise MethodSetError(f"--method {spec!r}: the name {new!r} is not UTF-8 text") from None
     return new, path, method
 
 

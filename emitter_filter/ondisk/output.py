@@ -40,6 +40,7 @@ __all__ = [
     "open_input",
     "output_directory",
     "write_file",
+    "write_files",
     "write_outputs",
     "write_text",
 ]
@@ -413,13 +414,7 @@ def write_file(path: str, data: bytes) -> None:
         OutputFileError: It is not a regular file, or cannot be written; nothing is left behind.
     """
     target = output_target(path)
-    try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    fd, temp = _open_temp(target, mode)
+    fd, temp = _open_temp(target, _new_file_mode(target))
     try:
         with os.fdopen(fd, "wb") as file:
             file.write(data)
@@ -480,23 +475,78 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def check_outputs(
-    inputs: Sequence[str], outputs: Sequence[str], operation: str = "prune"
-) -> None:
-    """Refuses an output that is an input, two outputs that are one file, or a non-file.
+def _existing_ancestor(directory: str) -> str:
+    """`directory`, or its nearest ancestor that exists."""
+    while not os.path.lexists(directory) and os.path.dirname(directory) != directory:
+        directory = os.path.dirname(directory)
+    return directory
 
-    `operation` names what writes them (`prune`, `dedupe`) in the message.
-    Called before any work, so that a refusal costs nothing.
+
+def _check_directory(path: str, directory: str, created: Sequence[str]) -> str | None:
+    """Refuses an output whose directory is missing (unless under one of `created`, which the
+    command makes) or is not a directory; returns the directory a new file would go in."""
+    existing = _existing_ancestor(directory)
+    if not os.path.isdir(existing):
+        raise OutputFileError(f"{path}: cannot write: {existing} is not a directory")
+    if existing != directory and not any(
+        directory == c or directory.startswith(c.rstrip(os.sep) + os.sep) for c in created
+    ):
+        raise OutputFileError(
+            f"{path}: cannot write: the directory {os.path.dirname(path)} does not exist"
+        )
+    return existing
+
+
+def check_outputs(
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    operation: str = "prune",
+    created: Sequence[str] = (),
+) -> None:
+    """The one check of every output of a command, made for all of them before the first is
+    written, so that they are all refused or all written.
+
+    Refuses an empty path, an output that is an input, two outputs on one file
+    (a link and the file it names included), a target that is not a regular
+    file or a link that names nothing (`regular_files.output_target`: a link to
+    a file is written through), and a directory that is missing or takes no new
+    file (tested by creating and removing a temporary file in it, the one test
+    that root and read-only mounts answer truthfully). `created` are the
+    directories the command creates (`output_directory`): an output inside one
+    is tested at its nearest existing ancestor. `operation` names what writes
+    them (`prune`, `dedupe`) in the message.
+
+    Raises:
+        OutputFileError: One output cannot be written; the message names it.
     """
+    created = [os.path.abspath(c) for c in created]
+    targets: dict[str, str] = {}
+    directories: dict[str, str] = {}
     for output in outputs:
-        output_target(output)
+        target = output_target(output)
         for source in inputs:
             if _same_file(source, output):
                 raise OutputFileError(
                     f"{output}: is the input {source}; {operation} never overwrites its input"
                 )
-    if len({os.path.realpath(o) for o in outputs}) != len(outputs):
-        raise OutputFileError(f"two outputs would be written to the same file: {list(outputs)}")
+        key = os.path.realpath(target)
+        if key in targets:
+            raise OutputFileError(
+                f"{output}: also given as {targets[key]}; two outputs of one command "
+                "would be written to the same file"
+            )
+        targets[key] = output
+        directory = _check_directory(output, os.path.dirname(os.path.abspath(target)), created)
+        directories.setdefault(directory, output)
+    for directory, output in directories.items():
+        try:
+            fd, temp = tempfile.mkstemp(
+                dir=directory, prefix=".emitter-filter-check.", suffix=".tmp"
+            )
+        except OSError as error:
+            raise OutputFileError(f"{output}: cannot write: {error.strerror}") from error
+        os.close(fd)
+        os.unlink(temp)
 
 
 def write_outputs(
@@ -580,9 +630,15 @@ def _write_temps(
             fd, temp = _open_temp(target, stat.S_IMODE(os.fstat(output.source_fd).st_mode))
         temps.append([fd, temp, target])
         writer = _Writer(fd, written, total, progress, cancel)
-        _write(writer, output.prefix, operations, copied)
-        if copied is not None:
-            os.ftruncate(fd, writer.position)  # What it copied past the output's end.
+        try:
+            _write(writer, output.prefix, operations, copied)
+            if copied is not None:
+                os.ftruncate(fd, writer.position)  # What it copied past the output's end.
+        except OSError as error:
+            # A full disk, a quota: name the output that failed, not the first one.
+            raise OutputFileError(
+                f"{output.path}: cannot write: {error.strerror or error}"
+            ) from error
         written += writer.position
     return written
 
@@ -641,22 +697,60 @@ def _write_confirmed(
 def write_text(path: str | os.PathLike, text: str, inputs: Sequence[str] = ()) -> None:
     """Writes a small text output (a report, a page) atomically, never onto an input.
 
-    Refuses to replace anything but a regular file (a directory, a device, a pipe).
+    Refuses to replace anything but a regular file (a directory, a device, a pipe);
+    a link to a regular file is written through and stays a link.
 
     Raises:
         OutputFileError: `path` is an input or not a regular file, or cannot be written.
     """
-    path = os.fspath(path)
-    check_outputs([os.fspath(i) for i in inputs], [path], "writing a report")
-    if os.path.lexists(path) and not stat.S_ISREG(os.stat(path).st_mode):
-        raise OutputFileError(f"{path}: not a regular file; not replacing it")
-    fd, temp = _open_temp(path, 0o644)
+    write_files([(os.fspath(path), text.encode("utf-8"))], inputs)
+
+
+def write_files(
+    files: Sequence[tuple[str, bytes]], inputs: Sequence[str] = (), operation: str = "writing"
+) -> None:
+    """Writes several small outputs of one command (a page and its node data, a budget and
+    its benchmark sizes): all of them, or none.
+
+    `check_outputs` first refuses any of them; then each is written into a
+    temporary file beside its target, and only once all are complete are they
+    renamed into place (through a link, onto the file it names).
+
+    Raises:
+        OutputFileError: One cannot be written (the message names it); none is left behind.
+    """
+    check_outputs([os.fspath(i) for i in inputs], [path for path, _ in files], operation)
+    temps: list[tuple[str, str, str]] = []
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(temp, path)
-    except OSError as error:
-        raise OutputFileError(f"{path}: cannot write: {error.strerror or error}") from error
+        for path, data in files:
+            target = output_target(path)
+            fd, temp = _open_temp(target, _new_file_mode(target))
+            temps.append((temp, target, path))
+            try:
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                finally:
+                    os.close(fd)
+            except OSError as error:
+                raise OutputFileError(f"{path}: cannot write: {error.strerror or error}") from error
+        for temp, target, path in temps:
+            try:
+                os.replace(temp, target)
+            except OSError as error:
+                raise OutputFileError(f"{path}: cannot write: {error.strerror or error}") from error
     finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
+        for temp, _, _ in temps:
+            with contextlib.suppress(FileNotFoundError):  # renamed into place
+                os.unlink(temp)
+
+
+def _new_file_mode(target: str) -> int:
+    """The permissions a replaced file keeps, or those `open` would give a new one."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask

@@ -495,8 +495,8 @@ def share_files(
     pte_outputs = [os.path.join(out_dir, tail) for tail in unique_tails(ptes)]
     shared_output = os.path.join(out_dir, ptd_name)
     copy_outputs = [os.path.join(out_dir, tail) for tail in unique_tails(ptd_paths)]
-    check_outputs([*ptes, *ptd_paths], [*pte_outputs, shared_output], "share")
-    check_outputs([*ptes, *ptd_paths], [*pte_outputs, *copy_outputs], "share")
+    check_outputs([*ptes, *ptd_paths], [*pte_outputs, shared_output], "share", [out_dir])
+    check_outputs([*ptes, *ptd_paths], [*pte_outputs, *copy_outputs], "share", [out_dir])
 
     programs = _with_layouts(read_set(ptes, ptd_paths, data_of))
     ptds = [(*ptd, own) for ptd, own in zip(programs.ptds, programs.ptd_alignments)]

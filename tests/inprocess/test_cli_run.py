@@ -12,6 +12,7 @@ from emitter_filter.inprocess import hook
 
 SCRIPT = """
 import json, sys
+import executorch.exir  # pruning is on from ExecuTorch's import on
 from emitter_filter.inprocess import hook
 print(json.dumps({"argv": sys.argv, "pruning": hook.is_enabled()}))
 sys.exit(int(sys.argv[-1]))
@@ -48,3 +49,44 @@ def test_a_file_named_run_is_not_the_run_command(tmp_path, capsys, monkeypatch):
     assert main(["audit", "run"]) == 2
     assert "run: " in capsys.readouterr().err
     assert sys.argv  # untouched
+
+
+def _audited_dead(path) -> int:
+    from emitter_filter.ondisk.audit import audit_file
+
+    return audit_file(str(path)).dead_bytes
+
+
+def test_run_of_a_script_that_never_exports_loads_neither_torch_nor_executorch(tmp_path):
+    import subprocess
+
+    script = tmp_path / "hello.py"
+    script.write_text("import sys\nprint(sorted(m for m in sys.modules "
+                      "if m.split('.')[0] in ('torch', 'executorch')))\n")
+    result = subprocess.run([sys.executable, "-m", "emitter_filter", "run", str(script)],
+                            capture_output=True, text=True)
+    assert (result.returncode, result.stdout) == (0, "[]\n"), result.stderr
+
+
+@pytest.mark.parametrize("how", ["run --keep", "EMITTER_FILTER_KEEP"])
+def test_keep_is_given_to_run_and_to_the_environment_switch(tmp_path, how):
+    import os
+    import subprocess
+
+    from tests.inprocess.test_startup import DEAD_BYTES, EXPORT_SCRIPT
+
+    script = tmp_path / "export.py"
+    script.write_text(EXPORT_SCRIPT)
+    out = tmp_path / "model.pte"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("EMITTER_FILTER_")}
+    if how == "run --keep":
+        argv = [sys.executable, "-m", "emitter_filter", "run", "--keep", "unu*", str(script)]
+    else:
+        argv = [sys.executable, str(script)]
+        environ.update(EMITTER_FILTER_PRUNE="1", EMITTER_FILTER_KEEP=" nothing.*, unu* ")
+    result = subprocess.run([*argv, str(out)], capture_output=True, text=True, env=environ)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.splitlines()[-1])
+    assert seen["heavy_at_start"] == []  # the hook was armed, ExecuTorch not imported
+    assert "dropped 0 constants" in result.stderr, result.stderr
+    assert _audited_dead(out) == DEAD_BYTES  # kept: what audit, without --keep, calls dead

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import io
 import json
+import os
+import tempfile
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from emitter_filter.cli import main
 from emitter_filter.ondisk.budget import JSON_SCHEMA, check_budget, read_budget, write_budget
@@ -170,3 +177,133 @@ def test_an_unchanged_mutable_buffer_is_neither_removed_nor_added_as_in_diff(
     # Both say the same of every tensor, the one matching function's answer.
     assert sorted((c.kind, c.label, c.matched_by) for c in check.diff.changes) == sorted(
         (c.kind, c.label.replace("old.pte", "model.pte"), c.matched_by) for c in diff.changes)
+
+
+def test_the_published_schema_is_the_one_budget_files_are_checked_against():
+    from pathlib import Path
+
+    from emitter_filter.ondisk.budget_schema import BUDGET_SCHEMA
+    from emitter_filter.ondisk.explain_terms import STATUSES
+
+    published = Path(__file__).resolve().parents[2] / "docs" / "budget-schema.json"
+    assert json.loads(published.read_text()) == BUDGET_SCHEMA
+    assert BUDGET_SCHEMA["properties"]["schema"]["const"] == JSON_SCHEMA
+    assert tuple(BUDGET_SCHEMA["$defs"]["part"]["properties"]["status"]["enum"]) == STATUSES
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda d: d.pop("files"), "the document: missing 'files'"),
+        (lambda d: d.update(files=[]), "['files']: expected object, got an array of 0"),
+        (lambda d: d["files"]["model.pte"].update(bytes=-1),
+         "['files']['model.pte']['bytes']: expected 0 or more, got -1"),
+        (lambda d: d["files"]["model.pte"]["parts"][0].update(bytes="12"),
+         "['files']['model.pte']['parts'][0]['bytes']: expected integer, got '12'"),
+        (lambda d: d["files"]["model.pte"]["parts"][0].update(readers=[["forward"]]),
+         "['files']['model.pte']['parts'][0]['readers'][0]: expected 5 items, got 1"),
+        (lambda d: d["files"]["model.pte"]["parts"][0].update(status="gone"),
+         "['files']['model.pte']['parts'][0]['status']: expected one of live, dead, "
+         "duplicated, shared, padding, got 'gone'"),
+    ],
+    ids=["no files", "files a list", "negative bytes", "bytes as text", "short reader",
+         "unknown status"],
+)
+def test_a_budget_file_off_its_schema_is_one_line_naming_the_place(model, capsys, change, said):
+    _, budget = model
+    document = json.loads(budget.read_text())
+    change(document)
+    budget.write_text(json.dumps(document))
+    capsys.readouterr()
+    assert main(["budget", "check", "model.pte", "--budget", str(budget)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"emitter-filter: {budget}: not a budget file (see docs/budget-schema.json): "
+                   f"{said}\n")
+
+
+@pytest.mark.parametrize("tolerance", ["nan", "inf", "-inf", "-1", "ten"])
+def test_a_tolerance_that_is_not_a_percentage_is_a_usage_error(model, capsys, tolerance):
+    _, budget = model
+    capsys.readouterr()
+    argv = ["budget", "check", "model.pte", "--budget", str(budget), "--tolerance", tolerance]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(see emitter-filter budget check --help)" in err, err
+
+
+def test_a_huge_tolerance_allows_any_growth(model, capsys):
+    _, budget = model
+    argv = ["budget", "check", "model.pte", "--budget", str(budget), "--tolerance", "1e308"]
+    assert main(argv) == 0
+    with pytest.raises(ValueError, match="percentage"):
+        check_budget(["model.pte"], read_budget(budget), float("nan"))
+
+
+# JSON values a hand or a merge conflict may leave in a budget file.
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats()
+    | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=6,
+)
+
+
+def _places(value, path=()):
+    """The path of `value` and of everything inside it."""
+    yield path
+    members = value.items() if isinstance(value, dict) else \
+        enumerate(value) if isinstance(value, list) else ()
+    for key, member in members:
+        yield from _places(member, (*path, key))
+
+
+def _mutate(document, data) -> None:
+    """Replaces, removes or adds one thing somewhere in `document`."""
+    places = [p for p in _places(document) if p]
+    if not places:  # everything removed already: `{}`
+        return
+    path = data.draw(st.sampled_from(places))
+    parent = document
+    for key in path[:-1]:
+        parent = parent[key]
+    how = data.draw(st.sampled_from(["replace", "remove", "add"]))
+    if how == "replace":
+        parent[path[-1]] = data.draw(_JSON)
+    elif how == "remove":
+        del parent[path[-1]]
+    elif isinstance(parent, dict):
+        parent[data.draw(st.text(max_size=6))] = data.draw(_JSON)
+    else:
+        parent.append(data.draw(_JSON))
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A program with live and dead constants, and its budget's document (keyed by its path)."""
+    directory = tmp_path_factory.mktemp("fuzz")
+    pte = directory / "model.pte"
+    pte.write_bytes(build_constants(_constants(64, 32, 16), frozenset({1})))
+    budget = directory / "budget.json"
+    assert main(["budget", "write", str(pte), "-o", str(budget)]) == 0
+    return pte, json.loads(budget.read_text())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_mutated_budget_file_is_checked_or_refused_in_one_line(recorded, data):
+    pte, document = recorded
+    document = copy.deepcopy(document)
+    for _ in range(data.draw(st.integers(1, 3))):
+        _mutate(document, data)
+    with tempfile.TemporaryDirectory() as directory:
+        budget = os.path.join(directory, "budget.json")
+        with open(budget, "w") as file:
+            json.dump(document, file)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["budget", "check", str(pte), "--budget", budget])
+    assert code in (0, 1, 2), err.getvalue()
+    if code == 2:
+        assert err.getvalue().count("\n") == 1, err.getvalue()
+        assert err.getvalue().startswith(f"emitter-filter: {budget}: "), err.getvalue()

@@ -94,3 +94,13 @@ def test_the_page_of_a_set_has_a_level_per_program(programs, tmp_path):
     (a, b) = boxes.values()
     overlap = min(a[2], b[2]) - max(a[0], b[0]), min(a[3], b[3]) - max(a[1], b[1])
     assert len(boxes) == 2 and min(overlap) <= 1e-2, boxes
+
+
+@needs_chromium
+def test_the_page_of_a_set_names_each_programs_file_on_its_boxes(programs, tmp_path):
+    page = tmp_path / "set.html"
+    page.write_text(render_explain_page(explain_set(programs)))
+    dom = run_chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom", url=page.as_uri()).stdout
+    labels = re.findall(r'class="cell"[^>]*>([^<]+)</div>', dom)
+    for program in programs:
+        assert any(label.startswith(f"{program.name}: ") for label in labels), labels

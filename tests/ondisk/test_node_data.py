@@ -59,4 +59,5 @@ def test_the_cli_writes_it_says_where_and_refuses_what_it_cannot(tmp_path, capsy
     capsys.readouterr()
     assert main(["explain", str(pte), "--value", "dead"]) == 2
     assert capsys.readouterr().err == ("emitter-filter explain: --value says what --node-data "
-                                       "sums; give --node-data OUT.json with it\n")
+                                       "sums; give --node-data OUT.json with it "
+                                       "(see emitter-filter explain --help)\n")
