@@ -52,10 +52,10 @@ OPTIONS: dict[str, tuple[list[str], str | None]] = {
         ["budget", "write", "{plain}", "-o", "{o}", "--benchmark-json", "{t}"], "o.json"),
     "budget check --benchmark-json": (
         ["budget", "check", "{plain}", "--budget", "{budget}", "--benchmark-json", "{t}"], None),
-    "prune -o": (["prune", "{ext}", "-o", "{t}", "--ptd", "{ptd}", "--ptd-out", "{o}"], "odir"),
+    "prune -o": (["prune", "{ext}", "-o", "{t}", "--data", "{ptd}", "--ptd-out", "{o}"], "odir"),
     "prune --dedupe -o": (["prune", "--dedupe", "{plain}", "-o", "{t}"], None),
-    "merge -o": (["merge", "{ext}", "--data", "{ptd}", "-o", "{t}", "--ptd", "{o}"], "o.ptd"),
-    "merge --ptd": (["merge", "{ext}", "--data", "{ptd}", "-o", "{o}", "--ptd", "{t}"], "o.pte"),
+    "merge -o": (["merge", "{ext}", "--data", "{ptd}", "-o", "{t}", "--ptd-out", "{o}"], "o.ptd"),
+    "merge --ptd-out": (["merge", "{ext}", "--data", "{ptd}", "-o", "{o}", "--ptd-out", "{t}"], "o.pte"),
     "split -o": (["split", "{plain}", "--method", "forward", "-o", "{t}"], None),
 }
 
@@ -186,7 +186,7 @@ def test_two_outputs_of_one_command_on_one_file_are_refused(
 
 
 DIRECTORY_OPTIONS = {
-    "prune --ptd-out": (["prune", "{ext}", "-o", "{o}", "--ptd", "{ptd}", "--ptd-out", "{t}"],
+    "prune --ptd-out": (["prune", "{ext}", "-o", "{o}", "--data", "{ptd}", "--ptd-out", "{t}"],
                         "ext.ptd"),
     "share --out": (["share", "{plain}", "{ext}", "--out", "{t}"], "plain.pte"),
 }
@@ -213,7 +213,7 @@ def test_a_directory_output_that_cannot_be_written_is_refused(tmp_path, capsys, 
 def test_prune_and_share_create_their_output_directories(tmp_path, capsys):
     values = _inputs(tmp_path)
     deep = tmp_path / "a" / "b"
-    assert main(["prune", values["ext"], "-o", str(tmp_path / "p.pte"), "--ptd", values["ptd"],
+    assert main(["prune", values["ext"], "-o", str(tmp_path / "p.pte"), "--data", values["ptd"],
                  "--ptd-out", str(deep / "ptd")]) == 0
     assert (deep / "ptd" / "ext.ptd").is_file()
     assert main(["share", values["plain"], values["ext"], "--out", str(deep / "shared")]) == 0
@@ -245,7 +245,7 @@ def _full_disk_on(name: str):
     ("option", "failing"),
     [("explain --html", "o.json"), ("explain --node-data", "t"),
      ("budget write -o", "o.json"), ("budget write --benchmark-json", "o.json"),
-     ("merge -o", "o.ptd"), ("merge --ptd", "o.pte"), ("prune -o", "ext.ptd")],
+     ("merge -o", "o.ptd"), ("merge --ptd-out", "o.pte"), ("prune -o", "ext.ptd")],
 )
 def test_a_full_disk_names_the_file_that_failed_and_writes_nothing(
     tmp_path, capsys, monkeypatch, option, failing

@@ -63,19 +63,19 @@ def test_every_command_says_what_it_does_in_its_help(words, prog, capsys):
 
 
 @pytest.mark.parametrize("argv, prog", [
-    (["prune", PLAIN, "-o", "x.pte", "--ptd", "a.ptd"], "emitter-filter prune"),
+    (["prune", PLAIN, "-o", "x.pte", "--data", "a.ptd"], "emitter-filter prune"),
     (["run"], "emitter-filter run"),
     (["run", "-m"], "emitter-filter run"),
     (["explain", PLAIN, "--value", "dead"], "emitter-filter explain"),
     (["explain", PLAIN, PLAIN, "--node-data", "x.json"], "emitter-filter explain"),
     (["diff", PLAIN, PLAIN, "--max-growth", "lots"], "emitter-filter diff"),
     (["diff", str(GOLDEN), PLAIN], "emitter-filter diff"),
-    (["diff", str(GOLDEN), str(GOLDEN), "--old-ptd", "a.ptd"], "emitter-filter diff"),
+    (["diff", str(GOLDEN), str(GOLDEN), "--old-data", "a.ptd"], "emitter-filter diff"),
     (["budget", "check", PLAIN, "--budget", "b.json", "--tolerance", "nan"],
      "emitter-filter budget check"),
-], ids=["prune --ptd alone", "run alone", "run -m alone", "explain --value alone",
+], ids=["prune --data alone", "run alone", "run -m alone", "explain --value alone",
         "explain --node-data of a set", "diff --max-growth", "diff dir and file",
-        "diff dirs --old-ptd", "budget --tolerance nan"])
+        "diff dirs --old-data", "budget --tolerance nan"])
 def test_a_usage_error_a_command_finds_ends_where_its_help_is(argv, prog, capsys, tmp_path,
                                                               monkeypatch):
     monkeypatch.chdir(tmp_path)
