@@ -92,6 +92,7 @@ from emitter_filter.ondisk.prune import (
     delegate_segments,
     mutable_segment,
     prune_file,
+    relies_on_constant_buffer,
     stored_entries,
     verbatim,
 )
@@ -138,6 +139,8 @@ class MergeReport:
             several inputs (constants, delegate blobs, named data).
         dropped: The inputs' dead bytes (`audit`'s one count), not written.
         seconds: Wall time.
+        constant_buffer_inputs: The inputs that relied on the deprecated
+            `constant_buffer` path, written with a constant segment instead.
     """
 
     inputs: tuple[str, ...]
@@ -149,6 +152,7 @@ class MergeReport:
     stored_once: int
     dropped: int
     seconds: float
+    constant_buffer_inputs: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {
@@ -162,17 +166,21 @@ class MergeReport:
             "stored_once": self.stored_once,
             "dropped": self.dropped,
             "seconds": self.seconds,
+            "constant_buffer_inputs": list(self.constant_buffer_inputs),
         }
 
     def summary(self) -> str:
         methods = ", ".join(m.name for m in self.methods)
         count = len(self.inputs)
         written = self.output + ("" if self.ptd_output is None else f" + {self.ptd_output}")
+        moved = "".join(f"; {path} relied on the deprecated constant_buffer path: its "
+                        "constants are in the constant segment" for path in
+                        self.constant_buffer_inputs)
         return (
             f"{count} program{'s' if count != 1 else ''} -> {written}: "
             f"{self.bytes_before:,} -> {self.bytes_after:,} B; methods {methods}; "
             f"{self.stored_once:,} B stored once for several inputs, "
-            f"{self.dropped:,} B dead not written, in {self.seconds * 1000:.1f} ms"
+            f"{self.dropped:,} B dead not written, in {self.seconds * 1000:.1f} ms{moved}"
         )
 
 
@@ -495,10 +503,15 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
     constants, mutables = _data_entries(inputs, contents, new_index, inline, mutable_external)
     out: list[OutSegment] = []
     program = inputs[0].program
-    if constants:
-        segment, offsets = constant_segment(constants, layout.tensor_alignment)
-        program.constantSegment = PROGRAM.SubsegmentOffsets(segmentIndex=0, offsets=offsets)
-        out.append(segment)
+    # Always a constant segment, with its placeholder at least, as the serializer writes
+    # it; never `constant_buffer` beside it (the runtime refuses a program using both),
+    # nor instead of it (the deprecated path, off in ExecuTorch 1.5's wheels).
+    segment, offsets = constant_segment(
+        constants or [StoredEntry(inputs[0].fd, 0, 0, 0, True, 1)], layout.tensor_alignment)
+    program.constantSegment = PROGRAM.SubsegmentOffsets(segmentIndex=0, offsets=offsets)
+    out.append(segment)
+    if program.constantBuffer:
+        program.constantBuffer = []
     mutable = mutable_segment(mutables) if mutables else None
     if mutable is not None:
         program.mutableDataSegments = [
@@ -741,6 +754,8 @@ def merge_files(
         # What the inputs' live references read, against what the output holds for them.
         stored_once=max(live - written, 0), dropped=dropped,
         seconds=time.perf_counter() - started,
+        constant_buffer_inputs=tuple(
+            path for path, read in zip(inputs, reads) if relies_on_constant_buffer(read.pte)),
     )
     logger.info("%s", report.summary())
     return report
