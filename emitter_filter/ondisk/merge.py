@@ -30,9 +30,14 @@ read. It is `prune` of the program without the other plans (`_without_plans`):
 their instructions were the only readers of what they alone read.
 
 Inputs with `.ptd` files (`data`): each reads its keys from the `.ptd` files it is
-given; the output has one `.ptd` with every live key once (`_merged_ptd`), or, with
-`inline`, none: external tensors become constant entries, the `.ptd`'s named data
-the program's own.
+given (a key two of them give with other bytes refused, `_check_data_keys`); the
+output has one `.ptd` with every live key once (`_merged_ptd`), or, with `inline`,
+none: external tensors become constant entries (mutable ones, training weights,
+mutable entries), the `.ptd`'s named data the program's own.
+
+The output always has a constant segment, never `constant_buffer`: an input on that
+deprecated path (`prune.relies_on_constant_buffer`) comes out in the layout the
+runtime accepts, and the report names it.
 """
 
 from __future__ import annotations
