@@ -36,9 +36,14 @@ without the other plans (`_without_plans`): their instructions were the only
 readers of what they alone read.
 
 Inputs with `.ptd` files (`data`): each reads its keys from the `.ptd` files it is
-given; the output has one `.ptd` with every live key once (`_merged_ptd`), or, with
-`inline`, none: external tensors become constant entries, the `.ptd`'s named data
-the program's own.
+given (a key two of them give with other bytes refused, `_check_data_keys`); the
+output has one `.ptd` with every live key once (`_merged_ptd`), or, with `inline`,
+none: external tensors become constant entries (mutable ones, training weights,
+mutable entries), the `.ptd`'s named data the program's own.
+
+The output always has a constant segment, never `constant_buffer`: an input on that
+deprecated path (`prune.relies_on_constant_buffer`) comes out in the layout the
+runtime accepts, and the report names it.
 """
 
 from __future__ import annotations
@@ -101,6 +106,7 @@ from emitter_filter.ondisk.prune import (
     delegate_segments,
     mutable_segment,
     prune_file,
+    relies_on_constant_buffer,
     stored_entries,
     verbatim,
 )
@@ -172,6 +178,8 @@ class MergeReport:
         deduplicated_bytes: With `dedupe`, what storing repeats within the output
             once saved; None without.
         data: The `.ptd` files each input was read with (`data_files.data_files_for`).
+        constant_buffer_inputs: The inputs that relied on the deprecated
+            `constant_buffer` path, written with a constant segment instead.
     """
 
     inputs: tuple[str, ...]
@@ -186,6 +194,7 @@ class MergeReport:
     dropped_methods: tuple[tuple[str, str], ...] = ()
     deduplicated_bytes: int | None = None
     data: tuple[tuple[str, ...], ...] = ()
+    constant_buffer_inputs: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {
@@ -202,6 +211,7 @@ class MergeReport:
             "seconds": self.seconds,
             "dropped_methods": [{"source": f, "method": m} for f, m in self.dropped_methods],
             "deduplicated_bytes": self.deduplicated_bytes,
+            "constant_buffer_inputs": list(self.constant_buffer_inputs),
         }
 
     def summary(self) -> str:
@@ -221,6 +231,9 @@ class MergeReport:
             + ("" if self.deduplicated_bytes is None else
                f", {self.deduplicated_bytes:,} B stored once within the output (--dedupe)")
             + f", in {self.seconds * 1000:.1f} ms"
+            + "".join(f"; {path} relied on the deprecated constant_buffer path: its "
+                      "constants are in the constant segment" for path in
+                      self.constant_buffer_inputs)
         )
 
 
@@ -533,10 +546,15 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
     constants, mutables = _data_entries(inputs, contents, new_index, inline, mutable_external)
     out: list[OutSegment] = []
     program = inputs[0].program
-    if constants:
-        segment, offsets = constant_segment(constants, layout.tensor_alignment)
-        program.constantSegment = PROGRAM.SubsegmentOffsets(segmentIndex=0, offsets=offsets)
-        out.append(segment)
+    # Always a constant segment, with its placeholder at least, as the serializer writes
+    # it; never `constant_buffer` beside it (the runtime refuses a program using both),
+    # nor instead of it (the deprecated path, off in ExecuTorch 1.5's wheels).
+    segment, offsets = constant_segment(
+        constants or [StoredEntry(inputs[0].fd, 0, 0, 0, True, 1)], layout.tensor_alignment)
+    program.constantSegment = PROGRAM.SubsegmentOffsets(segmentIndex=0, offsets=offsets)
+    out.append(segment)
+    if program.constantBuffer:
+        program.constantBuffer = []
     mutable = mutable_segment(mutables) if mutables else None
     if mutable is not None:
         program.mutableDataSegments = [
@@ -860,6 +878,8 @@ def merge_files(
             if name is None and (number, position) not in choice.same_as),
         deduplicated_bytes=None if deduplicated is None else deduplicated.saved_bytes,
         data=tuple(tuple(files) for files in data_of),
+        constant_buffer_inputs=tuple(
+            path for path, read in zip(inputs, reads) if relies_on_constant_buffer(read.pte)),
     )
     logger.info("%s", report.summary())
     return report

@@ -99,7 +99,7 @@ __all__ = [
     "JSON_SCHEMA", "FilePruneReport", "prune_file", "read_layout",
     "pruned_pte", "OutSegment", "verbatim", "StoredEntry", "stored_entries",
     "constant_segment", "mutable_segment", "SegmentTable", "delegate_segments",
-    "ProgramView", "changes_pte",
+    "ProgramView", "changes_pte", "relies_on_constant_buffer",
 ]
 
 logger = logging.getLogger(__name__)
@@ -324,18 +324,19 @@ def _tensor_data_segments(
     `extra_mutables` follow the input's entries (after its placeholder, where it has none)."""
     has_constants = (program.constantSegment is not None
                      and vector_ints(program.constantSegment.offsets))
-    if has_constants or extra_constants:
-        entries = stored_entries(pte, program.constantSegment, fd, DataSpace.CONSTANT,
-                                 layout.tensor_alignment) if has_constants else [
-            StoredEntry(fd, 0, 0, 0, True, 1)]
-        entries += extra_constants
-        constant, offsets = constant_segment(
-            [entries[i] for i in [0, *order[DataSpace.CONSTANT]]], layout.tensor_alignment
-        )
-        program.constantSegment = PROGRAM.SubsegmentOffsets(
-            segmentIndex=len(out), offsets=offsets
-        )
-        out.append(constant)
+    # Always a constant segment, with its placeholder at least, as the serializer writes
+    # it: without one the runtime takes the deprecated `constant_buffer` path.
+    entries = stored_entries(pte, program.constantSegment, fd, DataSpace.CONSTANT,
+                             layout.tensor_alignment) if has_constants else [
+        StoredEntry(fd, 0, 0, 0, True, 1)]
+    entries += extra_constants
+    constant, offsets = constant_segment(
+        [entries[i] for i in [0, *order[DataSpace.CONSTANT]]], layout.tensor_alignment
+    )
+    program.constantSegment = PROGRAM.SubsegmentOffsets(segmentIndex=len(out), offsets=offsets)
+    out.append(constant)
+    if program.constantBuffer:
+        program.constantBuffer = []  # Its placeholder now the segment's: only one is used.
     if program.mutableDataSegments or extra_mutables:
         # No offsets, not even the placeholder: no tensor can refer to mutable data.
         entries = stored_entries(pte, program.mutableDataSegments[0], fd, DataSpace.MUTABLE
@@ -478,11 +479,22 @@ def verbatim(path: str, fd: int, size: int) -> OutputFile:
 # --- the entry point ------------------------------------------------------------------
 
 
+def relies_on_constant_buffer(pte: PteFile) -> bool:
+    """Whether the runtime would take the deprecated `constant_buffer` path for `pte`:
+    its `constant_segment` has no offsets, not even the placeholder (`Program::load` in
+    `runtime/executor/program.cpp`; builds with `ET_ENABLE_DEPRECATED_CONSTANT_BUFFER=0`,
+    as ExecuTorch 1.5's wheels are, refuse the program). `read_pte` refuses constants
+    inline in `constant_buffer`: what is left is a placeholder, moved to the segment."""
+    return pte.constant_segment is None
+
+
 def changes_pte(analysis: FileAnalysis) -> bool:
-    """Whether the `.pte` itself has dead values, data entries, segments or named data."""
+    """Whether the `.pte` itself has dead values, data entries, segments or named data,
+    or relies on the `constant_buffer` path (rewritten to the constant segment)."""
     pte, dead_keys = analysis.pte, frozenset(analysis.use.dead)
     return (
-        analysis.liveness.dead_value_count(pte.plans) > 0
+        relies_on_constant_buffer(pte)
+        or analysis.liveness.dead_value_count(pte.plans) > 0
         or any(d.space in ("constant", "mutable", "segments") for d in analysis.dead)
         or any(e.key in dead_keys for e in pte.named_data if e.file == pte.path)
     )

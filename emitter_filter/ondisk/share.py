@@ -71,6 +71,7 @@ from emitter_filter.ondisk.prune import (
     StoredEntry,
     prune_file,
     pruned_pte,
+    relies_on_constant_buffer,
     verbatim,
 )
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
@@ -302,7 +303,7 @@ def _shared_pte(
     keys = {i: k for (p, i), k in found.constant_keys.items() if p == number}
     moved_keys = found.moved_keys.get(number, frozenset())
     own = found.own_keys.get(number, frozenset())
-    if not keys and not moved_keys and not own:
+    if not keys and not moved_keys and not own and not relies_on_constant_buffer(read.pte):
         return verbatim(output, fd, read.pte.file_bytes)
     plans, constants, mutables, named = _keep_own(
         read, _externalize(read, keys), own, fds, layout, alignments)

@@ -391,3 +391,59 @@ def _run_every_loader_all(pte, method: str, inputs) -> list[list[torch.Tensor]]:
     for module in (_load_for_executorch(str(pte)), _load_for_executorch_from_buffer(data)):
         outputs.append(module.run_method(method, tuple(inputs)))
     return outputs
+
+
+class _Add(torch.nn.Module):
+    """ExecuTorch's hello-world model: x + y, no constants."""
+
+    def forward(self, x, y):
+        return x + y
+
+
+ADD_INPUTS = (torch.randn(2, 64, generator=torch.Generator().manual_seed(5)),
+              torch.randn(2, 64, generator=torch.Generator().manual_seed(6)))
+
+
+def _in_constant_buffer_layout(pte: bytes) -> bytes:
+    """`pte` as releases before 0.7 wrote a program without constants (executorch-rs's
+    hello_world_add model.pte): the placeholder in `constant_buffer`, no constant segment
+    offsets, so the runtime takes the deprecated path, off in ExecuTorch 1.5's wheels."""
+    from emitter_filter.fbs_schemas import PROGRAM
+    from tests.layouts import with_program_changed
+
+    def change(program):
+        program.constantSegment = PROGRAM.SubsegmentOffsets(segmentIndex=0, offsets=[])
+        program.constantBuffer = [PROGRAM.Buffer(storage=[])]
+
+    return with_program_changed(pte, change)
+
+
+def test_an_input_in_the_constant_buffer_layout_merges_into_a_program_that_loads(tmp_path):
+    add = export(_Add(), "portable", ADD_INPUTS)
+    old = tmp_path / "add.pte"
+    old.write_bytes(_in_constant_buffer_layout(add))
+    with pytest.raises(RuntimeError):  # the runtime refuses the input itself
+        _load_for_executorch_from_buffer(old.read_bytes()).forward(ADD_INPUTS)
+    head = tmp_path / "head.pte"
+    head.write_bytes(export(SETS["heads"]()[0], "portable"))
+    out = tmp_path / "merged.pte"
+    report = merge_files([old, head], out, methods=[f"add={old}:forward", f"head={head}:forward"])
+    assert report.constant_buffer_inputs == (str(old),)
+    assert "constant_buffer" in report.summary() and report.to_json()["constant_buffer_inputs"]
+    fresh = tmp_path / "fresh.pte"
+    fresh.write_bytes(add)  # the same program as ExecuTorch 1.5 writes it
+    for method, inputs, want in (("add", ADD_INPUTS, _want(fresh, ADD_INPUTS)),
+                                 ("head", INPUT, _want(head, INPUT))):
+        for got in _run_every_loader(out, method, inputs):
+            assert torch.equal(got, want), method
+    # prune, split and share of it write the layout the runtime accepts too.
+    from emitter_filter.ondisk.prune import prune_file
+    from emitter_filter.ondisk.share import share_files
+
+    prune_file(old, tmp_path / "pruned.pte")
+    split_file(out, tmp_path / "split.pte", ["add"])
+    share_files([old, head], tmp_path / "shared")
+    for path, method in ((tmp_path / "pruned.pte", "forward"), (tmp_path / "split.pte", "add"),
+                         (tmp_path / "shared" / "add.pte", "forward")):
+        for got in _run_every_loader(path, method, ADD_INPUTS):
+            assert torch.equal(got, _want(fresh, ADD_INPUTS)), path.name

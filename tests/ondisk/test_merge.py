@@ -304,3 +304,38 @@ def test_diff_of_two_merges_in_other_orders_matches_methods_by_name(pair, tmp_pa
     # and each plan's sections matched with the section of the same name.
     assert all(c.old is not None and c.new is not None for c in changes)
     assert all(c.old.label == c.new.label for c in changes if c.old.storage == "values")
+
+
+def test_constants_inline_in_constant_buffer_are_refused_by_name(pair, tmp_path, capsys):
+    from emitter_filter._program_fbs.executorch_flatbuffer.Buffer import BufferT
+    from emitter_filter.ondisk.read_pte import read_pte_program
+    from tests.layouts import LIVE, build_program, pack
+
+    program = read_pte_program(build_program(dead=False, where="placeholder").pte).program
+    inline = BufferT()
+    inline.storage = LIVE
+    program.constantBuffer.append(inline)
+    old = tmp_path / "old.pte"
+    old.write_bytes(pack(program))
+    out = tmp_path / "out.pte"
+    assert main(["merge", str(old), str(pair[0]), "-o", str(out),
+                 "--method", f"old={old}:forward"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(old) in err and "constant_buffer" in err
+    assert not out.exists()
+
+
+def test_a_placeholder_only_constant_buffer_input_comes_out_with_one_constant_segment(
+        pair, tmp_path):
+    from emitter_filter.ondisk.read_pte import read_pte_program
+    from tests.layouts import build_program
+
+    old = tmp_path / "old.pte"
+    old.write_bytes(build_program(dead=False, where="placeholder").pte)
+    out = tmp_path / "out.pte"
+    report = merge_files([old, pair[0]], out, methods=[f"old={old}:forward"])
+    program = read_pte_program(out).program
+    # The runtime refuses a program with both ("Only one should be used").
+    assert not program.constantBuffer and len(program.constantSegment.offsets) == 3
+    assert report.constant_buffer_inputs == (str(old),) and "constant_buffer" in report.summary()
+    assert _constants(out) == [W, A]
