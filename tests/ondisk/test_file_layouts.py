@@ -23,7 +23,7 @@ from emitter_filter._program_fbs.executorch_flatbuffer.Buffer import BufferT
 from emitter_filter._program_fbs.executorch_flatbuffer.Program import ProgramT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter.cli import main
-from emitter_filter.errors import InvalidOutputError, PteFormatError
+from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.prune import prune_file, read_layout
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
@@ -58,9 +58,6 @@ CASES = [
     # Without segment data there is no extended header and no segment to align.
     if where != "placeholder" or producer in ("executorch-1.5.1", "every-default-written")
 ]
-# A placeholder-only `constant_buffer` is the constant_buffer path the runtime refuses:
-# prune refuses to write it (`test_a_program_on_the_constant_buffer_path_is_not_written`).
-PRUNED = [case for case in CASES if case.values[0] != "placeholder"]
 
 
 def _files(tmp_path: Path, name: str, where: str, producer: str, dead: bool):
@@ -94,7 +91,7 @@ def _bytes(*paths: Path) -> list[bytes]:
     return [p.read_bytes() for p in paths]
 
 
-@pytest.mark.parametrize("where, producer", PRUNED)
+@pytest.mark.parametrize("where, producer", CASES)
 def test_a_file_with_nothing_dead_is_written_byte_for_byte(tmp_path, where, producer):
     pte, ptds = _files(tmp_path, "clean", where, producer, dead=False)
     assert audit_file(pte, ptds).dead_bytes == 0
@@ -114,7 +111,7 @@ def _assert_constant_segment_layout(out: Path) -> None:
     assert list(program.constantSegment.offsets) == [0] and not program.constantBuffer
 
 
-@pytest.mark.parametrize("where, producer", PRUNED)
+@pytest.mark.parametrize("where, producer", CASES)
 def test_a_file_with_something_dead_is_the_clean_file_in_the_layout_read_back(
     tmp_path, where, producer
 ):
@@ -158,7 +155,7 @@ def test_a_file_with_something_dead_is_the_clean_file_in_the_layout_read_back(
         assert out_ptds[0].read_bytes()[entry.offset : entry.offset + entry.nbytes] == LIVE
 
 
-@pytest.mark.parametrize("where, producer", PRUNED)
+@pytest.mark.parametrize("where, producer", CASES)
 def test_prune_of_its_own_output_changes_nothing(tmp_path, where, producer):
     dirty, dirty_ptds = _files(tmp_path, "dirty", where, producer, dead=True)
     out, out_ptds, _ = _prune(tmp_path, dirty, dirty_ptds, "once")
@@ -219,17 +216,6 @@ def test_a_placeholder_only_constant_buffer_is_a_program_without_constants(tmp_p
     pte, _ = _files(tmp_path, "p", "placeholder", "executorch-1.5.1", dead=False)
     audit = audit_file(pte)
     assert audit.spaces["constant"].total == 0 and audit.dead_bytes == 0
-
-
-@pytest.mark.parametrize("dead", [False, True], ids=["clean", "dirty"])
-def test_a_program_on_the_constant_buffer_path_is_not_written(tmp_path, dead):
-    pte, _ = _files(tmp_path, "p", "placeholder", "executorch-1.5.1", dead=dead)
-    out = tmp_path / "out"
-    out.mkdir()
-    with pytest.raises(InvalidOutputError, match="relies on the constant_buffer path") as error:
-        prune_file(pte, out / "model.pte")
-    assert str(out / "model.pte") in str(error.value) and "\n" not in str(error.value)
-    assert list(out.iterdir()) == []
 
 
 def test_real_inline_constants_are_refused_in_one_line_naming_the_file(tmp_path):

@@ -404,7 +404,7 @@ def test_cli_ptd_without_an_output_directory_is_a_usage_error(cases, tmp_path, c
     files = cases["external"]
     code = main(["prune", str(files.dirty), "-o", str(tmp_path / "o.pte"),
                  "--data", str(files.dirty_ptds[0])])
-    assert code == 2 and "--ptd needs --ptd-out" in capsys.readouterr().err
+    assert code == 2 and "--data needs --ptd-out" in capsys.readouterr().err
     assert _listing(tmp_path) == []
 
 
