@@ -355,6 +355,11 @@ class _Method:
         for field in ("inputs", "outputs"):
             for index in vector_ints(getattr(plan, field)):
                 self._check_index(index, f"{field} entry")
+        try:
+            bytes(plan.name or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            # The Python bindings (Program.method_names) cannot name such a method.
+            self.add("name is not UTF-8")
 
     def _check_index(self, index: int, what: str) -> bool:
         if not 0 <= index < len(self.values):

@@ -98,6 +98,7 @@ CASES = {
     "op-index-past-the-operators": Case(_set(_call, "opIndex", 3), "op_index 3 >= len(operators) 1"),
     "arg-index-past-the-values": Case(_set(_call, "args", [0, 1, 7]), "value index 7 outside"),
     "no-chains": Case(_set(_plan, "chains", []), "no chains"),
+    "method-name-not-utf-8": Case(_set(_plan, "name", b"forw\x80rd"), "name is not UTF-8"),
     "no-delegates-field": Case(_set(_plan, "delegates", None), "ExecutionPlan.delegates is absent"),
     "operator-name-too-long": Case(
         lambda p: setattr(_plan(p).operators[0], "name", b"x" * 120), "124 characters, the runtime takes 99"

@@ -29,7 +29,7 @@ def _loads(pte: Path, ptd: Path | None = None) -> bool:
         program = Runtime.get().load_program(pte.read_bytes(), data_path=ptd)
         for name in sorted(program.method_names):
             program.load_method(name)
-    except RuntimeError:
+    except (RuntimeError, UnicodeDecodeError):  # the latter: a method name not UTF-8
         return False
     return True
 
