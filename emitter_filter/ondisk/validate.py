@@ -189,12 +189,16 @@ def _validate(source: str | bytes, data_files: Sequence[str | os.PathLike]) -> V
     operators: set[str] = set()
     backends: set[str] = set()
     data = _DataMaps(pte, ptds, data_files)
+    refused = PROGRAM.verify(read.program_data)
+    if refused is not None:
+        # program.cpp: Program::load's VerifyProgramBuffer (InternalConsistency, the
+        # pybindings' default verification): a union member of another type than its
+        # `val_type` (a Tensor read as an Int) mostly shows as a misaligned field.
+        problems.add(f"program flatbuffer: {refused} (the flatbuffers Verifier refuses it)")
     try:
         _check_program(program, pte, problems)
         for number, plan in enumerate(program.executionPlan or ()):
-            method = _Method(number, plan, program, pte, data, problems)
-            method.check(operators, backends)
-            method.check_alignment(read.program_data)
+            _Method(number, plan, program, pte, data, problems).check(operators, backends)
     except (ProgramFormatError, FlatbufferError) as error:
         problems.add(str(error))  # A table the reader decoded lazily, corrupt.
     return Validity(
@@ -334,16 +338,6 @@ class _Method:
             if name is not None:
                 operators.add(name)
 
-    def check_alignment(self, buffer: bytes) -> None:
-        """program.cpp: Program::load's `VerifyProgramBuffer` (InternalConsistency, the
-        pybindings' default) on each value's table: a union member of another type than
-        its `val_type` (a Tensor read as an Int) is mostly found this way."""
-        for index, evalue in enumerate(self.values):
-            if isinstance(evalue.val, Table):
-                found = PROGRAM.misaligned(buffer, evalue.val)
-                if found is not None:
-                    self.add(f"value {index}: {found} (the flatbuffers Verifier refuses it)")
-
     def _tensor(self, index: int) -> Table | None:
         evalue = self.values[index]
         return evalue.val if evalue.valType == KernelTypes.Tensor else None
@@ -361,6 +355,11 @@ class _Method:
         for field in ("inputs", "outputs"):
             for index in vector_ints(getattr(plan, field)):
                 self._check_index(index, f"{field} entry")
+        try:
+            bytes(plan.name or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            # The Python bindings (Program.method_names) cannot name such a method.
+            self.add("name is not UTF-8")
 
     def _check_index(self, index: int, what: str) -> bool:
         if not 0 <= index < len(self.values):

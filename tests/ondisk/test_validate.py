@@ -98,6 +98,7 @@ CASES = {
     "op-index-past-the-operators": Case(_set(_call, "opIndex", 3), "op_index 3 >= len(operators) 1"),
     "arg-index-past-the-values": Case(_set(_call, "args", [0, 1, 7]), "value index 7 outside"),
     "no-chains": Case(_set(_plan, "chains", []), "no chains"),
+    "method-name-not-utf-8": Case(_set(_plan, "name", b"forw\x80rd"), "name is not UTF-8"),
     "no-delegates-field": Case(_set(_plan, "delegates", None), "ExecutionPlan.delegates is absent"),
     "operator-name-too-long": Case(
         lambda p: setattr(_plan(p).operators[0], "name", b"x" * 120), "124 characters, the runtime takes 99"
@@ -146,10 +147,37 @@ def flipped(index: int, val_type: int) -> bytes:
 FLIPPED = [(0, 2), (1, 2), (2, 4)]
 
 
+#: Fields of the built program changed in its bytes where the reader still reads it and
+#: the flatbuffers Verifier does not (`Schema.verify`): (its table, the field, the problem).
+VERIFIER_CASES = {
+    "offset-0": (lambda p: p.executionPlan[0].chains[0], "inputs", "offset 0 at"),
+    "string-without-nul": (lambda p: p.executionPlan[0].operators[0], "name", "does not end in NUL"),
+}
+
+
+def unverified(name: str) -> bytes:
+    """The built program with the change `VERIFIER_CASES[name]` names, in its bytes."""
+    table_of, field, _ = VERIFIER_CASES[name]
+    pte = bytearray(build_program(dead=False).pte)
+    at = PROGRAM.field_at(bytes(pte), table_of(read_pte_program(bytes(pte)).program), field)
+    if name == "offset-0":
+        pte[at : at + 4] = bytes(4)
+    else:
+        string = at + int.from_bytes(pte[at : at + 4], "little")
+        pte[string + 4 + int.from_bytes(pte[string : string + 4], "little")] = ord("x")
+    return bytes(pte)
+
+
+@pytest.mark.parametrize("name", VERIFIER_CASES)
+def test_what_the_flatbuffers_verifier_refuses_is_invalid(name):
+    (problem,) = validate_bytes(unverified(name)).problems
+    assert VERIFIER_CASES[name][2] in problem and "the flatbuffers Verifier refuses it" in problem
+
+
 @pytest.mark.parametrize("index, val_type", FLIPPED)
 def test_a_value_of_another_type_than_its_table_is_invalid(index, val_type):
     (problem,) = validate_bytes(flipped(index, val_type)).problems
-    assert f"value {index}: " in problem and "is not 8-aligned" in problem
+    assert problem.startswith("program flatbuffer: ") and "is not 8-aligned" in problem
 
 
 def test_a_program_as_built_is_valid_and_lists_its_operators():

@@ -10,7 +10,14 @@ import pytest
 from emitter_filter.ondisk.validate import validate_file
 from tests.files import GOLDEN
 from tests.layouts import build_program
-from tests.ondisk.test_validate import CASES, FLIPPED, changed, flipped
+from tests.ondisk.test_validate import (
+    CASES,
+    FLIPPED,
+    VERIFIER_CASES,
+    changed,
+    flipped,
+    unverified,
+)
 
 
 def _loads(pte: Path, ptd: Path | None = None) -> bool:
@@ -22,7 +29,7 @@ def _loads(pte: Path, ptd: Path | None = None) -> bool:
         program = Runtime.get().load_program(pte.read_bytes(), data_path=ptd)
         for name in sorted(program.method_names):
             program.load_method(name)
-    except RuntimeError:
+    except (RuntimeError, UnicodeDecodeError):  # the latter: a method name not UTF-8
         return False
     return True
 
@@ -36,6 +43,9 @@ def _files(tmp_path: Path) -> dict[str, tuple[Path, Path | None]]:
         name = f"value-{index}-as-type-{val_type}"
         files[name] = (tmp_path / f"{name}.pte", None)
         files[name][0].write_bytes(flipped(index, val_type))
+    for name in VERIFIER_CASES:
+        files[name] = (tmp_path / f"{name}.pte", None)
+        files[name][0].write_bytes(unverified(name))
     for where in ("segment", "external", "placeholder"):
         built = build_program(dead=True, where=where)
         pte = tmp_path / f"{where}.pte"
