@@ -13,11 +13,15 @@ by reason (`pytest -s` shows it).
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from tests.differential import Comparison, compare, golden_seeds
 
-pytest.importorskip("executorch.extension.pybindings.portable_lib")
+# The runtime runs in the worker process: found, not imported here (it imports torch).
+if importlib.util.find_spec("executorch.extension.pybindings.portable_lib") is None:
+    pytest.skip("needs executorch's pybindings", allow_module_level=True)
 validate = pytest.importorskip("emitter_filter.ondisk.validate")
 
 from tests.runtime_worker import Loaded, Refused, RuntimeWorker  # noqa: E402
@@ -86,3 +90,22 @@ def test_a_crash_is_a_refusal_and_the_worker_goes_on(worker, tmp_path):
     assert isinstance(before, Loaded) and isinstance(after, Loaded)
     assert isinstance(crashed, Refused) and crashed.crashed
     assert worker.crashes == crashes + 1
+
+
+def test_the_output_hook_names_an_output_the_runtime_refuses(worker, tmp_path):
+    from emitter_filter._program_fbs.executorch_flatbuffer.Buffer import BufferT
+    from emitter_filter.ondisk.output import OutputFile
+    from tests.layouts import with_program_changed
+    from tests.load_outputs import check_outputs
+
+    def placeholder_beside_the_segment(program) -> None:
+        program.constantBuffer = [BufferT()]
+
+    good = next(s for s in golden_seeds() if s.name == "plain/pruned").pte
+    bad = tmp_path / "bad.pte"
+    bad.write_bytes(with_program_changed(good.read_bytes(), placeholder_beside_the_segment))
+    refused: list[str] = []
+    check_outputs([OutputFile(str(good), -1, b"")], refused, worker)
+    assert refused == []
+    check_outputs([OutputFile(str(bad), -1, b"")], refused, worker)
+    assert len(refused) == 1 and "Only one should be used" in refused[0]
