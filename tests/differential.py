@@ -21,11 +21,11 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tests.fuzz_files import Seed
-from tests.runtime_mutations import Mutant, mutants
+from tests.runtime_mutations import Mutant, as_is, mutants
 from tests.runtime_worker import Loaded, RuntimeWorker
 
 #: Files per round trip to the worker.
@@ -137,10 +137,8 @@ def _lacking(validity, worker: RuntimeWorker) -> tuple[str, ...]:
     return tuple(operators + backends + data)
 
 
-def compare(
-    seeds: Sequence[Seed], count: int, worker: RuntimeWorker, workdir: Path, seed: int = 0,
-) -> Comparison:
-    """`count` mutants of `seeds` through the validator and the runtime."""
+def compare(files: Iterable[Mutant], worker: RuntimeWorker, workdir: Path) -> Comparison:
+    """Each file (`mutants(...)`, `as_is(...)`) through the validator and the runtime."""
     from emitter_filter.ondisk.validate import validate_file
 
     started = time.perf_counter()
@@ -156,7 +154,7 @@ def compare(
                                     _lacking(validity, worker)))
         batch.clear()
 
-    for index, mutant in enumerate(mutants(seeds, count, seed)):
+    for index, mutant in enumerate(files):
         pte, ptds = mutant.write(workdir / str(index))
         batch.append((mutant, pte, ptds))
         if len(batch) == BATCH:
@@ -178,6 +176,13 @@ def golden_seeds() -> list[Seed]:
     return seeds
 
 
+def realworld_seeds() -> list[Seed]:
+    """The real files of `EMITTER_FILTER_REALWORLD_DIR` (none when it is not set)."""
+    from tests.realworld import real_files
+
+    return [Seed(pte.stem, pte, tuple(ptds)) for pte, ptds in real_files()]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=2000)
@@ -187,7 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="ef-differential-"))
     try:
         with RuntimeWorker() as worker:
-            comparison = compare(golden_seeds(), options.cases, worker, workdir, options.seed)
+            seeds = golden_seeds() + realworld_seeds()
+            files = [*as_is(seeds), *mutants(seeds, options.cases, options.seed)]
+            comparison = compare(files, worker, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(comparison.summary())

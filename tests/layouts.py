@@ -95,6 +95,7 @@ def _plan(values: list[EValueT]) -> ExecutionPlanT:
     plan.values = values
     plan.inputs, plan.outputs = [0], [2]
     plan.chains, plan.operators = [chain], [operator]
+    plan.delegates = []  # the runtime refuses a plan without the field ("Missing delegates field")
     plan.nonConstBufferSizes = [0, 32]
     return plan
 

@@ -398,6 +398,33 @@ def value_type(rng, program):
     return f"plan {plan.name!r}: value type = {value.valType}"
 
 
+def required_field_removed(rng, program):
+    """A vector or string the runtime requires left unwritten (an empty one is fine)."""
+    plan = _pick(rng, program.executionPlan or ())
+    choice = rng.randrange(6)
+    if choice == 0:
+        plan.delegates = None
+        return f"plan {plan.name!r}: delegates not written"
+    if choice == 1:
+        plan.chains = rng.choice((None, []))
+        return f"plan {plan.name!r}: chains = {plan.chains}"
+    if choice == 2:
+        chain = _pick(rng, plan.chains or ())
+        chain.instructions = None
+        return f"plan {plan.name!r}: a chain's instructions not written"
+    if choice == 3:
+        call = _pick(rng, [i.instrArgs for c in plan.chains for i in c.instructions or ()
+                           if i.instrArgsType == InstructionArguments.KernelCall])
+        call.args = None
+        return f"plan {plan.name!r}: kernel_call.args not written"
+    if choice == 4:
+        operator = _pick(rng, plan.operators or ())
+        operator.name = None
+        return f"plan {plan.name!r}: an operator's name not written"
+    plan.values = None
+    return f"plan {plan.name!r}: values not written"
+
+
 def constant_segment_added(rng, program):
     """A second (empty) segment the constant segment then points at."""
     segment = DataSegmentT()
@@ -415,7 +442,8 @@ PROGRAM_MUTATIONS: dict[str, Callable] = {
         non_const_buffer_sizes, tensor_sizes, tensor_scalar_type, tensor_dim_order,
         mutable_segments, mutable_state_index, external_key, made_external,
         delegate_reference, named_data, constant_buffer, inline_delegate_data, plan_io_index,
-        instruction_arg, operator_name, value_type, constant_segment_added,
+        instruction_arg, operator_name, value_type, required_field_removed,
+        constant_segment_added,
     )
 }
 
@@ -473,6 +501,13 @@ def _ptd_mutation(rng, path: Path) -> tuple[str, bytes]:
     return how, ptd_file(flatbuffer, [data[ptd.segment_base_offset:]], [0], base)
 
 
+def as_is(seeds: Sequence[Seed]) -> Iterator[Mutant]:
+    """Each seed unchanged (field "as is")."""
+    for seed in seeds:
+        yield Mutant(seed.name, "as is", "", seed.pte.read_bytes(),
+                     tuple(p.read_bytes() for p in seed.ptds))
+
+
 def mutants(seeds: Sequence[Seed], count: int, seed: int = 0) -> Iterator[Mutant]:
     """`count` mutants of `seeds`, derandomised by `seed`: structured ones mostly, a fifth
     of them `tests.fuzz_files.mutate`'s byte-level ones."""
@@ -481,6 +516,8 @@ def mutants(seeds: Sequence[Seed], count: int, seed: int = 0) -> Iterator[Mutant
     names = sorted(PROGRAM_MUTATIONS)
     index = attempt = 0
     while index < count:
+        if attempt > 50 * count + 1000:
+            raise ValueError(f"no mutation applies to the seeds {[s.name for s in seeds]}")
         rng = random.Random(f"{seed}:{attempt}")
         attempt += 1
         chosen = seeds[attempt % len(seeds)]
@@ -519,7 +556,7 @@ def mutants(seeds: Sequence[Seed], count: int, seed: int = 0) -> Iterator[Mutant
 
                     try:
                         data = with_program_changed(pte, change)
-                    except _NotApplicable:
+                    except (_NotApplicable, ValueError):  # ValueError: a seed the reader refuses
                         continue
                     yield Mutant(chosen.name, name, done[0], data, ptds)
                     break

@@ -17,7 +17,9 @@ import importlib.util
 
 import pytest
 
-from tests.differential import Comparison, compare, golden_seeds
+from tests.differential import Comparison, compare, golden_seeds, realworld_seeds
+from tests.realworld import needs_realworld
+from tests.runtime_mutations import as_is, mutants
 
 # The runtime runs in the worker process: found, not imported here (it imports torch).
 if importlib.util.find_spec("executorch.extension.pybindings.portable_lib") is None:
@@ -49,12 +51,25 @@ def _check(comparison: Comparison) -> None:
 
 
 def test_the_runtime_refuses_no_file_the_validator_calls_valid(worker, tmp_path):
-    _check(compare(golden_seeds(), CASES, worker, tmp_path, seed=0))
+    _check(compare(mutants(golden_seeds(), CASES, seed=0), worker, tmp_path))
 
 
 @pytest.mark.slow
 def test_the_runtime_refuses_no_file_the_validator_calls_valid_at_scale(worker, tmp_path):
-    _check(compare(golden_seeds(), SLOW_CASES, worker, tmp_path, seed=1))
+    _check(compare(mutants(golden_seeds(), SLOW_CASES, seed=1), worker, tmp_path))
+
+
+@needs_realworld
+def test_the_runtime_refuses_no_real_file_nor_mutant_of_one_the_validator_calls_valid(
+    worker, tmp_path
+):
+    seeds = realworld_seeds()
+    comparison = compare([*as_is(seeds), *mutants(seeds, CASES, seed=2)], worker, tmp_path)
+    print()
+    print(comparison.summary())
+    misses = [(v.mutant.seed, v.mutant.field, v.mutant.how, v.runtime.reason)
+              for v in comparison.misses]
+    assert not misses, misses[:20]
 
 
 def test_a_validator_that_calls_everything_valid_fails_the_comparison(
@@ -62,7 +77,7 @@ def test_a_validator_that_calls_everything_valid_fails_the_comparison(
 ):
     everything_valid = validate.Validity((), (), (), ())
     monkeypatch.setattr(validate, "validate_file", lambda pte, data_files=(): everything_valid)
-    comparison = compare(golden_seeds(), 200, worker, tmp_path)
+    comparison = compare(mutants(golden_seeds(), 200), worker, tmp_path)
     assert comparison.misses
 
 
