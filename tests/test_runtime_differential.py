@@ -50,6 +50,14 @@ def _check(comparison: Comparison) -> None:
     assert comparison.count(False, False) > len(comparison.verdicts) // 10
 
 
+def test_the_seeds_load_and_need_nothing_this_build_lacks(worker, tmp_path):
+    """Else every mutant of a seed would be left out, and the comparison would prove nothing
+    (an operator the validator names otherwise than the runtime registers it, say)."""
+    comparison = compare(as_is(golden_seeds()), worker, tmp_path)
+    assert [(v.mutant.seed, v.problems, v.lacking, str(v.runtime)) for v in comparison.verdicts
+            if not (v.tool_valid and v.runtime_loaded) or v.lacking] == []
+
+
 def test_the_runtime_refuses_no_file_the_validator_calls_valid(worker, tmp_path):
     _check(compare(mutants(golden_seeds(), CASES, seed=0), worker, tmp_path))
 
