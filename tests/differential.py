@@ -139,6 +139,7 @@ def _lacking(validity, worker: RuntimeWorker) -> tuple[str, ...]:
 
 def compare(files: Iterable[Mutant], worker: RuntimeWorker, workdir: Path) -> Comparison:
     """Each file (`mutants(...)`, `as_is(...)`) through the validator and the runtime."""
+    from emitter_filter.errors import ProgramFormatError
     from emitter_filter.ondisk.validate import validate_file
 
     started = time.perf_counter()
@@ -149,7 +150,11 @@ def compare(files: Iterable[Mutant], worker: RuntimeWorker, workdir: Path) -> Co
     def flush() -> None:
         outcomes = worker.load_all([(pte, ptds) for _, pte, ptds in batch])
         for (mutant, pte, ptds), outcome in zip(batch, outcomes):
-            validity = validate_file(pte, ptds)
+            try:
+                validity = validate_file(pte, ptds)
+            except ProgramFormatError as error:  # a data file it cannot read, say
+                verdicts.append(Verdict(mutant, (str(error),), outcome, ()))
+                continue
             verdicts.append(Verdict(mutant, tuple(validity.problems), outcome,
                                     _lacking(validity, worker)))
         batch.clear()

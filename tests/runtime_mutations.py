@@ -562,6 +562,7 @@ def mutants(seeds: Sequence[Seed], count: int, seed: int = 0) -> Iterator[Mutant
                     break
                 else:
                     raise _NotApplicable
-        except (_NotApplicable, struct.error, OverflowError, TypeError, AttributeError):
+        except (_NotApplicable, struct.error, OverflowError, TypeError, AttributeError,
+                ValueError):  # ValueError: a seed's .ptd the reader refuses
             continue
         index += 1
