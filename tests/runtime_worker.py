@@ -165,9 +165,14 @@ class RuntimeWorker:
 # The server and its children.
 
 
+#: The answers' pipe: the worker's stdout as it started. Its fd 1 is the log, so that
+#: whatever the runtime or torch prints cannot garble an answer.
+_answers = None
+
+
 def _write(message: dict) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    _answers.write(json.dumps(message) + "\n")
+    _answers.flush()
 
 
 def _log_lines(log_fd: int) -> list[str]:
@@ -204,6 +209,7 @@ def _load(runtime, pte: str, data_files: list[str]) -> dict:
 
 def _child(runtime, log_fd: int) -> None:
     """Loads the files of each batch until stdin ends; a crash ends the process."""
+    os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     for line in sys.stdin:
         for pte, data_files in json.loads(line)["batch"]:
@@ -234,9 +240,12 @@ def serve() -> None:
     """Imports the runtime, says what it registers, then forks children until stdin ends."""
     import warnings
 
+    global _answers
     warnings.simplefilter("ignore")
+    _answers = os.fdopen(os.dup(1), "w")
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)  # torch's and the runtime's start-up chatter
+    os.dup2(devnull, 1)  # torch's and the runtime's start-up chatter
+    os.dup2(devnull, 2)
     from executorch.extension.pybindings import portable_lib as runtime
 
     _write({"operators": sorted(runtime._get_operator_names()),
