@@ -61,6 +61,8 @@ class Verdict:
                         for item in self.lacking}))
         if any("bad_alloc" in line or "MemoryError" in line for line in log):
             return "an arena this machine cannot allocate"
+        if any(line.startswith("'utf-8' codec can't decode") for line in log):
+            return "a method name that is not UTF-8 (the pybindings cannot pass it to Python)"
         if _blob_refused(log):
             return "the delegate blob's contents (its backend's init refused them)"
         return None
