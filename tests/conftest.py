@@ -16,6 +16,9 @@ import pytest
 
 from tests.files import CASES, HAVE_EXECUTORCH, Built, read_golden
 
+#: `--load-outputs`: every program the tools write in a test loads in ExecuTorch's runtime.
+pytest_plugins = ["tests.load_outputs"]
+
 if not HAVE_EXECUTORCH:
     _MARKED = re.compile(r"^pytestmark = .*pytest\.mark\.filetools", re.MULTILINE)
     _HERE = Path(__file__).parent
