@@ -1,7 +1,7 @@
 """The `emitter-filter` command line (also `python -m emitter_filter`).
 
-Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`,
-`diff` a growth over `--max-growth`, `budget check` a file over its budget;
+Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`
+(or a key clash in a set under `--fail-on-key-clash`), `diff` a growth over `--max-growth`, `budget check` a file over its budget;
 2 usage error, bad input, or a file that cannot be read or written, whatever
 the command (a one-line message naming the file, and the offset where one applies; with -v also the traceback,
 the exit code unchanged; no output file); for `run`, what the script exited with;
@@ -107,7 +107,9 @@ def _build_parser() -> argparse.ArgumentParser:
             "which contents are stored more than once and which ranges several entries "
             "share (dedupe_constants=True). Reads headers and flatbuffers, "
             "and only the data entries whose size another entry shares. Exit 1 if the "
-            "dead bytes exceed --max-dead-bytes, 2 if a file is malformed."
+            "dead bytes exceed --max-dead-bytes (or, with --fail-on-key-clash, programs "
+            "of a set hold one named-data key with different bytes), 2 if a file is "
+            "malformed."
         ),
     )
     audit.add_argument(
@@ -129,6 +131,12 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     audit.add_argument("--top", type=_byte_count, default=None, metavar="N",
                        help="list the N largest dead entries (default: all; --json: all)")
+    audit.add_argument(
+        "--fail-on-key-clash", action="store_true",
+        help="several programs, read as one set: exit 1 if two of them hold one named-data "
+        "key with different bytes (a weights cache shared by the programs, as XNNPACK's, "
+        "would give the second the first's weights)",
+    )
     _add_naming_arguments(audit)
 
     prune = commands.add_parser(
@@ -751,7 +759,8 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.data_files import beside
     from emitter_filter.state_names import state_file
 
-    if len(options.pte) > 1 and (options.ptd or any(beside(p) for p in options.pte)):
+    if len(options.pte) > 1 and (options.ptd or any(beside(p) for p in options.pte)
+                                 or options.fail_on_key_clash):
         return _audit_set(options)
     if len(options.pte) == 1:
         pte, ptd = _one_program(options)
@@ -802,14 +811,20 @@ def _audit_set(options: argparse.Namespace) -> int:
 
     report = audit_set(options.pte, options.ptd)
     print(json.dumps(report.to_json(), indent=2) if options.json else "\n".join(report.lines()))
+    failed = False
     if options.max_dead_bytes is not None and report.dead_bytes > options.max_dead_bytes:
         print(
             f"emitter-filter: the set has {report.dead_bytes:,} dead bytes > "
             f"--max-dead-bytes {options.max_dead_bytes:,}",
             file=sys.stderr,
         )
-        return EXIT_DEAD_BYTES
-    return EXIT_OK
+        failed = True
+    if options.fail_on_key_clash and report.key_clashes:
+        keys = ", ".join(repr(clash.key) for clash in report.key_clashes)
+        print(f"emitter-filter: --fail-on-key-clash: {keys} held with different bytes by "
+              "programs of the set", file=sys.stderr)
+        failed = True
+    return EXIT_DEAD_BYTES if failed else EXIT_OK
 
 
 def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:

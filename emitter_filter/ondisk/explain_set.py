@@ -8,7 +8,9 @@ with: `data_files.data_files_for`), then the set is made of their parts:
   reader's plan named `PROGRAM.pte:METHOD`) and live if any program reads them live;
 - what the set stores twice: data parts of different files with equal bytes (found as
   `audit` and `share` find them, `duplicates.group_duplicates`) are `duplicated` after
-  the first, naming the others: the bytes `share` would store once.
+  the first, naming the others: the bytes `share` would store once;
+- the named-data keys its programs hold with different bytes (`share_find.key_clashes`,
+  as `audit` of the set reports them).
 
 Parts are labelled with their file's name (`classify.pte:constant[3]`).
 """
@@ -25,6 +27,7 @@ from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan
 from emitter_filter.ondisk.data_files import data_files_for
 from emitter_filter.ondisk.explain import Explanation, Part, explain_file
+from emitter_filter.ondisk.share_find import find_set_shared, key_clashes, read_set
 
 __all__ = ["explain_set"]
 
@@ -115,4 +118,11 @@ def explain_set(ptes: Sequence[str | os.PathLike], ptd_paths: Sequence = ()) -> 
     return Explanation(
         path=f"{count} program{'s' if count != 1 else ''}", files=files, parts=tuple(parts),
         outside=tuple(outside), audit=programs[0].audit, programs=programs,
+        key_clashes=_key_clashes(ptes, data_of),
     )
+
+
+def _key_clashes(ptes: list[str], data_of) -> tuple:
+    """The set's key clashes, found as `share` and `audit` find them (`min_bytes` aside)."""
+    programs = read_set(ptes, list(dict.fromkeys(p for f in data_of for p in f)), data_of)
+    return key_clashes(programs, find_set_shared(programs, min_bytes=1))
