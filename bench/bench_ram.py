@@ -360,6 +360,26 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def load_ram(path) -> dict:
+    """A `ram.json` this script wrote; ValueError if it is not one."""
+    with open(path) as f:
+        report = json.load(f)
+    if not isinstance(report, dict) or report.get("schema") != RAM_SCHEMA:
+        raise ValueError(f"{path}: not a {RAM_SCHEMA} report")
+    return report
+
+
+def describe(report: dict) -> str:
+    """The line above the table: what was measured, how, where."""
+    equal = ", ".join(f"{backend} {'yes' if ok else 'NO'}"
+                      for backend, ok in report["outputs_equal"].items())
+    return (f"two programs sharing a {_mib(report['backbone_bytes'])} MiB fp32 backbone; "
+            f"MiB above a baseline process, medians of {report['repeat']} fresh processes; "
+            f"{report['machine']}; "
+            + ", ".join(f"{k} {v}" for k, v in report["versions"].items())
+            + f"; outputs equal across arrangements and loaders: {equal}")
+
+
 def _versions() -> dict[str, str]:
     from importlib.metadata import version
 
@@ -408,12 +428,8 @@ def main(argv=None) -> int:
         "outputs_equal": equal,
         "rows": rows,
     }
-    print(f"two programs sharing a {_mib(built['backbone_bytes'])} MiB fp32 backbone; "
-          f"medians of {repeat} fresh processes above a baseline; {report['machine']}; "
-          + ", ".join(f"{k} {v}" for k, v in report["versions"].items()))
+    print(describe(report))
     print(format_table(rows))
-    print("outputs equal across arrangements and loaders: "
-          + ", ".join(f"{backend} {'yes' if ok else 'NO'}" for backend, ok in equal.items()))
     if options.out:
         os.makedirs(options.out, exist_ok=True)
         path = os.path.join(options.out, "ram.json")
