@@ -30,11 +30,11 @@ the exported `XnnpackBackend::set_option` through ctypes on the backend that
 `get_backend_class("XnnpackBackend")` returns, before loading anything.
 
 A loading process imports `portable_lib` without running `executorch.exir`'s
-package `__init__` (an app loads, it does not export): that saves ~10 s of CPU
-per process and ~100 MiB of baseline, and is the same in the baseline.
+package `__init__` (an app loads, it does not export): about 4 s of CPU per process
+instead of 11 on this project's machine, and the baseline process does the same.
 
     python bench/bench_ram.py --out bench-out        # 24 MiB backbone, 5 processes each
-    python bench/bench_ram.py --out bench-out --quick  # 8 MiB, 1 process each: ~2-3 min
+    python bench/bench_ram.py --out bench-out --quick  # 8 MiB, 1 process each
     python -m bench --results bench-out/results.json --out bench-out  # the page shows ram.json
 """
 
@@ -397,7 +397,7 @@ def main(argv=None) -> int:
                                      epilog="\n".join(__doc__.splitlines()[1:]))
     parser.add_argument("--out", metavar="DIR", help="write DIR/ram.json (the page reads it)")
     parser.add_argument("--quick", action="store_true",
-                        help="an 8 MiB backbone, one process each (~2-3 min on 2 cores)")
+                        help="an 8 MiB backbone, one process each (about 2 min of CPU)")
     parser.add_argument("--mib", type=float, help="the backbone's size (default 24; 8 --quick)")
     parser.add_argument("--repeat", type=int, help="processes per figure (default 5; 1 --quick)")
     parser.add_argument("--jobs", type=int, default=1, help="processes at once (default 1: PSS "
