@@ -397,7 +397,7 @@ def main(argv=None) -> int:
                                      epilog="\n".join(__doc__.splitlines()[1:]))
     parser.add_argument("--out", metavar="DIR", help="write DIR/ram.json (the page reads it)")
     parser.add_argument("--quick", action="store_true",
-                        help="an 8 MiB backbone, one process each (about 2 min of CPU)")
+                        help="an 8 MiB backbone, one process each (2.4 min of CPU here)")
     parser.add_argument("--mib", type=float, help="the backbone's size (default 24; 8 --quick)")
     parser.add_argument("--repeat", type=int, help="processes per figure (default 5; 1 --quick)")
     parser.add_argument("--jobs", type=int, default=1, help="processes at once (default 1: PSS "
