@@ -58,6 +58,10 @@ XNNPACK, KV cache) through export_llama with EMITTER_FILTER_PRUNE=1.
 --quick leaves out the models marked slow (1 GiB and llama) and takes a few
 minutes; the full run takes about half an hour on 2 cores and ~6 GB of RAM.
 
+ram (python bench/bench_ram.py --out DIR): what an app holds in RAM with two
+programs as separate files, shared, merged or exported together, per backend
+and loader; its DIR/ram.json is drawn as a table on DIR/dashboard.html.
+
 history (--history RESULTS.json... --out DIR): per machine (CPU, core count,
 architecture, OS) and model, a line over the runs for the bytes before pruning,
 after pruning and after deduplication, the filter's and the deduplication's
@@ -293,10 +297,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.out is not None:
         from bench.dashboard import write_dashboard
 
+        from bench.bench_ram import load_ram
+
+        ram_path = options.out / "ram.json"  # bench/bench_ram.py --out DIR: its RAM table
         try:
+            ram = load_ram(ram_path) if ram_path.exists() else None
             options.out.mkdir(parents=True, exist_ok=True)
-            write_dashboard(options.out / "dashboard.html", results, summaries, dedupe_summaries)
-        except OSError as error:
+            write_dashboard(options.out / "dashboard.html", results, summaries, dedupe_summaries,
+                            ram)
+        except (OSError, ValueError) as error:
             print(f"bench: {error}", file=sys.stderr)
             return EXIT_USAGE
         print(f"\nwrote {results_path} and {options.out / 'dashboard.html'}", file=sys.stderr)

@@ -185,12 +185,27 @@ def _run_facts(results: Mapping) -> list[tuple[str, str]]:
     ]
 
 
+def _ram_section(ram: Mapping | None) -> str:
+    """The table `bench/bench_ram.py` wrote to `ram.json` beside the results, if it did."""
+    if ram is None:
+        return ""
+    from bench.bench_ram import COLUMNS as RAM_COLUMNS, describe, table_rows as ram_rows
+
+    return (
+        '<h2 id="ram">RAM: two programs as files, shared, merged, exported together</h2>'
+        f"<p>{html.escape(describe(ram))}</p>"
+        + html_table([h for h, _ in RAM_COLUMNS], ram_rows(ram["rows"]), table_class="ram")
+    )
+
+
 def render_dashboard(
     results: Mapping,
     summaries: Sequence[ModelSummary],
     dedupe: Sequence[DedupeSummary] = (),
+    ram: Mapping | None = None,
 ) -> str:
-    """The dashboard page for `results` (a loaded `results.json`) and its summaries."""
+    """The dashboard page for `results` (a loaded `results.json`) and its summaries, with
+    `ram` (a loaded `ram.json`, `bench/bench_ram.py`'s) where there is one."""
     plt = _pyplot()
     charts = [
         _bytes_chart(plt, summaries),
@@ -215,7 +230,8 @@ def render_dashboard(
         "Every ratio compares figures from this run only.</p>"
         f"{_tables(summaries, dedupe)}"
         f"{_ratio_chart(summaries, dedupe) if summaries else ''}"
-        f"{figures}",
+        f"{figures}"
+        f"{_ram_section(ram)}",
     )
 
 
@@ -224,9 +240,10 @@ def write_dashboard(
     results: Mapping,
     summaries: Sequence[ModelSummary],
     dedupe: Sequence[DedupeSummary] = (),
+    ram: Mapping | None = None,
 ) -> None:
     """Writes `render_dashboard(...)` to `path`."""
-    write_page(path, render_dashboard(results, summaries, dedupe))
+    write_page(path, render_dashboard(results, summaries, dedupe, ram))
     logger.info("wrote %s", path)
 
 

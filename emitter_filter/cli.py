@@ -1,7 +1,7 @@
 """The `emitter-filter` command line (also `python -m emitter_filter`).
 
-Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`,
-`diff` a growth over `--max-growth`, `budget check` a file over its budget;
+Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`
+(or a key clash in a set under `--fail-on-key-clash`), `diff` a growth over `--max-growth`, `budget check` a file over its budget;
 2 usage error, bad input, or a file that cannot be read or written, whatever
 the command (a one-line message naming the file, and the offset where one applies; with -v also the traceback,
 the exit code unchanged; no output file); for `run`, what the script exited with;
@@ -151,9 +151,10 @@ def _build_parser() -> argparse.ArgumentParser:
             "which contents are stored more than once and which ranges several entries "
             "share (dedupe_constants=True). Reads headers and flatbuffers, "
             "and only the data entries whose size another entry shares. Exit 1 if the "
-            "dead bytes exceed --max-dead-bytes (or --require-data finds weights missing), "
-            "2 if a file is malformed or invalid: one ExecuTorch's runtime refuses to load "
-            "(docs/valid.md)."
+            "dead bytes exceed --max-dead-bytes (or --require-data finds weights missing, "
+            "or, with --fail-on-key-clash, programs of a set hold one named-data key with "
+            "different bytes), 2 if a file is malformed or invalid: one ExecuTorch's runtime "
+            "refuses to load (docs/valid.md)."
         ),
     )
     audit.add_argument(
@@ -177,6 +178,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "given (or beside the program): a .pte shipped without its weights (a CI gate)",
     )
     _add_min_bytes(audit)
+    audit.add_argument(
+        "--fail-on-key-clash", action="store_true",
+        help="several programs, read as one set: exit 1 if two of them hold one named-data "
+        "key with different bytes (a weights cache shared by the programs, as XNNPACK's, "
+        "would give the second the first's weights)",
+    )
     _add_naming_arguments(audit)
 
     prune = commands.add_parser(
@@ -929,7 +936,11 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
     names = state_file(options.names)
     reports, refused, gated = [], [], []
-    for members in sets_of(data_of):
+    # With --fail-on-key-clash, programs are one set even without a common .ptd: XNNPACK
+    # keeps its keys in each .pte, and its weights cache is shared by every program.
+    groups = ([list(range(len(options.pte)))] if options.fail_on_key_clash
+              and len(options.pte) > 1 else sets_of(data_of))
+    for members in groups:
         if len(members) == 1:
             [n] = members
             report = audit_file(options.pte[n], data_of[n], keep_constants=options.keep,
@@ -945,6 +956,10 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         if any(line is not None for line, _ in lines):
             continue
         gated.extend(gate for _, gate in lines if gate is not None)
+        if options.fail_on_key_clash and getattr(report, "key_clashes", ()):
+            keys = ", ".join(repr(clash.key) for clash in report.key_clashes)
+            gated.append(f"emitter-filter: --fail-on-key-clash: {keys} held with different "
+                         "bytes by programs of the set")
         reports.append(report)
     if options.json and reports:
         # One file (or one set): its report; several: a list of them.

@@ -102,6 +102,32 @@ def test_dashboard_is_one_page_of_charts_drawn_from_the_json(tmp_path):
     assert "big" in page and "small" in page and "fabricated" in page
 
 
+def _ram_report() -> dict:
+    """A `ram.json` as bench/bench_ram.py writes it, with made-up figures."""
+    from bench.bench_ram import RAM_SCHEMA
+
+    row = {"backend": "xnnpack", "loader": "pybind", "weights_cache": True,
+           "arrangement": "share", "processes": 1, "disk_bytes": 25 << 20,
+           "anon_bytes": 3 << 20, "file_bytes": 5 << 20, "pss_bytes": 7 << 20,
+           "peak_bytes": 11 << 20, "rss_bytes": 8 << 20}
+    return {"schema": RAM_SCHEMA, "machine": "fabricated, 2 cores", "repeat": 1,
+            "versions": {"torch": "2.13.0", "executorch": "1.5.1"},
+            "backbone_bytes": 24 << 20, "outputs_equal": {"xnnpack": True}, "rows": [row]}
+
+
+def test_the_dashboard_shows_the_ram_table_written_beside_the_results(tmp_path):
+    pytest.importorskip("matplotlib")
+    results = _write(tmp_path / "results.json", _results())
+    (tmp_path / "ram.json").write_text(json.dumps(_ram_report()))
+    assert main(["--results", str(results), "--out", str(tmp_path)]) == EXIT_OK
+    page = (tmp_path / "dashboard.html").read_text()
+    assert '<h2 id="ram">' in page and "fabricated, 2 cores" in page
+    assert ("<td>xnnpack + weights cache</td><td>pybind</td><td>share</td><td>25.0</td>"
+            "<td>8.0</td><td>3.0</td><td>5.0</td><td>7.0</td><td>11.0</td>") in page
+    (tmp_path / "ram.json").write_text("{}")
+    assert main(["--results", str(results), "--out", str(tmp_path)]) == EXIT_USAGE
+
+
 def test_running_the_suite_without_the_bench_extra_says_what_to_install(
     tmp_path, capsys, monkeypatch
 ):

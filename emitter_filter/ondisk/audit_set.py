@@ -6,7 +6,9 @@ by `audit_file`, as for a file on its own; a `.ptd` entry is dead only when no
 program of the set reads it (an external tensor names it, or one of its
 delegates may: `analysis.classify_file_named_data`'s rules); and a content
 stored in two or more files of the set is what `share` would still store once
-(`share_find.find_shared`, with the same `min_bytes`).
+(`share_find.find_shared`, with the same `min_bytes`). A named-data key two programs
+hold with different bytes is a key clash (`share_find.key_clashes`): `audit
+--fail-on-key-clash` fails on one.
 """
 
 from __future__ import annotations
@@ -19,7 +21,12 @@ from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.audit_report import AuditReport
 from emitter_filter.ondisk.data_files import data_files_for
 from emitter_filter.ondisk.share_find import (
-    DEFAULT_MIN_BYTES, SharedContent, find_set_shared, read_set,
+    DEFAULT_MIN_BYTES,
+    KeyClash,
+    SharedContent,
+    find_set_shared,
+    key_clashes,
+    read_set,
 )
 
 __all__ = ["ProgramInSet", "SetAuditReport", "audit_set"]
@@ -54,12 +61,14 @@ class SetAuditReport:
         dead_ptd_keys: `.ptd` keys no program of the set reads, with their bytes
             (a segment counted once, when none of its keys is read).
         shared: Contents stored in two or more files of the set.
+        key_clashes: Named-data keys programs of the set hold with different bytes.
     """
 
     programs: tuple[ProgramInSet, ...]
     ptd_files: tuple[tuple[str, int], ...]
     dead_ptd_keys: tuple[tuple[str, int], ...]
     shared: tuple[SharedContent, ...]
+    key_clashes: tuple[KeyClash, ...] = ()
 
     @property
     def dead_bytes(self) -> int:
@@ -87,6 +96,10 @@ class SetAuditReport:
         for content in self.shared:
             files = ", ".join(sorted({c.file for c in content.copies}))
             lines.append(f"  stored in {files}: {content.nbytes:,} B")
+        lines.append(f"key clashes: {len(self.key_clashes) or 'none'}"
+                     + (" (a weights cache shared by the programs would mix them up)"
+                        if self.key_clashes else ""))
+        lines += [f"  {clash.line()}" for clash in self.key_clashes]
         return lines
 
     def to_json(self) -> dict:
@@ -106,6 +119,7 @@ class SetAuditReport:
                 for c in self.shared
             ],
             "data": [entry for p in self.programs for entry in p.report.to_json()["data"]],
+            "key_clashes": [clash.to_json() for clash in self.key_clashes],
         }
 
 
@@ -171,9 +185,11 @@ def audit_set(
         freed = (path, segment) not in read_segments and (path, segment) not in counted
         counted.add((path, segment))
         dead_keys.append((key, nbytes if freed else 0))
+    found = find_set_shared(programs, min_bytes)
     return SetAuditReport(
         programs=tuple(members),
         ptd_files=tuple((p.path, p.file_bytes) for p in ptd_files),
         dead_ptd_keys=tuple(dead_keys),
-        shared=find_set_shared(programs, min_bytes).shared,
+        shared=found.shared,
+        key_clashes=key_clashes(programs, found),
     )

@@ -190,6 +190,8 @@ class Explanation:
         audit: The audit these statuses come from (a set's: its first program's).
         programs: For a set of programs (`explain_set.explain_set`), each program's own
             explanation; empty for one.
+        key_clashes: For a set, the named-data keys its programs hold with different
+            bytes (`share_find.KeyClash`).
     """
 
     path: str
@@ -198,6 +200,7 @@ class Explanation:
     outside: tuple[Part, ...]
     audit: AuditReport
     programs: tuple[Explanation, ...] = ()
+    key_clashes: tuple = ()
 
     @property
     def file_bytes(self) -> int:
@@ -250,6 +253,7 @@ class Explanation:
             document["groups"] = {"by": by, "bytes": self.totals(by)}
         if self.programs:
             document["programs"] = [program.to_json(top, by) for program in self.programs]
+            document["key_clashes"] = [clash.to_json() for clash in self.key_clashes]
         return document
 
     def to_text(self, top: int = 10, by: str | None = None) -> str:
@@ -268,6 +272,9 @@ class Explanation:
         if self.outside:
             lines.append(f"not in these files (no .ptd given): {len(self.outside)} external "
                          f"tensor(s), {sum(p.nbytes for p in self.outside):,} bytes")
+        if self.programs:
+            lines.append(f"key clashes: {len(self.key_clashes) or 'none'}")
+            lines += [f"  {clash.line()}" for clash in self.key_clashes]
         if by is not None:
             groups = list(self.totals(by).items())
             lines.append(f"by {by} ({min(top, len(groups))} of {len(groups)}):")

@@ -9,6 +9,8 @@ with: `data_files.data_files_for`), then the set is made of their parts:
 - what the set stores twice: the contents `share` would store once (found as `audit` of
   the set and `share` find them, `share_find.find_set_shared`, with the same `min_bytes`)
   are `duplicated` in each file after the first, naming the others.
+- the named-data keys its programs hold with different bytes (`share_find.key_clashes`,
+  as `audit` of the set reports them).
 
 Parts are labelled with their file's name (`classify.pte:constant[3]`).
 """
@@ -25,7 +27,7 @@ from emitter_filter.ondisk.explain import Explanation, Part, explain_file
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.ondisk.share_find import (
-    DEFAULT_MIN_BYTES, ProgramSet, SharedContent, find_set_shared,
+    DEFAULT_MIN_BYTES, ProgramSet, SharedContent, find_set_shared, key_clashes, read_set,
 )
 
 __all__ = ["explain_set"]
@@ -135,4 +137,11 @@ def explain_set(
     return Explanation(
         path=f"{count} program{'s' if count != 1 else ''}", files=files, parts=tuple(parts),
         outside=tuple(outside), audit=programs[0].audit, programs=programs,
+        key_clashes=_key_clashes(ptes, data_of),
     )
+
+
+def _key_clashes(ptes: list[str], data_of) -> tuple:
+    """The set's key clashes, found as `share` and `audit` find them (`min_bytes` aside)."""
+    programs = read_set(ptes, list(dict.fromkeys(p for f in data_of for p in f)), data_of)
+    return key_clashes(programs, find_set_shared(programs, min_bytes=1))

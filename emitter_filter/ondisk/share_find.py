@@ -62,6 +62,8 @@ __all__ = [
     "read_set",
     "find_shared",
     "find_set_shared",
+    "KeyClash",
+    "key_clashes",
 ]
 
 #: Below this, moving a blob costs about what it saves: its key is written twice
@@ -212,6 +214,52 @@ def find_set_shared(programs: ProgramSet, min_bytes: int) -> SharedSet:
             programs.reads, programs.layouts,
             [(ptd, own) for (ptd, _), own in zip(programs.ptds, alignments)], sources, min_bytes,
         )
+
+
+@dataclass(frozen=True)
+class KeyClash:
+    """A named-data key that programs of one set hold with different bytes.
+
+    ExecuTorch resolves a key within one program, so each program computes with its own
+    bytes; but a loader that caches by key across programs trusts the name: XNNPACK's
+    weights cache, when on, packs a key once and gives every later program the first
+    one's packed weights (it compares keys, not bytes). Nor can such files become one
+    `.ptd`, or one program (ExecuTorch's own multi-method export keeps one of the two).
+
+    Attributes:
+        key: The key.
+        copies: Each file holding it and the copy's size, in the set's file order.
+    """
+
+    key: str
+    copies: tuple[tuple[str, int], ...]
+
+    def line(self) -> str:
+        held = ", ".join(f"{path} ({nbytes:,} B)" for path, nbytes in self.copies)
+        return f"key {self.key!r} holds other bytes in {held}"
+
+    def to_json(self) -> dict:
+        return {"key": self.key,
+                "copies": [{"file": path, "bytes": nbytes} for path, nbytes in self.copies]}
+
+
+def key_clashes(programs: ProgramSet, found: SharedSet) -> tuple[KeyClash, ...]:
+    """The keys `find_shared` found with other bytes for other programs (`SharedSet.clashing`),
+    each with the files that hold it.
+
+    What share and merge keep apart (each program's copy in its own `.pte`, under its
+    name) is still a clash: a weights cache shared by the programs would see one key.
+    An external tensor that `share` wrote into a program's constant segment has no key
+    there, only its name: no clash.
+    """
+    copies: dict[str, dict[str, int]] = {}
+    for read in programs.reads:
+        held = [*read.pte.named_data,
+                *(named for ptd in read.pte.ptd_files for named in ptd.named_data.values())]
+        for named in held:
+            if named.key in found.clashing:
+                copies.setdefault(named.key, {})[named.file] = named.nbytes
+    return tuple(KeyClash(key, tuple(copies[key].items())) for key in sorted(copies))
 
 
 def constant_key(sha256: str, layout: TensorLayoutKey) -> str:
