@@ -292,15 +292,36 @@ def test_audit_require_data_fails_without_the_ptd_and_passes_with_it(tmp_path, c
     assert main(["audit", "--require-data", str(pte)]) == 0
 
 
-def test_a_merge_that_would_keep_a_constant_buffer_beside_the_segment_is_refused(tmp_path):
+def test_a_merge_of_a_constant_buffer_input_writes_a_valid_program(tmp_path):
     # issue 40: hello_world_add_model.pte (constant_buffer path) merged with a program
-    # with constants wrote a file the runtime refuses ("Only one should be used").
+    # with constants wrote a file the runtime refuses ("Only one should be used"); merge
+    # now writes its placeholder in the constant segment (tests/ondisk/test_merge.py).
     h = _write(tmp_path / "h.pte", build_program(dead=False, where="placeholder").pte)
     d = _write(tmp_path / "d.pte", build_program(dead=False).pte)
     out = tmp_path / "hd.pte"
-    with pytest.raises(InvalidOutputError, match="only one may be used") as error:
+    merge_files([h, d], out, methods=["h=h.pte:forward", "d=d.pte:forward"])
+    assert validate_file(out).valid
+
+
+def test_an_output_the_validator_refuses_is_not_written(tmp_path, monkeypatch):
+    """The write gate (`validate_outputs`, called by `write_outputs` before any rename):
+    a problem planted in the validator's answer for the written file refuses the merge."""
+    import emitter_filter.ondisk.validate as validate
+
+    real = validate.validate_file
+
+    def planted(pte, data=()):
+        found = real(pte, data)
+        return Validity(("planted problem",), found.operators, found.backends,
+                        found.missing_data)
+
+    monkeypatch.setattr(validate, "validate_file", planted)
+    h = _write(tmp_path / "h.pte", build_program(dead=False, where="placeholder").pte)
+    d = _write(tmp_path / "d.pte", build_program(dead=False).pte)
+    out = tmp_path / "hd.pte"
+    with pytest.raises(InvalidOutputError, match="planted problem") as error:
         merge_files([h, d], out, methods=["h=h.pte:forward", "d=d.pte:forward"])
-    assert str(error.value).startswith(f"{out}: not written: invalid: constant_buffer")
+    assert str(error.value).startswith(f"{out}: not written: invalid: planted problem")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.pte", "h.pte"]
 
 
