@@ -59,7 +59,7 @@ logger = logging.getLogger(__name__)
 _lock = threading.Lock()
 _trigger: _ImportTrigger | None = None
 # What the exporter's import turns on: (prune, dedupe); `apply_environment` sets it.
-_requested = (True, False)
+_requested: tuple[bool, ...] = (True, False)
 # The warnings the exporter's import logs: one per variable whose value was refused.
 _refused: tuple[str, ...] = ()
 # Each variable `apply_environment` reads, and what a refused value of it leaves off.

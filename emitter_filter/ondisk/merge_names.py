@@ -183,7 +183,8 @@ def same_method(a: PteProgram, i: int, b: PteProgram, j: int, spans: _Spans) -> 
     delegates_a, delegates_b = pa.delegates or [], pb.delegates or []
     if len(delegates_a) != len(delegates_b):
         return False
-    keys_a, keys_b = set(), set()
+    keys_a: set[str] = set()
+    keys_b: set[str] = set()
     for da, db in zip(delegates_a, delegates_b):
         if (da.id, da.compileSpecs, da.processed.location) != (
                 db.id, db.compileSpecs, db.processed.location):
