@@ -25,7 +25,9 @@ def describe_dead_bytes(report: AuditReport, max_dead_bytes: int) -> str:
     shown = report.largest_dead(_LISTED_ENTRIES)
     for d in shown:
         where = "" if d.plan is None else f" plan {d.plan!r} value {d.value_index}"
-        what = "" if d.dtype is None or d.shape is None else f" {dtype_label(d.dtype)} {list(d.shape)}"
+        # dtype and shape are None together (an entry no value referred to).
+        what = ("" if d.dtype is None or d.shape is None
+                else f" {dtype_label(d.dtype)} {list(d.shape)}")
         name = "" if d.name is None else f" {d.name!r}"
         lines.append(f"  {d.nbytes:,} B  {d.space}[{d.index}]{where}{what}{name}")
     if len(report.dead) > len(shown):
