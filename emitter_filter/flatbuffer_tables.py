@@ -85,8 +85,10 @@ class Table:
     if TYPE_CHECKING:
         # The fields are the schema's, made at import by `Schema` (`fbs_schemas`), so
         # the type checker sees any attribute of a decoded table as a field of unknown
-        # type. Only for the checker: at run time a missing field is an AttributeError.
+        # type, read or set. Only for the checker: at run time a missing field is an
+        # AttributeError, as the slots make it.
         def __getattr__(self, name: str) -> Any: ...
+        def __setattr__(self, name: str, value: Any) -> None: ...
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{a}={getattr(self, a)!r}" for a in self._attributes)
