@@ -27,7 +27,7 @@ files on disk.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -167,7 +167,7 @@ def _by_content(candidates: list, digests: bool = True) -> list[tuple[bytes, lis
 
 def _written_copies(
     emitter_output: EmitterOutput, named_data: NamedDataStoreOutput | None
-) -> Iterator[tuple[StoredCopy, object]]:
+) -> Iterator[tuple[StoredCopy, Sized]]:
     """Every copy with its bytes, in the order the serializer writes them."""
     for index, buffer in enumerate(emitter_output.program.constant_buffer[1:], start=1):
         yield StoredCopy("constant", None, index, ()), buffer.storage
@@ -221,7 +221,7 @@ def _merge_same_file(copies: list[StoredCopy]) -> list[StoredCopy]:
 
 
 def group_duplicates(
-    copies: Iterable[tuple[StoredCopy, object]], *, digests: bool = True
+    copies: Iterable[tuple[StoredCopy, Sized]], *, digests: bool = True
 ) -> tuple[DuplicateGroup, ...]:
     """Groups copies by content: the storage-neutral core of `find_duplicate_data`.
 
@@ -239,7 +239,7 @@ def group_duplicates(
         One group per duplicated content, the most duplicated bytes first (ties in
         the order the copies were given).
     """
-    by_length: dict[int, list[tuple[int, StoredCopy, object]]] = {}
+    by_length: dict[int, list[tuple[int, StoredCopy, Sized]]] = {}
     for written, (copy, data) in enumerate(copies):
         if len(data):
             by_length.setdefault(len(data), []).append((written, copy, data))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import struct
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["FlatbufferError", "Schema", "Table", "attribute_name", "to_object_api"]
 
@@ -77,7 +78,17 @@ class Table:
             getattr(self, a) == getattr(other, a) for a in self._attributes
         )
 
-    __hash__ = None  # mutable, like the object API's classes
+    # Mutable, like the object API's classes; None is how Python spells unhashable,
+    # which typeshed's `object.__hash__` does not allow for.
+    __hash__ = None  # type: ignore[assignment]
+
+    if TYPE_CHECKING:
+        # The fields are the schema's, made at import by `Schema` (`fbs_schemas`), so
+        # the type checker sees any attribute of a decoded table as a field of unknown
+        # type, read or set. Only for the checker: at run time a missing field is an
+        # AttributeError, as the slots make it.
+        def __getattr__(self, name: str) -> Any: ...
+        def __setattr__(self, name: str, value: Any) -> None: ...
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{a}={getattr(self, a)!r}" for a in self._attributes)
@@ -122,11 +133,11 @@ def _scalar_vector(code: str):
     """read(buffer, at) of a vector of `code` scalars whose offset is stored at `at`."""
     size = struct.calcsize(code)
     if code == "B":
-        def read(buffer: bytes, at: int) -> list:
+        def read_bytes(buffer: bytes, at: int) -> list:
             at += _U32(buffer, at)[0]
             count = _length(buffer, at, 1, "vector")
             return list(buffer[at + 4 : at + 4 + count])
-        return read
+        return read_bytes
 
     def read(buffer: bytes, at: int) -> list:
         at += _U32(buffer, at)[0]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from emitter_filter._program_fbs.executorch_flatbuffer.InstructionArguments import (
     InstructionArguments,
@@ -44,11 +45,13 @@ class ObjectModel:
         ints: A vector of integers as a list (absent: empty).
     """
 
+    # The objects are either model's (`Any`): neither is imported here, and the
+    # decoded tables' fields are typed by their schema only at run time.
     field: Callable[[str], str]
-    instruction: Callable[[object], tuple[str, object]]
-    value: Callable[[object], tuple[str, object]]
-    text: Callable[[object], str | None]
-    ints: Callable[[object], list[int]]
+    instruction: Callable[[Any], tuple[str, Any]]
+    value: Callable[[Any], tuple[str, Any]]
+    text: Callable[[Any], str | None]
+    ints: Callable[[Any], list[int]]
 
 
 _INSTRUCTION_KINDS = _names(InstructionArguments)

@@ -17,6 +17,7 @@ of data indices, and `check_data_refs` the one bounds check of the latter.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from emitter_filter.errors import InvariantError, ProgramFormatError
 from emitter_filter.object_models import ObjectModel
@@ -218,7 +219,7 @@ def remap_data_indices(
     refs: PlanRefs,
     live: Sequence[int],
     new_index: Mapping[DataSpace, Mapping[int, int]],
-) -> list[tuple[DataRef, object]]:
+) -> list[tuple[DataRef, Any]]:
     """Renumbers the `data_buffer_idx` of each kept Tensor; the one renumbering of data indices.
 
     Old indices come from `refs`, a snapshot taken before any change, so a Tensor

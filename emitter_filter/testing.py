@@ -26,7 +26,9 @@ def describe_dead_bytes(report: AuditReport, max_dead_bytes: int) -> str:
     shown = report.largest_dead(_LISTED_ENTRIES)
     for d in shown:
         where = "" if d.plan is None else f" plan {d.plan!r} value {d.value_index}"
-        what = "" if d.dtype is None else f" {dtype_label(d.dtype)} {list(d.shape)}"
+        # dtype and shape are None together (an entry no value referred to).
+        what = ("" if d.dtype is None or d.shape is None
+                else f" {dtype_label(d.dtype)} {list(d.shape)}")
         # The names the user gave first (`calibration`), then where the entry is.
         names = [n.name for n in d.names] or ([] if d.name is None else [d.name])
         name = f"{', '.join(names)}  " if names else ""

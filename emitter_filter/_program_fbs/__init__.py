@@ -17,13 +17,18 @@ from the repository root::
 
     ET=$(python -c 'import executorch, os; print(os.path.dirname(executorch.__file__))')
     cd emitter_filter/_program_fbs
-    rm -rf executorch_flatbuffer flat_tensor_flatbuffer fb_xnnpack
+    rm -rf executorch_flatbuffer flat_tensor_flatbuffer
+    rm -f fb_xnnpack/*.py  # not the .pyi stubs: those are written by hand
     $ET/data/bin/flatc --python --python-typing --gen-object-api --gen-mutable \\
         --gen-compare -o . $ET/schema/program.fbs $ET/schema/scalar_type.fbs \\
         $ET/extension/flat_tensor/serialize/flat_tensor.fbs
     $ET/data/bin/flatc --python -o . $ET/backends/xnnpack/serialization/schema.fbs
     # flatc imports each namespace as a top-level package; make it ours.
     sed -i -E 's/\\b(executorch_flatbuffer|flat_tensor_flatbuffer|fb_xnnpack)\\./emitter_filter._program_fbs.\\1./g' */*.py
+
+`fb_xnnpack` is generated without `--python-typing`; the `.pyi` stubs beside the modules
+`delegates` calls give mypy their types (`tests/test_flatbuffer_tables.py` checks that
+they name the accessors the new `.py` files have; their types are checked by reading).
 
 The flags for `executorch_flatbuffer` are the ones `exir/_serialize/generate_program.py`
 uses, so `ProgramT.Pack` writes what ExecuTorch's own serializer writes.

@@ -295,12 +295,14 @@ def install() -> None:
         wrapper = functools.wraps(original)(
             functools.partial(_serialize_for_executorch, original)
         )
-        wrapper.__emitter_filter_original__ = original
+        # A marker on the wrapper (how `_upstream` finds what it wrapped): not an
+        # attribute functools.wraps' type knows of.
+        wrapper.__emitter_filter_original__ = original  # type: ignore[attr-defined]
         original_emit = module.emit_program
         emit_wrapper = functools.wraps(original_emit)(
             functools.partial(_emit_program, original_emit)
         )
-        emit_wrapper.__emitter_filter_original__ = original_emit
+        emit_wrapper.__emitter_filter_original__ = original_emit  # type: ignore[attr-defined]
         module.serialize_for_executorch = wrapper
         module.emit_program = emit_wrapper
         _original, _original_emit = original, original_emit

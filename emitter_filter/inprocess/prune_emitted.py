@@ -32,6 +32,7 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from executorch.exir.emit import EmitterOutput
 from executorch.exir.schema import ExecutionPlan, Tensor
@@ -273,14 +274,18 @@ def prune_emitter_output(
                 plan_indices.remap_plan_values(EXIR_SCHEMA, plan, refs, live)
         _remap_data(emitter_output, plans, liveness, order)
 
+    # Given only when there are names to find (the report's default finds none).
+    optional: dict[str, Any] = (
+        {"find_names": functools.partial(name_entries, names, users)}
+        if names is not None and users else {}
+    )
     report = PruneReport(
         bytes_before=bytes_before,
         bytes_after=space_nbytes(emitter_output),
         found=dropped,
         dropped_values=dropped_values,
         seconds=time.perf_counter() - started,
-        **({"find_names": functools.partial(name_entries, names, users)}
-           if names is not None and users else {}),
+        **optional,
     )
     logger.debug("pruned %s", report)
     return report

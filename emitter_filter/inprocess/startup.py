@@ -60,7 +60,7 @@ logger = logging.getLogger(__name__)
 _lock = threading.Lock()
 _trigger: _ImportTrigger | None = None
 # What the exporter's import turns on: (prune, dedupe); `apply_environment` sets it.
-_requested = (True, False)
+_requested: tuple[bool, ...] = (True, False)
 # The patterns `EMITTER_FILTER_KEEP` gives pruning; `apply_environment` sets them.
 _keep: tuple[str, ...] = ()
 # The warnings the exporter's import logs: one per variable whose value was refused.

@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from emitter_filter.errors import PteFormatError
 from emitter_filter.flatbuffer_tables import FlatbufferError, Schema, Table
@@ -63,7 +64,9 @@ class ByteSource:
     """
 
     def __init__(
-        self, source: str | os.PathLike | bytes | Sequence[bytes | Piece], name: str = "<bytes>"
+        self,
+        source: str | os.PathLike | bytes | memoryview | Sequence[bytes | memoryview | Piece],
+        name: str = "<bytes>",
     ) -> None:
         self._fd: int | None = None
         if isinstance(source, (bytes, bytearray, memoryview)):
@@ -74,7 +77,8 @@ class ByteSource:
             if any(isinstance(p, Piece) and p.pad for p in self._parts):
                 raise ValueError("a ByteSource's Piece parts have no pad: give the zeros as bytes")
         else:
-            self.name = os.fspath(source)
+            # A path (anything else but a list or tuple raises here, as os.fspath does).
+            self.name = os.fspath(cast("str | os.PathLike", source))
             self._fd = open_regular_input(self.name)
             self._parts = [Piece(self._fd, 0, os.fstat(self._fd).st_size)]
         self._starts = list(itertools.accumulate((len(p) for p in self._parts), initial=0))

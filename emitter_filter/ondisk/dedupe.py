@@ -346,6 +346,8 @@ def _place_segments(
     # Where the constant segment starts decides the zeros it needs: place the
     # segments up to it first, then all of them with its new size.
     kept = [s.index for s in pte.segments if s.index not in alias]
+    if pte.constant_segment is None:  # `_collect_aliases` finds no aliases without one
+        raise InvariantError("dedupe: segments placed for a program without a constant segment")
     constant = pte.segments[pte.constant_segment]
     sizes = {index: pte.segments[index].size for index in kept}
     sizes[constant.index] = 0
@@ -510,7 +512,8 @@ def _output_parts(source: ByteSource, output: _Output) -> list:
     it; a range of a part in memory a memoryview of it. Only the prefix and the
     zeros between are new bytes.
     """
-    parts, at = [output.prefix], len(output.prefix)
+    parts: list[bytes | memoryview | Piece] = [output.prefix]
+    at = len(output.prefix)
     for dst, src, nbytes in output.pieces:
         if dst > at:
             parts.append(bytes(dst - at))

@@ -87,6 +87,8 @@ class Change:
     def label(self) -> str:
         """The part's names where it has any, else its place (`constant[3]`)."""
         part = self.new or self.old
+        if part is None:
+            raise TypeError("a change has an old part, a new one or both")
         names = ", ".join(shorten(n) for n in part.names if part.storage != "delegate")
         place = part.label if not self.old or not self.new or self.old.label == self.new.label \
             else f"{self.old.label} -> {self.new.label}"
@@ -190,7 +192,8 @@ def _match_content(olds: list[Part], news: list[Part], digest: DigestFn):
 
 def _delegate_ranks(parts: list[Part]) -> dict[int, tuple]:
     """For named data XNNPACK types: (its delegates, its dims, how many such came before it)."""
-    ranks, seen = {}, {}
+    ranks: dict[int, tuple] = {}
+    seen: dict[tuple, int] = {}
     for part in parts:
         if part.storage != "named_data" or part.shape is None or not part.readers:
             continue
@@ -288,8 +291,11 @@ class SizeDiff:
     def over(self, limit: tuple[int | None, float | None]) -> bool:
         """Whether NEW exceeds OLD by more than `growth_limit`'s result."""
         nbytes, percent = limit
-        allowed = nbytes if nbytes is not None else self.old_bytes * percent / 100
-        return self.delta > allowed
+        if nbytes is not None:
+            return self.delta > nbytes
+        if percent is None:
+            raise TypeError("a growth limit is (bytes, None) or (None, percent)")
+        return self.delta > self.old_bytes * percent / 100
 
     def growth(self) -> tuple[Change, ...]:
         """The changes that account for the growth, largest first, until they cover it."""

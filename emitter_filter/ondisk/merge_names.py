@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
-from emitter_filter.errors import MethodSetError
+from emitter_filter.errors import InvariantError, MethodSetError
 from emitter_filter.generated_fields import table_text
 from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan
 from emitter_filter.ondisk.data_files import input_of, unique_tails
@@ -187,7 +187,8 @@ def same_method(a: PteProgram, i: int, b: PteProgram, j: int, spans: _Spans) -> 
     delegates_a, delegates_b = pa.delegates or [], pb.delegates or []
     if len(delegates_a) != len(delegates_b):
         return False
-    keys_a, keys_b = set(), set()
+    keys_a: set[str] = set()
+    keys_b: set[str] = set()
     for da, db in zip(delegates_a, delegates_b):
         if (da.id, da.compileSpecs, da.processed.location) != (
                 db.id, db.compileSpecs, db.processed.location):
@@ -356,7 +357,10 @@ def choose_methods(
                 if new is None:
                     # The same method as another input's: its training methods are that one's.
                     kept = choice.same_as[index, position]
-                    name = _followed(follower, method, choice.names[kept[0]][kept[1]])
+                    kept_name = choice.names[kept[0]][kept[1]]
+                    if kept_name is None:  # `same_as` points at a method that is kept
+                        raise InvariantError(f"merge: {method!r} is the same as a dropped method")
+                    name = _followed(follower, method, kept_name)
                 else:
                     name = _followed(follower, method, new)
                 asked = flags.renames.get((index, method), (None, None))[1] or (

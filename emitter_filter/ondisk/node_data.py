@@ -99,7 +99,8 @@ def _xnnpack_node_values(
     for plan, graph in zip(program.executionPlan or (), graph_ids(program)):
         plan_name = table_text(plan.name) or ""
         for call in plan_calls(plan):
-            nodes = xnnpack_nodes.get((plan_name, call.delegate))
+            nodes = (None if call.delegate is None
+                     else xnnpack_nodes.get((plan_name, call.delegate)))
             if nodes is None:  # a kernel call, or a delegate of another backend
                 continue
             values = {}
@@ -163,7 +164,7 @@ def node_data_file(
         raise ValueError(f"unknown value {value!r}; expected one of {', '.join(NODE_VALUES)}")
     read = read_pte_program(path, ptd_paths)
     with contextlib.ExitStack() as stack:
-        sources = open_sources(stack, (os.fspath(path), *map(os.fspath, ptd_paths)))
+        sources = open_sources(stack, (os.fspath(path), *(os.fspath(p) for p in ptd_paths)))
         explanation = explain_pte(read.pte, read.program, read.program_data, sources,
                                   state_file(names))
         xnnpack_nodes = {}

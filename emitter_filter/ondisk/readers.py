@@ -202,10 +202,11 @@ def xnnpack_graphs(
 
 def find_named_data_types(
     pte: PteFile, program: Table, program_data: bytes, source: ByteSource
-) -> dict[str, tuple[str, tuple[int, ...]]]:
+) -> dict[str, tuple[str, tuple[int, ...] | None]]:
     """The datatype and dims XNNPACK reads each named-data key as (`FLOAT`, `CHAR`, ...:
-    `scalar_types`); arguments as `xnnpack_graphs` takes them."""
-    types: dict[str, tuple[str, tuple[int, ...]]] = {}
+    `scalar_types`; a blockwise scale's: `("scales", None)`); arguments as
+    `xnnpack_graphs` takes them."""
+    types: dict[str, tuple[str, tuple[int, ...] | None]] = {}
     for blob, graph in xnnpack_graphs(pte, program, program_data, source):
         try:
             for key, found in xnnpack_constant_types(graph).items():

@@ -355,7 +355,7 @@ def _movable(
 ) -> bool:
     if blob.kind == "named_data":
         return True
-    if blob.kind == "constant":
+    if blob.kind == "constant" and blob.program is not None:  # a `.pte`'s: always
         return all(name is None for _, name in layouts[blob.program][blob.index])
     return False
 
@@ -383,7 +383,8 @@ def find_shared(
     """
     blobs = [b for ptd, alignments in ptds for b in _ptd_blobs(ptd, alignments)]
     analyses = [analyse_file(read.pte, sources) for read in reads]
-    for number, (read, layout) in enumerate(zip(reads, layouts or [None] * len(reads))):
+    per_program: Sequence[PteLayout | None] = layouts or [None] * len(reads)
+    for number, (read, layout) in enumerate(zip(reads, per_program)):
         blobs.extend(_program_blobs(number, read, layout, analyses[number]))
     tensor_layouts = {number: _tensor_layouts(read) for number, read in enumerate(reads)}
     groups = _group(blobs, sources)

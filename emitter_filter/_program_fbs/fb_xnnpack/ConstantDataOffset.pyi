@@ -1,0 +1,19 @@
+# Typed interface of the flatc-generated reader beside it (flatc --python, without
+# --python-typing): what our code calls of it, for mypy. Written by hand; check it
+# against the .py when regenerating (see emitter_filter/_program_fbs/__init__.py).
+# A vector element accessor (`Xvalues(j)`) returns None only when the vector is
+# absent, when its `...Length()` is 0, so it is typed without None; a table or
+# union field accessor returns None when the field is absent.
+
+from typing import Any
+
+class ConstantDataOffset:
+    @classmethod
+    def GetRootAs(cls, buf: bytes, offset: int = 0) -> ConstantDataOffset: ...
+    def Init(self, buf: bytes, pos: int) -> None: ...
+    def Offset(self) -> int: ...
+    def Size(self) -> int: ...
+    def NamedKey(self) -> bytes | None: ...
+
+# The module's builder functions (Start, Add..., End), not used by our code.
+def __getattr__(name: str) -> Any: ...
