@@ -1,7 +1,8 @@
 """The `emitter-filter` command line (also `python -m emitter_filter`).
 
 Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`,
-`diff` a growth over `--max-growth`, `budget check` a file over its budget;
+`diff` a growth over `--max-growth`, `budget check` a file over its budget, `verify`
+(or `--verify`) a method that computes otherwise;
 2 usage error, bad input, or a file that cannot be read or written, whatever
 the command (a one-line message naming the file, and the offset where one applies; with -v also the traceback,
 the exit code unchanged; no output file); for `run`, what the script exited with;
@@ -25,11 +26,11 @@ import traceback
 from collections.abc import Iterator, Sequence
 
 from emitter_filter.environment import ENV_DEDUPE, ENV_PRUNE, ENV_STRICT, env_flag
-from emitter_filter.errors import EmitterFilterError, EnvironmentVariableError
+from emitter_filter.errors import EmitterFilterError, EnvironmentVariableError, VerifyError
 
 __all__ = [
     "main", "console_main", "EXIT_OK", "EXIT_DEAD_BYTES", "EXIT_USAGE", "EXIT_DEMO_FAILED",
-    "EXIT_TERMINATED",
+    "EXIT_TERMINATED", "EXIT_VERIFY_FAILED",
 ]
 
 logger = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ EXIT_DEAD_BYTES = 1
 EXIT_USAGE = 2
 EXIT_DEMO_FAILED = 1
 EXIT_TERMINATED = 128 + signal.SIGTERM
+EXIT_VERIFY_FAILED = 1
 # Parts (or groups) the `explain` table lists by default; --json lists them all.
 _TABLE_PARTS = 10
 
@@ -157,6 +159,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "the .ptd files are left as pruned",
     )
     _add_naming_arguments(prune)
+    _add_verify_arguments(prune)
 
     share = _add_share_parser(commands)
     merge, split = _add_method_set_parsers(commands)
@@ -196,7 +199,8 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
     )
 
-    subcommands = [run, audit, prune, share, merge, split, demo, env,
+    verify = _add_verify_parser(commands)
+    subcommands = [run, audit, prune, share, merge, split, verify, demo, env,
                    *_add_size_commands(commands)]
     # -v also after the subcommand; counted apart, since a subparser overwrites its parent's value.
     for subcommand in subcommands:
@@ -389,6 +393,7 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     if options.ptd and options.ptd_out is None:
         print("emitter-filter prune: --ptd needs --ptd-out DIR", file=sys.stderr)
         return EXIT_USAGE
+    verifier = _verifier(options, [(options.pte, options.ptd)])
     try:
         with _sigterm_unwinds():
             # The kernel copies the .pte while the rest of the file side is imported
@@ -406,13 +411,15 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     except _Terminated:
         print("emitter-filter: terminated (SIGTERM); temporary files removed", file=sys.stderr)
         return EXIT_TERMINATED
+    verification = verifier and verifier.programs([
+        ((report.path, options.ptd), (report.output, [o for _, o in report.ptd_outputs if o]))])
     if options.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(_with_verify(report.to_json(), verification), indent=2))
     else:
         print(report.summary())
         if report.dedupe is not None:
             print(f"{report.output}: {report.dedupe.summary()}")
-    return EXIT_OK
+    return _verify_exit(verification, options.json)
 
 
 def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
@@ -455,6 +462,7 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
         "segment, named data into its own): OUT.pte then loads without a data file",
     )
     merge.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_verify_arguments(merge)
     split = commands.add_parser(
         "split",
         help="write some methods of a multi-method .pte with only what they read",
@@ -472,28 +480,144 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
     split.add_argument("-o", "--output", required=True, metavar="OUT.pte",
                        help="where to write the methods kept (not IN.pte)")
     split.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_verify_arguments(split)
     return merge, split
 
 
 def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.data_files import data_files_of
     from emitter_filter.ondisk.merge import merge_files
 
+    data_of = data_files_of(options.pte, options.data)
+    verifier = _verifier(options, list(zip(options.pte, data_of)))
     with _sigterm_unwinds():
         report = merge_files(options.pte, options.output, methods=options.method,
                              data=options.data, ptd_out=options.ptd, inline=options.inline,
                              progress=_progress_printer())
-    print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
-    return EXIT_OK
+    # Each method of the output against the method of the input it came from: the
+    # report lists each input's methods in its plan order, as the runtime does.
+    out = (report.output, [report.ptd_output] if report.ptd_output else [])
+    verification = verifier and verifier.methods([
+        (out, method.name, (pte, data), old_name)
+        for pte, data in zip(report.inputs, data_of)
+        for method, old_name in zip([m for m in report.methods if m.source == pte],
+                                    verifier.method_names(pte))])
+    return _print_report(report, options.json, verification)
 
 
 def _split(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.merge import split_file
 
+    verifier = _verifier(options, [(options.pte, [])])
     with _sigterm_unwinds():
         report = split_file(options.pte, options.output, options.method,
                             progress=_progress_printer())
-    print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
+    verification = verifier and verifier.programs([((options.pte, []), (report.output, []))])
+    return _print_report(report, options.json, verification)
+
+
+def _add_verify_arguments(command: argparse.ArgumentParser) -> None:
+    """--verify and its --inputs, on each command that writes programs."""
+    command.add_argument(
+        "--verify", action="store_true",
+        help="then run every method of each output and of the input it came from on the same "
+        "inputs, in ExecuTorch's pybindings or else executorch-numpy-runtime, and exit 1 "
+        "unless their outputs are bit-identical (see emitter-filter verify --help)",
+    )
+    command.add_argument(
+        "--inputs", metavar="FILE.npz",
+        help="with --verify: the inputs to run instead of seeded ones, arrays named "
+        "METHOD/INDEX after the output's method names (a method not named is seeded)",
+    )
+
+
+def _add_verify_parser(commands) -> argparse.ArgumentParser:
+    verify = commands.add_parser(
+        "verify",
+        help="run every method of NEW.pte and of OLD.pte on the same inputs; exit 1 unless "
+        "their outputs are bit-identical",
+        description=(
+            "Load OLD.pte and NEW.pte in a runtime (ExecuTorch's pybindings when they import, "
+            "else executorch-numpy-runtime: Python >= 3.12, no torch, no .ptd, no custom ops), "
+            "run each method of NEW and the method of OLD of its name (or --method's) on the "
+            "same inputs, seeded from the method's own input metadata or given with --inputs, "
+            "each in a fresh load, and compare their outputs bit for bit. Exit 0 if all are "
+            "equal; 1 naming the first method and output that differ (or a method of NEW that "
+            "does not load); 2 if no runtime imports, a file needs what the runtime lacks, "
+            "OLD does not run, or an argument is wrong."
+        ),
+    )
+    verify.add_argument("old", metavar="OLD.pte", help="the program NEW was written from")
+    verify.add_argument("new", metavar="NEW.pte", help="the program to verify")
+    verify.add_argument(
+        "--method", action="append", default=[], metavar="NEW=OLD",
+        help="compare NEW's method NEW with OLD's method OLD (repeatable); other methods "
+        "with the method of their own name",
+    )
+    verify.add_argument(
+        "--data", action="append", default=[], metavar="[FILE=]IN.ptd",
+        help="a .ptd a program loads with (repeatable), as merge takes it: FILE=IN.ptd for "
+        "the program FILE (OLD.pte or NEW.pte, as given or by file name), IN.ptd for both; "
+        "without --data, each reads the .ptd beside it with its stem, if any",
+    )
+    verify.add_argument(
+        "--inputs", metavar="FILE.npz",
+        help="the inputs to run instead of seeded ones: arrays named METHOD/INDEX after NEW's "
+        "method names, e.g. forward/0 (a method not named is seeded)",
+    )
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    return verify
+
+
+def _verify(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.data_files import data_files_for
+    from emitter_filter.verify.compare import Program, verify_programs
+
+    old_data, new_data = data_files_for([options.old, options.new], options.data)
+    report = verify_programs(Program(options.old, tuple(old_data)),
+                             Program(options.new, tuple(new_data)),
+                             options.method, inputs=options.inputs)
+    if options.json:
+        print(json.dumps(report.to_json(), indent=2))
+    return _verify_exit(report, options.json)
+
+
+def _verifier(options: argparse.Namespace, inputs):
+    """With --verify, before anything is written: the runtime, --inputs read, and each
+    input (pte, .ptd files) one it loads (exit 2 if not); else None."""
+    if not options.verify:
+        if options.inputs is not None:
+            raise VerifyError("--inputs is for --verify: give both")
+        return None
+    from emitter_filter.verify.compare import Verifier
+
+    return Verifier(inputs, options.inputs)
+
+
+def _with_verify(document: dict, verification) -> dict:
+    return document if verification is None else {**document, "verify": verification.to_json()}
+
+
+def _verify_exit(verification, quiet: bool = False) -> int:
+    """EXIT_VERIFY_FAILED, the difference on stderr, if `verification` found one; else, its
+    line on stdout unless `quiet` (--json says it)."""
+    if verification is None:
+        return EXIT_OK
+    if not verification.ok:
+        print(f"emitter-filter: {verification.summary()}", file=sys.stderr)
+        return EXIT_VERIFY_FAILED
+    if not quiet:
+        print(verification.summary())
     return EXIT_OK
+
+
+def _print_report(report, as_json: bool, verification) -> int:
+    """A writer's report (and --verify's), as text or JSON; the exit code."""
+    if as_json:
+        print(json.dumps(_with_verify(report.to_json(), verification), indent=2))
+    else:
+        print(report.summary())
+    return _verify_exit(verification, as_json)
 
 
 def _add_share_parser(commands) -> argparse.ArgumentParser:
@@ -538,19 +662,32 @@ def _add_share_parser(commands) -> argparse.ArgumentParser:
         "(named data that repeats a constant: a tied embedding lowered to XNNPACK)",
     )
     share.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_verify_arguments(share)
     return share
 
 
 def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.data_files import data_files_for
     from emitter_filter.ondisk.share import DEFAULT_MIN_BYTES, share_files
 
+    data_of = data_files_for(options.pte, options.data)
+    verifier = _verifier(options, list(zip(options.pte, data_of)))
     report = share_files(
         options.pte, options.out, ptd_paths=options.data, ptd_name=options.ptd,
         min_bytes=DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes,
         prune=options.prune, dedupe=options.dedupe, progress=_progress_printer(),
     )
-    print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
-    return EXIT_OK
+    verification = None
+    if verifier:
+        # Each output loads with the shared .ptd, or, when nothing was shared, with the
+        # copies of its own .ptd files.
+        outputs = [list(report.ptd_outputs) if report.shared_contents else
+                   [os.path.join(options.out, os.path.basename(d)) for d in data]
+                   for data in data_of]
+        verification = verifier.programs([
+            ((p.path, data), (p.output, ptds))
+            for p, data, ptds in zip(report.programs, data_of, outputs)])
+    return _print_report(report, options.json, verification)
 
 
 def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
@@ -995,13 +1132,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # One INFO line per prune is the point of `run`: show it unless asked for more.
     # `prune` prints its own summary on stdout, so it logs only when asked to.
-    quiet = options.command in ("prune", "share", "merge", "split") and not options.verbose
+    quiet = options.command in ("prune", "share", "merge", "split", "verify") and not options.verbose
     logging.getLogger("emitter_filter").setLevel(
         logging.DEBUG if options.verbose > 1 else logging.WARNING if quiet else logging.INFO
     )
     commands = {"run": _run, "audit": _audit, "prune": _prune, "demo": _demo, "env": _env,
                 "share": _share, "merge": _merge, "split": _split, "explain": _explain,
-                "diff": _diff, "budget": _budget}
+                "diff": _diff, "budget": _budget, "verify": _verify}
     try:
         return commands[options.command](parser, options)
     except EmitterFilterError as error:

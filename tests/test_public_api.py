@@ -25,7 +25,7 @@ PUBLIC_API = {
     # errors
     "EmitterFilterError", "UnsupportedExecutorchError", "ProgramFormatError", "PteFormatError",
     "OutputFileError", "EnvironmentVariableError", "InvariantError", "ReportNotFoundError",
-    "MethodSetError",
+    "MethodSetError", "VerifyError",
     # the environment and the supported executorch
     "SUPPORTED_EXECUTORCH", "ENV_PRUNE", "ENV_DEDUPE", "ENV_STRICT", "__version__",
 }
