@@ -12,6 +12,7 @@ methods one set). Loading by path also leaves no buffer for the caller to keep a
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import re
@@ -50,20 +51,24 @@ class RuntimeFailure(Exception):
 
 @contextlib.contextmanager
 def _captured_stderr(lines: list[str]) -> Iterator[None]:
-    """Collects what the runtime's C++ logs on file descriptor 2 into `lines`: the
-    reason of a refusal is there (`external_data_map is null`), and the CLI keeps its
-    own stderr to one line."""
+    """Collects what the runtime logs into `lines`: the reason of a refusal is there
+    (`external_data_map is null`), and the CLI keeps its own stderr to one line. The
+    pybindings send their C++ log to `sys.stderr` (pybind11's stream redirect); the numpy
+    runtime writes it to file descriptor 2."""
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved_fd, saved_stream, stream = os.dup(2), sys.stderr, io.StringIO()
     with tempfile.TemporaryFile() as log:
         os.dup2(log.fileno(), 2)
+        sys.stderr = stream
         try:
             yield
         finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+            sys.stderr = saved_stream
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
             log.seek(0)
             lines.extend(log.read().decode("utf-8", "replace").splitlines())
+            lines.extend(stream.getvalue().splitlines())
 
 
 # A line the runtime's C++ logs: `E 00:00:00.30 executorch:method.cpp:353] TEXT` (the numpy
@@ -234,8 +239,8 @@ def find_runtime() -> _Runtime:
         VerifyError: Neither imports.
     """
     try:
+        import executorch.extension.pybindings.portable_lib as portable_lib
         import torch
-        from executorch.extension.pybindings import portable_lib
     except ImportError as error:
         logger.debug("ExecuTorch's pybindings do not import: %s", error)
     else:
