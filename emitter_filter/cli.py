@@ -487,6 +487,7 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
 def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.data_files import data_files_of
     from emitter_filter.ondisk.merge import merge_files
+    from emitter_filter.ondisk.read_pte import read_pte
 
     data_of = data_files_of(options.pte, options.data)
     verifier = _verifier(options, list(zip(options.pte, data_of)))
@@ -495,13 +496,13 @@ def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
                              data=options.data, ptd_out=options.ptd, inline=options.inline,
                              progress=_progress_printer())
     # Each method of the output against the method of the input it came from: the
-    # report lists each input's methods in its plan order, as the runtime does.
+    # report lists each input's methods in its plan order.
     out = (report.output, [report.ptd_output] if report.ptd_output else [])
     verification = verifier and verifier.methods([
         (out, method.name, (pte, data), old_name)
         for pte, data in zip(report.inputs, data_of)
         for method, old_name in zip([m for m in report.methods if m.source == pte],
-                                    verifier.method_names(pte))])
+                                    [plan.name for plan in read_pte(pte).plans])])
     return _print_report(report, options.json, verification)
 
 
@@ -672,6 +673,11 @@ def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 
     data_of = data_files_for(options.pte, options.data)
     verifier = _verifier(options, list(zip(options.pte, data_of)))
+    if verifier and not verifier.runtime.takes_data:
+        from emitter_filter.verify.runtimes import NO_DATA
+
+        raise VerifyError(f"share --verify: share's outputs load with a .ptd, and "
+                          f"{verifier.runtime.name} {NO_DATA}")
     report = share_files(
         options.pte, options.out, ptd_paths=options.data, ptd_name=options.ptd,
         min_bytes=DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes,

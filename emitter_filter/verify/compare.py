@@ -263,10 +263,6 @@ class Verifier:
             self.runtime.check_data(program.pte, program.data_file())
             _method_names(self.runtime, program)
 
-    def method_names(self, pte: str) -> list[str]:
-        """The methods of `pte`, in plan order, as the runtime lists them."""
-        return _method_names(self.runtime, Program(pte))
-
     def programs(self, pairs: Sequence[tuple[tuple[str, Sequence[str]], tuple[str, Sequence[str]]]]
                  ) -> VerifyReport:
         """Every method of each new program against the old one's of its name."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from emitter_filter.errors import VerifyError
 from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
 
-__all__ = ["InputSpec", "RuntimeFailure", "find_runtime", "NO_RUNTIME"]
+__all__ = ["InputSpec", "RuntimeFailure", "find_runtime", "NO_RUNTIME", "NO_DATA"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +34,10 @@ NO_RUNTIME = (
     "executorch-numpy-runtime (pip install executorch-numpy-runtime: Python >= 3.12, no "
     "torch) imports here"
 )
+
+
+#: Said where a program needs a `.ptd` and the runtime is executorch-numpy-runtime.
+NO_DATA = "loads no .ptd (install executorch to verify it in ExecuTorch's pybindings)"
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,8 @@ class _Runtime:
     name: str
     #: What the runtime cannot load, said where a file fails in it (or "").
     limits = ""
+    #: Whether it loads a program with a `.ptd`.
+    takes_data = True
     #: The exceptions its calls raise for a program it refuses.
     errors: tuple[type[BaseException], ...] = ()
 
@@ -200,6 +206,7 @@ class _NumpyRuntime(_Runtime):
     XNNPACK, numpy arrays in and out, no torch."""
 
     name = "executorch-numpy-runtime"
+    takes_data = False
     limits = ("executorch-numpy-runtime runs CPU kernels and XNNPACK; it loads no .ptd and "
               "no custom op (install executorch for its pybindings)")
 
@@ -209,8 +216,7 @@ class _NumpyRuntime(_Runtime):
 
     def check_data(self, pte: str, data: str | None) -> None:
         if data is not None:
-            raise VerifyError(f"{pte} loads with {data}: {self.name} loads no .ptd (install "
-                              "executorch to verify it in ExecuTorch's pybindings)")
+            raise VerifyError(f"{pte} loads with {data}: {self.name} {NO_DATA}")
 
     def _program(self, pte: str, data: str | None):
         self.check_data(pte, data)
