@@ -109,8 +109,8 @@ class VerifyReport:
             return f"verify failed in {self.runtime}: {self.difference.line()}"
         count = len(self.verified)
         given = count - self.seeded
-        return (f"verified in {self.runtime}: {count} method{'s' if count != 1 else ''} "
-                f"bit-identical to their inputs' ("
+        return (f"verified in {self.runtime}: {count} method{'s' if count != 1 else ''}, "
+                f"outputs bit-identical ("
                 + (f"{self.seeded} on seeded inputs" if self.seeded else "")
                 + (", " if self.seeded and given else "")
                 + (f"{given} on --inputs" if given else "")
