@@ -1,8 +1,8 @@
 """The inputs both programs of a pair run on: seeded from the method's own metadata, or
 read from `--inputs FILE.npz`.
 
-Seeded: floats standard normal, integers in [0, `SMALL_INTEGERS`) so that token ids and
-positions stay in range of any vocabulary and cache, bools half true; the sizes are the
+Seeded: floats standard normal, integers in [0, `SMALL_INTEGERS`) so that token ids,
+positions and class labels stay in range of any vocabulary, cache and loss, bools half true; the sizes are the
 metadata's (a dynamic dimension's upper bound). `--inputs` is numpy's `.npz`, which needs
 no torch to write or read: one array per input, named `METHOD/INDEX` after the method's
 name in the new program (`forward/0`, `decode/1`); a method the file does not name is
@@ -22,7 +22,7 @@ __all__ = ["SEED", "SMALL_INTEGERS", "seeded_inputs", "InputFile"]
 #: The seed of every method's inputs (a fresh generator per method).
 SEED = 0
 #: Seeded integers are drawn from [0, SMALL_INTEGERS).
-SMALL_INTEGERS = 4
+SMALL_INTEGERS = 2
 
 # numpy's dtype of each ScalarType an input can be given in; bfloat16 travels as float32
 # values that the runtime rounds (`runtimes.py`).
