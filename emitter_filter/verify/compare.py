@@ -206,36 +206,41 @@ def verify_pairs(pairs: Sequence[MethodPair], *,
         given.check_methods([p.new_method for p in pairs])
     verified, seeded = [], 0
     for pair in pairs:
-        old_data, new_data = pair.old.data_file(), pair.new.data_file()
-        runtime.check_data(pair.old.pte, old_data)
-        runtime.check_data(pair.new.pte, new_data)
-        specs = _old(runtime, pair, lambda: runtime.input_specs(pair.old.pte, old_data,
-                                                                pair.old_method))
-        try:
-            new_specs = runtime.input_specs(pair.new.pte, new_data, pair.new_method)
-        except RuntimeFailure as failure:
-            return _report(runtime, verified, Difference(pair, None, f"does not load: {failure}"),
-                           seeded, started)
-        if new_specs != specs:
-            return _report(runtime, verified, Difference(
-                pair, None, f"takes inputs {_specs(new_specs)}, the old method {_specs(specs)}"),
-                seeded, started)
-        values = None if given is None else given.inputs_for(pair.new_method, specs)
-        if values is None:
-            values, seeded = seeded_inputs(pair.new_method, specs), seeded + 1
-        want = _old(runtime, pair, lambda: runtime.run(pair.old.pte, old_data,
-                                                       pair.old_method, values))
-        try:
-            got = runtime.run(pair.new.pte, new_data, pair.new_method, values)
-        except RuntimeFailure as failure:
-            return _report(runtime, verified, Difference(pair, None, f"does not run: {failure}"),
-                           seeded, started)
-        difference = _compare(pair, want, got)
+        difference, was_seeded = _verify_pair(runtime, pair, given)
+        seeded += was_seeded
         if difference is not None:
             return _report(runtime, verified, difference, seeded, started)
         logger.debug("verified %s", pair.describe())
         verified.append(pair)
     return _report(runtime, verified, None, seeded, started)
+
+
+def _verify_pair(runtime, pair: MethodPair, given: InputFile | None
+                 ) -> tuple[Difference | None, bool]:
+    """Both methods of `pair` on the same inputs: (what differs or None, whether seeded)."""
+    old_data, new_data = pair.old.data_file(), pair.new.data_file()
+    runtime.check_data(pair.old.pte, old_data)
+    runtime.check_data(pair.new.pte, new_data)
+    specs = _old(runtime, pair, lambda: runtime.input_specs(pair.old.pte, old_data,
+                                                            pair.old_method))
+    try:
+        new_specs = runtime.input_specs(pair.new.pte, new_data, pair.new_method)
+    except RuntimeFailure as failure:
+        return Difference(pair, None, f"does not load: {failure}"), False
+    if new_specs != specs:
+        return Difference(pair, None, f"takes inputs {_specs(new_specs)}, the old method "
+                          f"{_specs(specs)}"), False
+    values = None if given is None else given.inputs_for(pair.new_method, specs)
+    seeded = values is None
+    if seeded:
+        values = seeded_inputs(pair.new_method, specs)
+    want = _old(runtime, pair, lambda: runtime.run(pair.old.pte, old_data, pair.old_method,
+                                                   values))
+    try:
+        got = runtime.run(pair.new.pte, new_data, pair.new_method, values)
+    except RuntimeFailure as failure:
+        return Difference(pair, None, f"does not run: {failure}"), seeded
+    return _compare(pair, want, got), seeded
 
 
 def verify_programs(old: Program, new: Program, methods: Sequence[str] = (), *,
