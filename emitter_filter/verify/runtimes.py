@@ -244,17 +244,25 @@ def find_runtime() -> _Runtime:
     Raises:
         VerifyError: Neither imports.
     """
+    log: list[str] = []
     try:
-        import executorch.extension.pybindings.portable_lib as portable_lib
-        import torch
+        # What torch and its extensions print as they import is theirs, not a diagnostic
+        # of ours: to the debug log, so that a refusal stays one line.
+        with _captured_stderr(log):
+            import executorch.extension.pybindings.portable_lib as portable_lib
+            import torch
+
+            # The quantized kernels are a library of their own: without them a quantized
+            # program's methods miss operators ("OperatorMissing", 0x14).
+            with contextlib.suppress(ImportError):
+                import executorch.kernels.quantized  # noqa: F401
     except ImportError as error:
         logger.debug("ExecuTorch's pybindings do not import: %s", error)
     else:
-        # The quantized kernels are a library of their own: without them a quantized
-        # program's methods miss operators ("OperatorMissing", 0x14).
-        with contextlib.suppress(ImportError):
-            import executorch.kernels.quantized  # noqa: F401
         return _PyBindings(portable_lib, torch)
+    finally:
+        for line in log:
+            logger.debug("importing ExecuTorch's pybindings: %s", line)
     try:
         import executorch_numpy_runtime
     except ImportError as error:

@@ -10,6 +10,7 @@ either. The numpy runtime loads no .ptd: the cases with one then check its one-l
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -248,6 +249,15 @@ def test_an_old_program_that_does_not_run_is_exit_2_not_a_difference(files, caps
     code, _, err = _main(capsys, "verify", files / "external.pte", files / "external.pte")
     assert code == 2 and err.count("\n") == 1, err
     assert "external.pte method 'forward' does not run in" in err, err
+
+
+def test_a_refusal_is_one_line_on_stderr_in_a_fresh_process(files):
+    """What torch and its extensions print as they import is not the refusal's."""
+    (files / "external.ptd").rename(files / "elsewhere.ptd")
+    result = subprocess.run(
+        [sys.executable, "-m", "emitter_filter", "verify", files / "external.pte",
+         files / "external.pte"], capture_output=True, text=True, check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
 
 
 def test_without_a_runtime_verify_refuses_in_one_line_naming_both_and_writes_nothing(
