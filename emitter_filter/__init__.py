@@ -41,6 +41,7 @@ from emitter_filter.errors import (
     PteFormatError,
     ReportNotFoundError,
     UnsupportedExecutorchError,
+    VerifyError,
 )
 from emitter_filter.inprocess.startup import apply_environment as _apply_environment
 
@@ -76,6 +77,7 @@ __all__ = [
     "InvariantError",
     "PteFormatError",
     "ReportNotFoundError",
+    "VerifyError",
     "SUPPORTED_EXECUTORCH",
     "ENV_PRUNE",
     "ENV_STRICT",

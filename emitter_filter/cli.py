@@ -1,7 +1,8 @@
 """The `emitter-filter` command line (also `python -m emitter_filter`).
 
 Exit codes: 0 success; 1 `audit` found more dead bytes than `--max-dead-bytes`
-(or a key clash in a set under `--fail-on-key-clash`), `diff` a growth over `--max-growth`, `budget check` a file over its budget;
+(or a key clash in a set under `--fail-on-key-clash`), `diff` a growth over `--max-growth`,
+`budget check` a file over its budget, `verify` (or `--verify`) a method that computes otherwise;
 2 usage error, bad input, or a file that cannot be read or written, whatever
 the command (a one-line message naming the file, and the offset where one applies; with -v also the traceback,
 the exit code unchanged; no output file); for `run`, what the script exited with;
@@ -26,11 +27,11 @@ import traceback
 from collections.abc import Iterator, Sequence
 
 from emitter_filter.environment import ENV_DEDUPE, ENV_PRUNE, ENV_STRICT, env_flag
-from emitter_filter.errors import EmitterFilterError, EnvironmentVariableError
+from emitter_filter.errors import EmitterFilterError, EnvironmentVariableError, VerifyError
 
 __all__ = [
     "main", "console_main", "EXIT_OK", "EXIT_DEAD_BYTES", "EXIT_USAGE", "EXIT_DEMO_FAILED",
-    "EXIT_TERMINATED",
+    "EXIT_TERMINATED", "EXIT_VERIFY_FAILED",
 ]
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ EXIT_DEAD_BYTES = 1
 EXIT_USAGE = 2
 EXIT_DEMO_FAILED = 1
 EXIT_TERMINATED = 128 + signal.SIGTERM
+EXIT_VERIFY_FAILED = 1
 # Parts (or groups) the `explain` table lists by default; --json lists them all.
 _TABLE_PARTS = 10
 
@@ -212,6 +214,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "the .ptd files are left as pruned",
     )
     _add_naming_arguments(prune)
+    _add_verify_arguments(prune)
 
     share = _add_share_parser(commands)
     merge, split = _add_method_set_parsers(commands)
@@ -251,7 +254,8 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
     )
 
-    subcommands = [run, audit, prune, share, merge, split, demo, env,
+    verify = _add_verify_parser(commands)
+    subcommands = [run, audit, prune, share, merge, split, verify, demo, env,
                    *_add_size_commands(commands)]
     # -v also after the subcommand; counted apart, since a subparser overwrites its parent's value.
     for subcommand in subcommands:
@@ -527,6 +531,7 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     # The .ptd beside IN.pte, pruned beside OUT.pte with its stem: where the rule finds it.
     ptd_outputs = ([os.path.splitext(options.output)[0] + ".ptd"] * len(data)
                    if data and not options.data and options.ptd_out is None else None)
+    verifier = _verifier(options, [(options.pte, data)])
     try:
         with _sigterm_unwinds():
             # The kernel copies the .pte while the rest of the file side is imported
@@ -545,13 +550,16 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     except _Terminated:
         print("emitter-filter: terminated (SIGTERM); temporary files removed", file=sys.stderr)
         return EXIT_TERMINATED
+    verification = verifier and verifier.programs([
+        ((report.path, data), (report.output, [o for _, o in report.ptd_outputs if o]))])
     if options.json:
-        print(json.dumps(_paired(report.to_json(), [options.pte], [data]), indent=2))
+        print(json.dumps(_with_verify(_paired(report.to_json(), [options.pte], [data]),
+                                      verification), indent=2))
     else:
         print(report.summary())
         if report.dedupe is not None:
             print(f"{report.output}: {report.dedupe.summary()}")
-    return EXIT_OK
+    return _verify_exit(verification, options.json)
 
 
 def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
@@ -613,6 +621,7 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
         "segment, named data into its own): OUT.pte then loads without a data file",
     )
     merge.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_verify_arguments(merge)
     split = commands.add_parser(
         "split",
         help="write some methods of a multi-method .pte with only what they read",
@@ -633,20 +642,29 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
     _add_data_arguments(split, "split keeps its keys: OUT.pte loads with the same .ptd",
                         old_ptd=False)
     split.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_verify_arguments(split)
     return merge, split
 
 
 def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.data_files import data_files_for
     from emitter_filter.ondisk.merge import merge_files
 
+    data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
+    verifier = _verifier(options, list(zip(options.pte, data_of)))
     with _sigterm_unwinds():
         report = merge_files(options.pte, options.output, methods=options.method,
                              prefixes=options.prefix, drops=options.drop, data=options.data,
                              ptd_out=options.ptd_out, inline=options.inline,
                              dedupe=options.dedupe, progress=_progress_printer(),
                              data_beside=options.data_beside)
-    print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
-    return EXIT_OK
+    # Each method of the output against the method of the input it came from.
+    out = (report.output, [report.ptd_output] if report.ptd_output else [])
+    data_by_input = dict(zip(options.pte, data_of))
+    verification = verifier and verifier.methods([
+        (out, method.name, (method.source, data_by_input[method.source]), method.source_method)
+        for method in report.methods])
+    return _print_report(report, options.json, verification)
 
 
 def _split(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
@@ -655,12 +673,120 @@ def _split(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.data_files import program_data
 
     data = program_data(options.pte, options.data, beside=options.data_beside)
+    verifier = _verifier(options, [(options.pte, data)])
     with _sigterm_unwinds():
         report = split_file(options.pte, options.output, options.method,
                             progress=_progress_printer(), data=data)
-    print(json.dumps(_paired(report.to_json(), [options.pte], [data]), indent=2)
-          if options.json else report.summary())
+    # NEW=NAME: the output's NEW computes what the input's NAME did.
+    renamed = [spec.partition("=") for spec in options.method]
+    verification = verifier and verifier.methods([
+        ((report.output, data), new if equals else old, (options.pte, data), old)
+        for new, equals, old in renamed])
+    if options.json:
+        print(json.dumps(_with_verify(_paired(report.to_json(), [options.pte], [data]),
+                                      verification), indent=2))
+    else:
+        print(report.summary())
+    return _verify_exit(verification, options.json)
+
+def _add_verify_arguments(command: argparse.ArgumentParser) -> None:
+    """--verify and its --inputs, on each command that writes programs."""
+    command.add_argument(
+        "--verify", action="store_true",
+        help="then run every method of each output and of the input it came from on the same "
+        "inputs, in ExecuTorch's pybindings or else executorch-numpy-runtime, and exit 1 "
+        "unless their outputs are bit-identical (see emitter-filter verify --help)",
+    )
+    command.add_argument(
+        "--inputs", metavar="FILE.npz",
+        help="with --verify: the inputs to run instead of seeded ones, arrays named "
+        "METHOD/INDEX after the output's method names (a method not named is seeded)",
+    )
+
+
+def _add_verify_parser(commands) -> argparse.ArgumentParser:
+    verify = commands.add_parser(
+        "verify",
+        help="run every method of NEW.pte and of OLD.pte on the same inputs; exit 1 unless "
+        "their outputs are bit-identical",
+        description=(
+            "Load OLD.pte and NEW.pte in a runtime (ExecuTorch's pybindings when they import, "
+            "else executorch-numpy-runtime: Python >= 3.12, no torch, no .ptd, no custom ops), "
+            "run each method of NEW and the method of OLD of its name (or --method's) on the "
+            "same inputs, seeded from the method's own input metadata or given with --inputs, "
+            "each in a fresh load, and compare their outputs bit for bit. Exit 0 if all are "
+            "equal; 1 naming the first method and output that differ (or a method of NEW that "
+            "does not load); 2 if no runtime imports, a file needs what the runtime lacks, "
+            "OLD does not run, or an argument is wrong."
+        ),
+    )
+    verify.add_argument("old", metavar="OLD.pte", help="the program NEW was written from")
+    verify.add_argument("new", metavar="NEW.pte", help="the program to verify")
+    verify.add_argument(
+        "--method", action="append", default=[], metavar="NEW=OLD",
+        help="compare NEW's method NEW with OLD's method OLD (repeatable); other methods "
+        "with the method of their own name",
+    )
+    _add_data_arguments(verify, "FILE is OLD.pte or NEW.pte", old_ptd=False)
+    verify.add_argument(
+        "--inputs", metavar="FILE.npz",
+        help="the inputs to run instead of seeded ones: arrays named METHOD/INDEX after NEW's "
+        "method names, e.g. forward/0 (a method not named is seeded)",
+    )
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    return verify
+
+
+def _verify(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.data_files import data_files_for
+    from emitter_filter.verify.compare import Program, verify_programs
+
+    old_data, new_data = data_files_for([options.old, options.new], options.data,
+                                        beside=options.data_beside)
+    report = verify_programs(Program(options.old, tuple(old_data)),
+                             Program(options.new, tuple(new_data)),
+                             options.method, inputs=options.inputs)
+    if options.json:
+        print(json.dumps(report.to_json(), indent=2))
+    return _verify_exit(report, options.json)
+
+
+def _verifier(options: argparse.Namespace, inputs):
+    """With --verify, before anything is written: the runtime, --inputs read, and each
+    input (pte, .ptd files) one it loads (exit 2 if not); else None."""
+    if not options.verify:
+        if options.inputs is not None:
+            raise VerifyError("--inputs is for --verify: give both")
+        return None
+    from emitter_filter.verify.compare import Verifier
+
+    return Verifier(inputs, options.inputs)
+
+
+def _with_verify(document: dict, verification) -> dict:
+    return document if verification is None else {**document, "verify": verification.to_json()}
+
+
+def _verify_exit(verification, quiet: bool = False) -> int:
+    """EXIT_VERIFY_FAILED, the difference on stderr, if `verification` found one; else, its
+    line on stdout unless `quiet` (--json says it)."""
+    if verification is None:
+        return EXIT_OK
+    if not verification.ok:
+        print(f"emitter-filter: {verification.summary()}", file=sys.stderr)
+        return EXIT_VERIFY_FAILED
+    if not quiet:
+        print(verification.summary())
     return EXIT_OK
+
+
+def _print_report(report, as_json: bool, verification) -> int:
+    """A writer's report (and --verify's), as text or JSON; the exit code."""
+    if as_json:
+        print(json.dumps(_with_verify(report.to_json(), verification), indent=2))
+    else:
+        print(report.summary())
+    return _verify_exit(verification, as_json)
 
 
 def _add_share_parser(commands) -> argparse.ArgumentParser:
@@ -704,20 +830,38 @@ def _add_share_parser(commands) -> argparse.ArgumentParser:
         "(named data that repeats a constant: a tied embedding lowered to XNNPACK)",
     )
     share.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_verify_arguments(share)
     return share
 
 
 def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.data_files import data_files_for
     from emitter_filter.ondisk.share import DEFAULT_MIN_BYTES, share_files
 
+    data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
+    verifier = _verifier(options, list(zip(options.pte, data_of)))
+    if verifier and not verifier.runtime.takes_data:
+        from emitter_filter.verify.runtimes import NO_DATA
+
+        raise VerifyError(f"share --verify: share's outputs load with a .ptd, and "
+                          f"{verifier.runtime.name} {NO_DATA}")
     report = share_files(
         options.pte, options.out, ptd_paths=options.data, ptd_name=options.ptd_name,
         min_bytes=DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes,
         prune=options.prune, dedupe=options.dedupe, progress=_progress_printer(),
         data_beside=options.data_beside,
     )
-    print(json.dumps(report.to_json(), indent=2) if options.json else report.summary())
-    return EXIT_OK
+    verification = None
+    if verifier:
+        # Each output loads with the shared .ptd, or, when nothing was shared, with the
+        # copies of its own .ptd files.
+        outputs = [list(report.ptd_outputs) if report.shared_contents else
+                   [os.path.join(options.out, os.path.basename(d)) for d in data]
+                   for data in data_of]
+        verification = verifier.programs([
+            ((p.path, data), (p.output, ptds))
+            for p, data, ptds in zip(report.programs, data_of, outputs)])
+    return _print_report(report, options.json, verification)
 
 
 def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
@@ -1273,7 +1417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     commands = {"run": _run, "audit": _audit, "prune": _prune, "demo": _demo, "env": _env,
                 "share": _share, "merge": _merge, "split": _split, "explain": _explain,
-                "diff": _diff, "budget": _budget}
+                "diff": _diff, "budget": _budget, "verify": _verify}
     try:
         return commands[options.command](parser, options)
     except EmitterFilterError as error:

@@ -17,6 +17,7 @@ __all__ = [
     "InvariantError",
     "PteFormatError",
     "ReportNotFoundError",
+    "VerifyError",
 ]
 
 
@@ -74,3 +75,9 @@ class PteFormatError(ProgramFormatError):
 
 class ReportNotFoundError(EmitterFilterError, LookupError):
     """`report(manager)` was given a program serialized without pruning or deduplication."""
+
+
+class VerifyError(EmitterFilterError, ValueError):
+    """`--verify` cannot compare two programs: no runtime imports, the one that does cannot
+    load what a file needs (a `.ptd`, a custom op), the old program does not run, or
+    `--inputs` does not fit the methods. A difference found is no error: it is the report's."""

@@ -131,7 +131,8 @@ def test_the_on_disk_side_never_imports_the_in_process_side():
 def test_the_shared_modules_import_neither_side():
     graph = import_graph()
     shared = [m for m in graph if m.count(".") == 1 and m.rsplit(".", 1)[1] not in
-              ("cli", "pytest_plugin", "testing", "demo", "__main__", "inprocess", "ondisk")]
+              ("cli", "pytest_plugin", "testing", "demo", "__main__", "inprocess", "ondisk",
+               "verify")]
     assert shared, "no shared modules found: the test reads the wrong folder"
     crossing = {
         (module, target)
@@ -140,6 +141,35 @@ def test_the_shared_modules_import_neither_side():
         if target.startswith(("emitter_filter.inprocess", "emitter_filter.ondisk"))
     }
     assert crossing == set()
+
+
+#: Who may import `verify/` (it needs a runtime): the integrations, and itself.
+VERIFY_USERS = ("emitter_filter.cli", "emitter_filter.verify")
+#: What loads a runtime: `verify/` imports these only inside the functions that run one.
+RUNTIMES = ("torch", "executorch", "executorch_numpy_runtime", "numpy")
+
+
+def test_the_verify_side_imports_neither_side_and_only_the_integrations_import_it():
+    graph = import_graph()
+    verify = [m for m in graph if m.startswith("emitter_filter.verify")]
+    assert "emitter_filter.verify.compare" in verify, "the test reads the wrong folder"
+    assert {(m, t) for m in verify for t in graph[m]
+            if t.startswith(("emitter_filter.inprocess", "emitter_filter.ondisk"))} == set()
+    assert {(m, t) for m, targets in graph.items() for t in targets
+            if t.startswith("emitter_filter.verify") and not m.startswith(VERIFY_USERS)} == set()
+
+
+def test_the_verify_side_imports_its_runtimes_only_where_it_runs_one():
+    """`emitter-filter --help` and the file tools run where no runtime is installed."""
+    found = {}
+    for path in (PACKAGE / "verify").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        names = {a.name for n in top if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module for n in top if isinstance(n, ast.ImportFrom) and n.module}
+        found[path.name] = sorted(n for n in names if n.split(".")[0] in RUNTIMES)
+    assert "runtimes.py" in found
+    assert all(not names for names in found.values()), found
 
 
 def longest_path(graph: dict[str, frozenset[str]], start: str, target: str) -> list[str]:

@@ -26,7 +26,7 @@ PUBLIC_API = {
     "EmitterFilterError", "UnsupportedExecutorchError", "ProgramFormatError", "PteFormatError",
     "OutputFileError", "InvalidOutputError", "EnvironmentVariableError", "InvariantError",
     "ReportNotFoundError",
-    "MethodSetError",
+    "MethodSetError", "VerifyError",
     # the environment and the supported executorch
     "SUPPORTED_EXECUTORCH", "ENV_PRUNE", "ENV_DEDUPE", "ENV_STRICT", "__version__",
 }

@@ -1,0 +1,8 @@
+"""`--verify`: load a written program and the one it was written from in a runtime, run
+each method of both on the same inputs, and require bit-identical outputs.
+
+A third side beside `ondisk/` and `inprocess/`: it needs a runtime (ExecuTorch's
+pybindings, or executorch-numpy-runtime without torch), imported only when a
+verification runs (`runtimes.find_runtime`); it reads no file itself and imports neither
+side. `compare` pairs and compares the methods, `inputs` builds what they run on.
+"""
