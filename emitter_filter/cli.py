@@ -678,10 +678,9 @@ def _split(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         report = split_file(options.pte, options.output, options.method,
                             progress=_progress_printer(), data=data)
     # NEW=NAME: the output's NEW computes what the input's NAME did.
-    renamed = [spec.partition("=") for spec in options.method]
+    renamed = [(new, old or new) for new, _, old in (m.partition("=") for m in options.method)]
     verification = verifier and verifier.methods([
-        ((report.output, data), new if equals else old, (options.pte, data), old)
-        for new, equals, old in renamed])
+        ((report.output, data), new, (options.pte, data), old) for new, old in renamed])
     if options.json:
         print(json.dumps(_with_verify(_paired(report.to_json(), [options.pte], [data]),
                                       verification), indent=2))

@@ -69,7 +69,7 @@ def test_prune_dedupe_verify_passes(files, capsys):
 
 
 def test_prune_verify_with_a_ptd(files, capsys):
-    argv = ["prune", files / "external.pte", "--ptd", files / "external.ptd",
+    argv = ["prune", files / "external.pte", "--data", files / "external.ptd",
             "--ptd-out", files / "pruned", "-o", files / "out.pte", "--verify"]
     code, out, err = _main(capsys, *argv)
     if TAKES_DATA:
@@ -100,9 +100,9 @@ def test_split_verify_passes_on_each_method_of_a_merge(files, capsys):
         _verified(*result, methods=1)
 
 
-@pytest.mark.parametrize("mode", ["--inline", "--ptd"])
+@pytest.mark.parametrize("mode", ["--inline", "--ptd-out"])
 def test_merge_verify_with_a_ptd(mode, files, capsys):
-    where = ["--inline"] if mode == "--inline" else ["--ptd", files / "merged.ptd"]
+    where = ["--inline"] if mode == "--inline" else ["--ptd-out", files / "merged.ptd"]
     code, out, err = _main(
         capsys, "merge", files / "plain.pte", files / "external.pte", "-o", files / "merged.pte",
         "--method=p=plain.pte:forward", "--method=e=external.pte:forward",
@@ -183,7 +183,7 @@ def test_verify_pairs_renamed_methods(files, capsys):
 def test_verify_with_a_ptd_beside_each_program(files, capsys):
     # external.pte reads external.ptd, the .ptd beside it with its stem.
     (files / "out").mkdir()
-    assert _main(capsys, "prune", files / "external.pte", "--ptd", files / "external.ptd",
+    assert _main(capsys, "prune", files / "external.pte", "--data", files / "external.ptd",
                  "--ptd-out", files / "out", "-o", files / "out" / "external.pte")[0] == 0
     code, out, err = _main(capsys, "verify", files / "external.pte", files / "out/external.pte")
     if TAKES_DATA:
