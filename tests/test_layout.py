@@ -17,8 +17,10 @@ pytestmark = pytest.mark.filetools
 
 PACKAGE = Path(__file__).resolve().parents[1] / "emitter_filter"
 GENERATED = "emitter_filter._program_fbs"
-#: From the CLI down to the generated readers, counting both ends.
-MAX_LAYERS = 8
+#: From the CLI down to the generated readers, counting both ends: the package `cli` and
+#: its `app` (the parser and `main`) sit two layers above the command modules, which
+#: were one module until issue 44 split them.
+MAX_LAYERS = 10
 
 
 def _module_name(path: Path) -> str:
@@ -172,6 +174,22 @@ def test_the_verify_side_imports_its_runtimes_only_where_it_runs_one():
     assert all(not names for names in found.values()), found
 
 
+def test_the_cli_modules_import_only_downward():
+    """`app` imports the command modules, they import `common`, and nothing imports back up."""
+    graph = import_graph()
+    cli = sorted(m for m in graph if m.startswith("emitter_filter.cli."))
+    assert "emitter_filter.cli.common" in cli, "the test reads the wrong folder"
+    up = {"emitter_filter.cli", "emitter_filter.cli.app"}
+    commands = [m for m in cli if m not in up | {"emitter_filter.cli.common"}]
+    assert {(m, t) for m in commands for t in graph[m]
+            if t.startswith("emitter_filter.cli") and t != "emitter_filter.cli.common"} == set()
+    assert {t for t in graph["emitter_filter.cli.common"] if t.startswith("emitter_filter.cli")} \
+        == set()
+    assert {(m, t) for m, targets in graph.items() for t in targets
+            if t.startswith("emitter_filter.cli.") and not m.startswith("emitter_filter.cli")} \
+        == set()
+
+
 def longest_path(graph: dict[str, frozenset[str]], start: str, target: str) -> list[str]:
     """The longest chain of imports from `start` that ends at `target` ([] if none does)."""
     best: dict[str, list[str]] = {target: [target]}
@@ -184,7 +202,7 @@ def longest_path(graph: dict[str, frozenset[str]], start: str, target: str) -> l
     return best[start]
 
 
-def test_the_cli_is_at_most_eight_layers_above_the_generated_readers():
+def test_the_cli_is_at_most_ten_layers_above_the_generated_readers():
     path = longest_path(import_graph(), "emitter_filter.cli", GENERATED)
     assert path, "the CLI does not reach the generated readers: the test reads the wrong graph"
     assert len(path) <= MAX_LAYERS, " -> ".join(path)

@@ -1,0 +1,298 @@
+"""What several commands share: the exit codes, the one-line usage errors, the options
+several commands take (--data/--no-data-beside, --min-bytes, the naming and --verify
+arguments) and the progress and SIGTERM handling of the commands that write."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+
+from emitter_filter.errors import VerifyError
+
+__all__ = [
+    "EXIT_OK", "EXIT_DEAD_BYTES", "EXIT_USAGE", "EXIT_DEMO_FAILED", "EXIT_TERMINATED",
+    "EXIT_VERIFY_FAILED",
+]
+
+#: The exit codes the package's docstring (emitter_filter/cli/__init__.py) explains.
+EXIT_OK = 0
+EXIT_DEAD_BYTES = 1
+EXIT_USAGE = 2
+EXIT_DEMO_FAILED = 1
+EXIT_TERMINATED = 128 + signal.SIGTERM
+EXIT_VERIFY_FAILED = 1
+
+
+def _byte_count(text: str) -> int:
+    """A count of bytes or entries (`--top`, `--max-dead-bytes`, `--min-bytes`)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number, 0 or more, got {text!r}")
+    return value
+
+
+def _percent(text: str) -> float:
+    """A percentage, 0 or more (`--tolerance`): not nan, not inf."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a percentage, 0 or more, got {text!r}")
+    return value
+
+
+def _add_verbose(parser: argparse.ArgumentParser, dest: str, default) -> None:
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=default, dest=dest,
+        help="log more (-v: INFO, -vv: DEBUG) and show tracebacks",
+    )
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its usage errors one line: what is wrong, and where help is
+    (the usage it would print first is what --help begins with)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _usage_error(command: str, message: str) -> int:
+    """A usage error a handler finds, in the words `_Parser.error` uses: one line, then
+    where help is."""
+    print(f"emitter-filter {command}: {message} (see emitter-filter {command} --help)",
+          file=sys.stderr)
+    return EXIT_USAGE
+
+
+class _Version(argparse.Action):
+    """`--version`: looked up only when asked (importlib.metadata costs tens of ms)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print emitter_filter's version and exit", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version("emitter_filter")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown (not installed)"
+        print(f"emitter-filter {version}")
+        parser.exit(EXIT_OK)
+
+
+def _add_naming_arguments(command: argparse.ArgumentParser) -> None:
+    """--keep and --names, shared by audit and prune."""
+    command.add_argument(
+        "--keep", action="append", default=[], metavar="PATTERN",
+        help="keep the constants whose fully qualified name matches PATTERN (fnmatch; "
+        "repeatable), as ExecutorchBackendConfig(keep_constants=...) does; constant-segment "
+        "entries have names only with --names",
+    )
+    command.add_argument(
+        "--names", metavar="FILE",
+        help="a torch.export .pt2 or an ETRecord of the same model: name constant-segment "
+        "entries after the state tensors with their shape and bytes (imports torch)",
+    )
+
+
+class _DeprecatedData(argparse.Action):
+    """An old spelling of an input data option (`--ptd`): read for one more release, with
+    one line on stderr naming the new one."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        new = "--" + self.dest.replace("_", "-")
+        if not getattr(namespace, "_deprecation_said", False):
+            print(f"{parser.prog}: {option_string} is deprecated, say {new} (the old spelling "
+                  "goes in the next release)", file=sys.stderr)
+            namespace._deprecation_said = True
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), values])
+
+
+class _MovedOutput(argparse.Action):
+    """`--ptd` where it named an output (`share`, `merge`): refused in one line, since
+    `--ptd` names an input data file in every other command."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} no longer names the output .ptd: say --ptd-out "
+                     f"{values} (input .ptd files are --data)")
+
+
+def _add_min_bytes(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--min-bytes", type=_byte_count, default=None, metavar="N",
+        help="of several programs, count contents shorter than N bytes in more than one file "
+        "as share does: not duplicated (default: share's, 1024)",
+    )
+
+
+def _min_bytes(options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.share_find import DEFAULT_MIN_BYTES
+
+    return DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes
+
+
+def _add_data_beside(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--no-data-beside", dest="data_beside", action="store_false",
+        help="do not read the .ptd beside a program with its stem (a.pte: a.ptd) when no "
+        "--data names its data",
+    )
+
+
+def _add_data_arguments(command: argparse.ArgumentParser, note: str, *,
+                        old_ptd: bool = True) -> None:
+    """--data [FILE=]IN.ptd and --no-data-beside, the same words in every command
+    (`data_files`'s rule); `--ptd`, the old spelling, where it named an input."""
+    command.add_argument(
+        "--data", action="append", default=[], metavar="[FILE=]IN.ptd",
+        help="a .ptd file the programs load with (repeatable): IN.ptd for every program, "
+        "FILE=IN.ptd for the program FILE only (split at the first = that names a program, "
+        "so run=3/a.pte=run=3/a.ptd works); a program given none reads the .ptd beside it "
+        f"with its stem, if any; {note}",
+    )
+    if old_ptd:
+        command.add_argument("--ptd", dest="data", action=_DeprecatedData,
+                             help=argparse.SUPPRESS)
+    _add_data_beside(command)
+
+
+def _progress_printer():
+    """Progress on stderr for long copies, only where a person watches (a terminal)."""
+    if not sys.stderr.isatty():
+        return None
+    shown = [-1]
+
+    def show(done: int, total: int) -> None:
+        percent = 100 * done // max(total, 1)
+        if percent != shown[0]:
+            shown[0] = percent
+            end = "\n" if done >= total else ""
+            print(f"\remitter-filter: {done >> 20:,}/{total >> 20:,} MiB", end=end,
+                  file=sys.stderr, flush=True)
+
+    return show
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that every `finally` removes its temporary files.
+
+    A BaseException, as KeyboardInterrupt is: no `except Exception` may swallow it.
+    """
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While writing, SIGTERM unwinds the stack (as Ctrl-C does) instead of killing outright.
+
+    The previous handler is restored on exit. Only the main thread can install
+    handlers; elsewhere (`main` called from a thread) SIGTERM keeps its handler.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum, frame) -> None:
+        # Once: a second SIGTERM must not interrupt the clean-up the first one started.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+def _add_verify_arguments(command: argparse.ArgumentParser) -> None:
+    """--verify and its --inputs, on each command that writes programs."""
+    command.add_argument(
+        "--verify", action="store_true",
+        help="then run every method of each output and of the input it came from on the same "
+        "inputs, in ExecuTorch's pybindings or else executorch-numpy-runtime, and exit 1 "
+        "unless their outputs are bit-identical (see emitter-filter verify --help)",
+    )
+    command.add_argument(
+        "--inputs", metavar="FILE.npz",
+        help="with --verify: the inputs to run instead of seeded ones, arrays named "
+        "METHOD/INDEX after the output's method names (a method not named is seeded)",
+    )
+
+
+def _verifier(options: argparse.Namespace, inputs):
+    """With --verify, before anything is written: the runtime, --inputs read, and each
+    input (pte, .ptd files) one it loads (exit 2 if not); else None."""
+    if not options.verify:
+        if options.inputs is not None:
+            raise VerifyError("--inputs is for --verify: give both")
+        return None
+    from emitter_filter.verify.compare import Verifier
+
+    return Verifier(inputs, options.inputs)
+
+
+def _with_verify(document: dict, verification) -> dict:
+    return document if verification is None else {**document, "verify": verification.to_json()}
+
+
+def _verify_exit(verification, quiet: bool = False) -> int:
+    """EXIT_VERIFY_FAILED, the difference on stderr, if `verification` found one; else, its
+    line on stdout unless `quiet` (--json says it)."""
+    if verification is None:
+        return EXIT_OK
+    if not verification.ok:
+        print(f"emitter-filter: {verification.summary()}", file=sys.stderr)
+        return EXIT_VERIFY_FAILED
+    if not quiet:
+        print(verification.summary())
+    return EXIT_OK
+
+
+def _print_report(report, as_json: bool, verification) -> int:
+    """A writer's report (and --verify's), as text or JSON; the exit code."""
+    if as_json:
+        print(json.dumps(_with_verify(report.to_json(), verification), indent=2))
+    else:
+        print(report.summary())
+    return _verify_exit(verification, as_json)
+
+
+def _validity_lines(
+    pte: str, ptd: Sequence[str], require_data: bool = False
+) -> tuple[str | None, str | None]:
+    """(the line of a file ExecuTorch's runtime refuses, the `--require-data` gate's line),
+    each None when there is nothing to say (`ondisk.validate`)."""
+    from emitter_filter.ondisk.validate import validate_file
+
+    validity = validate_file(pte, ptd)
+    if not validity.valid:
+        return f"emitter-filter: {pte}: {validity.status}", None
+    if require_data and validity.missing_data:
+        return None, f"emitter-filter: {pte}: --require-data: {validity.missing_line()}"
+    return None, None
+
+
+def _paired(document: dict, ptes: Sequence[str], data_of: Sequence[Sequence[str]]) -> dict:
+    """A report's JSON with which `.ptd` files each program was read with (`"data"`)."""
+    from emitter_filter.ondisk.data_files import pairing_json
+
+    return {**document, "data": pairing_json(ptes, data_of)}
+
+
+def _os_error_line(error: OSError) -> str:
+    """`FILE: what failed` for an OSError no writer or reader turned into our own error."""
+    what = error.strerror or str(error)
+    if error.filename is None:
+        return what
+    return f"{os.fsdecode(error.filename)}: {what}"

@@ -1,0 +1,58 @@
+"""`verify`: do two programs compute the same (a runtime runs both)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from emitter_filter.cli.common import (
+    _add_data_arguments,
+    _verify_exit,
+)
+
+
+def _add_verify_parser(commands) -> argparse.ArgumentParser:
+    verify = commands.add_parser(
+        "verify",
+        help="run every method of NEW.pte and of OLD.pte on the same inputs; exit 1 unless "
+        "their outputs are bit-identical",
+        description=(
+            "Load OLD.pte and NEW.pte in a runtime (ExecuTorch's pybindings when they import, "
+            "else executorch-numpy-runtime: Python >= 3.12, no torch, no .ptd, no custom ops), "
+            "run each method of NEW and the method of OLD of its name (or --method's) on the "
+            "same inputs, seeded from the method's own input metadata or given with --inputs, "
+            "each in a fresh load, and compare their outputs bit for bit. Exit 0 if all are "
+            "equal; 1 naming the first method and output that differ (or a method of NEW that "
+            "does not load); 2 if no runtime imports, a file needs what the runtime lacks, "
+            "OLD does not run, or an argument is wrong."
+        ),
+    )
+    verify.add_argument("old", metavar="OLD.pte", help="the program NEW was written from")
+    verify.add_argument("new", metavar="NEW.pte", help="the program to verify")
+    verify.add_argument(
+        "--method", action="append", default=[], metavar="NEW=OLD",
+        help="compare NEW's method NEW with OLD's method OLD (repeatable); other methods "
+        "with the method of their own name",
+    )
+    _add_data_arguments(verify, "FILE is OLD.pte or NEW.pte", old_ptd=False)
+    verify.add_argument(
+        "--inputs", metavar="FILE.npz",
+        help="the inputs to run instead of seeded ones: arrays named METHOD/INDEX after NEW's "
+        "method names, e.g. forward/0 (a method not named is seeded)",
+    )
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    return verify
+
+
+def _verify(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.data_files import data_files_for
+    from emitter_filter.verify.compare import Program, verify_programs
+
+    old_data, new_data = data_files_for([options.old, options.new], options.data,
+                                        beside=options.data_beside)
+    report = verify_programs(Program(options.old, tuple(old_data)),
+                             Program(options.new, tuple(new_data)),
+                             options.method, inputs=options.inputs)
+    if options.json:
+        print(json.dumps(report.to_json(), indent=2))
+    return _verify_exit(report, options.json)
