@@ -191,8 +191,7 @@ def _check(failures: list[str], holds: bool, sentence: str) -> None:
 def _export_both(torch, model, inputs, plain_path: Path, pruned_path: Path):
     """Writes the plain and the pruned `.pte` of one graph; returns the pruned manager and the
     seconds its `to_executorch` took."""
-    from executorch.exir import ExecutorchBackendConfig as PlainConfig
-    from executorch.exir import to_edge
+    from executorch.exir import ExecutorchBackendConfig as PlainConfig, to_edge
 
     import emitter_filter
 

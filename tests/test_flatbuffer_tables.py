@@ -14,8 +14,7 @@ import struct
 
 import flatbuffers
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM, XNNPACK
 from emitter_filter.flatbuffer_tables import FlatbufferError, Table, attribute_name, to_object_api

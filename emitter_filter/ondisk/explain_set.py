@@ -27,7 +27,12 @@ from emitter_filter.ondisk.explain import Explanation, Part, explain_file
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.ondisk.share_find import (
-    DEFAULT_MIN_BYTES, ProgramSet, SharedContent, find_set_shared, key_clashes, read_set,
+    DEFAULT_MIN_BYTES,
+    ProgramSet,
+    SharedContent,
+    find_set_shared,
+    key_clashes,
+    read_set,
 )
 
 __all__ = ["explain_set"]

@@ -88,6 +88,20 @@ from emitter_filter.ondisk.layout import (
     read_pte_layout,
     shared_segment_alignment,
 )
+from emitter_filter.ondisk.merge_names import (
+    TRAINING_PREFIX,
+    Choice,
+    MethodClashes,
+    choose_methods,
+    is_constant_method,
+    parse_drop,
+    parse_method,
+    parse_prefix,
+    plan_names,
+    resolving_flags,
+    same_method,
+    spans_open,
+)
 from emitter_filter.ondisk.output import (
     OutputFile,
     ProgressFn,
@@ -109,20 +123,6 @@ from emitter_filter.ondisk.prune import (
     relies_on_constant_buffer,
     stored_entries,
     verbatim,
-)
-from emitter_filter.ondisk.merge_names import (
-    TRAINING_PREFIX,
-    Choice,
-    MethodClashes,
-    choose_methods,
-    is_constant_method,
-    parse_drop,
-    parse_method,
-    parse_prefix,
-    plan_names,
-    resolving_flags,
-    same_method,
-    spans_open,
 )
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor

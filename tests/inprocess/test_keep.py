@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from executorch.exir import ExecutorchBackendConfig as UpstreamConfig
-from executorch.exir import to_edge
+from executorch.exir import ExecutorchBackendConfig as UpstreamConfig, to_edge
 from executorch.extension.pybindings.portable_lib import _load_program
 
 import emitter_filter

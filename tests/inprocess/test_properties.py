@@ -39,8 +39,7 @@ from executorch.exir.schema import (
     TensorShapeDynamism,
 )
 from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import emitter_filter
 from emitter_filter.inprocess.prune_emitted import collect_plan_refs, prune_emitter_output

@@ -19,8 +19,7 @@ from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.explain import STATUSES, STORAGES, explain_file
 from tests.files import CASES, GOLDEN, saved
 from tests.layouts import build_constants, old_flat_tensor
-from tests.ondisk.test_file_layouts import CASES as LAYOUTS
-from tests.ondisk.test_file_layouts import _files
+from tests.ondisk.test_file_layouts import CASES as LAYOUTS, _files
 from tests.realworld import needs_realworld, real_files, refused
 
 pytestmark = pytest.mark.filetools

@@ -9,8 +9,7 @@ the same bytes for every table, and a whole `.ptd` rebuilt from what
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import DataSegmentT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
