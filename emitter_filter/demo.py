@@ -222,7 +222,7 @@ def _outputs_identical(torch, inputs, plain_path: Path, pruned_path: Path) -> bo
     plain_outputs = _load_for_executorch_from_buffer(plain_bytes).forward(inputs)
     pruned_outputs = _load_for_executorch_from_buffer(pruned_bytes).forward(inputs)
     return len(plain_outputs) == len(pruned_outputs) and all(
-        torch.equal(a, b) for a, b in zip(plain_outputs, pruned_outputs)
+        torch.equal(a, b) for a, b in zip(plain_outputs, pruned_outputs, strict=True)
     )
 
 

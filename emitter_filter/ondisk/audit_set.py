@@ -161,7 +161,7 @@ def audit_set(
     }
     read_by_any: set[tuple[str, str]] = set()
     members = []
-    for read, files in zip(programs.reads, data_of):
+    for read, files in zip(programs.reads, data_of, strict=True):
         report = audit_file(read.pte.path, files)
         paths = {ptd.path for ptd in read.pte.ptd_files}
         own = {key for path, key in segment_of if path in paths}

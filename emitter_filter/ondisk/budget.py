@@ -100,9 +100,9 @@ def budget_document(
     """
     paths = [os.fspath(p) for p in paths]
     data_of = data_files_for(paths, data, beside=data_beside)
-    explanations = [explain_file(p, files) for p, files in zip(paths, data_of)]
+    explanations = [explain_file(p, files) for p, files in zip(paths, data_of, strict=True)]
     files = {}
-    for path, ptds, explanation in zip(paths, data_of, explanations):
+    for path, ptds, explanation in zip(paths, data_of, explanations, strict=True):
         with contextlib.ExitStack() as stack:
             digest = digest_parts(open_sources(stack, (path, *ptds)))
             files[path] = {**record_explanation(explanation, digest), "data": list(ptds)}
@@ -188,7 +188,7 @@ def check_budget(
         raise ValueError(f"the tolerance must be a percentage, 0 or more: {tolerance_percent!r}")
     checks = []
     paths = [os.fspath(p) for p in paths]
-    for path, ptds in zip(paths, data_files_for(paths, data, beside=data_beside)):
+    for path, ptds in zip(paths, data_files_for(paths, data, beside=data_beside), strict=True):
         record = budget["files"].get(path)
         explanation = explain_file(path, ptds)
         if record is None:
@@ -196,7 +196,7 @@ def check_budget(
             continue
         recorded = [_part_from_record(f"{path} (budget)", r) for r in record["parts"]]
         digests = {id(p): bytes.fromhex(r["sha256"])
-                   for p, r in zip(recorded, record["parts"]) if r.get("sha256")}
+                   for p, r in zip(recorded, record["parts"], strict=True) if r.get("sha256")}
         with contextlib.ExitStack() as stack:
             read = digest_parts(open_sources(stack, (path, *ptds)))
 

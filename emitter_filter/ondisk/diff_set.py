@@ -30,7 +30,7 @@ def set_files(directory: str | os.PathLike, *, data_beside: bool = True) -> dict
     stems = {p.stem for p in ptes}
     common = sorted(str(p) for p in root.glob("*.ptd") if p.is_file() and p.stem not in stems)
     own = data_files_for([str(p) for p in ptes], beside=data_beside)
-    return {p.name: files or common for p, files in zip(ptes, own)}
+    return {p.name: files or common for p, files in zip(ptes, own, strict=True)}
 
 
 def _bytes(directory: str | os.PathLike) -> int:

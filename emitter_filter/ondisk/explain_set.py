@@ -115,11 +115,11 @@ def explain_set(
     # A .ptd two programs read under two names: one file, read by both.
     named = {os.path.realpath(p): p for files in reversed(data_of) for p in files}
     data_of = [[named[os.path.realpath(p)] for p in files] for files in data_of]
-    programs = tuple(explain_file(pte, files) for pte, files in zip(ptes, data_of))
+    programs = tuple(explain_file(pte, files) for pte, files in zip(ptes, data_of, strict=True))
     parts: list[Part] = []
     ptd_parts: dict[tuple, list[Part]] = {}
     outside: list[Part] = []
-    for pte, explanation in zip(ptes, programs):
+    for pte, explanation in zip(ptes, programs, strict=True):
         name = os.path.basename(pte)
         for part in explanation.parts:
             if part.file == pte:
@@ -132,7 +132,7 @@ def explain_set(
     files = tuple(dict.fromkeys(f for e in programs for f in e.files))
     ptds = list(dict.fromkeys(p for f in data_of for p in f))
     found = find_set_shared(ProgramSet(
-        tuple(read_pte_program(pte, f) for pte, f in zip(ptes, data_of)),
+        tuple(read_pte_program(pte, f) for pte, f in zip(ptes, data_of, strict=True)),
         tuple(read_ptd_flat_tensor(path) for path in ptds),
     ), min_bytes)
     parts = _mark_set_copies(parts, found.shared)

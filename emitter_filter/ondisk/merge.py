@@ -199,7 +199,7 @@ class MergeReport:
     def to_json(self) -> dict:
         return {
             "schema": JSON_SCHEMA,
-            "data": [{"program": p, "data": list(f)} for p, f in zip(self.inputs, self.data)],
+            "data": [{"program": p, "data": list(f)} for p, f in zip(self.inputs, self.data, strict=True)],
             "inputs": list(self.inputs),
             "output": self.output,
             "ptd_output": self.ptd_output,
@@ -259,7 +259,7 @@ def _choose(inputs: Sequence[str], reads: Sequence[PteProgram], renames, prefixe
                 prefix + name for prefix, path in prefixes
                 for name in originals[input_of(path, inputs)]]
             flags = resolving_flags(inputs, originals, clashes.clashes, given)
-            pairs = list(zip(flags[::2], flags[1::2]))
+            pairs = list(zip(flags[::2], flags[1::2], strict=True))
             try:
                 choose([parse_method(v) for f, v in pairs if f == "--method"],
                        [parse_drop(v) for f, v in pairs if f == "--drop"])
@@ -290,10 +290,10 @@ def _check_inputs(inputs: Sequence[str], reads: Sequence[PteProgram]) -> None:
     """Refuses what cannot be merged: other schema versions, data in `.ptd` files not given."""
     versions = {read.program.version for read in reads}
     if len(versions) > 1:
-        listed = ", ".join(f"{p} {r.program.version}" for p, r in zip(inputs, reads))
+        listed = ", ".join(f"{p} {r.program.version}" for p, r in zip(inputs, reads, strict=True))
         raise MethodSetError(f"the programs have different Program.version ({listed}): "
                              "export them with one ExecuTorch release")
-    for path, read in zip(inputs, reads):
+    for path, read in zip(inputs, reads, strict=True):
         missing = [e for e in read.pte.entries[DataSpace.EXTERNAL].values() if e.offset < 0]
         if missing:
             raise MethodSetError(
@@ -385,7 +385,7 @@ class _Input:
         the arena from the data map, or, inline, from the mutable data segment; never
         from the constant segment. Taken before the program is rewritten."""
         mutable, constant = set(), set()
-        for plan, refs in zip(self.program.executionPlan or (), self.read.pte.plans):
+        for plan, refs in zip(self.program.executionPlan or (), self.read.pte.plans, strict=True):
             for value, ref in refs.data_refs.items():
                 if ref.space is DataSpace.EXTERNAL:
                     tensor = GENERATED.value(plan.values[value])[1]
@@ -417,7 +417,7 @@ def _data_entries(inputs: Sequence[_Input], contents: _Contents, new_index: list
     """The output's constant and mutable entries (with `inline`, the external tensors'
     among them: `mutable_external`'s, per input, among the mutable ones); fills each
     input's data index map."""
-    for item, mutable in zip(inputs, mutable_external):
+    for item, mutable in zip(inputs, mutable_external, strict=True):
         entries = item.entries(DataSpace.CONSTANT)
         places = [entries[old] for old in item.order[DataSpace.CONSTANT]]
         if inline:
@@ -582,10 +582,10 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
     named = _program_named_data(inputs, _NamedData(contents, table), inline)
 
     plans = []
-    for item, index, methods in zip(inputs, new_index, names):
+    for item, index, methods in zip(inputs, new_index, names, strict=True):
         pte, live_values = item.read.pte, item.analysis.liveness.live_values
         for plan, refs, live, name in zip(item.program.executionPlan or (), pte.plans,
-                                          live_values, methods):
+                                          live_values, methods, strict=True):
             remap_plan_values(GENERATED, plan, refs, live)
             for ref, tensor in remap_data_indices(GENERATED, plan, refs, live, index):
                 if inline and ref.space is DataSpace.EXTERNAL:
@@ -601,14 +601,14 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
                                         layout.segment_alignment)
     if out or program.segments is not None:
         program.segments = [
-            PROGRAM.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out)]
+            PROGRAM.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out, strict=True)]
     flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
     prefix, base = program_prefix(flatbuffer, layout, data_size)
     result = OutputFile(output, inputs[0].fd, prefix)
     if data_size:
-        result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out)]
+        result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out, strict=True)]
     written = (sum(entry.nbytes for entry in constants[1:])
-               + sum(item.external(old).nbytes for item, mutable in zip(inputs, mutable_external)
+               + sum(item.external(old).nbytes for item, mutable in zip(inputs, mutable_external, strict=True)
                      for old in item.order[DataSpace.EXTERNAL] if old in mutable)
                + sum(s.size for s in out[blobs_from:])
                + sum(len(bytes(blob.data or b"")) for blob in blobs))
@@ -649,11 +649,11 @@ def _merged_ptd(inputs: Sequence[_Input], contents: _Contents, output: str) -> O
         return None
     offsets, data_size = place_segments([(s.size, s.alignment) for s in out], alignment)
     flat_tensor = FLAT_TENSOR.FlatTensor(
-        segments=[FLAT_TENSOR.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out)],
+        segments=[FLAT_TENSOR.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out, strict=True)],
         namedData=entries,
     )
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), PtdLayout(alignment, ()), data_size)
-    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out)])
+    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out, strict=True)])
 
 
 def _read_inputs(inputs, reads, stack, opened,
@@ -736,7 +736,7 @@ def _where_data_goes(inputs, data, data_of) -> str:
     """The message for data files read with neither `--ptd-out` nor `--inline`."""
     if data:
         return "merge: with --data, give --ptd-out OUT.ptd or --inline (one of them)"
-    pte, files = next((p, f) for p, f in zip(inputs, data_of) if f)
+    pte, files = next((p, f) for p, f in zip(inputs, data_of, strict=True) if f)
     return (f"merge: {pte} reads {files[0]}, the .ptd beside it: give --ptd-out OUT.ptd or "
             "--inline for its data, or --no-data-beside to read it without")
 
@@ -812,7 +812,7 @@ def merge_files(
         raise MethodSetError(_where_data_goes(inputs, data, data_of))
     data_files = list(dict.fromkeys(p for files in data_of for p in files))
     check_outputs([*inputs, *data_files], [output, *([ptd_out] if ptd_out else [])], "merge")
-    reads = [read_pte_program(path, files) for path, files in zip(inputs, data_of)]
+    reads = [read_pte_program(path, files) for path, files in zip(inputs, data_of, strict=True)]
     _check_inputs(inputs, reads)
     command = _command(inputs, output, renames, prefixes, drops, data, ptd_out, inline, dedupe)
     choice = _choose(inputs, reads, renames, prefixes, drops, command)
@@ -827,7 +827,7 @@ def merge_files(
         read, new = reads[number], choice.names[number]
         names.append([name for name in new if name is not None])
         if None in new:
-            kept = [m for m, name in zip(choice.originals[number], new) if name is not None]
+            kept = [m for m, name in zip(choice.originals[number], new, strict=True) if name is not None]
             read, layout = _read_without(read, kept, data_of[number])
             kept_reads.append(read)
             layouts.append(layout)
@@ -873,13 +873,13 @@ def merge_files(
         seconds=time.perf_counter() - started,
         dropped_methods=tuple(
             (inputs[number], method)
-            for number, (methods, names) in enumerate(zip(choice.originals, choice.names))
-            for position, (method, name) in enumerate(zip(methods, names))
+            for number, (methods, names) in enumerate(zip(choice.originals, choice.names, strict=True))
+            for position, (method, name) in enumerate(zip(methods, names, strict=True))
             if name is None and (number, position) not in choice.same_as),
         deduplicated_bytes=None if deduplicated is None else deduplicated.saved_bytes,
         data=tuple(tuple(files) for files in data_of),
         constant_buffer_inputs=tuple(
-            path for path, read in zip(inputs, reads) if relies_on_constant_buffer(read.pte)),
+            path for path, read in zip(inputs, reads, strict=True) if relies_on_constant_buffer(read.pte)),
     )
     logger.info("%s", report.summary())
     return report
@@ -892,8 +892,8 @@ def _merged_methods(inputs: Sequence[str], choice: Choice) -> tuple[MergedMethod
         also.setdefault(kept, []).append(inputs[number])
     return tuple(
         MergedMethod(name, inputs[number], method, tuple(also.get((number, position), ())))
-        for number, (methods, names) in enumerate(zip(choice.originals, choice.names))
-        for position, (method, name) in enumerate(zip(methods, names)) if name is not None
+        for number, (methods, names) in enumerate(zip(choice.originals, choice.names, strict=True))
+        for position, (method, name) in enumerate(zip(methods, names, strict=True)) if name is not None
     )
 
 

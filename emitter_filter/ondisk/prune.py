@@ -420,7 +420,7 @@ def pruned_pte(
     if program.namedData is not None or extra_named:
         program.namedData = named
     data_index = new_data_indices(order)
-    for plan, refs, live in zip(program.executionPlan or (), pte.plans, liveness.live_values):
+    for plan, refs, live in zip(program.executionPlan or (), pte.plans, liveness.live_values, strict=True):
         remap_plan_values(GENERATED, plan, refs, live)
         remap_data_indices(GENERATED, plan, refs, live, data_index)
 
@@ -430,13 +430,13 @@ def pruned_pte(
     if out or program.segments is not None:
         # ExecuTorch always writes the list; a file without it keeps it absent.
         program.segments = [
-            PROGRAM.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out)
+            PROGRAM.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out, strict=True)
         ]
     flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
     prefix, base = program_prefix(flatbuffer, layout, data_size)
     result = OutputFile(output, fd, prefix)
     if data_size:
-        result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out)]
+        result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out, strict=True)]
     return result
 
 
@@ -465,10 +465,10 @@ def _pruned_ptd(
     )
     flat_tensor.namedData = named
     flat_tensor.segments = [
-        FLAT_TENSOR.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out)
+        FLAT_TENSOR.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out, strict=True)
     ]
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), layout, data_size)
-    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out)])
+    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out, strict=True)])
 
 
 def verbatim(path: str, fd: int, size: int) -> OutputFile:
@@ -525,7 +525,7 @@ def _decide_outputs(
     else:
         outputs = [verbatim(dst, fd, pte.file_bytes)]
     ptd_written: dict[str, str] = {}
-    for (path, output), ptd in zip(ptd_outputs, pte.ptd_files):
+    for (path, output), ptd in zip(ptd_outputs, pte.ptd_files, strict=True):
         ptd_fd = open_input(path, opened)
         if all(keep_key(key) for key in ptd.named_data):
             written = verbatim(output, ptd_fd, ptd.file_bytes)
@@ -670,7 +670,7 @@ def _write_pruned(
     opened: list[int] = []
     try:
         outputs, ptd_written = _decide_outputs(
-            src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs)), opened, layout
+            src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs, strict=True)), opened, layout
         )
         # The .ptd outputs' directory, created as `share --out` is (and removed on failure).
         # (Every .ptd output is in the one `ptd_out`.)

@@ -205,7 +205,7 @@ def _externalize(read: PteProgram, keys) -> tuple:
     pte, program = read.pte, read.program
     index_of = {t.name: t.ref.index for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
     plans = []
-    for plan, refs in zip(program.executionPlan or (), pte.plans):
+    for plan, refs in zip(program.executionPlan or (), pte.plans, strict=True):
         data_refs = dict(refs.data_refs)
         for value_index, ref in refs.data_refs.items():
             layouts = keys.get(ref.index) if ref.space is DataSpace.CONSTANT else None
@@ -249,7 +249,7 @@ def _keep_own(read: PteProgram, plans, own: frozenset[str], fds: dict[str, int],
     }
     index_of: dict[str, DataRef] = {}
     new_plans = []
-    for plan, refs in zip(program.executionPlan or (), plans):
+    for plan, refs in zip(program.executionPlan or (), plans, strict=True):
         data_refs = dict(refs.data_refs)
         for value_index, ref in refs.data_refs.items():
             tensor = plan.values[value_index].val
@@ -392,14 +392,14 @@ def _shared_ptd(
     flat_tensor = FLAT_TENSOR.FlatTensor(
         segments=[
             FLAT_TENSOR.DataSegment(offset=o, size=s.size)
-            for o, s in zip(offsets, builder.segments)
+            for o, s in zip(offsets, builder.segments, strict=True)
         ],
         namedData=builder.named,
     )
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), PtdLayout(alignment, ()), data_size)
     first_fd = next(iter(fds.values()))
     return OutputFile(
-        output, first_fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, builder.segments)]
+        output, first_fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, builder.segments, strict=True)]
     )
 
 
@@ -412,7 +412,7 @@ def _check_inputs(ptes: Sequence[str], out_dir: str, ptd_name: str) -> None:
     if not ptd_name or os.path.basename(ptd_name) != ptd_name:
         raise OutputFileError(f"{ptd_name!r}: the shared .ptd's name must be a file name")
     absolute = [os.path.abspath(p) for p in ptes]
-    for path, where in zip(ptes, absolute):
+    for path, where in zip(ptes, absolute, strict=True):
         if absolute.count(where) > 1:
             raise OutputFileError(f"{path}: given twice; share writes each program once")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
@@ -500,7 +500,7 @@ def share_files(
     check_outputs([*ptes, *ptd_paths], [*pte_outputs, *copy_outputs], "share", [out_dir])
 
     programs = _with_layouts(read_set(ptes, ptd_paths, data_of))
-    ptds = [(*ptd, own) for ptd, own in zip(programs.ptds, programs.ptd_alignments)]
+    ptds = [(*ptd, own) for ptd, own in zip(programs.ptds, programs.ptd_alignments, strict=True)]
     found = find_set_shared(programs, min_bytes)
     opened: list[int] = []
     try:
@@ -540,13 +540,13 @@ def _outputs(programs, ptds, found, fds, pte_outputs, shared_output, copy_output
     outputs = [
         _shared_pte(n, read, layout, found, fds, alignments, output)
         for n, (read, layout, output) in enumerate(
-            zip(programs.reads, programs.layouts, pte_outputs)
+            zip(programs.reads, programs.layouts, pte_outputs, strict=True)
         )
     ]
     if not found.shared:
         outputs += [
             verbatim(o, fds[ptd.path], ptd.file_bytes)
-            for (ptd, _, _), o in zip(ptds, copy_outputs)
+            for (ptd, _, _), o in zip(ptds, copy_outputs, strict=True)
         ]
         return outputs, copy_outputs
     alignment = max(
@@ -574,7 +574,7 @@ def _prune_then_share(ptes, out_dir, ptd_paths, started, data_beside, **options)
     with temp:
         pruned = [os.path.join(temp.name, tail) for tail in unique_tails(ptes)]
         data_of = data_files_for(ptes, (), beside=data_beside)
-        for source, target, files in zip(ptes, pruned, data_of):
+        for source, target, files in zip(ptes, pruned, data_of, strict=True):
             os.makedirs(os.path.dirname(target), exist_ok=True)
             prune_file(source, target, files,
                        ptd_outputs=[os.path.splitext(target)[0] + ".ptd" for _ in files])
@@ -584,7 +584,7 @@ def _prune_then_share(ptes, out_dir, ptd_paths, started, data_beside, **options)
         programs=tuple(
             dataclasses.replace(p, path=source, data=tuple(files),
                                 bytes_before=os.path.getsize(source))
-            for p, source, files in zip(report.programs, ptes, data_of)
+            for p, source, files in zip(report.programs, ptes, data_of, strict=True)
         ),
         ptd_inputs=tuple(f for files in data_of for f in files),
         bytes_before=sum(os.path.getsize(p) for p in ptes)
@@ -613,7 +613,9 @@ def _report(reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, st
             own_keys=tuple(sorted(found.own_keys.get(number, ()))),
             data=tuple(data_of[number]),
         )
-        for number, (read, output, size) in enumerate(zip(reads, pte_outputs, sizes))
+        # `sizes` lists the programs' outputs first, then the `.ptd` outputs.
+        for number, (read, output, size) in enumerate(
+            zip(reads, pte_outputs, sizes[:len(pte_outputs)], strict=True))
     )
     report = ShareReport(
         programs=programs,

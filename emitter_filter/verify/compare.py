@@ -303,7 +303,7 @@ def _compare(pair: MethodPair, want: Sequence, got: Sequence) -> Difference | No
     """The first output whose dtype, sizes or bytes differ, as a `Difference`."""
     if len(want) != len(got):
         return Difference(pair, None, f"{len(got)} outputs, the old method {len(want)}")
-    for index, (a, b) in enumerate(zip(want, got)):
+    for index, (a, b) in enumerate(zip(want, got, strict=True)):
         if a.dtype != b.dtype or a.shape != b.shape:
             return Difference(pair, index, f"{b.dtype} {list(b.shape)}, the old method's "
                               f"{a.dtype} {list(a.shape)}")

@@ -40,7 +40,8 @@ def _check_attribution(explanation) -> None:
         spread = ("program", "values", "instructions", "operators", "ptd_header")
         placed = sorted((p for p in parts if p.storage not in spread),
                         key=lambda p: p.offset)
-        for before, after in zip(placed, placed[1:]):
+        # Neighbouring pairs: one fewer than the items, so zip stops early on purpose.
+        for before, after in zip(placed, placed[1:], strict=False):
             assert before.end <= after.offset, (before, after)
 
 

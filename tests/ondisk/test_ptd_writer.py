@@ -113,7 +113,7 @@ def _serialized(payload, alignments, segment_alignment: int, dropped: int | None
             buffer_index=i, alignment=alignment,
             tensor_layout=TensorLayout(ScalarType.BYTE, [len(data)], [0]) if tensor else None,
         )
-        for i, ((data, _, tensor), alignment) in enumerate(zip(payload, alignments))
+        for i, ((data, _, tensor), alignment) in enumerate(zip(payload, alignments, strict=True))
         if i != dropped
     }
     config = serialize.FlatTensorConfig(segment_alignment)
