@@ -200,7 +200,7 @@ def check_budget(
         with contextlib.ExitStack() as stack:
             read = digest_parts(open_sources(stack, (path, *ptds)))
 
-            def digest(part: Part, read=read) -> bytes | None:
+            def digest(part: Part, read=read, digests=digests) -> bytes | None:
                 return digests.get(id(part)) if id(part) in digests else read(part)
 
             changes = tuple(diff_parts(recorded, explanation.parts, digest))

@@ -255,7 +255,8 @@ def growth_limit(text: str) -> tuple[int | None, float | None]:
     try:
         parsed = float(number) if value.endswith("%") else int(number)
     except ValueError:
-        raise ValueError(f"--max-growth {text!r}: expected BYTES or PCT% (e.g. 4096 or 1.5%)")
+        raise ValueError(
+            f"--max-growth {text!r}: expected BYTES or PCT% (e.g. 4096 or 1.5%)") from None
     if parsed < 0:
         raise ValueError(f"--max-growth {text!r}: must not be negative")
     return (None, float(parsed)) if value.endswith("%") else (int(parsed), None)

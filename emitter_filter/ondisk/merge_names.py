@@ -401,7 +401,7 @@ def _claim_name(choice, under, clashes, inputs, index, position, name, asked, sa
     (kept once), or refuses it (`asked` by a flag), or records a clash."""
     here = (index, position)
     holders = under.setdefault(name, [])
-    for number, (other, other_asked) in enumerate(holders):
+    for number, (other, _) in enumerate(holders):
         if other[0] != index and same(other, here):
             if number == 0:
                 choice.same_as[here] = other
