@@ -481,30 +481,30 @@ def share_files(
         OutputFileError: An output would replace an input, or cannot be written.
     """
     started = time.perf_counter()
-    ptes = [os.fspath(p) for p in ptes]
-    out_dir = os.fspath(out_dir)
-    _check_inputs(ptes, out_dir, ptd_name)
+    pte_files = [os.fspath(p) for p in ptes]
+    out_path = os.fspath(out_dir)
+    _check_inputs(pte_files, out_path, ptd_name)
     if prune:
         return _prune_then_share(
-            ptes, out_dir, list(ptd_paths), started, data_beside,
+            pte_files, out_path, list(ptd_paths), started, data_beside,
             ptd_name=ptd_name, min_bytes=min_bytes, progress=progress, dedupe=dedupe,
         )
-    data_of = data_files_for(ptes, ptd_paths, beside=data_beside)
-    ptd_paths = list(dict.fromkeys(p for files in data_of for p in files))
+    data_of = data_files_for(pte_files, ptd_paths, beside=data_beside)
+    ptd_files = list(dict.fromkeys(p for files in data_of for p in files))
     # Each under its name, or the shortest tail of its path that tells it apart
     # (`a/model.pte`, `b/model.pte`: every optimum-executorch export is `model.pte`).
-    pte_outputs = [os.path.join(out_dir, tail) for tail in unique_tails(ptes)]
-    shared_output = os.path.join(out_dir, ptd_name)
-    copy_outputs = [os.path.join(out_dir, tail) for tail in unique_tails(ptd_paths)]
-    check_outputs([*ptes, *ptd_paths], [*pte_outputs, shared_output], "share", [out_dir])
-    check_outputs([*ptes, *ptd_paths], [*pte_outputs, *copy_outputs], "share", [out_dir])
+    pte_outputs = [os.path.join(out_path, tail) for tail in unique_tails(pte_files)]
+    shared_output = os.path.join(out_path, ptd_name)
+    copy_outputs = [os.path.join(out_path, tail) for tail in unique_tails(ptd_files)]
+    check_outputs([*pte_files, *ptd_files], [*pte_outputs, shared_output], "share", [out_path])
+    check_outputs([*pte_files, *ptd_files], [*pte_outputs, *copy_outputs], "share", [out_path])
 
-    programs = _with_layouts(read_set(ptes, ptd_paths, data_of))
+    programs = _with_layouts(read_set(pte_files, ptd_files, data_of))
     ptds = [(*ptd, own) for ptd, own in zip(programs.ptds, programs.ptd_alignments, strict=True)]
     found = find_set_shared(programs, min_bytes)
     opened: list[int] = []
     try:
-        fds = {p: open_input(p, opened) for p in [*ptes, *ptd_paths]}
+        fds = {p: open_input(p, opened) for p in [*pte_files, *ptd_files]}
         outputs, ptd_outputs = _outputs(
             programs, ptds, found, fds, pte_outputs, shared_output, copy_outputs
         )
@@ -512,7 +512,7 @@ def share_files(
         sizes = [o.size for o in outputs]
         with contextlib.ExitStack() as made:
             for directory in dict.fromkeys(os.path.dirname(o.path) for o in outputs):
-                made.enter_context(output_directory(directory or out_dir))
+                made.enter_context(output_directory(directory or out_path))
             bytes_after = write_outputs(outputs, progress, validate=validate_outputs)
     finally:
         for fd in opened:
