@@ -349,9 +349,9 @@ def _live_references(
     # External constants' keys are tensor data: their entries above say whether they are read.
     external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
     dead = frozenset(use.dead)
-    for entry in pte.named_data:
-        if entry.key not in dead and entry.key not in external_fqns:
-            yield "named_data", (entry.file, entry.offset), entry.nbytes
+    for named in pte.named_data:
+        if named.key not in dead and named.key not in external_fqns:
+            yield "named_data", (named.file, named.offset), named.nbytes
     for blob in pte.delegates:
         if blob.users:
             where = (pte.path, blob.offset) if blob.location == "segment" else None

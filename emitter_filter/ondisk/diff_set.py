@@ -72,8 +72,11 @@ class SetDiff:
     def over(self, limit: tuple[int | None, float | None]) -> bool:
         """Whether NEW exceeds OLD by more than `growth_limit`'s result, the set as a whole."""
         nbytes, percent = limit
-        allowed = nbytes if nbytes is not None else self.old_bytes * percent / 100
-        return self.delta > allowed
+        if nbytes is not None:
+            return self.delta > nbytes
+        if percent is None:
+            raise TypeError("a growth limit is (bytes, None) or (None, percent)")
+        return self.delta > self.old_bytes * percent / 100
 
     def headline(self) -> str:
         percent = f", {self.delta / self.old_bytes:+.1%}" if self.old_bytes else ""

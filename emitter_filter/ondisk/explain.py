@@ -419,9 +419,9 @@ class _Attributor:
                 parts.append(self._tensor_part(DataRef(space, index), entry, space.value,
                                                index=index, status=status))
         keys: dict[int, list] = {}
-        for entry in pte.named_data:
-            if entry.file == path:
-                keys.setdefault(entry.segment_index, []).append(entry)
+        for named in pte.named_data:
+            if named.file == path:
+                keys.setdefault(named.segment_index, []).append(named)
         for index, entries in keys.items():
             parts.append(self._named_part(entries, "named_data", index, None))
         for segment in pte.unreferenced_segments:
@@ -446,8 +446,8 @@ class _Attributor:
         for ptd in self.pte.ptd_files:
             tag = self.tags[ptd.path]
             segments: dict[int, list] = {}
-            for entry in ptd.named_data.values():
-                segments.setdefault(entry.segment_index, []).append(entry)
+            for named in ptd.named_data.values():
+                segments.setdefault(named.segment_index, []).append(named)
             for index, entries in segments.items():
                 tensors = [by_fqn[e.key] for e in entries if e.key in by_fqn]
                 if not tensors:
