@@ -145,7 +145,8 @@ def _once(paths: Sequence[str]) -> list[str]:
 
 def data_files_of(inputs: Sequence[str], data) -> list[list[str]]:
     """The `.ptd` files given for each input: those every input reads, then its own."""
-    every, own = [], [[] for _ in inputs]
+    every: list[str] = []
+    own: list[list[str]] = [[] for _ in inputs]
     for spec in data:
         file, ptd = _split_spec(spec, inputs)
         if file:

@@ -347,7 +347,7 @@ def _other_alignments(base: int, header_end: int, offsets: Sequence[int]) -> lis
     if not base:
         return []
     common = math.gcd(base, *offsets)
-    divisors = set()
+    divisors: set[int] = set()
     for small in range(1, min(math.isqrt(common), _MAX_ALIGNMENT) + 1):
         if common % small == 0:
             divisors.update((small, common // small))
