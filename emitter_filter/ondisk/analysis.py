@@ -285,7 +285,7 @@ _DeadEntry = tuple[DroppedConstant, "tuple[str, int] | None"]
 
 def _dead_tensor_data(pte: PteFile, liveness: Liveness) -> list[_DeadEntry]:
     """Dead entries of the three tensor data spaces, named after the first value using each."""
-    first_user = {}
+    first_user: dict[DataRef, TensorEntry] = {}
     for tensor in pte.tensors:
         first_user.setdefault(tensor.ref, tensor)
     dead = []

@@ -527,6 +527,7 @@ def _decide_outputs(
     ptd_written: dict[str, str] = {}
     for (path, output), ptd in zip(ptd_outputs, pte.ptd_files, strict=True):
         ptd_fd = open_input(path, opened)
+        written: OutputFile | None
         if all(keep_key(key) for key in ptd.named_data):
             written = verbatim(output, ptd_fd, ptd.file_bytes)
         else:

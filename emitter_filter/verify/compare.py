@@ -204,7 +204,8 @@ def verify_pairs(pairs: Sequence[MethodPair], *,
     given = inputs if inputs is None or isinstance(inputs, InputFile) else InputFile(inputs)
     if given is not None:
         given.check_methods([p.new_method for p in pairs])
-    verified, seeded = [], 0
+    verified: list[MethodPair] = []
+    seeded = 0
     for pair in pairs:
         difference, was_seeded = _verify_pair(runtime, pair, given)
         seeded += was_seeded
