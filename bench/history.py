@@ -236,7 +236,8 @@ class MachineHistory:
         """Every step of a figure, each run against the previous run that has the figure."""
         present = [i for i, v in enumerate(self.values(model, figure)) if v is not None]
         # Neighbouring pairs: one fewer than the items, so zip stops early on purpose.
-        found = (self.movement(a, b, model, figure) for a, b in zip(present, present[1:], strict=False))
+        found = (self.movement(a, b, model, figure) for a, b in zip(
+                present, present[1:], strict=False))
         return tuple(step for step in found if step is not None)
 
 

@@ -195,7 +195,8 @@ class Liveness:
     live_data: Mapping[DataSpace, frozenset[int]]
 
     def dead_value_count(self, plans: Sequence[PlanRefs]) -> int:
-        return sum(p.num_values - len(live) for p, live in zip(plans, self.live_values, strict=True))
+        return sum(p.num_values - len(live) for p, live in zip(
+                plans, self.live_values, strict=True))
 
 
 def _mark_plan(plan: PlanRefs) -> tuple[int, ...]:

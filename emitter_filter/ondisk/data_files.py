@@ -153,7 +153,8 @@ def data_files_of(inputs: Sequence[str], data) -> list[list[str]]:
             own[input_of(file, inputs)].append(ptd)
         else:
             every.append(ptd)
-    return [_without_copies(pte, _once([*every, *files])) for pte, files in zip(inputs, own, strict=True)]
+    return [_without_copies(pte, _once([*every, *files])) for pte, files in zip(
+            inputs, own, strict=True)]
 
 
 def _without_copies(pte: str, paths: list[str]) -> list[str]:

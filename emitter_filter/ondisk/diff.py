@@ -183,7 +183,8 @@ def _match_content(olds: list[Part], news: list[Part], digest: DigestFn):
         return found
 
     old_side, new_side = by_content(olds), by_content(news)
-    pairs = [pair for k in old_side if k in new_side for pair in zip(old_side[k], new_side[k], strict=True)]
+    pairs = [pair for k in old_side if k in new_side for pair in zip(
+            old_side[k], new_side[k], strict=True)]
     matched = {id(p) for pair in pairs for p in pair}
     olds[:] = [p for p in olds if id(p) not in matched]
     news[:] = [p for p in news if id(p) not in matched]

@@ -202,7 +202,8 @@ class MergeReport:
     def to_json(self) -> dict:
         return {
             "schema": JSON_SCHEMA,
-            "data": [{"program": p, "data": list(f)} for p, f in zip(self.inputs, self.data, strict=True)],
+            "data": [{"program": p, "data": list(f)} for p, f in zip(
+                    self.inputs, self.data, strict=True)],
             "inputs": list(self.inputs),
             "output": self.output,
             "ptd_output": self.ptd_output,
@@ -613,7 +614,8 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
     if data_size:
         result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out, strict=True)]
     written = (sum(entry.nbytes for entry in constants[1:])
-               + sum(item.external(old).nbytes for item, mutable in zip(inputs, mutable_external, strict=True)
+               + sum(item.external(old).nbytes for item, mutable in zip(
+                       inputs, mutable_external, strict=True)
                      for old in item.order[DataSpace.EXTERNAL] if old in mutable)
                + sum(s.size for s in out[blobs_from:])
                + sum(len(bytes(blob.data or b"")) for blob in blobs))
@@ -654,11 +656,13 @@ def _merged_ptd(inputs: Sequence[_Input], contents: _Contents, output: str) -> O
         return None
     offsets, data_size = place_segments([(s.size, s.alignment) for s in out], alignment)
     flat_tensor = FLAT_TENSOR.FlatTensor(
-        segments=[FLAT_TENSOR.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out, strict=True)],
+        segments=[FLAT_TENSOR.DataSegment(offset=o, size=s.size) for o, s in zip(
+                offsets, out, strict=True)],
         namedData=entries,
     )
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), PtdLayout(alignment, ()), data_size)
-    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out, strict=True)])
+    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(
+            offsets, out, strict=True)])
 
 
 def _read_inputs(inputs, reads, stack, opened,
@@ -837,7 +841,8 @@ def merge_files(
         read, new = reads[number], choice.names[number]
         names.append([name for name in new if name is not None])
         if None in new:
-            kept = [m for m, name in zip(choice.originals[number], new, strict=True) if name is not None]
+            kept = [m for m, name in zip(
+                    choice.originals[number], new, strict=True) if name is not None]
             read, layout = _read_without(read, kept, data_of[number])
             kept_reads.append(read)
             layouts.append(layout)
@@ -885,13 +890,15 @@ def merge_files(
         seconds=time.perf_counter() - started,
         dropped_methods=tuple(
             (input_files[number], method)
-            for number, (methods, names) in enumerate(zip(choice.originals, choice.names, strict=True))
+            for number, (methods, names) in enumerate(zip(
+                    choice.originals, choice.names, strict=True))
             for position, (method, name) in enumerate(zip(methods, names, strict=True))
             if name is None and (number, position) not in choice.same_as),
         deduplicated_bytes=None if deduplicated is None else deduplicated.saved_bytes,
         data=tuple(tuple(files) for files in data_of),
         constant_buffer_inputs=tuple(
-            path for path, read in zip(input_files, reads, strict=True) if relies_on_constant_buffer(read.pte)),
+            path for path, read in zip(
+                    input_files, reads, strict=True) if relies_on_constant_buffer(read.pte)),
     )
     logger.info("%s", report.summary())
     return report
@@ -905,7 +912,8 @@ def _merged_methods(inputs: Sequence[str], choice: Choice) -> tuple[MergedMethod
     return tuple(
         MergedMethod(name, inputs[number], method, tuple(also.get((number, position), ())))
         for number, (methods, names) in enumerate(zip(choice.originals, choice.names, strict=True))
-        for position, (method, name) in enumerate(zip(methods, names, strict=True)) if name is not None
+        for position, (method, name) in enumerate(zip(
+                methods, names, strict=True)) if name is not None
     )
 
 

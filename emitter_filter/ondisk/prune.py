@@ -420,7 +420,8 @@ def pruned_pte(
     if program.namedData is not None or extra_named:
         program.namedData = named
     data_index = new_data_indices(order)
-    for plan, refs, live in zip(program.executionPlan or (), pte.plans, liveness.live_values, strict=True):
+    for plan, refs, live in zip(
+            program.executionPlan or (), pte.plans, liveness.live_values, strict=True):
         remap_plan_values(GENERATED, plan, refs, live)
         remap_data_indices(GENERATED, plan, refs, live, data_index)
 
@@ -468,7 +469,8 @@ def _pruned_ptd(
         FLAT_TENSOR.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out, strict=True)
     ]
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), layout, data_size)
-    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out, strict=True)])
+    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(
+            offsets, out, strict=True)])
 
 
 def verbatim(path: str, fd: int, size: int) -> OutputFile:

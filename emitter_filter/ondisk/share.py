@@ -399,7 +399,8 @@ def _shared_ptd(
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), PtdLayout(alignment, ()), data_size)
     first_fd = next(iter(fds.values()))
     return OutputFile(
-        output, first_fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, builder.segments, strict=True)]
+        output, first_fd, prefix, [(base + o, s.pieces) for o, s in zip(
+                offsets, builder.segments, strict=True)]
     )
 
 

@@ -212,7 +212,8 @@ def find_set_shared(programs: ProgramSet, min_bytes: int) -> SharedSet:
         sources = open_sources(stack, paths)
         return find_shared(
             programs.reads, programs.layouts,
-            [(ptd, own) for (ptd, _), own in zip(programs.ptds, alignments, strict=True)], sources, min_bytes,
+            [(ptd, own) for (ptd, _), own in zip(
+                    programs.ptds, alignments, strict=True)], sources, min_bytes,
         )
 
 

@@ -339,7 +339,8 @@ def _check_trains_as_before(inputs, out, methods) -> list:
         want = _load_for_executorch_from_buffer(program, weights).forward(XOR_INPUTS)
         wants.append(want)
         for got in _run_every_loader_all(out, method, XOR_INPUTS):
-            assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+            assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(
+                    got, want, strict=True))
     return wants
 
 

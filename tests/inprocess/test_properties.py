@@ -128,7 +128,8 @@ def test_pruning_keeps_every_used_value_with_its_bytes(emitter_output):
     before = copy.deepcopy(emitter_output)
     original_buffers = list(emitter_output.program.constant_buffer)
     prune_report = prune_emitter_output(emitter_output)
-    for old, new in zip(before.program.execution_plan, emitter_output.program.execution_plan, strict=True):
+    for old, new in zip(
+            before.program.execution_plan, emitter_output.program.execution_plan, strict=True):
         # Every index still resolves; list items still come before their lists.
         for index in _used_indices(new):
             assert 0 <= index < len(new.values)
@@ -161,7 +162,8 @@ def test_pruning_twice_changes_nothing_and_nothing_dead_remains(emitter_output):
     assert emitter_output == once
     plans = [collect_plan_refs(plan) for plan in emitter_output.program.execution_plan]
     liveness = find_live(plans)
-    assert all(len(live) == p.num_values for p, live in zip(plans, liveness.live_values, strict=True))
+    assert all(len(live) == p.num_values for p, live in zip(
+            plans, liveness.live_values, strict=True))
 
 
 # --- random real models, run in ExecuTorch's runtime ---------------------------------------
@@ -267,7 +269,8 @@ def test_random_models_compute_the_same_after_pruning(model_and_flow):
     assert prune_report.dropped_values > 0, "every random model has a dead buffer"
     config = emitter_filter.ExecutorchBackendConfig()
     pruned, _ = serialize_for_executorch(pruned_output, config, manager._data_serializer, None)
-    for want, got in zip(_outputs(manager.buffer, inputs), _outputs(bytes(pruned), inputs), strict=True):
+    for want, got in zip(
+            _outputs(manager.buffer, inputs), _outputs(bytes(pruned), inputs), strict=True):
         assert all(torch.equal(w, g) for w, g in zip(want, got, strict=True))
     again = prune_emitter_output(pruned_output)
     assert not again.dropped and again.dropped_values == 0

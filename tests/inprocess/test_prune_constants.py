@@ -123,7 +123,8 @@ def test_manager_outputs_agree_with_the_pruned_program(built, tmp_path):
     assert path.read_bytes() == manager.buffer
     assert next(d for n, d in built["pruned"].items() if n.endswith(".pte")) == manager.buffer
     round_trip = deserialize_pte_binary(manager.buffer).program
-    for ours, theirs in zip(manager.executorch_program.execution_plan, round_trip.execution_plan, strict=True):
+    for ours, theirs in zip(
+            manager.executorch_program.execution_plan, round_trip.execution_plan, strict=True):
         assert ours.values == theirs.values
         assert ours.inputs == theirs.inputs and ours.outputs == theirs.outputs
 
