@@ -243,7 +243,7 @@ def _keep_own(read: PteProgram, plans, own: frozenset[str], fds: dict[str, int],
     the mutable entries and the named data to add.
     """
     pte, program = read.pte, read.program
-    spaces = {
+    spaces: dict[DataSpace, tuple[int, list[StoredEntry]]] = {
         DataSpace.CONSTANT: (_entry_count(program.constantSegment), []),
         DataSpace.MUTABLE: (_entry_count((program.mutableDataSegments or [None])[0]), []),
     }
@@ -501,6 +501,7 @@ def share_files(
     check_outputs([*pte_files, *ptd_files], [*pte_outputs, *copy_outputs], "share", [out_path])
 
     programs = _with_layouts(read_set(pte_files, ptd_files, data_of))
+    assert programs.layouts is not None and programs.ptd_alignments is not None  # set just now
     ptds = [(*ptd, own) for ptd, own in zip(programs.ptds, programs.ptd_alignments, strict=True)]
     found = find_set_shared(programs, min_bytes)
     opened: list[int] = []
