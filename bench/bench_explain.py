@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_files import work_directory, build_pte, measure, median, summarize_runs  # noqa: E402
+from bench.bench_files import build_pte, measure, median, summarize_runs, work_directory  # noqa: E402
 
 
 def main() -> int:

@@ -25,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_files import work_directory, measure, median, summarize_runs  # noqa: E402
+from bench.bench_files import measure, median, summarize_runs, work_directory  # noqa: E402
 from bench.bench_share import build_set  # noqa: E402
 
 

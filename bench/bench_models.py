@@ -168,7 +168,7 @@ def test_dedupe(benchmark, case: ModelCase):
         dedupe_seconds=[d.seconds for d in rounds.dedupe_reports],
         dedupe_share=[
             d.seconds / m.to_executorch_seconds
-            for d, m in zip(rounds.dedupe_reports, rounds.measurements)
+            for d, m in zip(rounds.dedupe_reports, rounds.measurements, strict=True)
         ],
         dedupe_saved_bytes=dedupe.saved_bytes,
         worker=None,

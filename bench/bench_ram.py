@@ -290,7 +290,7 @@ def measure(built: dict, repeat: int, jobs: int) -> list[dict]:
                        "arrangement": arrangement, "programs": programs}] * repeat
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         runs = list(pool.map(_spawn, specs))
-    return [{**spec, **run} for spec, run in zip(specs, runs)]
+    return [{**spec, **run} for spec, run in zip(specs, runs, strict=True)]
 
 
 def summarize(runs: list[dict], built: dict) -> list[dict]:

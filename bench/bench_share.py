@@ -25,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_files import work_directory, measure, median, summarize_runs  # noqa: E402
+from bench.bench_files import measure, median, summarize_runs, work_directory  # noqa: E402
 
 _PROGRAMS = 3
 
@@ -42,7 +42,7 @@ def build_set(directory: str, nbytes: int) -> list[str]:
     for number in range(_PROGRAMS):
 
         class Program(torch.nn.Module):
-            def __init__(self) -> None:
+            def __init__(self, number: int) -> None:
                 super().__init__()
                 self.register_buffer("common", common.clone())
                 self.register_buffer("own", torch.full((own_elements,), float(number + 1)))
@@ -50,7 +50,7 @@ def build_set(directory: str, nbytes: int) -> list[str]:
             def forward(self, x):
                 return x + self.common[:16] + self.own[:16]
 
-        exported = torch.export.export(Program(), (torch.randn(16),))
+        exported = torch.export.export(Program(number), (torch.randn(16),))
         path = os.path.join(directory, f"program{number}.pte")
         with open(path, "wb") as f:
             to_edge(exported).to_executorch().write_to_file(f)

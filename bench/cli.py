@@ -295,9 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if costliest is not None:
         print(f"\n{costliest.describe()}")
     if options.out is not None:
-        from bench.dashboard import write_dashboard
-
         from bench.bench_ram import load_ram
+        from bench.dashboard import write_dashboard
 
         ram_path = options.out / "ram.json"  # bench/bench_ram.py --out DIR: its RAM table
         try:

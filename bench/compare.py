@@ -120,7 +120,8 @@ class Comparison:
                 f.status,
             ))
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-        lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+        lines += ["  ".join(cell.ljust(w) for cell, w in zip(
+                row, widths, strict=True)).rstrip() for row in rows]
         for f in self.findings:
             lines += [f"{f.model}: {reason}" for reason in f.regressions]
         return "\n".join(lines)

@@ -55,7 +55,7 @@ def _bytes_chart(plt, summaries: Sequence[ModelSummary]) -> str:
               label="before (ExecuTorch as shipped)", color="#c44e52")
     axes.barh([r - 0.2 for r in rows], [s.bytes_after / _MIB for s in summaries], 0.4,
               label="after (prune_constants=True)", color="#4c72b0")
-    for r, s in zip(rows, summaries):
+    for r, s in zip(rows, summaries, strict=True):
         if s.saved_bytes:
             axes.annotate(f"-{s.saved_share:.0%}", (s.bytes_before / _MIB, r + 0.2),
                           xytext=(3, -3), textcoords="offset points")
@@ -261,10 +261,10 @@ def _suite_chart(plt, programs: Sequence[Mapping]) -> str | None:
     rows = range(len(shown))
     dead = [(p["dead_bytes"] or 0) / 1024 for p in shown]
     duplicated = [(p["duplicated_bytes"] or 0) / 1024 for p in shown]
-    rest = [p["file_bytes"] / 1024 - d - u for p, d, u in zip(shown, dead, duplicated)]
+    rest = [p["file_bytes"] / 1024 - d - u for p, d, u in zip(shown, dead, duplicated, strict=True)]
     axes.barh(rows, rest, label="live, stored once", color="#4c72b0")
     axes.barh(rows, duplicated, left=rest, label="duplicated", color="#dd8452")
-    axes.barh(rows, dead, left=[r + u for r, u in zip(rest, duplicated)], label="dead",
+    axes.barh(rows, dead, left=[r + u for r, u in zip(rest, duplicated, strict=True)], label="dead",
               color="#c44e52")
     axes.set_yticks(list(rows), [_program_label(p) for p in shown])
     axes.invert_yaxis()

@@ -235,7 +235,9 @@ class MachineHistory:
     def steps(self, model: str, figure: Figure) -> tuple[Step, ...]:
         """Every step of a figure, each run against the previous run that has the figure."""
         present = [i for i, v in enumerate(self.values(model, figure)) if v is not None]
-        found = (self.movement(a, b, model, figure) for a, b in zip(present, present[1:]))
+        # Neighbouring pairs: one fewer than the items, so zip stops early on purpose.
+        found = (self.movement(a, b, model, figure) for a, b in zip(
+                present, present[1:], strict=False))
         return tuple(step for step in found if step is not None)
 
 
@@ -346,7 +348,7 @@ def _runs_table(histories: Sequence[MachineHistory]) -> str:
          str(len(run.summaries)), run.path.name if run.path.name != "results.json"
          else f"{run.path.parent.name}/{run.path.name}"]
         for m, history in enumerate(histories)
-        for label, run in zip(_run_labels(history), history.runs)
+        for label, run in zip(_run_labels(history), history.runs, strict=True)
     ]
     return html_table(headers, rows, table_class="runs")
 

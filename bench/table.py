@@ -120,8 +120,9 @@ def _format(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
         lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
         lines += ["| " + " | ".join(row) + " |" for row in rows]
         return "\n".join(lines)
-    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(headers, widths)).rstrip()]
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(headers, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(
+            row, widths, strict=True)).rstrip() for row in rows]
     return "\n".join(lines)

@@ -33,9 +33,9 @@ from emitter_filter.environment import ENV_DEDUPE, ENV_PRUNE, ENV_STRICT
 from emitter_filter.errors import (
     EmitterFilterError,
     EnvironmentVariableError,
+    InvalidOutputError,
     InvariantError,
     MethodSetError,
-    InvalidOutputError,
     OutputFileError,
     ProgramFormatError,
     PteFormatError,

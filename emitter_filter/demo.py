@@ -191,8 +191,7 @@ def _check(failures: list[str], holds: bool, sentence: str) -> None:
 def _export_both(torch, model, inputs, plain_path: Path, pruned_path: Path):
     """Writes the plain and the pruned `.pte` of one graph; returns the pruned manager and the
     seconds its `to_executorch` took."""
-    from executorch.exir import ExecutorchBackendConfig as PlainConfig
-    from executorch.exir import to_edge
+    from executorch.exir import ExecutorchBackendConfig as PlainConfig, to_edge
 
     import emitter_filter
 
@@ -223,7 +222,7 @@ def _outputs_identical(torch, inputs, plain_path: Path, pruned_path: Path) -> bo
     plain_outputs = _load_for_executorch_from_buffer(plain_bytes).forward(inputs)
     pruned_outputs = _load_for_executorch_from_buffer(pruned_bytes).forward(inputs)
     return len(plain_outputs) == len(pruned_outputs) and all(
-        torch.equal(a, b) for a, b in zip(plain_outputs, pruned_outputs)
+        torch.equal(a, b) for a, b in zip(plain_outputs, pruned_outputs, strict=True)
     )
 
 

@@ -66,7 +66,7 @@ class Table:
 
     def __init__(self, **fields):
         self._pos = None
-        for attribute, default in zip(self._attributes, self._defaults):
+        for attribute, default in zip(self._attributes, self._defaults, strict=True):
             setattr(self, attribute, default)
         for attribute, value in fields.items():
             if attribute not in self._attributes:
@@ -453,7 +453,7 @@ def to_object_api(value):
         if not value or isinstance(value[0], (int, float)):
             return value
         converted = [to_object_api(item) for item in value]
-        return value if all(a is b for a, b in zip(converted, value)) else converted
+        return value if all(a is b for a, b in zip(converted, value, strict=True)) else converted
     if hasattr(value, "Pack") and hasattr(value, "__dict__"):
         # An object API table built in code may hold decoded tables: those are replaced.
         for attribute, item in vars(value).items():

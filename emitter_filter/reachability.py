@@ -195,7 +195,8 @@ class Liveness:
     live_data: Mapping[DataSpace, frozenset[int]]
 
     def dead_value_count(self, plans: Sequence[PlanRefs]) -> int:
-        return sum(p.num_values - len(live) for p, live in zip(plans, self.live_values))
+        return sum(p.num_values - len(live) for p, live in zip(
+                plans, self.live_values, strict=True))
 
 
 def _mark_plan(plan: PlanRefs) -> tuple[int, ...]:
@@ -234,7 +235,7 @@ def find_live(plans: Sequence[PlanRefs]) -> Liveness:
     """
     live_values = tuple(_mark_plan(plan) for plan in plans)
     live_data: dict[DataSpace, set[int]] = {space: set() for space in DataSpace}
-    for plan, live in zip(plans, live_values):
+    for plan, live in zip(plans, live_values, strict=True):
         for index in live:
             ref = plan.data_refs.get(index)
             if ref is not None:
@@ -263,7 +264,7 @@ def order_live_data(plans: Sequence[PlanRefs], liveness: Liveness) -> dict[DataS
     """
     order: dict[DataSpace, list[int]] = {space: [] for space in DataSpace}
     seen: dict[DataSpace, set[int]] = {space: set() for space in DataSpace}
-    for plan, live in zip(plans, liveness.live_values):
+    for plan, live in zip(plans, liveness.live_values, strict=True):
         for index in live:
             ref = plan.data_refs.get(index)
             if ref is None or ref.index in seen[ref.space]:

@@ -151,7 +151,7 @@ def compare(files: Iterable[Mutant], worker: RuntimeWorker, workdir: Path) -> Co
 
     def flush() -> None:
         outcomes = worker.load_all([(pte, ptds) for _, pte, ptds in batch])
-        for (mutant, pte, ptds), outcome in zip(batch, outcomes):
+        for (mutant, pte, ptds), outcome in zip(batch, outcomes, strict=True):
             try:
                 validity = validate_file(pte, ptds)
             except ProgramFormatError as error:  # a data file it cannot read, say

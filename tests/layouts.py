@@ -120,7 +120,7 @@ def ptd_file(flatbuffer: bytes, blobs: list[bytes], offsets: list[int], base: in
     end = offsets[-1] + len(blobs[-1]) if blobs else 0
     header = FH.pack(FH_MAGIC, 40, 48, len(flatbuffer), base, end).ljust(48, b"\0")
     out = bytearray(_insert_header(flatbuffer, header))
-    for offset, blob in zip(offsets, blobs):
+    for offset, blob in zip(offsets, blobs, strict=True):
         out.extend(bytes(base + offset - len(out)))
         out.extend(blob)
     return bytes(out.ljust(base, b"\0"))
@@ -138,7 +138,7 @@ def _with_header(
     if header_length >= 32:
         fields += EH_SEGMENT_DATA_SIZE.pack(data_size)
     out = bytearray(_insert_header(flatbuffer, fields.ljust(padded, b"\0")))
-    for offset, data in zip(offsets, segments):
+    for offset, data in zip(offsets, segments, strict=True):
         out.extend(bytes(base + offset - len(out)))
         out.extend(data)
     return bytes(out)
@@ -279,7 +279,7 @@ def relayout(
         offsets.append(aligned(end, segment_alignment))
         end = offsets[-1] + len(blob)
     if program.segments is not None:
-        program.segments = [_segment(o, len(b)) for o, b in zip(offsets, segments)]
+        program.segments = [_segment(o, len(b)) for o, b in zip(offsets, segments, strict=True)]
     flatbuffer = pack(program, force_defaults)
     if not end:
         return flatbuffer

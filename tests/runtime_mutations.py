@@ -41,7 +41,6 @@ from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import
 from emitter_filter.ondisk.layout import aligned
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
-from emitter_filter.ondisk.read_pte import read_pte_program
 from tests.fuzz_files import Seed, mutate
 from tests.layouts import ptd_file, with_program_changed
 

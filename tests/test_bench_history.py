@@ -32,7 +32,8 @@ def _steps(history) -> set[tuple[str, str, int, str]]:
     }
 
 
-def _histories(paths, order="commit", thresholds=Thresholds()):
+def _histories(paths, order="commit", thresholds=None):
+    thresholds = Thresholds() if thresholds is None else thresholds
     return group_runs([load_run(p) for p in paths], thresholds, order)
 
 

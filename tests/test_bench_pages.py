@@ -145,7 +145,7 @@ def _assert_linear(points: list[_Element], along: str, inverted: bool) -> None:
         return
     slope = (positions[high] - positions[low]) / (values[high] - values[low])
     assert (slope < 0) is inverted, "a larger value is drawn higher (lines) or longer (bars)"
-    for value, position in zip(values, positions):
+    for value, position in zip(values, positions, strict=True):
         assert position == pytest.approx(positions[low] + slope * (value - values[low]), abs=0.01)
 
 

@@ -5,7 +5,6 @@ README stays short."""
 from __future__ import annotations
 
 import argparse
-
 import re
 import unicodedata
 from pathlib import Path

@@ -14,8 +14,7 @@ import struct
 
 import flatbuffers
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM, XNNPACK
 from emitter_filter.flatbuffer_tables import FlatbufferError, Table, attribute_name, to_object_api
@@ -54,7 +53,7 @@ def test_every_described_table_has_the_object_apis_fields_in_slot_order(schema):
     # by reading the test programs' blobs with both (below).
     for name, cls in schema.classes.items():
         generated = vars(_generated(schema, name)())
-        assert generated == dict(zip(cls._attributes, cls._defaults)), name
+        assert generated == dict(zip(cls._attributes, cls._defaults, strict=True)), name
         assert list(generated) == list(cls._attributes), name
 
 

@@ -186,7 +186,8 @@ def _remap_data(
 
     program = emitter_output.program
     live_fqns: set[str] = set()
-    for plan_refs, plan, live in zip(plans, program.execution_plan, liveness.live_values):
+    for plan_refs, plan, live in zip(
+            plans, program.execution_plan, liveness.live_values, strict=True):
         # plan.values is already compacted: kept value k was old value live[k].
         renumbered = plan_indices.remap_data_indices(EXIR_SCHEMA, plan, plan_refs, live, new_index)
         live_fqns.update(
@@ -269,7 +270,8 @@ def prune_emitter_output(
 
     if dropped or dropped_values:
         order = order_live_data(plans, liveness)
-        for plan, refs, live in zip(program.execution_plan, plans, liveness.live_values):
+        for plan, refs, live in zip(
+                program.execution_plan, plans, liveness.live_values, strict=True):
             if len(live) != len(plan.values):
                 plan_indices.remap_plan_values(EXIR_SCHEMA, plan, refs, live)
         _remap_data(emitter_output, plans, liveness, order)

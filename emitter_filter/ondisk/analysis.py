@@ -285,7 +285,7 @@ _DeadEntry = tuple[DroppedConstant, "tuple[str, int] | None"]
 
 def _dead_tensor_data(pte: PteFile, liveness: Liveness) -> list[_DeadEntry]:
     """Dead entries of the three tensor data spaces, named after the first value using each."""
-    first_user = {}
+    first_user: dict[DataRef, TensorEntry] = {}
     for tensor in pte.tensors:
         first_user.setdefault(tensor.ref, tensor)
     dead = []
@@ -349,9 +349,9 @@ def _live_references(
     # External constants' keys are tensor data: their entries above say whether they are read.
     external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
     dead = frozenset(use.dead)
-    for entry in pte.named_data:
-        if entry.key not in dead and entry.key not in external_fqns:
-            yield "named_data", (entry.file, entry.offset), entry.nbytes
+    for named in pte.named_data:
+        if named.key not in dead and named.key not in external_fqns:
+            yield "named_data", (named.file, named.offset), named.nbytes
     for blob in pte.delegates:
         if blob.users:
             where = (pte.path, blob.offset) if blob.location == "segment" else None
@@ -372,7 +372,7 @@ class _Ranges:
         last = bisect.bisect_right(self._starts, end, lo=first)
         held = sum(
             max(0, min(e, end) - max(s, offset))
-            for s, e in zip(self._starts[first:last], self._ends[first:last])
+            for s, e in zip(self._starts[first:last], self._ends[first:last], strict=True)
         )
         if first < last:
             offset, end = min(offset, self._starts[first]), max(end, self._ends[last - 1])
@@ -384,7 +384,7 @@ class _Ranges:
         """The (offset, end) ranges of these bytes no claim holds."""
         end = offset + nbytes
         first = bisect.bisect_left(self._ends, offset)
-        for start, stop in zip(self._starts[first:], self._ends[first:]):
+        for start, stop in zip(self._starts[first:], self._ends[first:], strict=True):
             if start >= end:
                 break
             if start > offset:
@@ -394,7 +394,7 @@ class _Ranges:
             yield offset, end
 
     def spans(self) -> tuple[tuple[int, int], ...]:
-        return tuple(zip(self._starts, self._ends))
+        return tuple(zip(self._starts, self._ends, strict=True))
 
 
 @dataclass(frozen=True)
@@ -480,7 +480,7 @@ def find_dead_entries(
 def _live_external_names(program, liveness: Liveness) -> set[str]:
     """`fully_qualified_name` of every live EXTERNAL tensor: the `.ptd` keys still read."""
     names = set()
-    for plan, live in zip(program.executionPlan or (), liveness.live_values):
+    for plan, live in zip(program.executionPlan or (), liveness.live_values, strict=True):
         values = plan.values or []
         for index in live:
             evalue = values[index]

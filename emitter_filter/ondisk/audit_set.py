@@ -150,9 +150,9 @@ def audit_set(
         PteFormatError: A file is malformed, or a `.ptd` does not match a program.
         MethodSetError: A `FILE=` names none of the programs.
     """
-    ptes = [os.fspath(p) for p in ptes]
-    data_of = data_files_for(ptes, ptd_paths, beside=data_beside)
-    programs = read_set(ptes, list(dict.fromkeys(p for f in data_of for p in f)), data_of)
+    pte_files = [os.fspath(p) for p in ptes]
+    data_of = data_files_for(pte_files, ptd_paths, beside=data_beside)
+    programs = read_set(pte_files, list(dict.fromkeys(p for f in data_of for p in f)), data_of)
     ptd_files = [ptd for ptd, _ in programs.ptds]
     # Per (file, key): one program's `head.weight` is not another's.
     segment_of = {
@@ -161,7 +161,7 @@ def audit_set(
     }
     read_by_any: set[tuple[str, str]] = set()
     members = []
-    for read, files in zip(programs.reads, data_of):
+    for read, files in zip(programs.reads, data_of, strict=True):
         report = audit_file(read.pte.path, files)
         paths = {ptd.path for ptd in read.pte.ptd_files}
         own = {key for path, key in segment_of if path in paths}

@@ -98,11 +98,11 @@ def budget_document(
     `data_files.data_files_for` takes them: a program's record counts its `.ptd` files,
     so that the check sees one grow.
     """
-    paths = [os.fspath(p) for p in paths]
-    data_of = data_files_for(paths, data, beside=data_beside)
-    explanations = [explain_file(p, files) for p, files in zip(paths, data_of)]
+    pte_files = [os.fspath(p) for p in paths]
+    data_of = data_files_for(pte_files, data, beside=data_beside)
+    explanations = [explain_file(p, files) for p, files in zip(pte_files, data_of, strict=True)]
     files = {}
-    for path, ptds, explanation in zip(paths, data_of, explanations):
+    for path, ptds, explanation in zip(pte_files, data_of, explanations, strict=True):
         with contextlib.ExitStack() as stack:
             digest = digest_parts(open_sources(stack, (path, *ptds)))
             files[path] = {**record_explanation(explanation, digest), "data": list(ptds)}
@@ -164,7 +164,9 @@ class BudgetCheck:
 
     @property
     def over(self) -> bool:
-        return self.diff is None or self.diff.new_bytes > self.allowed_bytes
+        if self.diff is None or self.allowed_bytes is None:
+            return True  # No record (then neither is set): nothing to be within.
+        return self.diff.new_bytes > self.allowed_bytes
 
     def summary(self) -> str:
         if self.diff is None:
@@ -187,8 +189,9 @@ def check_budget(
     if not (math.isfinite(tolerance_percent) and tolerance_percent >= 0):
         raise ValueError(f"the tolerance must be a percentage, 0 or more: {tolerance_percent!r}")
     checks = []
-    paths = [os.fspath(p) for p in paths]
-    for path, ptds in zip(paths, data_files_for(paths, data, beside=data_beside)):
+    pte_files = [os.fspath(p) for p in paths]
+    data_of = data_files_for(pte_files, data, beside=data_beside)
+    for path, ptds in zip(pte_files, data_of, strict=True):
         record = budget["files"].get(path)
         explanation = explain_file(path, ptds)
         if record is None:
@@ -196,11 +199,11 @@ def check_budget(
             continue
         recorded = [_part_from_record(f"{path} (budget)", r) for r in record["parts"]]
         digests = {id(p): bytes.fromhex(r["sha256"])
-                   for p, r in zip(recorded, record["parts"]) if r.get("sha256")}
+                   for p, r in zip(recorded, record["parts"], strict=True) if r.get("sha256")}
         with contextlib.ExitStack() as stack:
             read = digest_parts(open_sources(stack, (path, *ptds)))
 
-            def digest(part: Part, read=read) -> bytes | None:
+            def digest(part: Part, read=read, digests=digests) -> bytes | None:
                 return digests.get(id(part)) if id(part) in digests else read(part)
 
             changes = tuple(diff_parts(recorded, explanation.parts, digest))

@@ -145,14 +145,16 @@ def _once(paths: Sequence[str]) -> list[str]:
 
 def data_files_of(inputs: Sequence[str], data) -> list[list[str]]:
     """The `.ptd` files given for each input: those every input reads, then its own."""
-    every, own = [], [[] for _ in inputs]
+    every: list[str] = []
+    own: list[list[str]] = [[] for _ in inputs]
     for spec in data:
         file, ptd = _split_spec(spec, inputs)
         if file:
             own[input_of(file, inputs)].append(ptd)
         else:
             every.append(ptd)
-    return [_without_copies(pte, _once([*every, *files])) for pte, files in zip(inputs, own)]
+    return [_without_copies(pte, _once([*every, *files])) for pte, files in zip(
+            inputs, own, strict=True)]
 
 
 def _without_copies(pte: str, paths: list[str]) -> list[str]:
@@ -234,7 +236,7 @@ def data_files_for(ptes: Sequence[str], data=(), *, beside: bool = True) -> list
     given = data_files_of(ptes, data)
     warned: set[str] = set()
     return [files if files or not beside else _beside_list(pte, warned)
-            for pte, files in zip(ptes, given)]
+            for pte, files in zip(ptes, given, strict=True)]
 
 
 def _beside_list(pte: str, warned: set[str]) -> list[str]:
@@ -250,7 +252,7 @@ def program_data(pte: str | os.PathLike, data=(), *, beside: bool = True) -> lis
 def pairing_json(ptes: Sequence[str], data_of: Sequence[Sequence[str]]) -> list[dict]:
     """Which data files each program was read with, as every `--json` shows it."""
     return [{"program": os.fspath(p), "data": [os.fspath(f) for f in files]}
-            for p, files in zip(ptes, data_of)]
+            for p, files in zip(ptes, data_of, strict=True)]
 
 
 def sets_of(data_of: Sequence[Sequence[str]]) -> list[list[int]]:

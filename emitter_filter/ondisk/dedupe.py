@@ -358,9 +358,9 @@ def _place_segments(
         constant.size, constant_at, entry_alignment, pte.path,
     )
     offsets, end = place_segments([(sizes[i], own[i]) for i in kept], alignment)
-    placed = {index: (at, sizes[index]) for index, at in zip(kept, offsets)}
+    placed = {index: (at, sizes[index]) for index, at in zip(kept, offsets, strict=True)}
     pieces: list[tuple[int, int, int]] = []
-    for index, at in zip(kept, offsets):
+    for index, at in zip(kept, offsets, strict=True):
         if index == constant.index:
             pieces += [(at + dst, constant.offset + src, n) for dst, src, n in runs]
         else:
@@ -475,7 +475,8 @@ def _constant_layout(
     share (`quantum`), so each keeps its alignment; an aliased entry moves to the
     next multiple of what its alias needs, relative to the segment base.
     """
-    if any(b < a for a, b in zip(offsets, offsets[1:])):
+    # Neighbouring pairs: one fewer than the items, so zip stops early on purpose.
+    if any(b < a for a, b in zip(offsets, offsets[1:], strict=False)):
         raise PteFormatError(path, "constant_segment offsets are not in increasing order")
     quantum = position_alignment(segment_at)
     for offset in offsets:

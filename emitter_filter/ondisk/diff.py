@@ -183,7 +183,8 @@ def _match_content(olds: list[Part], news: list[Part], digest: DigestFn):
         return found
 
     old_side, new_side = by_content(olds), by_content(news)
-    pairs = [pair for k in old_side if k in new_side for pair in zip(old_side[k], new_side[k])]
+    pairs = [pair for k in old_side if k in new_side for pair in zip(
+            old_side[k], new_side[k], strict=True)]
     matched = {id(p) for pair in pairs for p in pair}
     olds[:] = [p for p in olds if id(p) not in matched]
     news[:] = [p for p in news if id(p) not in matched]
@@ -255,7 +256,8 @@ def growth_limit(text: str) -> tuple[int | None, float | None]:
     try:
         parsed = float(number) if value.endswith("%") else int(number)
     except ValueError:
-        raise ValueError(f"--max-growth {text!r}: expected BYTES or PCT% (e.g. 4096 or 1.5%)")
+        raise ValueError(
+            f"--max-growth {text!r}: expected BYTES or PCT% (e.g. 4096 or 1.5%)") from None
     if parsed < 0:
         raise ValueError(f"--max-growth {text!r}: must not be negative")
     return (None, float(parsed)) if value.endswith("%") else (int(parsed), None)

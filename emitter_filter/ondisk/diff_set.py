@@ -30,7 +30,7 @@ def set_files(directory: str | os.PathLike, *, data_beside: bool = True) -> dict
     stems = {p.stem for p in ptes}
     common = sorted(str(p) for p in root.glob("*.ptd") if p.is_file() and p.stem not in stems)
     own = data_files_for([str(p) for p in ptes], beside=data_beside)
-    return {p.name: files or common for p, files in zip(ptes, own)}
+    return {p.name: files or common for p, files in zip(ptes, own, strict=True)}
 
 
 def _bytes(directory: str | os.PathLike) -> int:
@@ -72,8 +72,11 @@ class SetDiff:
     def over(self, limit: tuple[int | None, float | None]) -> bool:
         """Whether NEW exceeds OLD by more than `growth_limit`'s result, the set as a whole."""
         nbytes, percent = limit
-        allowed = nbytes if nbytes is not None else self.old_bytes * percent / 100
-        return self.delta > allowed
+        if nbytes is not None:
+            return self.delta > nbytes
+        if percent is None:
+            raise TypeError("a growth limit is (bytes, None) or (None, percent)")
+        return self.delta > self.old_bytes * percent / 100
 
     def headline(self) -> str:
         percent = f", {self.delta / self.old_bytes:+.1%}" if self.old_bytes else ""

@@ -337,7 +337,7 @@ def _part_table(parts: Sequence[Part], by_file: bool = False) -> list[str]:
     widths = [max(len(row[i]) for row in (head, *rows)) for i in range(len(head) - 1)]
     return [
         "  ".join([row[0].rjust(max(widths[0], 14))]
-                  + [cell.ljust(width) for cell, width in zip(row[1:-1], widths[1:])]
+                  + [cell.ljust(width) for cell, width in zip(row[1:-1], widths[1:], strict=True)]
                   + [row[-1]])
         for row in (head, *rows)
     ]
@@ -359,7 +359,7 @@ class _Attributor:
         analysis = report.analysis
         self.count = analysis.count
         self.live = {(plan.name, value)
-                     for plan, values in zip(pte.plans, analysis.liveness.live_values)
+                     for plan, values in zip(pte.plans, analysis.liveness.live_values, strict=True)
                      for value in values}
         self.users: dict[DataRef, list] = {}
         # Live values first: a part shows the layout its live readers read.
@@ -419,9 +419,9 @@ class _Attributor:
                 parts.append(self._tensor_part(DataRef(space, index), entry, space.value,
                                                index=index, status=status))
         keys: dict[int, list] = {}
-        for entry in pte.named_data:
-            if entry.file == path:
-                keys.setdefault(entry.segment_index, []).append(entry)
+        for named in pte.named_data:
+            if named.file == path:
+                keys.setdefault(named.segment_index, []).append(named)
         for index, entries in keys.items():
             parts.append(self._named_part(entries, "named_data", index, None))
         for segment in pte.unreferenced_segments:
@@ -446,8 +446,8 @@ class _Attributor:
         for ptd in self.pte.ptd_files:
             tag = self.tags[ptd.path]
             segments: dict[int, list] = {}
-            for entry in ptd.named_data.values():
-                segments.setdefault(entry.segment_index, []).append(entry)
+            for named in ptd.named_data.values():
+                segments.setdefault(named.segment_index, []).append(named)
             for index, entries in segments.items():
                 tensors = [by_fqn[e.key] for e in entries if e.key in by_fqn]
                 if not tensors:
@@ -569,7 +569,7 @@ def _split_program(pte: PteFile, program_data: bytes, parts: list[Part]) -> list
     sections = [
         Part(pte.path, 0, nbytes, section, tag=plan.name)
         for plan, counts in zip(pte.plans, count_plan_sections(
-            program_data, pte.path, (8, pte.header_length)))
+            program_data, pte.path, (8, pte.header_length)), strict=True)
         for section, nbytes in counts.items() if nbytes
     ]
     taken = sum(p.nbytes for p in sections)

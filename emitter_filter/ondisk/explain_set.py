@@ -27,7 +27,12 @@ from emitter_filter.ondisk.explain import Explanation, Part, explain_file
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read_pte import read_pte_program
 from emitter_filter.ondisk.share_find import (
-    DEFAULT_MIN_BYTES, ProgramSet, SharedContent, find_set_shared, key_clashes, read_set,
+    DEFAULT_MIN_BYTES,
+    ProgramSet,
+    SharedContent,
+    find_set_shared,
+    key_clashes,
+    read_set,
 )
 
 __all__ = ["explain_set"]
@@ -100,21 +105,22 @@ def explain_set(
         PteFormatError: A file is given twice.
         MethodSetError: A `FILE=` names none of the programs.
     """
-    ptes = [os.fspath(p) for p in ptes]
-    data_of = data_files_for(ptes, ptd_paths, beside=data_beside)
+    pte_files = [os.fspath(p) for p in ptes]
+    data_of = data_files_for(pte_files, ptd_paths, beside=data_beside)
     seen: set[str] = set()
-    for path in ptes:
+    for path in pte_files:
         if os.path.realpath(path) in seen:
             raise PteFormatError(path, "given twice: a set holds each file once")
         seen.add(os.path.realpath(path))
     # A .ptd two programs read under two names: one file, read by both.
     named = {os.path.realpath(p): p for files in reversed(data_of) for p in files}
     data_of = [[named[os.path.realpath(p)] for p in files] for files in data_of]
-    programs = tuple(explain_file(pte, files) for pte, files in zip(ptes, data_of))
+    programs = tuple(explain_file(pte, files)
+                     for pte, files in zip(pte_files, data_of, strict=True))
     parts: list[Part] = []
     ptd_parts: dict[tuple, list[Part]] = {}
     outside: list[Part] = []
-    for pte, explanation in zip(ptes, programs):
+    for pte, explanation in zip(pte_files, programs, strict=True):
         name = os.path.basename(pte)
         for part in explanation.parts:
             if part.file == pte:
@@ -127,17 +133,17 @@ def explain_set(
     files = tuple(dict.fromkeys(f for e in programs for f in e.files))
     ptds = list(dict.fromkeys(p for f in data_of for p in f))
     found = find_set_shared(ProgramSet(
-        tuple(read_pte_program(pte, f) for pte, f in zip(ptes, data_of)),
+        tuple(read_pte_program(pte, f) for pte, f in zip(pte_files, data_of, strict=True)),
         tuple(read_ptd_flat_tensor(path) for path in ptds),
     ), min_bytes)
     parts = _mark_set_copies(parts, found.shared)
     order = {path: number for number, (path, _) in enumerate(files)}
     parts.sort(key=lambda p: (order[p.file], p.offset))
-    count = len(ptes)
+    count = len(pte_files)
     return Explanation(
         path=f"{count} program{'s' if count != 1 else ''}", files=files, parts=tuple(parts),
         outside=tuple(outside), audit=programs[0].audit, programs=programs,
-        key_clashes=_key_clashes(ptes, data_of),
+        key_clashes=_key_clashes(pte_files, data_of),
     )
 
 

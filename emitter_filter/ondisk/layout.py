@@ -282,7 +282,7 @@ def _segment_own_alignments(
         return None
     result: list[int | None] = []
     end = 0
-    for (offset, size), is_plain in zip(segments, plain):
+    for (offset, size), is_plain in zip(segments, plain, strict=True):
         if offset % segment_alignment or offset < aligned(end, segment_alignment):
             return None
         if is_plain:
@@ -326,7 +326,7 @@ def segment_alignments(
         if own is not None:
             found[alignment] = tuple(
                 position_alignment(offset) if o is None else o
-                for (offset, _), o in zip(segments, own)
+                for (offset, _), o in zip(segments, own, strict=True)
             )
     # Named data rarely asks for more than the segment alignment: prefer the
     # values that need the fewest own alignments to explain the offsets (then
@@ -347,7 +347,7 @@ def _other_alignments(base: int, header_end: int, offsets: Sequence[int]) -> lis
     if not base:
         return []
     common = math.gcd(base, *offsets)
-    divisors = set()
+    divisors: set[int] = set()
     for small in range(1, min(math.isqrt(common), _MAX_ALIGNMENT) + 1):
         if common % small == 0:
             divisors.update((small, common // small))
@@ -512,7 +512,7 @@ def pte_segment_alignments(
     )
     result = {}
     for alignment, own in found.items():
-        by_index = {s.index: o for s, o in zip(owned, own)}
+        by_index = {s.index: o for s, o in zip(owned, own, strict=True)}
         result[alignment] = tuple(by_index.get(s.index, 1) for s in pte.segments)
     return result
 
@@ -642,7 +642,7 @@ def patch_program(
     patched = bytearray(head)
     for index, values in segments.items():
         segment = program.segments[index]
-        for field, value in zip(("offset", "size"), values):
+        for field, value in zip(("offset", "size"), values, strict=True):
             at = PROGRAM.field_at(head, segment, field)
             if at is None:
                 if value:

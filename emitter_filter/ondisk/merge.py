@@ -57,6 +57,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from emitter_filter._program_fbs.executorch_flatbuffer.BackendDelegateInlineData import (
+    BackendDelegateInlineDataT,
+)
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
 from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
     TensorDataLocation,
@@ -88,6 +91,20 @@ from emitter_filter.ondisk.layout import (
     read_pte_layout,
     shared_segment_alignment,
 )
+from emitter_filter.ondisk.merge_names import (
+    TRAINING_PREFIX,
+    Choice,
+    MethodClashes,
+    choose_methods,
+    is_constant_method,
+    parse_drop,
+    parse_method,
+    parse_prefix,
+    plan_names,
+    resolving_flags,
+    same_method,
+    spans_open,
+)
 from emitter_filter.ondisk.output import (
     OutputFile,
     ProgressFn,
@@ -109,20 +126,6 @@ from emitter_filter.ondisk.prune import (
     relies_on_constant_buffer,
     stored_entries,
     verbatim,
-)
-from emitter_filter.ondisk.merge_names import (
-    TRAINING_PREFIX,
-    Choice,
-    MethodClashes,
-    choose_methods,
-    is_constant_method,
-    parse_drop,
-    parse_method,
-    parse_prefix,
-    plan_names,
-    resolving_flags,
-    same_method,
-    spans_open,
 )
 from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
 from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
@@ -199,7 +202,8 @@ class MergeReport:
     def to_json(self) -> dict:
         return {
             "schema": JSON_SCHEMA,
-            "data": [{"program": p, "data": list(f)} for p, f in zip(self.inputs, self.data)],
+            "data": [{"program": p, "data": list(f)} for p, f in zip(
+                    self.inputs, self.data, strict=True)],
             "inputs": list(self.inputs),
             "output": self.output,
             "ptd_output": self.ptd_output,
@@ -259,7 +263,7 @@ def _choose(inputs: Sequence[str], reads: Sequence[PteProgram], renames, prefixe
                 prefix + name for prefix, path in prefixes
                 for name in originals[input_of(path, inputs)]]
             flags = resolving_flags(inputs, originals, clashes.clashes, given)
-            pairs = list(zip(flags[::2], flags[1::2]))
+            pairs = list(zip(flags[::2], flags[1::2], strict=True))
             try:
                 choose([parse_method(v) for f, v in pairs if f == "--method"],
                        [parse_drop(v) for f, v in pairs if f == "--drop"])
@@ -290,10 +294,10 @@ def _check_inputs(inputs: Sequence[str], reads: Sequence[PteProgram]) -> None:
     """Refuses what cannot be merged: other schema versions, data in `.ptd` files not given."""
     versions = {read.program.version for read in reads}
     if len(versions) > 1:
-        listed = ", ".join(f"{p} {r.program.version}" for p, r in zip(inputs, reads))
+        listed = ", ".join(f"{p} {r.program.version}" for p, r in zip(inputs, reads, strict=True))
         raise MethodSetError(f"the programs have different Program.version ({listed}): "
                              "export them with one ExecuTorch release")
-    for path, read in zip(inputs, reads):
+    for path, read in zip(inputs, reads, strict=True):
         missing = [e for e in read.pte.entries[DataSpace.EXTERNAL].values() if e.offset < 0]
         if missing:
             raise MethodSetError(
@@ -384,8 +388,9 @@ class _Input:
         weights, `external_mutable_weights`): the runtime copies their initial bytes into
         the arena from the data map, or, inline, from the mutable data segment; never
         from the constant segment. Taken before the program is rewritten."""
-        mutable, constant = set(), set()
-        for plan, refs in zip(self.program.executionPlan or (), self.read.pte.plans):
+        mutable: set[int] = set()
+        constant: set[int] = set()
+        for plan, refs in zip(self.program.executionPlan or (), self.read.pte.plans, strict=True):
             for value, ref in refs.data_refs.items():
                 if ref.space is DataSpace.EXTERNAL:
                     tensor = GENERATED.value(plan.values[value])[1]
@@ -417,7 +422,7 @@ def _data_entries(inputs: Sequence[_Input], contents: _Contents, new_index: list
     """The output's constant and mutable entries (with `inline`, the external tensors'
     among them: `mutable_external`'s, per input, among the mutable ones); fills each
     input's data index map."""
-    for item, mutable in zip(inputs, mutable_external):
+    for item, mutable in zip(inputs, mutable_external, strict=True):
         entries = item.entries(DataSpace.CONSTANT)
         places = [entries[old] for old in item.order[DataSpace.CONSTANT]]
         if inline:
@@ -469,7 +474,8 @@ def _data_entries(inputs: Sequence[_Input], contents: _Contents, new_index: list
 def _inline_blobs(inputs: Sequence[_Input]) -> list:
     """The output's `backend_delegate_data`: each blob a delegate reads, equal bytes once;
     points the delegates at them."""
-    blobs, where = [], {}
+    blobs: list[BackendDelegateInlineDataT] = []
+    where: dict[bytes, int] = {}
     for item in inputs:
         inline = item.program.backendDelegateData or []
         for plan in item.program.executionPlan or ():
@@ -582,10 +588,10 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
     named = _program_named_data(inputs, _NamedData(contents, table), inline)
 
     plans = []
-    for item, index, methods in zip(inputs, new_index, names):
+    for item, index, methods in zip(inputs, new_index, names, strict=True):
         pte, live_values = item.read.pte, item.analysis.liveness.live_values
         for plan, refs, live, name in zip(item.program.executionPlan or (), pte.plans,
-                                          live_values, methods):
+                                          live_values, methods, strict=True):
             remap_plan_values(GENERATED, plan, refs, live)
             for ref, tensor in remap_data_indices(GENERATED, plan, refs, live, index):
                 if inline and ref.space is DataSpace.EXTERNAL:
@@ -601,14 +607,15 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
                                         layout.segment_alignment)
     if out or program.segments is not None:
         program.segments = [
-            PROGRAM.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out)]
+            PROGRAM.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out, strict=True)]
     flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
     prefix, base = program_prefix(flatbuffer, layout, data_size)
     result = OutputFile(output, inputs[0].fd, prefix)
     if data_size:
-        result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out)]
+        result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out, strict=True)]
     written = (sum(entry.nbytes for entry in constants[1:])
-               + sum(item.external(old).nbytes for item, mutable in zip(inputs, mutable_external)
+               + sum(item.external(old).nbytes for item, mutable in zip(
+                       inputs, mutable_external, strict=True)
                      for old in item.order[DataSpace.EXTERNAL] if old in mutable)
                + sum(s.size for s in out[blobs_from:])
                + sum(len(bytes(blob.data or b"")) for blob in blobs))
@@ -649,11 +656,13 @@ def _merged_ptd(inputs: Sequence[_Input], contents: _Contents, output: str) -> O
         return None
     offsets, data_size = place_segments([(s.size, s.alignment) for s in out], alignment)
     flat_tensor = FLAT_TENSOR.FlatTensor(
-        segments=[FLAT_TENSOR.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out)],
+        segments=[FLAT_TENSOR.DataSegment(offset=o, size=s.size) for o, s in zip(
+                offsets, out, strict=True)],
         namedData=entries,
     )
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), PtdLayout(alignment, ()), data_size)
-    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out)])
+    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(
+            offsets, out, strict=True)])
 
 
 def _read_inputs(inputs, reads, stack, opened,
@@ -736,7 +745,7 @@ def _where_data_goes(inputs, data, data_of) -> str:
     """The message for data files read with neither `--ptd-out` nor `--inline`."""
     if data:
         return "merge: with --data, give --ptd-out OUT.ptd or --inline (one of them)"
-    pte, files = next((p, f) for p, f in zip(inputs, data_of) if f)
+    pte, files = next((p, f) for p, f in zip(inputs, data_of, strict=True) if f)
     return (f"merge: {pte} reads {files[0]}, the .ptd beside it: give --ptd-out OUT.ptd or "
             "--inline for its data, or --no-data-beside to read it without")
 
@@ -799,43 +808,50 @@ def merge_files(
         OutputFileError: The output would replace an input, or cannot be written.
     """
     started = time.perf_counter()
-    inputs = [os.fspath(p) for p in inputs]
-    output = os.fspath(output)
-    ptd_out = None if ptd_out is None else os.fspath(ptd_out)
-    if not inputs:
+    input_files = [os.fspath(p) for p in inputs]
+    output_path = os.fspath(output)
+    ptd_path = None if ptd_out is None else os.fspath(ptd_out)
+    if not input_files:
         raise MethodSetError("merge: no programs given")
     renames = [parse_method(m) if isinstance(m, str) else m for m in methods]
     prefixes = [parse_prefix(p) if isinstance(p, str) else p for p in prefixes]
     drops = [parse_drop(d) if isinstance(d, str) else d for d in drops]
-    data_of = data_files_for(inputs, data, beside=data_beside)
-    if any(data_of) and (ptd_out is None) == (not inline):
-        raise MethodSetError(_where_data_goes(inputs, data, data_of))
+    data_of = data_files_for(input_files, data, beside=data_beside)
+    if any(data_of) and (ptd_path is None) == (not inline):
+        raise MethodSetError(_where_data_goes(input_files, data, data_of))
     data_files = list(dict.fromkeys(p for files in data_of for p in files))
-    check_outputs([*inputs, *data_files], [output, *([ptd_out] if ptd_out else [])], "merge")
-    reads = [read_pte_program(path, files) for path, files in zip(inputs, data_of)]
-    _check_inputs(inputs, reads)
-    command = _command(inputs, output, renames, prefixes, drops, data, ptd_out, inline, dedupe)
-    choice = _choose(inputs, reads, renames, prefixes, drops, command)
+    check_outputs([*input_files, *data_files],
+                  [output_path, *([ptd_path] if ptd_path else [])], "merge")
+    reads = [read_pte_program(path, files)
+             for path, files in zip(input_files, data_of, strict=True)]
+    _check_inputs(input_files, reads)
+    command = _command(input_files, output_path, renames, prefixes, drops, data, ptd_path,
+                       inline, dedupe)
+    choice = _choose(input_files, reads, renames, prefixes, drops, command)
     bytes_before = sum(read.pte.file_bytes for read in reads) + sum(
         os.path.getsize(p) for p in data_files)
     written_from = [n for n, names in enumerate(choice.names) if any(names)]
     if not written_from:
         raise MethodSetError("merge: every method is dropped: nothing to write")
     # Inputs without the methods not written, read as split reads them.
-    names, layouts, kept_reads = [], [], []
+    names: list[list[str]] = []
+    layouts: list[PteLayout | None] = []
+    kept_reads: list[PteProgram] = []
     for number in written_from:
         read, new = reads[number], choice.names[number]
         names.append([name for name in new if name is not None])
         if None in new:
-            kept = [m for m, name in zip(choice.originals[number], new) if name is not None]
+            kept = [m for m, name in zip(
+                    choice.originals[number], new, strict=True) if name is not None]
             read, layout = _read_without(read, kept, data_of[number])
             kept_reads.append(read)
             layouts.append(layout)
         else:
             kept_reads.append(read)
             layouts.append(None)
-    kept_inputs = [inputs[n] for n in written_from]
-    changed = renames or prefixes or data_files or len(kept_inputs) != len(inputs) or any(layouts)
+    kept_inputs = [input_files[n] for n in written_from]
+    changed = (renames or prefixes or data_files or len(kept_inputs) != len(input_files)
+               or any(layouts))
     opened: list[int] = []
     try:
         with contextlib.ExitStack() as stack:
@@ -845,12 +861,13 @@ def merge_files(
             dropped = _dropped_bytes(items)
             live = sum(item.analysis.count.live[space] for item in items
                        for space in ("constant", "named_data", "delegate", "external"))
-            ptd = None if inline or ptd_out is None else _merged_ptd(items, contents, ptd_out)
+            ptd = None if inline or ptd_path is None else _merged_ptd(items, contents, ptd_path)
             if len(items) == 1 and not changed and not changes_pte(items[0].analysis):
                 # One program with nothing to change is its own merge, as it is its own prune.
-                merged, written = verbatim(output, items[0].fd, kept_reads[0].pte.file_bytes), live
+                merged = verbatim(output_path, items[0].fd, kept_reads[0].pte.file_bytes)
+                written = live
             else:
-                merged, written = _merged_pte(items, names, contents, output, inline)
+                merged, written = _merged_pte(items, names, contents, output_path, inline)
             if ptd is not None:
                 written += sum(len(p) for _, pieces in ptd.runs for p in pieces)
             deduplicated = None
@@ -864,22 +881,24 @@ def merge_files(
         for fd in opened:
             os.close(fd)
     report = MergeReport(
-        inputs=tuple(inputs), output=output, ptd_output=ptd_out if ptd else None,
-        methods=_merged_methods(inputs, choice),
+        inputs=tuple(input_files), output=output_path, ptd_output=ptd_path if ptd else None,
+        methods=_merged_methods(input_files, choice),
         bytes_before=bytes_before,
         bytes_after=bytes_after,
         # What the inputs' live references read, against what the output holds for them.
         stored_once=max(live - written, 0), dropped=dropped,
         seconds=time.perf_counter() - started,
         dropped_methods=tuple(
-            (inputs[number], method)
-            for number, (methods, names) in enumerate(zip(choice.originals, choice.names))
-            for position, (method, name) in enumerate(zip(methods, names))
+            (input_files[number], method)
+            for number, (methods, names) in enumerate(zip(
+                    choice.originals, choice.names, strict=True))
+            for position, (method, name) in enumerate(zip(methods, names, strict=True))
             if name is None and (number, position) not in choice.same_as),
         deduplicated_bytes=None if deduplicated is None else deduplicated.saved_bytes,
         data=tuple(tuple(files) for files in data_of),
         constant_buffer_inputs=tuple(
-            path for path, read in zip(inputs, reads) if relies_on_constant_buffer(read.pte)),
+            path for path, read in zip(
+                    input_files, reads, strict=True) if relies_on_constant_buffer(read.pte)),
     )
     logger.info("%s", report.summary())
     return report
@@ -892,8 +911,9 @@ def _merged_methods(inputs: Sequence[str], choice: Choice) -> tuple[MergedMethod
         also.setdefault(kept, []).append(inputs[number])
     return tuple(
         MergedMethod(name, inputs[number], method, tuple(also.get((number, position), ())))
-        for number, (methods, names) in enumerate(zip(choice.originals, choice.names))
-        for position, (method, name) in enumerate(zip(methods, names)) if name is not None
+        for number, (methods, names) in enumerate(zip(choice.originals, choice.names, strict=True))
+        for position, (method, name) in enumerate(zip(
+                methods, names, strict=True)) if name is not None
     )
 
 
@@ -912,7 +932,7 @@ def _without_plans(read: PteProgram, methods: Sequence[str], layout: PteLayout,
         plan.name = (renames or {}).get(name, name)
     program.executionPlan = plans
     inline, where = program.backendDelegateData or [], {}
-    kept = []
+    kept: list[BackendDelegateInlineDataT] = []
     for plan in plans:
         for delegate in plan.delegates or ():
             if delegate.processed.location == DataLocation.INLINE:
@@ -997,15 +1017,15 @@ def split_file(
     src, dst = os.fspath(src), os.fspath(dst)
     if not methods:
         raise MethodSetError(f"{src}: split needs a --method to keep")
-    data = [os.fspath(p) for p in data]
-    check_outputs([src, *data], [dst], "split")
-    read = read_pte_program(src, data)
+    data_files = [os.fspath(p) for p in data]
+    check_outputs([src, *data_files], [dst], "split")
+    read = read_pte_program(src, data_files)
     present = plan_names(read)
     chosen = _split_names(src, present, methods)
     external = len(read.pte.entries[DataSpace.EXTERNAL])
     if external:
-        raise MethodSetError(f"{src}: reads {external} tensor(s) from a .ptd"
-                             f"{' (' + ', '.join(data) + ')' if data else ''}; split takes a "
+        given = f" ({', '.join(data_files)})" if data_files else ""
+        raise MethodSetError(f"{src}: reads {external} tensor(s) from a .ptd{given}; split takes a "
                              "program whose data is in the .pte (merge --inline makes one)")
     with ByteSource(src) as source:
         analysis = analyse_file(read.pte, {read.pte.path: source})

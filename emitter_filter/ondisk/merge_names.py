@@ -174,7 +174,7 @@ def same_method(a: PteProgram, i: int, b: PteProgram, j: int, spans: _Spans) -> 
     if len(values_a) != len(values_b) or set(refs_a.data_refs) != set(refs_b.data_refs):
         return False
     data = []
-    for number, (va, vb) in enumerate(zip(values_a, values_b)):
+    for number, (va, vb) in enumerate(zip(values_a, values_b, strict=True)):
         if number not in refs_a.data_refs:
             if va != vb:
                 return False
@@ -189,7 +189,7 @@ def same_method(a: PteProgram, i: int, b: PteProgram, j: int, spans: _Spans) -> 
         return False
     keys_a: set[str] = set()
     keys_b: set[str] = set()
-    for da, db in zip(delegates_a, delegates_b):
+    for da, db in zip(delegates_a, delegates_b, strict=True):
         if (da.id, da.compileSpecs, da.processed.location) != (
                 db.id, db.compileSpecs, db.processed.location):
             return False
@@ -401,7 +401,7 @@ def _claim_name(choice, under, clashes, inputs, index, position, name, asked, sa
     (kept once), or refuses it (`asked` by a flag), or records a clash."""
     here = (index, position)
     holders = under.setdefault(name, [])
-    for number, (other, other_asked) in enumerate(holders):
+    for number, (other, _) in enumerate(holders):
         if other[0] != index and same(other, here):
             if number == 0:
                 choice.same_as[here] = other
@@ -446,13 +446,13 @@ def resolving_flags(inputs: Sequence[str], originals: Sequence[Sequence[str]],
     shortest tail of the input's path that no other input has, as a name; never a
     name of `taken`, the names flags give already); methods equal to one renamed get
     its name, and are then kept once."""
-    tails = dict(zip(inputs, unique_tails(inputs)))
+    tails = dict(zip(inputs, unique_tails(inputs), strict=True))
     taken = {*taken, *(name for methods in originals for name in methods)}
     flags: dict[tuple[int, str], tuple[str, str]] = {}
     for clash in clashes:
         given: list[str | None] = [clash.name]
         for (index, position), is_constant, equal in zip(
-                clash.methods[1:], clash.constant[1:], clash.equals):
+                clash.methods[1:], clash.constant[1:], clash.equals, strict=True):
             path, method = inputs[index], originals[index][position]
             # A training method is renamed with its method: the fix renames that.
             method = _owner(method, originals[index]) or method

@@ -58,7 +58,7 @@ def graph_ids(program) -> list[str]:
 def _call_nodes(program) -> dict[tuple[str, str], list[str]]:
     """(plan name, op) to the node ids of its calls, in the order `Reader.ordinal` counts."""
     nodes: dict[tuple[str, str], list[str]] = {}
-    for plan, graph in zip(program.executionPlan or (), graph_ids(program)):
+    for plan, graph in zip(program.executionPlan or (), graph_ids(program), strict=True):
         plan_name = table_text(plan.name) or ""
         for call in plan_calls(plan):
             nodes.setdefault((plan_name, call.op), []).append(
@@ -96,7 +96,7 @@ def _xnnpack_node_values(
                 by_key.setdefault(key, []).append(part)
     name = os.path.basename(explanation.path)
     results: dict[str, dict[str, int]] = {}
-    for plan, graph in zip(program.executionPlan or (), graph_ids(program)):
+    for plan, graph in zip(program.executionPlan or (), graph_ids(program), strict=True):
         plan_name = table_text(plan.name) or ""
         for call in plan_calls(plan):
             nodes = (None if call.delegate is None
@@ -131,7 +131,7 @@ def node_data(
     calls = _call_nodes(program)
     graphs = graph_ids(program)
     graph_of = {table_text(plan.name) or "": graph
-                for plan, graph in zip(program.executionPlan or (), graphs)}
+                for plan, graph in zip(program.executionPlan or (), graphs, strict=True)}
     results: dict[str, dict[str, int]] = {graph: {} for graph in graphs}
     for part in explanation.parts:
         if not _counted(part, value):

@@ -73,7 +73,7 @@ class OutputFile:
     path: str
     source_fd: int
     prefix: bytes
-    runs: list[tuple[int, list[Piece | bytes]]] = field(default_factory=list)
+    runs: list[tuple[int, Sequence[Piece | bytes]]] = field(default_factory=list)
     confirm: tuple[Callable[[], bool], ...] = ()
 
     @property

@@ -100,7 +100,7 @@ class _Walker:
         """Adds [start, end) to the counted spans; returns how many of its bytes are new."""
         first = bisect.bisect_left(self._ends, start)
         last = bisect.bisect_right(self._starts, end)
-        spans = list(zip(self._starts[first:last], self._ends[first:last]))
+        spans = list(zip(self._starts[first:last], self._ends[first:last], strict=True))
         covered = sum(max(0, min(e, end) - max(s, start)) for s, e in spans)
         merged = (min([start, *(s for s, _ in spans)]), max([end, *(e for _, e in spans)]))
         self._starts[first:last], self._ends[first:last] = [merged[0]], [merged[1]]
@@ -109,7 +109,7 @@ class _Walker:
     def check_disjoint(self, reserved: tuple[int, int]) -> None:
         """No object counted overlaps the `reserved` range (the header)."""
         start, size = reserved
-        spans = zip(self._starts, self._ends)
+        spans = zip(self._starts, self._ends, strict=True)
         hit = next((s for s, e in spans if s < start + size and start < e), None)
         if size and hit is not None:
             raise PteFormatError(

@@ -420,7 +420,8 @@ def pruned_pte(
     if program.namedData is not None or extra_named:
         program.namedData = named
     data_index = new_data_indices(order)
-    for plan, refs, live in zip(program.executionPlan or (), pte.plans, liveness.live_values):
+    for plan, refs, live in zip(
+            program.executionPlan or (), pte.plans, liveness.live_values, strict=True):
         remap_plan_values(GENERATED, plan, refs, live)
         remap_data_indices(GENERATED, plan, refs, live, data_index)
 
@@ -430,13 +431,13 @@ def pruned_pte(
     if out or program.segments is not None:
         # ExecuTorch always writes the list; a file without it keeps it absent.
         program.segments = [
-            PROGRAM.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out)
+            PROGRAM.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out, strict=True)
         ]
     flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
     prefix, base = program_prefix(flatbuffer, layout, data_size)
     result = OutputFile(output, fd, prefix)
     if data_size:
-        result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out)]
+        result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out, strict=True)]
     return result
 
 
@@ -465,10 +466,11 @@ def _pruned_ptd(
     )
     flat_tensor.namedData = named
     flat_tensor.segments = [
-        FLAT_TENSOR.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out)
+        FLAT_TENSOR.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out, strict=True)
     ]
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), layout, data_size)
-    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out)])
+    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(
+            offsets, out, strict=True)])
 
 
 def verbatim(path: str, fd: int, size: int) -> OutputFile:
@@ -525,8 +527,9 @@ def _decide_outputs(
     else:
         outputs = [verbatim(dst, fd, pte.file_bytes)]
     ptd_written: dict[str, str] = {}
-    for (path, output), ptd in zip(ptd_outputs, pte.ptd_files):
+    for (path, output), ptd in zip(ptd_outputs, pte.ptd_files, strict=True):
         ptd_fd = open_input(path, opened)
+        written: OutputFile | None
         if all(keep_key(key) for key in ptd.named_data):
             written = verbatim(output, ptd_fd, ptd.file_bytes)
         else:
@@ -602,27 +605,30 @@ def prune_file(
     import emitter_filter.ondisk.dedupe  # noqa: F401
 
     started = time.perf_counter()
-    src, dst = os.fspath(src), os.fspath(dst)
-    ptd_paths = [os.fspath(p) for p in ptd_paths]
+    src_path, dst_path = os.fspath(src), os.fspath(dst)
+    ptd_files = [os.fspath(p) for p in ptd_paths]
+    ptd_dir = "" if ptd_out is None else os.fspath(ptd_out)
     if ptd_outputs is not None:
-        ptd_outputs = [os.fspath(p) for p in ptd_outputs]
-        if len(ptd_outputs) != len(ptd_paths):
-            raise ValueError(f"{len(ptd_outputs)} .ptd outputs for {len(ptd_paths)} inputs")
-    elif ptd_paths and ptd_out is None:
-        raise OutputFileError(f"{dst}: .ptd inputs given without a directory for their outputs")
+        ptd_targets = [os.fspath(p) for p in ptd_outputs]
+        if len(ptd_targets) != len(ptd_files):
+            raise ValueError(f"{len(ptd_targets)} .ptd outputs for {len(ptd_files)} inputs")
+    elif ptd_files and ptd_out is None:
+        raise OutputFileError(
+            f"{dst_path}: .ptd inputs given without a directory for their outputs")
     else:
-        ptd_outputs = [os.path.join(os.fspath(ptd_out), os.path.basename(p)) for p in ptd_paths]
-    check_outputs([src, *ptd_paths], [dst, *ptd_outputs], created=[ptd_out] if ptd_out else [])
+        ptd_targets = [os.path.join(ptd_dir, os.path.basename(p)) for p in ptd_files]
+    check_outputs([src_path, *ptd_files], [dst_path, *ptd_targets],
+                  created=[ptd_dir] if ptd_dir else [])
 
     # Read, then decide every output byte, then write; the kernel copies the .pte
     # meanwhile, where most of the output will be its input at the same offsets.
-    if early is not None and not early.copies(src, dst):
-        raise ValueError(f"the early copy given is not one of {src} to {dst}")
-    with early if early is not None else EarlyCopy(src, dst) as early:
-        with ByteSource(src) as source:
+    if early is not None and not early.copies(src_path, dst_path):
+        raise ValueError(f"the early copy given is not one of {src_path} to {dst_path}")
+    with early if early is not None else EarlyCopy(src_path, dst_path) as early:
+        with ByteSource(src_path) as source:
             if view is not None:
                 source = view.source(source)
-            read = read_pte_program(source, ptd_paths)
+            read = read_pte_program(source, ptd_files)
             analysis = analyse_file(
                 read.pte, {read.pte.path: source}, keep_constants, state_file(names)
             )
@@ -630,7 +636,7 @@ def prune_file(
         # into the constant segment would be written out again. Deduplicating again keeps it.
         dedupe = dedupe or _undoes_sharing(analysis, view is not None)
         return _write_pruned(
-            src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started, early,
+            src_path, dst_path, read, analysis, ptd_files, ptd_targets, progress, started, early,
             dedupe=dedupe, layout=None if view is None else view.layout,
         )
 
@@ -670,7 +676,7 @@ def _write_pruned(
     opened: list[int] = []
     try:
         outputs, ptd_written = _decide_outputs(
-            src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs)), opened, layout
+            src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs, strict=True)), opened, layout
         )
         # The .ptd outputs' directory, created as `share --out` is (and removed on failure).
         # (Every .ptd output is in the one `ptd_out`.)

@@ -129,7 +129,7 @@ def find_tensor_readers(pte: PteFile, program: Table) -> dict[DataRef, tuple[Rea
         program: The unpacked program. Not modified.
     """
     readers: dict[DataRef, list[Reader]] = {}
-    for refs, plan in zip(pte.plans, program.executionPlan or ()):
+    for refs, plan in zip(pte.plans, program.executionPlan or (), strict=True):
         seen: dict[str, int] = {}
         for call in plan_calls(plan):
             op = call.op

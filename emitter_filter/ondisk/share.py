@@ -205,7 +205,7 @@ def _externalize(read: PteProgram, keys) -> tuple:
     pte, program = read.pte, read.program
     index_of = {t.name: t.ref.index for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
     plans = []
-    for plan, refs in zip(program.executionPlan or (), pte.plans):
+    for plan, refs in zip(program.executionPlan or (), pte.plans, strict=True):
         data_refs = dict(refs.data_refs)
         for value_index, ref in refs.data_refs.items():
             layouts = keys.get(ref.index) if ref.space is DataSpace.CONSTANT else None
@@ -243,13 +243,13 @@ def _keep_own(read: PteProgram, plans, own: frozenset[str], fds: dict[str, int],
     the mutable entries and the named data to add.
     """
     pte, program = read.pte, read.program
-    spaces = {
+    spaces: dict[DataSpace, tuple[int, list[StoredEntry]]] = {
         DataSpace.CONSTANT: (_entry_count(program.constantSegment), []),
         DataSpace.MUTABLE: (_entry_count((program.mutableDataSegments or [None])[0]), []),
     }
     index_of: dict[str, DataRef] = {}
     new_plans = []
-    for plan, refs in zip(program.executionPlan or (), plans):
+    for plan, refs in zip(program.executionPlan or (), plans, strict=True):
         data_refs = dict(refs.data_refs)
         for value_index, ref in refs.data_refs.items():
             tensor = plan.values[value_index].val
@@ -392,14 +392,15 @@ def _shared_ptd(
     flat_tensor = FLAT_TENSOR.FlatTensor(
         segments=[
             FLAT_TENSOR.DataSegment(offset=o, size=s.size)
-            for o, s in zip(offsets, builder.segments)
+            for o, s in zip(offsets, builder.segments, strict=True)
         ],
         namedData=builder.named,
     )
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), PtdLayout(alignment, ()), data_size)
     first_fd = next(iter(fds.values()))
     return OutputFile(
-        output, first_fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, builder.segments)]
+        output, first_fd, prefix, [(base + o, s.pieces) for o, s in zip(
+                offsets, builder.segments, strict=True)]
     )
 
 
@@ -412,7 +413,7 @@ def _check_inputs(ptes: Sequence[str], out_dir: str, ptd_name: str) -> None:
     if not ptd_name or os.path.basename(ptd_name) != ptd_name:
         raise OutputFileError(f"{ptd_name!r}: the shared .ptd's name must be a file name")
     absolute = [os.path.abspath(p) for p in ptes]
-    for path, where in zip(ptes, absolute):
+    for path, where in zip(ptes, absolute, strict=True):
         if absolute.count(where) > 1:
             raise OutputFileError(f"{path}: given twice; share writes each program once")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
@@ -481,30 +482,31 @@ def share_files(
         OutputFileError: An output would replace an input, or cannot be written.
     """
     started = time.perf_counter()
-    ptes = [os.fspath(p) for p in ptes]
-    out_dir = os.fspath(out_dir)
-    _check_inputs(ptes, out_dir, ptd_name)
+    pte_files = [os.fspath(p) for p in ptes]
+    out_path = os.fspath(out_dir)
+    _check_inputs(pte_files, out_path, ptd_name)
     if prune:
         return _prune_then_share(
-            ptes, out_dir, list(ptd_paths), started, data_beside,
+            pte_files, out_path, list(ptd_paths), started, data_beside,
             ptd_name=ptd_name, min_bytes=min_bytes, progress=progress, dedupe=dedupe,
         )
-    data_of = data_files_for(ptes, ptd_paths, beside=data_beside)
-    ptd_paths = list(dict.fromkeys(p for files in data_of for p in files))
+    data_of = data_files_for(pte_files, ptd_paths, beside=data_beside)
+    ptd_files = list(dict.fromkeys(p for files in data_of for p in files))
     # Each under its name, or the shortest tail of its path that tells it apart
     # (`a/model.pte`, `b/model.pte`: every optimum-executorch export is `model.pte`).
-    pte_outputs = [os.path.join(out_dir, tail) for tail in unique_tails(ptes)]
-    shared_output = os.path.join(out_dir, ptd_name)
-    copy_outputs = [os.path.join(out_dir, tail) for tail in unique_tails(ptd_paths)]
-    check_outputs([*ptes, *ptd_paths], [*pte_outputs, shared_output], "share", [out_dir])
-    check_outputs([*ptes, *ptd_paths], [*pte_outputs, *copy_outputs], "share", [out_dir])
+    pte_outputs = [os.path.join(out_path, tail) for tail in unique_tails(pte_files)]
+    shared_output = os.path.join(out_path, ptd_name)
+    copy_outputs = [os.path.join(out_path, tail) for tail in unique_tails(ptd_files)]
+    check_outputs([*pte_files, *ptd_files], [*pte_outputs, shared_output], "share", [out_path])
+    check_outputs([*pte_files, *ptd_files], [*pte_outputs, *copy_outputs], "share", [out_path])
 
-    programs = _with_layouts(read_set(ptes, ptd_paths, data_of))
-    ptds = [(*ptd, own) for ptd, own in zip(programs.ptds, programs.ptd_alignments)]
+    programs = _with_layouts(read_set(pte_files, ptd_files, data_of))
+    assert programs.layouts is not None and programs.ptd_alignments is not None  # set just now
+    ptds = [(*ptd, own) for ptd, own in zip(programs.ptds, programs.ptd_alignments, strict=True)]
     found = find_set_shared(programs, min_bytes)
     opened: list[int] = []
     try:
-        fds = {p: open_input(p, opened) for p in [*ptes, *ptd_paths]}
+        fds = {p: open_input(p, opened) for p in [*pte_files, *ptd_files]}
         outputs, ptd_outputs = _outputs(
             programs, ptds, found, fds, pte_outputs, shared_output, copy_outputs
         )
@@ -512,7 +514,7 @@ def share_files(
         sizes = [o.size for o in outputs]
         with contextlib.ExitStack() as made:
             for directory in dict.fromkeys(os.path.dirname(o.path) for o in outputs):
-                made.enter_context(output_directory(directory or out_dir))
+                made.enter_context(output_directory(directory or out_path))
             bytes_after = write_outputs(outputs, progress, validate=validate_outputs)
     finally:
         for fd in opened:
@@ -540,13 +542,13 @@ def _outputs(programs, ptds, found, fds, pte_outputs, shared_output, copy_output
     outputs = [
         _shared_pte(n, read, layout, found, fds, alignments, output)
         for n, (read, layout, output) in enumerate(
-            zip(programs.reads, programs.layouts, pte_outputs)
+            zip(programs.reads, programs.layouts, pte_outputs, strict=True)
         )
     ]
     if not found.shared:
         outputs += [
             verbatim(o, fds[ptd.path], ptd.file_bytes)
-            for (ptd, _, _), o in zip(ptds, copy_outputs)
+            for (ptd, _, _), o in zip(ptds, copy_outputs, strict=True)
         ]
         return outputs, copy_outputs
     alignment = max(
@@ -574,7 +576,7 @@ def _prune_then_share(ptes, out_dir, ptd_paths, started, data_beside, **options)
     with temp:
         pruned = [os.path.join(temp.name, tail) for tail in unique_tails(ptes)]
         data_of = data_files_for(ptes, (), beside=data_beside)
-        for source, target, files in zip(ptes, pruned, data_of):
+        for source, target, files in zip(ptes, pruned, data_of, strict=True):
             os.makedirs(os.path.dirname(target), exist_ok=True)
             prune_file(source, target, files,
                        ptd_outputs=[os.path.splitext(target)[0] + ".ptd" for _ in files])
@@ -584,7 +586,7 @@ def _prune_then_share(ptes, out_dir, ptd_paths, started, data_beside, **options)
         programs=tuple(
             dataclasses.replace(p, path=source, data=tuple(files),
                                 bytes_before=os.path.getsize(source))
-            for p, source, files in zip(report.programs, ptes, data_of)
+            for p, source, files in zip(report.programs, ptes, data_of, strict=True)
         ),
         ptd_inputs=tuple(f for files in data_of for f in files),
         bytes_before=sum(os.path.getsize(p) for p in ptes)
@@ -613,7 +615,9 @@ def _report(reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, st
             own_keys=tuple(sorted(found.own_keys.get(number, ()))),
             data=tuple(data_of[number]),
         )
-        for number, (read, output, size) in enumerate(zip(reads, pte_outputs, sizes))
+        # `sizes` lists the programs' outputs first, then the `.ptd` outputs.
+        for number, (read, output, size) in enumerate(
+            zip(reads, pte_outputs, sizes[:len(pte_outputs)], strict=True))
     )
     report = ShareReport(
         programs=programs,

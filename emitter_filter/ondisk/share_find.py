@@ -192,8 +192,8 @@ def read_set(
     """
     if data_of is None:
         data_of = [ptd_paths] * len(ptes)
-    reads = tuple(read_pte_program(path, files) for path, files in zip(ptes, data_of))
-    for read, files in zip(reads, data_of):
+    reads = tuple(read_pte_program(path, files) for path, files in zip(ptes, data_of, strict=True))
+    for read, files in zip(reads, data_of, strict=True):
         external = [t for t in read.pte.tensors if t.ref.space is DataSpace.EXTERNAL]
         if external and not files:
             raise PteFormatError(
@@ -212,7 +212,8 @@ def find_set_shared(programs: ProgramSet, min_bytes: int) -> SharedSet:
         sources = open_sources(stack, paths)
         return find_shared(
             programs.reads, programs.layouts,
-            [(ptd, own) for (ptd, _), own in zip(programs.ptds, alignments)], sources, min_bytes,
+            [(ptd, own) for (ptd, _), own in zip(
+                    programs.ptds, alignments, strict=True)], sources, min_bytes,
         )
 
 
@@ -384,7 +385,7 @@ def find_shared(
     blobs = [b for ptd, alignments in ptds for b in _ptd_blobs(ptd, alignments)]
     analyses = [analyse_file(read.pte, sources) for read in reads]
     per_program: Sequence[PteLayout | None] = layouts or [None] * len(reads)
-    for number, (read, layout) in enumerate(zip(reads, per_program)):
+    for number, (read, layout) in enumerate(zip(reads, per_program, strict=True)):
         blobs.extend(_program_blobs(number, read, layout, analyses[number]))
     tensor_layouts = {number: _tensor_layouts(read) for number, read in enumerate(reads)}
     groups = _group(blobs, sources)
@@ -440,7 +441,7 @@ def _ptd_keys_read(
 ) -> list[frozenset[str]]:
     """Per program, the keys of its `.ptd` files it reads (`analysis.keep_ptd_key`)."""
     read_keys = []
-    for read, analysis in zip(reads, analyses):
+    for read, analysis in zip(reads, analyses, strict=True):
         keep = keep_ptd_key(read.pte, read.program, analysis.liveness,
                             frozenset(analysis.use.dead))
         read_keys.append(frozenset(
@@ -495,7 +496,7 @@ def _resolve_keys(
         key for key in holders if len({content[own[key]] for own in resolved if key in own}) > 1
     )
     own_keys: dict[int, frozenset[str]] = {}
-    for number, (read, own) in enumerate(zip(reads, resolved)):
+    for number, (read, own) in enumerate(zip(reads, resolved, strict=True)):
         mine = set()
         for key in sorted(clashing.intersection(own)):
             blob = own[key]

@@ -204,7 +204,8 @@ def verify_pairs(pairs: Sequence[MethodPair], *,
     given = inputs if inputs is None or isinstance(inputs, InputFile) else InputFile(inputs)
     if given is not None:
         given.check_methods([p.new_method for p in pairs])
-    verified, seeded = [], 0
+    verified: list[MethodPair] = []
+    seeded = 0
     for pair in pairs:
         difference, was_seeded = _verify_pair(runtime, pair, given)
         seeded += was_seeded
@@ -303,7 +304,7 @@ def _compare(pair: MethodPair, want: Sequence, got: Sequence) -> Difference | No
     """The first output whose dtype, sizes or bytes differ, as a `Difference`."""
     if len(want) != len(got):
         return Difference(pair, None, f"{len(got)} outputs, the old method {len(want)}")
-    for index, (a, b) in enumerate(zip(want, got)):
+    for index, (a, b) in enumerate(zip(want, got, strict=True)):
         if a.dtype != b.dtype or a.shape != b.shape:
             return Difference(pair, index, f"{b.dtype} {list(b.shape)}, the old method's "
                               f"{a.dtype} {list(a.shape)}")

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from emitter_filter.errors import VerifyError
 from emitter_filter.verify.runtimes import InputSpec
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["SEED", "SMALL_INTEGERS", "seeded_inputs", "InputFile"]
 
@@ -44,6 +48,7 @@ def seeded_inputs(method: str, specs: Sequence[InputSpec], seed: int = SEED) -> 
     generator = np.random.default_rng(seed)
     inputs = []
     for index, spec in enumerate(specs):
+        array: np.ndarray
         if spec.dtype in _FLOATS:
             array = generator.standard_normal(spec.shape, dtype=np.float32)
         elif spec.dtype in _INTEGERS:
@@ -65,7 +70,7 @@ class InputFile:
         import numpy as np
 
         self.path = os.fspath(path)
-        self.methods: dict[str, dict[int, object]] = {}
+        self.methods: dict[str, dict[int, np.ndarray]] = {}
         try:
             with np.load(self.path, allow_pickle=False) as arrays:
                 named = {key: arrays[key] for key in arrays.files}

@@ -164,7 +164,7 @@ def test_the_deduplicated_file_computes_bit_identically_with_every_loader(export
     deduped = exported.deduped  # kept alive while the buffer loader runs
     for loader, outputs in _outputs_by_loader(exported.paths["deduped"], deduped).items():
         assert len(outputs) == len(reference), loader
-        for got, want in zip(outputs, reference):
+        for got, want in zip(outputs, reference, strict=True):
             assert got.dtype == want.dtype and torch.equal(got, want), loader
 
 
@@ -272,7 +272,7 @@ def test_among_look_alike_constants_the_equal_one_is_aliased(tmp_path):
     path.write_bytes(deduped)
     reference = _load_for_executorch_from_buffer(plain).forward((TOKENS,))
     for loader, outputs in _outputs_by_loader(path, deduped).items():
-        for got, want in zip(outputs, reference):
+        for got, want in zip(outputs, reference, strict=True):
             assert torch.equal(got, want), loader
 
 
@@ -401,7 +401,7 @@ def test_a_segment_already_sharing_the_aliased_range_follows_it(build, tmp_path)
     path.write_bytes(deduped)
     want = _load_for_executorch_from_buffer(plain).forward((TOKENS,))
     for loader, outputs in _outputs_by_loader(path, deduped).items():
-        assert all(torch.equal(a, b) for a, b in zip(outputs, want)), loader
+        assert all(torch.equal(a, b) for a, b in zip(outputs, want, strict=True)), loader
 
 
 def test_dedupe_file_never_overwrites_its_input(build):
@@ -563,7 +563,7 @@ def test_a_segment_alignment_not_a_power_of_two_is_kept(alignment, prune):
     assert all(s.offset % alignment == 0 for s in pte.segments)
     want = _load_for_executorch_from_buffer(plain).forward((TOKENS,))
     got = _load_for_executorch_from_buffer(deduped).forward((TOKENS,))
-    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
 @pytest.mark.parametrize("name", ["fp32", "fp32_after_small_constant"])
@@ -592,7 +592,7 @@ def test_upstream_round_trip_of_a_deduplicated_file_is_what_the_readme_says(buil
         assert again == exported.plain
     want = _load_for_executorch_from_buffer(exported.plain).forward((TOKENS,))
     got = _load_for_executorch_from_buffer(again).forward((TOKENS,))
-    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
 def test_the_hook_deduplicates_the_serializers_pieces_without_joining_them(build, monkeypatch):

@@ -112,5 +112,5 @@ def test_the_deduplicated_file_computes_bit_identically(files, tmp_path):
         _load_for_executorch(str(path)).forward((TOKENS,)),
     ):
         assert len(outputs) == len(reference)
-        for got, want in zip(outputs, reference):
+        for got, want in zip(outputs, reference, strict=True):
             assert got.dtype == want.dtype and torch.equal(got, want)

@@ -149,7 +149,7 @@ def test_a_file_backed_blob_goes_through_the_hook_without_being_loaded(file_back
     # Both buffers stay alive while their programs run.
     got = _load_for_executorch_from_buffer(data).forward((TOKENS,))
     want = _load_for_executorch_from_buffer(reference).forward((TOKENS,))
-    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
 def test_prune_dedupe_writes_the_file_once(tmp_path, monkeypatch):
@@ -217,4 +217,4 @@ def test_the_packed_fallback_writes_the_same_program(monkeypatch):
     assert len(packs) == 1 and packed_report.shared == report.shared
     want = _load_for_executorch_from_buffer(patched).forward((TOKENS,))
     got = _load_for_executorch_from_buffer(packed).forward((TOKENS,))
-    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))

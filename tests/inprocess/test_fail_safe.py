@@ -7,8 +7,7 @@ import re
 
 import pytest
 import torch
-from executorch.exir import ExecutorchBackendConfig as UpstreamConfig
-from executorch.exir import to_edge
+from executorch.exir import ExecutorchBackendConfig as UpstreamConfig, to_edge
 from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 

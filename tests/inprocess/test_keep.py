@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from executorch.exir import ExecutorchBackendConfig as UpstreamConfig
-from executorch.exir import to_edge
+from executorch.exir import ExecutorchBackendConfig as UpstreamConfig, to_edge
 from executorch.extension.pybindings.portable_lib import _load_program
 
 import emitter_filter
@@ -80,7 +79,7 @@ def test_a_kept_constant_stays_readable_by_name_in_the_runtime(external):
 def test_without_keep_the_pruned_constant_is_no_longer_readable_by_name(external):
     pruned = _load_forward(external["pruned"])
     assert pruned.method_meta().num_attributes() == 3
-    with pytest.raises(Exception):
+    with pytest.raises(RuntimeError):
         pruned.get_attribute("unused")
 
 

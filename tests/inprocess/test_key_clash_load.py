@@ -45,7 +45,7 @@ def heads(tmp_path_factory):
     """Two heads on one backbone, exported to XNNPACK apart (equal backbone keys)."""
     root = tmp_path_factory.mktemp("heads")
     paths = []
-    for name, model in zip("ab", SETS["heads"]()):
+    for name, model in zip("ab", SETS["heads"](), strict=True):
         paths.append(root / f"{name}.pte")
         paths[-1].write_bytes(export(model, "xnnpack"))
     return paths

@@ -40,7 +40,7 @@ def optimum(tmp_path_factory) -> list[Path]:
     """base/model.pte, ft/model.pte, ft2/model.pte: XNNPACK, optimum's constant methods."""
     root = tmp_path_factory.mktemp("optimum")
     paths = []
-    for folder, model in zip(FOLDERS, base_and_fine_tunes(len(FOLDERS))):
+    for folder, model in zip(FOLDERS, base_and_fine_tunes(len(FOLDERS)), strict=True):
         (root / folder).mkdir()
         paths.append(root / folder / "model.pte")
         paths[-1].write_bytes(export_with_methods(model, "xnnpack", TOKENS, optimum_methods()))
@@ -76,7 +76,7 @@ def _want(pte: Path, method: str, calls) -> list:
 def _same(got: list, want: list) -> bool:
     return len(got) == len(want) and all(
         torch.equal(g, w) if isinstance(w, torch.Tensor) else (type(g), g) == (type(w), w)
-        for g, w in zip(got, want))
+        for g, w in zip(got, want, strict=True))
 
 
 def _check_methods(out: Path, sources: dict[str, tuple[Path, str]], calls: dict) -> None:
@@ -84,7 +84,7 @@ def _check_methods(out: Path, sources: dict[str, tuple[Path, str]], calls: dict)
     for name, (pte, method) in sources.items():
         want = _want(pte, method, calls.get(method, [()]))
         for run in _runs(out, name, calls.get(method, [()])):
-            assert all(_same(g, w) for g, w in zip(run, want)), f"{out}:{name}"
+            assert all(_same(g, w) for g, w in zip(run, want, strict=True)), f"{out}:{name}"
 
 
 def _plans(path) -> list[str]:
@@ -110,14 +110,14 @@ def test_three_inputs_named_model_pte_merge_and_share_by_number_or_tail(optimum,
     merge_files(optimum, out, methods=["base=#1:forward", "ft=ft/model.pte:forward",
                                        "ft2=#3:forward"])
     assert _plans(out) == ["base", *optimum_methods(), "ft", "ft2"]
-    _check_methods(out, {n: (p, "forward") for n, p in zip(FOLDERS, optimum)},
+    _check_methods(out, {n: (p, "forward") for n, p in zip(FOLDERS, optimum, strict=True)},
                    {"forward": [TOKENS]})
     shared = tmp_path / "shared"
     report = share_files(optimum, shared)
     assert [p.output for p in report.programs] == [
         str(shared / f / "model.pte") for f in FOLDERS]
     runtime = Runtime.get()
-    for folder, original in zip(FOLDERS, optimum):
+    for folder, original in zip(FOLDERS, optimum, strict=True):
         want = _want(original, "forward", [TOKENS])[0]
         program = runtime.load_program(str(shared / folder / "model.pte"),
                                        data_path=str(shared / "shared.ptd"))
@@ -193,6 +193,6 @@ def test_a_prefill_and_decode_merge_and_compute_as_before_over_several_steps(
     for name, (pte, method) in sources.items():
         want = _want(pte, method, calls[name])
         for run in _runs(out, name, calls[name]):
-            assert all(_same(g, w) for g, w in zip(run, want)), name
+            assert all(_same(g, w) for g, w in zip(run, want, strict=True)), name
     _check_methods(out, {m: (prefill, m) for m in methods}, {})
     assert audit_file(out).dead_bytes == 0

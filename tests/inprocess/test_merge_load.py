@@ -157,7 +157,7 @@ def test_prefill_and_decode_merged_compute_as_before(backend, tmp_path):
     assert report.bytes_before - report.bytes_after > weights * 0.8
     runtime = Runtime.get()
     module = _load_for_executorch(str(out))
-    for path, (step, step_inputs) in zip(inputs, STEPS.items()):
+    for path, (step, step_inputs) in zip(inputs, STEPS.items(), strict=True):
         want = runtime.load_program(str(path)).load_method("forward").execute(list(step_inputs))
         # A program of its own per method: `Runtime` gives every host-only method of one
         # program the same arenas, so a KV cache there is not the method's own (its
@@ -194,7 +194,7 @@ def test_inputs_with_ptd_files_inline_into_one_file_that_loads_alone(tmp_path):
     out = tmp_path / "inline.pte"
     merge_files(inputs, out, methods=renames, data=data, inline=True)
     assert not read_pte(out).entries[DataSpace.EXTERNAL] and audit_file(out).dead_bytes == 0
-    for number, (pte, spec) in enumerate(zip(inputs, data)):
+    for number, (pte, spec) in enumerate(zip(inputs, data, strict=True)):
         ptd = Path(spec.rpartition("=")[2])
         program, weights = pte.read_bytes(), ptd.read_bytes()  # alive while the module runs
         want = _load_for_executorch_from_buffer(program, weights).forward(INPUT)[0]
@@ -334,12 +334,13 @@ def _check_trains_as_before(inputs, out, methods) -> list:
     """Each of `methods` of `out` computes, through every loader, every output its input
     (with its .ptd) computes; returns the inputs' outputs."""
     wants = []
-    for (pte, ptd), method in zip(inputs, methods):
+    for (pte, ptd), method in zip(inputs, methods, strict=True):
         program, weights = pte.read_bytes(), ptd.read_bytes()  # alive while the module runs
         want = _load_for_executorch_from_buffer(program, weights).forward(XOR_INPUTS)
         wants.append(want)
         for got in _run_every_loader_all(out, method, XOR_INPUTS):
-            assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want))
+            assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(
+                    got, want, strict=True))
     return wants
 
 

@@ -11,8 +11,7 @@ from typing import final
 import pytest
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-from executorch.exir import EdgeProgramManager, to_edge
-from executorch.exir import ExecutorchBackendConfig as UpstreamConfig
+from executorch.exir import EdgeProgramManager, ExecutorchBackendConfig as UpstreamConfig, to_edge
 from executorch.exir._serialize._named_data_store import NamedDataStore, NamedDataStoreOutput
 from executorch.exir._serialize._program import deserialize_pte_binary
 from executorch.exir._serialize.data_serializer import DataEntry

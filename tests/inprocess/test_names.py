@@ -7,8 +7,7 @@ import logging
 
 import pytest
 import torch
-from executorch.exir import ExecutorchBackendConfig as UpstreamConfig
-from executorch.exir import to_edge
+from executorch.exir import ExecutorchBackendConfig as UpstreamConfig, to_edge
 from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 
 import emitter_filter

@@ -80,7 +80,7 @@ def test_a_constant_read_in_two_shapes_counts_once_everywhere(tmp_path):
     assert report.dead_bytes == 2 * audit.dead_bytes
     outputs = [out / p.name for p in originals]
     assert audit_set(outputs, [ptd]).dead_bytes == report.dead_bytes
-    for number, (original, shared) in enumerate(zip(originals, outputs)):
+    for number, (original, shared) in enumerate(zip(originals, outputs, strict=True)):
         check_one_count(shared, [ptd], tmp_path / f"pruned-shared{number}")
         # One .ptd segment under two keys (the two layouts), read by the live one: live.
         explained = explain_file(shared, [ptd])

@@ -39,8 +39,7 @@ from executorch.exir.schema import (
     TensorShapeDynamism,
 )
 from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import emitter_filter
 from emitter_filter.inprocess.prune_emitted import collect_plan_refs, prune_emitter_output
@@ -129,7 +128,8 @@ def test_pruning_keeps_every_used_value_with_its_bytes(emitter_output):
     before = copy.deepcopy(emitter_output)
     original_buffers = list(emitter_output.program.constant_buffer)
     prune_report = prune_emitter_output(emitter_output)
-    for old, new in zip(before.program.execution_plan, emitter_output.program.execution_plan):
+    for old, new in zip(
+            before.program.execution_plan, emitter_output.program.execution_plan, strict=True):
         # Every index still resolves; list items still come before their lists.
         for index in _used_indices(new):
             assert 0 <= index < len(new.values)
@@ -137,7 +137,7 @@ def test_pruning_keeps_every_used_value_with_its_bytes(emitter_output):
             if isinstance(evalue.val, (IntList, TensorList, OptionalTensorList)):
                 assert all(-1 <= item < position for item in evalue.val.items)
         # What an instruction or plan used is the same value with the same bytes.
-        for old_index, new_index in zip(_used_indices(old), _used_indices(new)):
+        for old_index, new_index in zip(_used_indices(old), _used_indices(new), strict=True):
             old_val, new_val = old.values[old_index].val, new.values[new_index].val
             assert type(old_val) is type(new_val)
             if isinstance(old_val, Tensor):
@@ -162,7 +162,8 @@ def test_pruning_twice_changes_nothing_and_nothing_dead_remains(emitter_output):
     assert emitter_output == once
     plans = [collect_plan_refs(plan) for plan in emitter_output.program.execution_plan]
     liveness = find_live(plans)
-    assert all(len(live) == p.num_values for p, live in zip(plans, liveness.live_values))
+    assert all(len(live) == p.num_values for p, live in zip(
+            plans, liveness.live_values, strict=True))
 
 
 # --- random real models, run in ExecuTorch's runtime ---------------------------------------
@@ -192,7 +193,7 @@ class RandomModel(torch.nn.Module):
 
     def forward(self, x):
         h = x
-        for op, pick in zip(self.ops, self.live_pick):
+        for op, pick in zip(self.ops, self.live_pick, strict=True):
             c = getattr(self, f"c{pick}")
             if op == "add":
                 h = h + c
@@ -268,7 +269,8 @@ def test_random_models_compute_the_same_after_pruning(model_and_flow):
     assert prune_report.dropped_values > 0, "every random model has a dead buffer"
     config = emitter_filter.ExecutorchBackendConfig()
     pruned, _ = serialize_for_executorch(pruned_output, config, manager._data_serializer, None)
-    for want, got in zip(_outputs(manager.buffer, inputs), _outputs(bytes(pruned), inputs)):
-        assert all(torch.equal(w, g) for w, g in zip(want, got))
+    for want, got in zip(
+            _outputs(manager.buffer, inputs), _outputs(bytes(pruned), inputs), strict=True):
+        assert all(torch.equal(w, g) for w, g in zip(want, got, strict=True))
     again = prune_emitter_output(pruned_output)
     assert not again.dropped and again.dropped_values == 0

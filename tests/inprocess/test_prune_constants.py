@@ -84,9 +84,9 @@ def test_pruned_program_computes_bit_identical_outputs(built):
     expected = _run(built["case"], built["dirty"])
     actual = _run(built["case"], built["pruned"])
     assert len(expected) == len(actual)
-    for want, got in zip(expected, actual):
+    for want, got in zip(expected, actual, strict=True):
         assert len(want) == len(got)
-        for w, g in zip(want, got):
+        for w, g in zip(want, got, strict=True):
             if isinstance(w, torch.Tensor):
                 assert w.dtype == g.dtype and torch.equal(w, g)
             else:
@@ -97,7 +97,7 @@ def test_nothing_dead_remains(built):
     program = built["pruned_manager"].executorch_program
     plans = [collect_plan_refs(plan) for plan in program.execution_plan]
     liveness = find_live(plans)
-    for plan, live in zip(plans, liveness.live_values):
+    for plan, live in zip(plans, liveness.live_values, strict=True):
         assert len(live) == plan.num_values, plan.name
     emitter_output = built["pruned_manager"]._emitter_output
     assert len(liveness.live_data[DataSpace.CONSTANT]) == len(program.constant_buffer) - 1
@@ -123,7 +123,8 @@ def test_manager_outputs_agree_with_the_pruned_program(built, tmp_path):
     assert path.read_bytes() == manager.buffer
     assert next(d for n, d in built["pruned"].items() if n.endswith(".pte")) == manager.buffer
     round_trip = deserialize_pte_binary(manager.buffer).program
-    for ours, theirs in zip(manager.executorch_program.execution_plan, round_trip.execution_plan):
+    for ours, theirs in zip(
+            manager.executorch_program.execution_plan, round_trip.execution_plan, strict=True):
         assert ours.values == theirs.values
         assert ours.inputs == theirs.inputs and ours.outputs == theirs.outputs
 

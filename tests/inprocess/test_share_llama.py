@@ -39,7 +39,7 @@ def test_prefill_and_decode_share_their_weights_and_compute_as_before(backend, t
     # The weights (all but the few below --min-bytes) are stored once, not twice.
     assert report.shared_bytes > weights * 0.9 and report.saved_bytes > weights * 0.8
     runtime = Runtime.get()
-    for path, inputs in zip(originals, STEPS.values()):
+    for path, inputs in zip(originals, STEPS.values(), strict=True):
         want = runtime.load_program(str(path)).load_method("forward").execute(list(inputs))
         program = runtime.load_program(str(out / path.name), data_path=str(out / "shared.ptd"))
         got = program.load_method("forward").execute(list(inputs))

@@ -210,7 +210,7 @@ def test_programs_with_their_own_ptd_share_what_is_equal_and_keep_what_differs(
     shared = read_ptd(tmp_path / "shared.ptd")
     assert not [key for key in shared.named_data if key.startswith("head.")]
     assert sum(e.nbytes for e in shared.named_data.values()) == backbone + 2 * 128 * 4
-    for (pte, ptd), program in zip(heads_with_their_ptd, report.programs):
+    for (pte, ptd), _program in zip(heads_with_their_ptd, report.programs, strict=True):
         want = _load_for_executorch(str(pte), str(ptd)).forward(INPUT)[0]
         for got in _run_all_loaders(tmp_path / pte.name, tmp_path / "shared.ptd"):
             assert torch.equal(got, want), pte.name

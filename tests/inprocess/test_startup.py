@@ -107,7 +107,7 @@ def _check_the_variable_prunes_in_an_exporter(python: Path, tmp_path: Path) -> s
     with ThreadPoolExecutor(len(values)) as pool:
         runs = dict(zip(values, pool.map(
             lambda item: _run_exporter(python, tmp_path / item[0], item[1]), values.items()
-        )))
+        ), strict=True))
 
     seen, stderr, pruned = runs["on"]
     assert _dead_bytes(pruned) == [0, 0]

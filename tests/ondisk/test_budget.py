@@ -10,8 +10,7 @@ import os
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from emitter_filter.cli import main
 from emitter_filter.ondisk.budget import JSON_SCHEMA, check_budget, read_budget, write_budget

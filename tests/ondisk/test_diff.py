@@ -132,7 +132,8 @@ def _export_mlp(tmp_path, name, hidden, half=False):
 
     torch.manual_seed(0)
     sizes = (16, *hidden, 8)
-    layers = [torch.nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])]
+    # Neighbouring pairs: one fewer than the items, so zip stops early on purpose.
+    layers = [torch.nn.Linear(a, b) for a, b in zip(sizes, sizes[1:], strict=False)]
     model = torch.nn.Sequential()
     model.add_module("layers", torch.nn.Sequential(*layers))
     model = model.half() if half else model

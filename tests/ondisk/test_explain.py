@@ -19,8 +19,7 @@ from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.explain import STATUSES, STORAGES, explain_file
 from tests.files import CASES, GOLDEN, saved
 from tests.layouts import build_constants, old_flat_tensor
-from tests.ondisk.test_file_layouts import CASES as LAYOUTS
-from tests.ondisk.test_file_layouts import _files
+from tests.ondisk.test_file_layouts import CASES as LAYOUTS, _files
 from tests.realworld import needs_realworld, real_files, refused
 
 pytestmark = pytest.mark.filetools
@@ -41,7 +40,8 @@ def _check_attribution(explanation) -> None:
         spread = ("program", "values", "instructions", "operators", "ptd_header")
         placed = sorted((p for p in parts if p.storage not in spread),
                         key=lambda p: p.offset)
-        for before, after in zip(placed, placed[1:]):
+        # Neighbouring pairs: one fewer than the items, so zip stops early on purpose.
+        for before, after in zip(placed, placed[1:], strict=False):
             assert before.end <= after.offset, (before, after)
 
 

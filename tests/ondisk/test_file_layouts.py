@@ -16,8 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from emitter_filter._program_fbs.executorch_flatbuffer.Buffer import BufferT
 from emitter_filter._program_fbs.executorch_flatbuffer.Program import ProgramT

@@ -57,7 +57,7 @@ def test_prune_writes_the_file_prune_constants_wrote_in_process(case, tmp_path):
     assert [p.name for p in out_ptds] == [p.name for p in pruned_ptds]
     if flatbuffers_version() == GOLDEN_FLATBUFFERS:
         assert out_pte.read_bytes() == pruned_pte.read_bytes()
-        for out, ptd in zip(out_ptds, pruned_ptds):
+        for out, ptd in zip(out_ptds, pruned_ptds, strict=True):
             assert out.read_bytes() == ptd.read_bytes(), ptd.name
     else:
         # Another Builder: the same program, and pruning it again changes nothing.
@@ -65,7 +65,7 @@ def test_prune_writes_the_file_prune_constants_wrote_in_process(case, tmp_path):
             pruned_pte, pruned_ptds
         )
         again_pte, again_ptds = _prune(out_pte, out_ptds, tmp_path / "again")
-        for again, first in zip([again_pte, *again_ptds], [out_pte, *out_ptds]):
+        for again, first in zip([again_pte, *again_ptds], [out_pte, *out_ptds], strict=True):
             assert again.read_bytes() == first.read_bytes(), first.name
 
 
@@ -80,7 +80,7 @@ def test_the_golden_files_are_what_executorch_writes_today(case, tmp_path):
     rebuilt = [built.pte, *built.ptds, built.pruned_pte, *built.pruned_ptds]
     golden = [*(p for s in ("dirty", "pruned") for p in _flatten(saved(GOLDEN / case / s)))]
     same = [a.name for a in rebuilt] == [b.name for b in golden] and all(
-        a.read_bytes() == b.read_bytes() for a, b in zip(rebuilt, golden)
+        a.read_bytes() == b.read_bytes() for a, b in zip(rebuilt, golden, strict=True)
     )
     found = (_upstream.installed_executorch_version(), flatbuffers_version())
     if found != (GOLDEN_EXECUTORCH, GOLDEN_FLATBUFFERS) and not same:

@@ -200,7 +200,7 @@ def test_golden_programs_merged_split_and_merged_again(tmp_path):
     merge_files([out], tmp_path / "alone.pte")
     assert (tmp_path / "alone.pte").read_bytes() == out.read_bytes()
     parts = []
-    for case, original in zip(CASES, inputs):
+    for case, original in zip(CASES, inputs, strict=True):
         parts.append(tmp_path / f"{case}.part.pte")
         split_file(out, parts[-1], [case])
         assert _plans(parts[-1]) == [case] and audit_file(parts[-1]).dead_bytes == 0

@@ -117,7 +117,7 @@ def test_inputs_of_one_name_are_named_by_number_or_by_tail(tmp_path, spell):
                enumerate(inputs, 1)]
     out = tmp_path / "out.pte"
     report = merge_files(inputs, out, methods=[f"{p.parent.name}={s}:forward"
-                                               for p, s in zip(inputs, spelled)])
+                                               for p, s in zip(inputs, spelled, strict=True)])
     assert _plans(out) == ["base", "get_n_layers", "enable_dynamic_shape", "ft", "ft2"]
     assert report.methods[1].same_in == (str(inputs[1]), str(inputs[2]))
 

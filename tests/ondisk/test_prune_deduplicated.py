@@ -56,7 +56,7 @@ def test_prune_of_a_deduplicated_file_keeps_its_segment_alignment(tmp_path, segm
         assert (segment.offset - pte.segment_base_offset) % segment_alignment == 0
     reference = _load_for_executorch_from_buffer(deduped).forward((TOKENS,))
     outputs = _load_for_executorch_from_buffer(pruned).forward((TOKENS,))
-    assert all(torch.equal(got, want) for got, want in zip(outputs, reference))
+    assert all(torch.equal(got, want) for got, want in zip(outputs, reference, strict=True))
 
 
 def test_prune_of_a_deduplicated_file_keeps_the_sharing_and_never_grows(tmp_path):
@@ -78,4 +78,4 @@ def test_prune_of_a_deduplicated_file_keeps_the_sharing_and_never_grows(tmp_path
     assert find_shared_ranges(read_pte(pruned))
     reference = _load_for_executorch_from_buffer(deduped.buffer).forward((TOKENS,))
     outputs = _load_for_executorch_from_buffer(pruned).forward((TOKENS,))
-    assert all(torch.equal(got, want) for got, want in zip(outputs, reference))
+    assert all(torch.equal(got, want) for got, want in zip(outputs, reference, strict=True))

@@ -198,7 +198,7 @@ def test_executorch_reads_back_the_same_program_and_constant_bytes(cases, pruned
 def test_pruned_ptd_is_byte_identical_to_the_in_process_ptd(cases, pruned_on_disk, name):
     _, ptds, _ = pruned_on_disk[name]
     assert [p.name for p in ptds] == [p.name for p in cases[name].pruned_ptds]
-    for ours, theirs in zip(ptds, cases[name].pruned_ptds):
+    for ours, theirs in zip(ptds, cases[name].pruned_ptds, strict=True):
         assert _ptd_payload(ours) == _ptd_payload(theirs)
         assert ours.read_bytes() == theirs.read_bytes()
 
@@ -214,8 +214,8 @@ def test_pruned_file_computes_bit_identical_outputs_in_the_runtime(cases, pruned
     expected = _run(files.dirty, files.dirty_ptds, files.runs)
     got = _run(pte, ptds, files.runs)
     assert len(got) == len(expected)
-    for got_outputs, expected_outputs in zip(got, expected):
-        for g, e in zip(got_outputs, expected_outputs):
+    for got_outputs, expected_outputs in zip(got, expected, strict=True):
+        for g, e in zip(got_outputs, expected_outputs, strict=True):
             if isinstance(e, torch.Tensor):
                 assert torch.equal(g, e)
             else:

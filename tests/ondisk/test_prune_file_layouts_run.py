@@ -74,7 +74,7 @@ def test_a_relaid_file_prunes_to_the_same_program_with_the_same_results(
     expected = _run(case.pte, case.ptds, case.inputs)
     got = _run(out / "model.pte", ptds, case.inputs)
     assert len(got) == len(expected)
-    assert all(torch.equal(g, e) for g, e in zip(got, expected))
+    assert all(torch.equal(g, e) for g, e in zip(got, expected, strict=True))
 
     again = tmp_path / "again"
     again.mkdir()

@@ -97,7 +97,8 @@ AXES = {
     "external_constants": (False, True),
     "dedupe": (False, True),
 }
-ALL_OPTIONS = [Options(**dict(zip(AXES, values))) for values in itertools.product(*AXES.values())]
+ALL_OPTIONS = [Options(**dict(zip(
+        AXES, values, strict=True))) for values in itertools.product(*AXES.values())]
 # One option away from its default at a time (96 only with dedupe), and the
 # combinations issues 10 and 19 found failing.
 DEFAULT_OPTIONS = [

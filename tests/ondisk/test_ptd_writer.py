@@ -9,8 +9,7 @@ the same bytes for every table, and a whole `.ptd` rebuilt from what
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import DataSegmentT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
@@ -114,7 +113,7 @@ def _serialized(payload, alignments, segment_alignment: int, dropped: int | None
             buffer_index=i, alignment=alignment,
             tensor_layout=TensorLayout(ScalarType.BYTE, [len(data)], [0]) if tensor else None,
         )
-        for i, ((data, _, tensor), alignment) in enumerate(zip(payload, alignments))
+        for i, ((data, _, tensor), alignment) in enumerate(zip(payload, alignments, strict=True))
         if i != dropped
     }
     config = serialize.FlatTensorConfig(segment_alignment)

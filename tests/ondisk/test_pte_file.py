@@ -28,7 +28,7 @@ def test_plan_refs_match_those_of_the_deserialized_program(built, case):
     expected = [collect_plan_refs(plan) for plan in program.execution_plan]
     found = read_pte(built[case].pte, built[case].ptds).plans
     assert [p.name for p in found] == [p.name for p in expected]
-    for got, want in zip(found, expected):
+    for got, want in zip(found, expected, strict=True):
         assert got.num_values == want.num_values
         assert list(got.roots) == list(want.roots)
         assert {k: list(v) for k, v in got.list_items.items()} == {

@@ -330,7 +330,7 @@ def test_programs_of_one_name_take_their_ptd_by_number_or_by_tail(tmp_path):
         str(tmp_path / "out" / f / "model.pte") for f in "xyz"]
     # Only z's .ptd holds other bytes under `flipped`: each program keeps its own, as
     # the FILE of its --data named it.
-    for folder, (_, ptd_in) in zip("xyz", pairs):
+    for folder, (_, ptd_in) in zip("xyz", pairs, strict=True):
         written = tmp_path / "out" / folder / "model.pte"
         tensors = {t.name: t for t in read_pte(written, [tmp_path / "out" / "shared.ptd"]).tensors}
         entry = read_pte(written, [tmp_path / "out" / "shared.ptd"]).entries[

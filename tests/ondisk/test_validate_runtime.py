@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from emitter_filter.ondisk.validate import validate_file
 from tests.files import GOLDEN
 from tests.layouts import build_program
