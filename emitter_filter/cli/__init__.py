@@ -18,8 +18,7 @@ so that `emitter-filter --help` and the file commands stay torch-free and quick.
 
 from __future__ import annotations
 
-from emitter_filter.cli.app import _build_parser as _build_parser
-from emitter_filter.cli.app import console_main, main
+from emitter_filter.cli.app import _build_parser as _build_parser, console_main, main
 from emitter_filter.cli.common import (
     EXIT_DEAD_BYTES,
     EXIT_DEMO_FAILED,

@@ -214,7 +214,7 @@ def _stored_twice(options: argparse.Namespace, data_of) -> str:
     would store once (`audit_set`'s count, not a verdict)."""
     from emitter_filter.ondisk.audit_set import audit_set
 
-    every = audit_set(options.pte, [(p, f) for p, files in zip(options.pte, data_of)
+    every = audit_set(options.pte, [(p, f) for p, files in zip(options.pte, data_of, strict=True)
                                     for f in files], min_bytes=_min_bytes(options))
     return (f"\nthe {len(options.pte)} programs: {every.duplicated_bytes:,} B stored in more than "
             f"one file ({len(every.shared)} contents of --min-bytes {_min_bytes(options):,} or "

@@ -72,7 +72,7 @@ def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.share import DEFAULT_MIN_BYTES, share_files
 
     data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
-    verifier = _verifier(options, list(zip(options.pte, data_of)))
+    verifier = _verifier(options, list(zip(options.pte, data_of, strict=True)))
     if verifier and not verifier.runtime.takes_data:
         from emitter_filter.verify.runtimes import NO_DATA
 
@@ -93,7 +93,7 @@ def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
                    for data in data_of]
         verification = verifier.programs([
             ((p.path, data), (p.output, ptds))
-            for p, data, ptds in zip(report.programs, data_of, outputs)])
+            for p, data, ptds in zip(report.programs, data_of, outputs, strict=True)])
     return _print_report(report, options.json, verification)
 
 
@@ -186,7 +186,7 @@ def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.merge import merge_files
 
     data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
-    verifier = _verifier(options, list(zip(options.pte, data_of)))
+    verifier = _verifier(options, list(zip(options.pte, data_of, strict=True)))
     with _sigterm_unwinds():
         report = merge_files(options.pte, options.output, methods=options.method,
                              prefixes=options.prefix, drops=options.drop, data=options.data,
@@ -195,7 +195,7 @@ def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
                              data_beside=options.data_beside)
     # Each method of the output against the method of the input it came from.
     out = (report.output, [report.ptd_output] if report.ptd_output else [])
-    data_by_input = dict(zip(options.pte, data_of))
+    data_by_input = dict(zip(options.pte, data_of, strict=True))
     verification = verifier and verifier.methods([
         (out, method.name, (method.source, data_by_input[method.source]), method.source_method)
         for method in report.methods])

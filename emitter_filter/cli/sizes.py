@@ -187,7 +187,7 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
         from emitter_filter.ondisk.explain import explain_file
 
         explanation = explain_file(options.pte[0], data_of[0], names=options.names)
-    refused = [line for line, _ in (_validity_lines(p, d) for p, d in zip(options.pte, data_of))
+    refused = [line for line, _ in (_validity_lines(p, d) for p, d in zip(options.pte, data_of, strict=True))
                if line]
     if refused:
         print("\n".join(refused), file=sys.stderr)
