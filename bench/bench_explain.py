@@ -42,8 +42,9 @@ def main() -> int:
         pruned = os.path.join(workdir, "pruned.pte")
         subprocess.run([*cli, "prune", pte, "-o", pruned], check=True, capture_output=True)
         budget = os.path.join(workdir, "budget.json")
-        subprocess.run([*cli, "budget", "write", pte, "-o", budget], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [*cli, "budget", "write", pte, "-o", budget], check=True, capture_output=True
+        )
         # The budget of the large file, checked on the smaller one (a diff, within budget).
         with open(budget) as f:
             document = json.load(f)
@@ -74,10 +75,16 @@ def main() -> int:
             "pruned_bytes": os.path.getsize(pruned),
             "build_seconds": round(build_seconds, 1),
             **{name: summarize_runs(runs) for name, runs in results.items()},
-            **{f"{name}_over_cp": round(median(results[name], "seconds") / cp_seconds, 3)
-               for name in commands if name != "cp"},
-            **{f"{name}_over_audit": round(median(results[name], "seconds") / audit_seconds, 3)
-               for name in commands if name not in ("cp", "audit")},
+            **{
+                f"{name}_over_cp": round(median(results[name], "seconds") / cp_seconds, 3)
+                for name in commands
+                if name != "cp"
+            },
+            **{
+                f"{name}_over_audit": round(median(results[name], "seconds") / audit_seconds, 3)
+                for name in commands
+                if name not in ("cp", "audit")
+            },
         }
         print(json.dumps(summary, indent=2))
     finally:

@@ -95,8 +95,9 @@ def work_directory(parser: argparse.ArgumentParser, directory: str | None, prefi
     """A new directory to build in, inside `--dir` (default: the system's temporary one);
     a `--dir` that is not a directory is one line and exit 2, as the CLI's usage errors."""
     if directory is not None and not os.path.isdir(directory):
-        parser.exit(2, f"{parser.prog}: --dir {directory}: not a directory "
-                       f"(see {parser.prog} --help)\n")
+        parser.exit(
+            2, f"{parser.prog}: --dir {directory}: not a directory (see {parser.prog} --help)\n"
+        )
     return tempfile.mkdtemp(prefix=prefix, dir=directory)
 
 
@@ -105,8 +106,11 @@ def main() -> int:
     parser.add_argument("--gib", type=float, default=1.0, help="size of the generated .pte")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", default=None, help="where to build (default: a /tmp dir)")
-    parser.add_argument("--no-round-trip", action="store_true",
-                        help="skip ExecuTorch's in-memory round trip (minutes, GiB of RAM)")
+    parser.add_argument(
+        "--no-round-trip",
+        action="store_true",
+        help="skip ExecuTorch's in-memory round trip (minutes, GiB of RAM)",
+    )
     options = parser.parse_args()
 
     workdir = work_directory(parser, options.dir, "ef-bench-")
@@ -127,9 +131,11 @@ def main() -> int:
             results["audit"].append(measure([*cli, "audit", pte, "--json"]))
             results["prune"].append(measure([*cli, "prune", pte, "-o", pruned]))
             pruned_bytes = os.path.getsize(pruned)
-            pruned_audit = json.loads(subprocess.run(
-                [*cli, "audit", pruned, "--json"], capture_output=True, check=True
-            ).stdout)
+            pruned_audit = json.loads(
+                subprocess.run(
+                    [*cli, "audit", pruned, "--json"], capture_output=True, check=True
+                ).stdout
+            )
             os.unlink(pruned)
         if not options.no_round_trip:
             round_trip_out = os.path.join(workdir, "round_trip.pte")
@@ -146,7 +152,7 @@ def main() -> int:
             "live_table_bytes": live,
             "dead_bytes": report["dead_bytes"],
             "pruned_bytes": pruned_bytes,
-        "pruned_dead_bytes": pruned_audit["dead_bytes"],
+            "pruned_dead_bytes": pruned_audit["dead_bytes"],
             "build_seconds": round(build_seconds, 1),
             **{name: summarize_runs(runs) for name, runs in results.items()},
             "audit_over_cp": round(median(results["audit"], "seconds") / cp_seconds, 3),

@@ -111,10 +111,13 @@ def main(argv=None) -> int:
         added = f"{(median / plain - 1) * 100:+.1f}%" if mode != "plain" else ""
         print(f"{mode:<14} {median * 1e3:11.1f} ms {added:>8} {own:>16} {sizes[mode]:>14,}")
     if dedupe_s:
-        share = statistics.median(d / t for d, t in zip(
-                dedupe_s, times["deduped+INFO"], strict=True))
-        print(f"dedupe's own time, median: {statistics.median(dedupe_s) * 1e3:.1f} ms "
-              f"({share * 100:.1f}% of the same call)")
+        share = statistics.median(
+            d / t for d, t in zip(dedupe_s, times["deduped+INFO"], strict=True)
+        )
+        print(
+            f"dedupe's own time, median: {statistics.median(dedupe_s) * 1e3:.1f} ms "
+            f"({share * 100:.1f}% of the same call)"
+        )
     print("each round (ms):")
     for mode in MODES:
         print(f"  {mode:<14} " + " ".join(f"{t * 1e3:7.1f}" for t in times[mode]))

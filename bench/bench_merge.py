@@ -46,8 +46,11 @@ def main() -> int:
         copied, out = os.path.join(workdir, "copy"), os.path.join(workdir, "merged.pte")
         os.mkdir(copied)
         cli = [sys.executable, "-m", "emitter_filter"]
-        renames = [a for n, p in enumerate(ptes)
-                   for a in ("--method", f"p{n}={os.path.basename(p)}:forward")]
+        renames = [
+            a
+            for n, p in enumerate(ptes)
+            for a in ("--method", f"p{n}={os.path.basename(p)}:forward")
+        ]
         merge = [*cli, "merge", *ptes, "-o", out, *renames]
         measure(["cp", *ptes, copied])  # warm the page cache for every command alike
         results = {"cp": [], "merge": []}
@@ -60,10 +63,12 @@ def main() -> int:
             results["merge"].append(measure(merge))
             bytes_after = os.path.getsize(out)
             os.unlink(out)
-        report = json.loads(subprocess.run([*merge, "--json"], capture_output=True,
-                                           check=True).stdout)
-        audit = json.loads(subprocess.run([*cli, "audit", out, "--json"], capture_output=True,
-                                          check=True).stdout)
+        report = json.loads(
+            subprocess.run([*merge, "--json"], capture_output=True, check=True).stdout
+        )
+        audit = json.loads(
+            subprocess.run([*cli, "audit", out, "--json"], capture_output=True, check=True).stdout
+        )
         before = sum(os.path.getsize(p) for p in ptes)
         summary = {
             "programs": len(ptes),

@@ -90,7 +90,10 @@ class _Rounds:
         edge = self.case.build()
         logger.info(
             "%s/%s round %d: built in %.1f s",
-            self.case.name, self.mode, len(self.measurements) + 1, time.perf_counter() - started,
+            self.case.name,
+            self.mode,
+            len(self.measurements) + 1,
+            time.perf_counter() - started,
         )
         ensure_mode(self.mode)
         return (edge, backend_config(self.mode, self.config)), {}
@@ -129,8 +132,11 @@ def test_to_executorch(benchmark, case: ModelCase, mode: str, bench_workdir, ben
     warm_up(mode)
     rounds = _Rounds(case, mode)
     benchmark.pedantic(
-        rounds.to_executorch, setup=rounds.setup, teardown=rounds.teardown,
-        rounds=case.rounds, iterations=1,
+        rounds.to_executorch,
+        setup=rounds.setup,
+        teardown=rounds.teardown,
+        rounds=case.rounds,
+        iterations=1,
     )
     last = rounds.measurements[-1]
     info = _timed_info(case, mode, rounds)
@@ -157,8 +163,11 @@ def test_dedupe(benchmark, case: ModelCase):
     warm_up(Mode.PRUNED)
     rounds = _Rounds(case, Mode.PRUNED, {"dedupe_constants": True})
     benchmark.pedantic(
-        rounds.to_executorch, setup=rounds.setup, teardown=rounds.teardown,
-        rounds=case.rounds, iterations=1,
+        rounds.to_executorch,
+        setup=rounds.setup,
+        teardown=rounds.teardown,
+        rounds=case.rounds,
+        iterations=1,
     )
     last, dedupe = rounds.measurements[-1], rounds.dedupe_reports[-1]
     info = _timed_info(case, "deduped", rounds)

@@ -90,16 +90,20 @@ def _import_runtime():
 
 def _library(portable_lib, name: str) -> ctypes.CDLL:
     """The already loaded ExecuTorch library `name` (dlopen of a loaded path returns it)."""
-    directory = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-        portable_lib.__file__))), "lib")
+    directory = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(portable_lib.__file__))), "lib"
+    )
     return ctypes.CDLL(os.path.join(directory, name), mode=ctypes.RTLD_GLOBAL)
 
 
 class _BackendOption(ctypes.Structure):
     """`executorch::runtime::BackendOption`: char key[64]; variant<bool, int, char[256]>."""
 
-    _fields_ = [("key", ctypes.c_char * 64), ("value", ctypes.c_char * 256),
-                ("index", ctypes.c_ubyte)]
+    _fields_ = [
+        ("key", ctypes.c_char * 64),
+        ("value", ctypes.c_char * 256),
+        ("index", ctypes.c_ubyte),
+    ]
 
 
 class _Span(ctypes.Structure):
@@ -116,8 +120,10 @@ def switch_weight_cache_on(portable_lib) -> None:
     backend = get_backend_class(b"XnnpackBackend")
     if not backend:
         raise RuntimeError("no XnnpackBackend registered")
-    set_option = xnnpack["_ZN10executorch8backends14XnnpackBackend10set_optionERNS_7runtime"
-                         "20BackendOptionContextERKNS2_4SpanINS2_13BackendOptionEEE"]
+    set_option = xnnpack[
+        "_ZN10executorch8backends14XnnpackBackend10set_optionERNS_7runtime"
+        "20BackendOptionContextERKNS2_4SpanINS2_13BackendOptionEEE"
+    ]
     set_option.restype = ctypes.c_int
     set_option.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(_Span)]
     option = _BackendOption(key=b"weight_cache_enabled", index=0)  # index 0: the bool
@@ -134,8 +140,9 @@ def _proc_figures() -> dict[str, int]:
     for name in ("status", "smaps_rollup"):
         with open(f"/proc/self/{name}") as f:
             files[name] = {line.split(":")[0]: line.split()[1:] for line in f}
-    return {figure: int(files[source][field][0]) * 1024
-            for figure, (source, field) in _FIELDS.items()}
+    return {
+        figure: int(files[source][field][0]) * 1024 for figure, (source, field) in _FIELDS.items()
+    }
 
 
 def _input(torch, features: int = _WIDTH):
@@ -187,9 +194,12 @@ def _models(mib: float):
 
     layers = max(1, round(mib * _MIB / (_WIDTH * _WIDTH * 4)))
     torch.manual_seed(0)
-    backbone = torch.nn.Sequential(*(
-        torch.nn.Sequential(torch.nn.Linear(_WIDTH, _WIDTH, bias=False), torch.nn.ReLU())
-        for _ in range(layers)))
+    backbone = torch.nn.Sequential(
+        *(
+            torch.nn.Sequential(torch.nn.Linear(_WIDTH, _WIDTH, bias=False), torch.nn.ReLU())
+            for _ in range(layers)
+        )
+    )
 
     class WithHead(torch.nn.Module):
         def __init__(self, outputs: int) -> None:
@@ -230,22 +240,35 @@ def build(directory: str, mib: float) -> dict:
         with open(together, "wb") as f:
             to_edge_of(dict(exported)).to_executorch().write_to_file(f)
         shared = os.path.join(base, "share")
-        subprocess.run([*cli, "share", *files.values(), "--out", shared],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [*cli, "share", *files.values(), "--out", shared], check=True, capture_output=True
+        )
         merged = os.path.join(base, "merged.pte")
-        subprocess.run([*cli, "merge", *files.values(), "-o", merged,
-                        *(f"--method={n}={p}:forward" for n, p in files.items())],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                *cli,
+                "merge",
+                *files.values(),
+                "-o",
+                merged,
+                *(f"--method={n}={p}:forward" for n, p in files.items()),
+            ],
+            check=True,
+            capture_output=True,
+        )
         shared_ptd = os.path.join(shared, "shared.ptd")
         plans[backend] = {
             "files": [_program(files[n], None, {n: "forward"}) for n in _HEADS],
-            "share": [_program(os.path.join(shared, f"{n}.pte"), shared_ptd, {n: "forward"})
-                      for n in _HEADS],
+            "share": [
+                _program(os.path.join(shared, f"{n}.pte"), shared_ptd, {n: "forward"})
+                for n in _HEADS
+            ],
             "merge": [_program(merged, None, {n: n for n in _HEADS})],
             "multimethod": [_program(together, None, {n: n for n in _HEADS})],
         }
-        sizes[backend] = {arrangement: _disk_bytes(programs)
-                          for arrangement, programs in plans[backend].items()}
+        sizes[backend] = {
+            arrangement: _disk_bytes(programs) for arrangement, programs in plans[backend].items()
+        }
     backbone_bytes = layers * _WIDTH * _WIDTH * 4
     return {"plans": plans, "disk_bytes": sizes, "backbone_bytes": backbone_bytes}
 
@@ -265,13 +288,16 @@ def _disk_bytes(programs: list[dict]) -> int:
 def _flavours() -> list[tuple[str, str, bool]]:
     """(backend, loader, weights cache on) for every column of the table."""
     return [("portable", loader, False) for loader in _LOADERS] + [
-        ("xnnpack", loader, cache) for cache in (False, True) for loader in _LOADERS]
+        ("xnnpack", loader, cache) for cache in (False, True) for loader in _LOADERS
+    ]
 
 
 def _spawn(spec: dict) -> dict:
     done = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if done.returncode != 0:
         raise RuntimeError(f"a loading process failed ({spec}):\n{done.stderr[-2000:]}")
@@ -286,8 +312,15 @@ def measure(built: dict, repeat: int, jobs: int) -> list[dict]:
             programs = [] if arrangement is None else built["plans"][backend][arrangement]
             if arrangement is None and backend == "xnnpack" and not cache:
                 continue  # the same process as portable's baseline
-            specs += [{"backend": backend, "loader": loader, "cache": cache,
-                       "arrangement": arrangement, "programs": programs}] * repeat
+            specs += [
+                {
+                    "backend": backend,
+                    "loader": loader,
+                    "cache": cache,
+                    "arrangement": arrangement,
+                    "programs": programs,
+                }
+            ] * repeat
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         runs = list(pool.map(_spawn, specs))
     return [{**spec, **run} for spec, run in zip(specs, runs, strict=True)]
@@ -295,26 +328,40 @@ def measure(built: dict, repeat: int, jobs: int) -> list[dict]:
 
 def summarize(runs: list[dict], built: dict) -> list[dict]:
     """One row per flavour and arrangement: medians above the flavour's baseline."""
+
     def median(selected, figure):
         return statistics.median(r["figures"][figure] for r in selected)
 
     rows = []
     for backend, loader, cache in _flavours():
-        base = [r for r in runs if r["arrangement"] is None and r["loader"] == loader
-                and r["cache"] == cache]
+        base = [
+            r
+            for r in runs
+            if r["arrangement"] is None and r["loader"] == loader and r["cache"] == cache
+        ]
         for arrangement in _ARRANGEMENTS:
-            selected = [r for r in runs if (r["backend"], r["loader"], r["cache"],
-                                            r["arrangement"]) == (backend, loader, cache,
-                                                                  arrangement)]
-            rows.append({
-                "backend": backend, "loader": loader, "weights_cache": cache,
-                "arrangement": arrangement, "processes": len(selected),
-                "disk_bytes": built["disk_bytes"][backend][arrangement],
-                **{f"{figure}_bytes": median(selected, figure) - median(base, figure)
-                   for figure in _FIELDS},
-                "rss_bytes": (median(selected, "anon") + median(selected, "file"))
-                - (median(base, "anon") + median(base, "file")),
-            })
+            selected = [
+                r
+                for r in runs
+                if (r["backend"], r["loader"], r["cache"], r["arrangement"])
+                == (backend, loader, cache, arrangement)
+            ]
+            rows.append(
+                {
+                    "backend": backend,
+                    "loader": loader,
+                    "weights_cache": cache,
+                    "arrangement": arrangement,
+                    "processes": len(selected),
+                    "disk_bytes": built["disk_bytes"][backend][arrangement],
+                    **{
+                        f"{figure}_bytes": median(selected, figure) - median(base, figure)
+                        for figure in _FIELDS
+                    },
+                    "rss_bytes": (median(selected, "anon") + median(selected, "file"))
+                    - (median(base, "anon") + median(base, "file")),
+                }
+            )
     return rows
 
 
@@ -354,8 +401,7 @@ def table_rows(rows: list[dict]) -> list[list[str]]:
 
 
 def format_table(rows: list[dict]) -> str:
-    lines = ["| " + " | ".join(h for h, _ in COLUMNS) + " |",
-             "|" + "---|" * len(COLUMNS)]
+    lines = ["| " + " | ".join(h for h, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(rows)]
     return "\n".join(lines)
 
@@ -371,13 +417,16 @@ def load_ram(path) -> dict:
 
 def describe(report: dict) -> str:
     """The line above the table: what was measured, how, where."""
-    equal = ", ".join(f"{backend} {'yes' if ok else 'NO'}"
-                      for backend, ok in report["outputs_equal"].items())
-    return (f"two programs sharing a {_mib(report['backbone_bytes'])} MiB fp32 backbone; "
-            f"MiB above a baseline process, medians of {report['repeat']} fresh processes; "
-            f"{report['machine']}; "
-            + ", ".join(f"{k} {v}" for k, v in report["versions"].items())
-            + f"; outputs equal across arrangements and loaders: {equal}")
+    equal = ", ".join(
+        f"{backend} {'yes' if ok else 'NO'}" for backend, ok in report["outputs_equal"].items()
+    )
+    return (
+        f"two programs sharing a {_mib(report['backbone_bytes'])} MiB fp32 backbone; "
+        f"MiB above a baseline process, medians of {report['repeat']} fresh processes; "
+        f"{report['machine']}; "
+        + ", ".join(f"{k} {v}" for k, v in report["versions"].items())
+        + f"; outputs equal across arrangements and loaders: {equal}"
+    )
 
 
 def _versions() -> dict[str, str]:
@@ -392,16 +441,26 @@ def _machine() -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[1:]))
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[1:]),
+    )
     parser.add_argument("--out", metavar="DIR", help="write DIR/ram.json (the page reads it)")
-    parser.add_argument("--quick", action="store_true",
-                        help="an 8 MiB backbone, one process each (2.4 min of CPU here)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="an 8 MiB backbone, one process each (2.4 min of CPU here)",
+    )
     parser.add_argument("--mib", type=float, help="the backbone's size (default 24; 8 --quick)")
     parser.add_argument("--repeat", type=int, help="processes per figure (default 5; 1 --quick)")
-    parser.add_argument("--jobs", type=int, default=1, help="processes at once (default 1: PSS "
-                        "counts the pages another process maps, so more skews it)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="processes at once (default 1: PSS "
+        "counts the pages another process maps, so more skews it)",
+    )
     parser.add_argument("--dir", default=None, help="where to build (default: a /tmp dir)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)

@@ -87,15 +87,26 @@ def main() -> int:
             outputs = sorted(os.path.join(out, name) for name in os.listdir(out))
             bytes_after = _sizes(outputs)
             shutil.rmtree(out)
-        share_report = json.loads(subprocess.run(
-            [*cli, "share", *ptes, "--out", out, "--json"], capture_output=True, check=True
-        ).stdout)
+        share_report = json.loads(
+            subprocess.run(
+                [*cli, "share", *ptes, "--out", out, "--json"], capture_output=True, check=True
+            ).stdout
+        )
         ptd = os.path.join(out, "shared.ptd")
-        audit = json.loads(subprocess.run(
-            [*cli, "audit", *(os.path.join(out, os.path.basename(p)) for p in ptes),
-             "--ptd", ptd, "--json"],
-            capture_output=True, check=True,
-        ).stdout)
+        audit = json.loads(
+            subprocess.run(
+                [
+                    *cli,
+                    "audit",
+                    *(os.path.join(out, os.path.basename(p)) for p in ptes),
+                    "--ptd",
+                    ptd,
+                    "--json",
+                ],
+                capture_output=True,
+                check=True,
+            ).stdout
+        )
         summary = {
             "programs": len(ptes),
             "program_bytes": [os.path.getsize(p) for p in ptes],

@@ -65,10 +65,18 @@ def build_model(directory: str, layers: int) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        hidden_size=576, intermediate_size=1536, num_hidden_layers=layers,
-        num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
-        max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=10000.0,
-        tie_word_embeddings=True, bos_token_id=0, eos_token_id=0,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=layers,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        vocab_size=49152,
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=0,
+        eos_token_id=0,
     )
     torch.manual_seed(0)
     LlamaForCausalLM(config).to(torch.float32).save_pretrained(directory)
@@ -229,12 +237,16 @@ def summarize(runs: dict[str, list[dict]], disk: dict[str, list[dict]]) -> dict:
     deduped = runs["dedupe"]
     own = [run["dedupe_seconds"] for run in deduped]
     share = [run["dedupe_seconds"] / run["to_executorch_seconds"] for run in deduped]
-    adds = [run["dedupe_seconds"] / (run["to_executorch_seconds"] - run["dedupe_seconds"])
-            for run in deduped]
+    adds = [
+        run["dedupe_seconds"] / (run["to_executorch_seconds"] - run["dedupe_seconds"])
+        for run in deduped
+    ]
     plain, both = exports["prune"], exports["dedupe"]
     on_disk = {
-        name: {"seconds": median(name_runs, "seconds"),
-               "peak_rss_mib": median(name_runs, "peak_rss_kib") / 1024}
+        name: {
+            "seconds": median(name_runs, "seconds"),
+            "peak_rss_mib": median(name_runs, "peak_rss_kib") / 1024,
+        }
         for name, name_runs in disk.items()
     }
     return {
@@ -244,7 +256,8 @@ def summarize(runs: dict[str, list[dict]], disk: dict[str, list[dict]]) -> dict:
         "dedupe_share_of_to_executorch_pct": 100 * statistics.median(share),
         "dedupe_adds_to_to_executorch_pct": 100 * statistics.median(adds),
         "to_executorch_difference_pct": percent(
-            both["to_executorch_seconds"], plain["to_executorch_seconds"]),
+            both["to_executorch_seconds"], plain["to_executorch_seconds"]
+        ),
         "wall_difference_pct": percent(both["wall_seconds"], plain["wall_seconds"]),
         "dedupe_adds_to_peak_rss_pct": percent(both["peak_rss_mib"], plain["peak_rss_mib"]),
         "size_difference_pct": percent(both["pte_bytes"], plain["pte_bytes"]),
@@ -267,26 +280,45 @@ def print_table(s: dict, checks: dict, header: str) -> None:
     plain, both = s["exports"]["prune"], s["exports"]["dedupe"]
     print(header)
     row("export (fresh process each)", "PRUNE=1", "PRUNE+DEDUPE=1", "difference")
-    row("  .pte bytes", f"{plain['pte_bytes']:,.0f}", f"{both['pte_bytes']:,.0f}",
-        f"{s['size_difference_pct']:+.1f}%")
-    for label, key in (("  wall of the process, s", "wall_seconds"),
-                       ("  to_executorch, s", "to_executorch_seconds")):
-        row(label, f"{plain[key]:.2f}", f"{both[key]:.2f}",
-            f"{percent(both[key], plain[key]):+.1f}%")
+    row(
+        "  .pte bytes",
+        f"{plain['pte_bytes']:,.0f}",
+        f"{both['pte_bytes']:,.0f}",
+        f"{s['size_difference_pct']:+.1f}%",
+    )
+    for label, key in (
+        ("  wall of the process, s", "wall_seconds"),
+        ("  to_executorch, s", "to_executorch_seconds"),
+    ):
+        row(
+            label,
+            f"{plain[key]:.2f}",
+            f"{both[key]:.2f}",
+            f"{percent(both[key], plain[key]):+.1f}%",
+        )
     row("  prune (hook's own), s", f"{plain['prune_seconds']:.3f}", f"{both['prune_seconds']:.3f}")
     row("  dedupe (hook's own), s", "-", f"{s['dedupe_seconds']:.3f}")
-    row("  peak RSS, MiB", f"{plain['peak_rss_mib']:,.0f}", f"{both['peak_rss_mib']:,.0f}",
-        f"{s['dedupe_adds_to_peak_rss_pct']:+.1f}%")
-    print(f"dedupe saved {s['dedupe_saved_bytes']:,} B;"
-          f" its own time is {s['dedupe_share_of_to_executorch_pct']:.2f}% of to_executorch"
-          f" (adds {s['dedupe_adds_to_to_executorch_pct']:.2f}% to the rest of it);"
-          f" peak RSS {s['dedupe_adds_to_peak_rss_pct']:+.1f}%")
+    row(
+        "  peak RSS, MiB",
+        f"{plain['peak_rss_mib']:,.0f}",
+        f"{both['peak_rss_mib']:,.0f}",
+        f"{s['dedupe_adds_to_peak_rss_pct']:+.1f}%",
+    )
+    print(
+        f"dedupe saved {s['dedupe_saved_bytes']:,} B;"
+        f" its own time is {s['dedupe_share_of_to_executorch_pct']:.2f}% of to_executorch"
+        f" (adds {s['dedupe_adds_to_to_executorch_pct']:.2f}% to the rest of it);"
+        f" peak RSS {s['dedupe_adds_to_peak_rss_pct']:+.1f}%"
+    )
     row("on disk (the PRUNE=1 export)", "seconds", "peak RSS, MiB", "/ cp")
     cp = s["on_disk"]["cp"]["seconds"]
     for name, figures in s["on_disk"].items():
-        row(f"  {name}" if name == "cp" else f"  emitter-filter {name}",
-            f"{figures['seconds']:.3f}", f"{figures['peak_rss_mib']:,.0f}",
-            f"{figures['seconds'] / cp:.2f}x")
+        row(
+            f"  {name}" if name == "cp" else f"  emitter-filter {name}",
+            f"{figures['seconds']:.3f}",
+            f"{figures['peak_rss_mib']:,.0f}",
+            f"{figures['seconds'] / cp:.2f}x",
+        )
     for label, value in checks.items():
         print(f"{label}: {value}")
 
@@ -310,8 +342,10 @@ def benchmark(options) -> int:
         build = ["--child", "build", "--model", model, "--layers", str(options.layers)]
         run_step(workdir, "build", build, child_env(None))
         build_seconds = time.perf_counter() - started
-        print(f"model saved in {build_seconds:.1f} s; exporting, {options.repeat} round(s):",
-              flush=True)
+        print(
+            f"model saved in {build_seconds:.1f} s; exporting, {options.repeat} round(s):",
+            flush=True,
+        )
         runs = export_rounds(workdir, model, options.repeat)
         plain = runs["prune"][0]["pte"]
         disk = disk_rounds(workdir, plain, options.disk_repeat or options.repeat)
@@ -321,8 +355,9 @@ def benchmark(options) -> int:
         checks = {
             "PRUNE=1 exports identical across rounds": same_bytes(plains),
             "dedupe exports identical across rounds": same_bytes(deduped),
-            "prune --dedupe of the PRUNE=1 export == in-process dedupe export":
-                same_bytes([disk_out, deduped[0]]),
+            "prune --dedupe of the PRUNE=1 export == in-process dedupe export": same_bytes(
+                [disk_out, deduped[0]]
+            ),
             "prune skipped": runs["prune"][0]["prune_skipped"],
         }
         found = versions()
@@ -337,11 +372,17 @@ def benchmark(options) -> int:
         print_table(summary, checks, header)
         if options.json:
             figures = {
-                "layers": options.layers, "repeat": options.repeat, "versions": found,
-                "build_seconds": build_seconds, **summary, "checks": checks,
+                "layers": options.layers,
+                "repeat": options.repeat,
+                "versions": found,
+                "build_seconds": build_seconds,
+                **summary,
+                "checks": checks,
                 "disk_dedupe_report": disk_report,
-                "runs": {mode: [{k: v for k, v in run.items() if k != "pte"} for run in mode_runs]
-                         for mode, mode_runs in runs.items()},
+                "runs": {
+                    mode: [{k: v for k, v in run.items() if k != "pte"} for run in mode_runs]
+                    for mode, mode_runs in runs.items()
+                },
                 "disk_runs": disk,
             }
             with open(options.json, "w") as f:
@@ -356,23 +397,41 @@ def parse(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         epilog="Needs optimum-executorch and this package installed in the same environment "
-               "(see the module docstring for the install commands).",
+        "(see the module docstring for the install commands).",
     )
-    parser.add_argument("--repeat", type=int, default=2,
-                        help="rounds of the two exports, each export in a fresh process, "
-                             "the order alternating (default 2; about 4.5 minutes an export)")
-    parser.add_argument("--disk-repeat", type=int, default=None,
-                        help="rounds of cp / prune --dedupe / prune on disk (default: --repeat)")
-    parser.add_argument("--layers", type=int, default=30,
-                        help="decoder layers (default 30, SmolLM-135M's; fewer for a quick "
-                             "check of the script itself)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=2,
+        help="rounds of the two exports, each export in a fresh process, "
+        "the order alternating (default 2; about 4.5 minutes an export)",
+    )
+    parser.add_argument(
+        "--disk-repeat",
+        type=int,
+        default=None,
+        help="rounds of cp / prune --dedupe / prune on disk (default: --repeat)",
+    )
+    parser.add_argument(
+        "--layers",
+        type=int,
+        default=30,
+        help="decoder layers (default 30, SmolLM-135M's; fewer for a quick "
+        "check of the script itself)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write every figure to PATH")
-    parser.add_argument("--keep", metavar="DIR",
-                        help="work in DIR and keep the model, the .pte files and the logs "
-                             "(default: a temporary directory, removed at the end)")
-    parser.add_argument("--child", choices=("build", "export"),
-                        help="internal: run one step in this process (the benchmark starts "
-                             "these itself), with --model, --out and --result")
+    parser.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="work in DIR and keep the model, the .pte files and the logs "
+        "(default: a temporary directory, removed at the end)",
+    )
+    parser.add_argument(
+        "--child",
+        choices=("build", "export"),
+        help="internal: run one step in this process (the benchmark starts "
+        "these itself), with --model, --out and --result",
+    )
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -384,9 +443,11 @@ def main() -> int:
     if options.child:
         return run_child(options)
     if versions()["optimum-executorch"] is None:  # read from metadata: imports no torch
-        print("bench_smollm: optimum-executorch is not installed here "
-              "(pip install optimum-executorch -c constraints/executorch-1.5.1.txt)",
-              file=sys.stderr)
+        print(
+            "bench_smollm: optimum-executorch is not installed here "
+            "(pip install optimum-executorch -c constraints/executorch-1.5.1.txt)",
+            file=sys.stderr,
+        )
         return 2
     return benchmark(options)
 

@@ -103,56 +103,125 @@ def _build_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--out", type=Path, metavar="DIR",
-                        help="output directory (created); required unless --results is given")
-    parser.add_argument("--quick", action="store_true",
-                        help="leave out the slow models (1 GiB, llama): a few minutes")
-    parser.add_argument("-k", dest="keyword", metavar="EXPR",
-                        help="only benchmarks whose id matches this pytest -k expression")
-    parser.add_argument("--results", type=Path, metavar="RESULTS.json",
-                        help="do not run the suite: summarize (and --compare) this results file")
-    parser.add_argument("--suite-report", type=Path, metavar="REPORT.json",
-                        help="do not run the suite: draw DIR/suite.html from a report the "
-                        "pytest plugin wrote (--emitter-filter-report); needs --out")
-    parser.add_argument("--history", type=Path, nargs="+", metavar="RESULTS.json",
-                        help="do not run the suite: draw DIR/history.html from the runs of "
-                        "several commits, steps past the thresholds below marked; needs --out")
-    parser.add_argument("--order", choices=ORDERS, default="commit",
-                        help="--history: sort the runs by their commit's time (then the run's), "
-                        "by the run's time, or keep them as given (default %(default)s)")
-    parser.add_argument("--compare", type=Path, metavar="BASELINE.json",
-                        help="fail (exit 1) if a model's pruned bytes or filter share got worse "
-                        "than in BASELINE.json beyond the thresholds below")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="output directory (created); required unless --results is given",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="leave out the slow models (1 GiB, llama): a few minutes",
+    )
+    parser.add_argument(
+        "-k",
+        dest="keyword",
+        metavar="EXPR",
+        help="only benchmarks whose id matches this pytest -k expression",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        metavar="RESULTS.json",
+        help="do not run the suite: summarize (and --compare) this results file",
+    )
+    parser.add_argument(
+        "--suite-report",
+        type=Path,
+        metavar="REPORT.json",
+        help="do not run the suite: draw DIR/suite.html from a report the "
+        "pytest plugin wrote (--emitter-filter-report); needs --out",
+    )
+    parser.add_argument(
+        "--history",
+        type=Path,
+        nargs="+",
+        metavar="RESULTS.json",
+        help="do not run the suite: draw DIR/history.html from the runs of "
+        "several commits, steps past the thresholds below marked; needs --out",
+    )
+    parser.add_argument(
+        "--order",
+        choices=ORDERS,
+        default="commit",
+        help="--history: sort the runs by their commit's time (then the run's), "
+        "by the run's time, or keep them as given (default %(default)s)",
+    )
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        metavar="BASELINE.json",
+        help="fail (exit 1) if a model's pruned bytes or filter share got worse "
+        "than in BASELINE.json beyond the thresholds below",
+    )
     defaults = Thresholds()
-    parser.add_argument("--bytes-growth", type=float, default=defaults.bytes_growth * 100,
-                        metavar="PCT", help="allowed growth of pruned bytes, in %% (default %(default)g)")
-    parser.add_argument("--share-factor", type=float, default=defaults.share_factor,
-                        help="allowed factor on the filter share (default %(default)g)")
-    parser.add_argument("--share-slack", type=float, default=defaults.share_slack * 100,
-                        metavar="POINTS", help="plus this many percentage points (default %(default)g)")
-    parser.add_argument("--share-min-seconds", type=float, default=defaults.share_min_seconds,
-                        metavar="S", help="judge the share only where the baseline's "
-                        "to_executorch took at least S seconds (default %(default)g)")
-    parser.add_argument("--no-workers", action="store_true",
-                        help="skip the fresh-process memory measurement (faster, no RSS figures)")
+    parser.add_argument(
+        "--bytes-growth",
+        type=float,
+        default=defaults.bytes_growth * 100,
+        metavar="PCT",
+        help="allowed growth of pruned bytes, in %% (default %(default)g)",
+    )
+    parser.add_argument(
+        "--share-factor",
+        type=float,
+        default=defaults.share_factor,
+        help="allowed factor on the filter share (default %(default)g)",
+    )
+    parser.add_argument(
+        "--share-slack",
+        type=float,
+        default=defaults.share_slack * 100,
+        metavar="POINTS",
+        help="plus this many percentage points (default %(default)g)",
+    )
+    parser.add_argument(
+        "--share-min-seconds",
+        type=float,
+        default=defaults.share_min_seconds,
+        metavar="S",
+        help="judge the share only where the baseline's "
+        "to_executorch took at least S seconds (default %(default)g)",
+    )
+    parser.add_argument(
+        "--no-workers",
+        action="store_true",
+        help="skip the fresh-process memory measurement (faster, no RSS figures)",
+    )
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG")
     return parser
 
 
-def _pytest_command(options: argparse.Namespace, results_path: Path, argv: Sequence[str]) -> list[str]:
+def _pytest_command(
+    options: argparse.Namespace, results_path: Path, argv: Sequence[str]
+) -> list[str]:
     command = [
-        sys.executable, "-m", "pytest", str(_BENCH_DIR / "bench_models.py"),
-        "--rootdir", str(_REPO_ROOT),
-        "-p", "no:cacheprovider",          # keep .pytest_cache out of the work tree
-        "-o", "python_files=bench_*.py",   # bench files are invisible to a plain `pytest`
-        "-m", "not slow" if options.quick else "slow or not slow",
-        "-v", "-o", "log_cli=true", "--log-cli-level=INFO",
-        "--benchmark-json", str(results_path),
+        sys.executable,
+        "-m",
+        "pytest",
+        str(_BENCH_DIR / "bench_models.py"),
+        "--rootdir",
+        str(_REPO_ROOT),
+        "-p",
+        "no:cacheprovider",  # keep .pytest_cache out of the work tree
+        "-o",
+        "python_files=bench_*.py",  # bench files are invisible to a plain `pytest`
+        "-m",
+        "not slow" if options.quick else "slow or not slow",
+        "-v",
+        "-o",
+        "log_cli=true",
+        "--log-cli-level=INFO",
+        "--benchmark-json",
+        str(results_path),
         "--benchmark-columns=min,median,max,rounds",
         "--benchmark-group-by=group",
-        "--bench-workdir", str(options.out / "work"),
-        "--bench-command", shlex.join(["python", "-m", "bench", *argv]),
+        "--bench-workdir",
+        str(options.out / "work"),
+        "--bench-command",
+        shlex.join(["python", "-m", "bench", *argv]),
     ]
     if options.keyword:
         command += ["-k", options.keyword]
@@ -174,12 +243,16 @@ _SUITE_NEEDS = {
 def _install_command() -> str:
     """The bench extra's install into this Python (a bare `pip` may be another's)."""
     checkout = Path(__file__).resolve().parents[1]
-    return (f"{sys.executable} -m pip install -e '{checkout}[bench]' "
-            f"-c {checkout / 'constraints' / 'executorch-1.5.1.txt'}")
+    return (
+        f"{sys.executable} -m pip install -e '{checkout}[bench]' "
+        f"-c {checkout / 'constraints' / 'executorch-1.5.1.txt'}"
+    )
 
 
 def _missing_distributions() -> list[str]:
-    return [dist for module, dist in _SUITE_NEEDS.items() if importlib.util.find_spec(module) is None]
+    return [
+        dist for module, dist in _SUITE_NEEDS.items() if importlib.util.find_spec(module) is None
+    ]
 
 
 def _run_suite(options: argparse.Namespace, argv: Sequence[str]) -> Path | None:
@@ -187,8 +260,10 @@ def _run_suite(options: argparse.Namespace, argv: Sequence[str]) -> Path | None:
     results_path = options.out / "results.json"
     command = _pytest_command(options, results_path, argv)
     logger.info("running: %s", " ".join(command))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(_REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    )
     # pytest's report is progress, not data: it goes to stderr with the logs.
     completed = subprocess.run(command, cwd=_REPO_ROOT, env=env, stdout=sys.stderr, check=False)
     if completed.returncode != 0:
@@ -234,13 +309,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         options = parser.parse_args(argv)
         if options.suite_report is not None and (
-            options.out is None or options.results or options.compare or options.quick
+            options.out is None
+            or options.results
+            or options.compare
+            or options.quick
             or options.keyword
         ):
             parser.error("--suite-report takes --out DIR and nothing else")
         if options.history is not None and (
-            options.out is None or options.results or options.compare or options.quick
-            or options.keyword or options.suite_report
+            options.out is None
+            or options.results
+            or options.compare
+            or options.quick
+            or options.keyword
+            or options.suite_report
         ):
             parser.error("--history takes --out DIR, --order and the thresholds, nothing else")
         if options.out is None and options.results is None:
@@ -302,8 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             ram = load_ram(ram_path) if ram_path.exists() else None
             options.out.mkdir(parents=True, exist_ok=True)
-            write_dashboard(options.out / "dashboard.html", results, summaries, dedupe_summaries,
-                            ram)
+            write_dashboard(
+                options.out / "dashboard.html", results, summaries, dedupe_summaries, ram
+            )
         except (OSError, ValueError) as error:
             print(f"bench: {error}", file=sys.stderr)
             return EXIT_USAGE

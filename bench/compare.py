@@ -112,16 +112,20 @@ class Comparison:
         for f in self.findings:
             b, c = f.baseline, f.current
             unjudged = " (not judged)" if b and not self.thresholds.judges_share(b) else ""
-            rows.append((
-                f.model,
-                f"{format_bytes(b.bytes_after) if b else '-'} -> {format_bytes(c.bytes_after) if c else '-'}",
-                f"{f'{b.filter_share:.2%}' if b else '-'} -> {f'{c.filter_share:.2%}' if c else '-'}"
-                + unjudged,
-                f.status,
-            ))
+            rows.append(
+                (
+                    f.model,
+                    f"{format_bytes(b.bytes_after) if b else '-'} -> {format_bytes(c.bytes_after) if c else '-'}",
+                    f"{f'{b.filter_share:.2%}' if b else '-'} -> {f'{c.filter_share:.2%}' if c else '-'}"
+                    + unjudged,
+                    f.status,
+                )
+            )
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-        lines += ["  ".join(cell.ljust(w) for cell, w in zip(
-                row, widths, strict=True)).rstrip() for row in rows]
+        lines += [
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in rows
+        ]
         for f in self.findings:
             lines += [f"{f.model}: {reason}" for reason in f.regressions]
         return "\n".join(lines)

@@ -22,15 +22,19 @@ _PROGRESS_LOGGERS = ("bench", "emitter_filter")
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("emitter_filter bench")
     group.addoption(
-        "--bench-workdir", type=Path, default=None,
+        "--bench-workdir",
+        type=Path,
+        default=None,
         help="directory for worker JSON, logs and scratch files (default: a temporary one)",
     )
     group.addoption(
-        "--bench-no-workers", action="store_true",
+        "--bench-no-workers",
+        action="store_true",
         help="skip the fresh-process measurement of peak memory",
     )
     group.addoption(
-        "--bench-command", default=None,
+        "--bench-command",
+        default=None,
         help="the command that started the suite, recorded in results.json "
         "(default: this pytest command)",
     )

@@ -44,21 +44,35 @@ def _svg(figure) -> str:
     figure.clf()
     text = buffer.getvalue()
     # Inline SVG needs no XML prolog or DOCTYPE.
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def _bytes_chart(plt, summaries: Sequence[ModelSummary]) -> str:
     figure, axes = plt.subplots(figsize=(8, 0.45 * len(summaries) + 1.2))
     names = [s.model for s in summaries]
     rows = range(len(summaries))
-    axes.barh([r + 0.2 for r in rows], [s.bytes_before / _MIB for s in summaries], 0.4,
-              label="before (ExecuTorch as shipped)", color="#c44e52")
-    axes.barh([r - 0.2 for r in rows], [s.bytes_after / _MIB for s in summaries], 0.4,
-              label="after (prune_constants=True)", color="#4c72b0")
+    axes.barh(
+        [r + 0.2 for r in rows],
+        [s.bytes_before / _MIB for s in summaries],
+        0.4,
+        label="before (ExecuTorch as shipped)",
+        color="#c44e52",
+    )
+    axes.barh(
+        [r - 0.2 for r in rows],
+        [s.bytes_after / _MIB for s in summaries],
+        0.4,
+        label="after (prune_constants=True)",
+        color="#4c72b0",
+    )
     for r, s in zip(rows, summaries, strict=True):
         if s.saved_bytes:
-            axes.annotate(f"-{s.saved_share:.0%}", (s.bytes_before / _MIB, r + 0.2),
-                          xytext=(3, -3), textcoords="offset points")
+            axes.annotate(
+                f"-{s.saved_share:.0%}",
+                (s.bytes_before / _MIB, r + 0.2),
+                xytext=(3, -3),
+                textcoords="offset points",
+            )
     axes.set_yticks(list(rows), names)
     axes.set_xscale("log")
     axes.set_xlabel(".pte + .ptd size (MiB, log scale)")
@@ -87,13 +101,27 @@ def _scaling_chart(plt, summaries: Sequence[ModelSummary]) -> str:
         left.plot(x, [s.filter_seconds * 1000 for s in group], style, label=label)
         right.plot(x, [s.filter_share * 100 for s in group], style, label=label)
     for s in summaries:
-        right.annotate(s.model, (_size_mib(s), s.filter_share * 100),
-                       xytext=(3, 3), textcoords="offset points", fontsize=7)
+        right.annotate(
+            s.model,
+            (_size_mib(s), s.filter_share * 100),
+            xytext=(3, 3),
+            textcoords="offset points",
+            fontsize=7,
+        )
     right.axhline(_SHARE_TARGET * 100, color="#c44e52", linestyle="--", label="1% target")
-    left.set(xscale="log", yscale="log", xlabel=".pte + .ptd before pruning (MiB)",
-             ylabel="filter time (ms, median)", title="Filter time against model size")
-    right.set(xscale="log", xlabel=".pte + .ptd before pruning (MiB)",
-              ylabel="share of to_executorch (%, median)", title="Filter share of to_executorch")
+    left.set(
+        xscale="log",
+        yscale="log",
+        xlabel=".pte + .ptd before pruning (MiB)",
+        ylabel="filter time (ms, median)",
+        title="Filter time against model size",
+    )
+    right.set(
+        xscale="log",
+        xlabel=".pte + .ptd before pruning (MiB)",
+        ylabel="share of to_executorch (%, median)",
+        title="Filter share of to_executorch",
+    )
     right.set_ylim(bottom=0)
     left.legend()
     right.legend()
@@ -104,10 +132,16 @@ def _emit_time_chart(plt, summaries: Sequence[ModelSummary]) -> str:
     figure, axes = plt.subplots(figsize=(8, 3.8))
     x = [_size_mib(s) for s in summaries]
     axes.plot(x, [s.upstream_seconds for s in summaries], "o", label="upstream", color="#c44e52")
-    axes.plot(x, [s.pruned_seconds for s in summaries], "x", label="pruned", color="#4c72b0",
-              markersize=8)
-    axes.set(xscale="log", yscale="log", xlabel=".pte + .ptd before pruning (MiB)",
-             ylabel="to_executorch (s, median)", title="to_executorch wall time, same run")
+    axes.plot(
+        x, [s.pruned_seconds for s in summaries], "x", label="pruned", color="#4c72b0", markersize=8
+    )
+    axes.set(
+        xscale="log",
+        yscale="log",
+        xlabel=".pte + .ptd before pruning (MiB)",
+        ylabel="to_executorch (s, median)",
+        title="to_executorch wall time, same run",
+    )
     axes.legend()
     return _svg(figure)
 
@@ -116,17 +150,26 @@ def _memory_chart(plt, summaries: Sequence[ModelSummary]) -> str | None:
     measured = [s for s in summaries if s.peak_rss_upstream and s.peak_rss_pruned]
     if not measured:
         return None
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 0.4 * len(measured) + 1.5),
-                                         sharey=True)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 0.4 * len(measured) + 1.5), sharey=True)
     rows = range(len(measured))
     for axes, up, pruned, title in (
         (left, "peak_rss_upstream", "peak_rss_pruned", "Peak RSS of a fresh process"),
         (right, "emit_rss_upstream", "emit_rss_pruned", "RSS added during to_executorch"),
     ):
-        axes.barh([r + 0.2 for r in rows], [(getattr(s, up) or 0) / _MIB for s in measured],
-                  0.4, label="upstream", color="#c44e52")
-        axes.barh([r - 0.2 for r in rows], [(getattr(s, pruned) or 0) / _MIB for s in measured],
-                  0.4, label="pruned", color="#4c72b0")
+        axes.barh(
+            [r + 0.2 for r in rows],
+            [(getattr(s, up) or 0) / _MIB for s in measured],
+            0.4,
+            label="upstream",
+            color="#c44e52",
+        )
+        axes.barh(
+            [r - 0.2 for r in rows],
+            [(getattr(s, pruned) or 0) / _MIB for s in measured],
+            0.4,
+            label="pruned",
+            color="#4c72b0",
+        )
         axes.set(xlabel="MiB", title=title)
         axes.legend(loc="lower right")
     left.set_yticks(list(rows), [s.model for s in measured])
@@ -140,15 +183,29 @@ def _ratio_chart(summaries: Sequence[ModelSummary], dedupe: Sequence[DedupeSumma
     """
     deduped = {d.model: d.time_ratio for d in dedupe}
     series = [
-        Series("pruned", "prune_constants=True / upstream", "#4c72b0",
-               tuple(s.time_ratio for s in summaries)),
+        Series(
+            "pruned",
+            "prune_constants=True / upstream",
+            "#4c72b0",
+            tuple(s.time_ratio for s in summaries),
+        ),
     ]
     if deduped:
-        series.append(Series("deduped", "+ dedupe_constants=True / upstream", "#dd8452",
-                             tuple(deduped.get(s.model) for s in summaries)))
+        series.append(
+            Series(
+                "deduped",
+                "+ dedupe_constants=True / upstream",
+                "#dd8452",
+                tuple(deduped.get(s.model) for s in summaries),
+            )
+        )
     return chart_figure(
-        "bars", "to_executorch time over upstream's (medians, same run)", "ratio",
-        [s.model for s in summaries], series, reference=1.0,
+        "bars",
+        "to_executorch time over upstream's (medians, same run)",
+        "ratio",
+        [s.model for s in summaries],
+        series,
+        reference=1.0,
         reference_label="1x: as fast as ExecuTorch as shipped",
         attributes={"id": "time-ratios"},
     )
@@ -178,8 +235,11 @@ def _run_facts(results: Mapping) -> list[tuple[str, str]]:
         ("date", str(results.get("datetime", "?"))),
         ("command", str(bench.get("command", "?"))),
         ("selection", str(bench.get("markexpr") or "all")),
-        ("machine", f"{machine.get('node', '?')}, {cpu.get('brand_raw', machine.get('processor', '?'))}, "
-                    f"{cpu.get('count', '?')} CPUs"),
+        (
+            "machine",
+            f"{machine.get('node', '?')}, {cpu.get('brand_raw', machine.get('processor', '?'))}, "
+            f"{cpu.get('count', '?')} CPUs",
+        ),
         ("python", str(machine.get("python_version", bench.get("python", "?")))),
         ("commit", f"{commit.get('id', '?')}{' (dirty)' if commit.get('dirty') else ''}"),
     ]
@@ -223,8 +283,11 @@ def render_dashboard(
     return render_page(
         "emitter_filter benchmarks",
         "<h1>emitter_filter: what pruning saves and costs</h1>"
-        + (f'<p class="summary" id="costliest">{html.escape(costliest.describe())}</p>'
-           if costliest else "")
+        + (
+            f'<p class="summary" id="costliest">{html.escape(costliest.describe())}</p>'
+            if costliest
+            else ""
+        )
         + f"<dl>{facts}</dl>"
         f"<p>{len(summaries)} models; {html.escape(format_bytes(saved))} not written in total. "
         "Every ratio compares figures from this run only.</p>"
@@ -264,8 +327,13 @@ def _suite_chart(plt, programs: Sequence[Mapping]) -> str | None:
     rest = [p["file_bytes"] / 1024 - d - u for p, d, u in zip(shown, dead, duplicated, strict=True)]
     axes.barh(rows, rest, label="live, stored once", color="#4c72b0")
     axes.barh(rows, duplicated, left=rest, label="duplicated", color="#dd8452")
-    axes.barh(rows, dead, left=[r + u for r, u in zip(rest, duplicated, strict=True)], label="dead",
-              color="#c44e52")
+    axes.barh(
+        rows,
+        dead,
+        left=[r + u for r, u in zip(rest, duplicated, strict=True)],
+        label="dead",
+        color="#c44e52",
+    )
     axes.set_yticks(list(rows), [_program_label(p) for p in shown])
     axes.invert_yaxis()
     axes.set_xlabel("KiB written (.pte + .ptd)")
@@ -293,17 +361,30 @@ def render_suite_dashboard(report: Mapping) -> str:
     plt = _pyplot()
     chart = _suite_chart(plt, programs)
     plt.close("all")
-    head = ["test", "methods", "pruned", "file bytes", "dead", "duplicated", "dropped",
-            "largest dead entry"]
+    head = [
+        "test",
+        "methods",
+        "pruned",
+        "file bytes",
+        "dead",
+        "duplicated",
+        "dropped",
+        "largest dead entry",
+    ]
     rows = []
     for p in programs:
         largest = p["largest_dead"][0] if p["largest_dead"] else None
         cells = [
-            p["test"] or "-", ", ".join(p["methods"]), "yes" if p["pruned"] else "no",
-            _count(p["file_bytes"]), _count(p["dead_bytes"]), _count(p["duplicated_bytes"]),
+            p["test"] or "-",
+            ", ".join(p["methods"]),
+            "yes" if p["pruned"] else "no",
+            _count(p["file_bytes"]),
+            _count(p["dead_bytes"]),
+            _count(p["duplicated_bytes"]),
             _count(p["dropped_bytes"]),
-            "-" if largest is None else
-            f"{largest['bytes']:,} B {largest['space']}[{largest['index']}] "
+            "-"
+            if largest is None
+            else f"{largest['bytes']:,} B {largest['space']}[{largest['index']}] "
             f"{largest['name'] or ''}".rstrip(),
         ]
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
@@ -316,6 +397,8 @@ def render_suite_dashboard(report: Mapping) -> str:
         f"{totals['duplicated_bytes']:,} duplicated, {totals['dropped_bytes']:,} dropped "
         "by pruning.</p>"
         + (f"<figure>{chart}</figure>" if chart else "")
-        + "<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead>"
+        + "<table><thead><tr>"
+        + "".join(f"<th>{h}</th>" for h in head)
+        + "</tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>",
     )

@@ -83,8 +83,10 @@ def _machine(results: dict) -> str:
     machine = results.get("machine_info") or {}
     cpu = machine.get("cpu") or {}
     name = cpu.get("brand_raw") or machine.get("processor") or "unknown CPU"
-    return (f"{name}, {cpu.get('count', '?')} CPUs, {machine.get('machine', '?')}, "
-            f"{machine.get('system', '?')}")
+    return (
+        f"{name}, {cpu.get('count', '?')} CPUs, {machine.get('machine', '?')}, "
+        f"{machine.get('system', '?')}"
+    )
 
 
 def load_run(path: Path) -> Run:
@@ -153,17 +155,31 @@ def _of_dedupe(attribute: str):
 
 
 FIGURES = (
-    Figure("bytes_before", "before pruning", "bytes", "bytes", "#c44e52",
-           _of_model("bytes_before")),
+    Figure(
+        "bytes_before", "before pruning", "bytes", "bytes", "#c44e52", _of_model("bytes_before")
+    ),
     Figure("bytes_after", "after pruning", "bytes", "bytes", "#4c72b0", _of_model("bytes_after")),
-    Figure("bytes_deduped", "after deduplication", "bytes", "bytes", "#dd8452",
-           _of_dedupe("bytes_deduped")),
+    Figure(
+        "bytes_deduped",
+        "after deduplication",
+        "bytes",
+        "bytes",
+        "#dd8452",
+        _of_dedupe("bytes_deduped"),
+    ),
     Figure("filter_share", "filter", "shares", "share", "#4c72b0", _of_model("filter_share")),
-    Figure("dedupe_share", "deduplication", "shares", "share", "#dd8452",
-           _of_dedupe("dedupe_share")),
+    Figure(
+        "dedupe_share", "deduplication", "shares", "share", "#dd8452", _of_dedupe("dedupe_share")
+    ),
     Figure("time_ratio", "pruned / upstream", "ratios", None, "#4c72b0", _of_model("time_ratio")),
-    Figure("dedupe_time_ratio", "deduplicated / upstream", "ratios", None, "#dd8452",
-           _of_dedupe("time_ratio")),
+    Figure(
+        "dedupe_time_ratio",
+        "deduplicated / upstream",
+        "ratios",
+        None,
+        "#dd8452",
+        _of_dedupe("time_ratio"),
+    ),
 )
 
 #: (chart, title, unit, reference line): the charts drawn per model, in this order.
@@ -224,25 +240,31 @@ class MachineHistory:
                 continue
             if self.thresholds.exceeds(kind, baseline, now):
                 limit = self.thresholds.limit(kind, baseline)
-                return Step(after, direction, (
-                    f"{model} {figure.label}: {_format(figure, old)} at "
-                    f"{self.runs[before].label} -> {_format(figure, new)} at "
-                    f"{self.runs[after].label}; {self.runs[now_run].label} is past the limit "
-                    f"{_format(figure, limit)} of {self.runs[base_run].label}"
-                ))
+                return Step(
+                    after,
+                    direction,
+                    (
+                        f"{model} {figure.label}: {_format(figure, old)} at "
+                        f"{self.runs[before].label} -> {_format(figure, new)} at "
+                        f"{self.runs[after].label}; {self.runs[now_run].label} is past the limit "
+                        f"{_format(figure, limit)} of {self.runs[base_run].label}"
+                    ),
+                )
         return None
 
     def steps(self, model: str, figure: Figure) -> tuple[Step, ...]:
         """Every step of a figure, each run against the previous run that has the figure."""
         present = [i for i, v in enumerate(self.values(model, figure)) if v is not None]
         # Neighbouring pairs: one fewer than the items, so zip stops early on purpose.
-        found = (self.movement(a, b, model, figure) for a, b in zip(
-                present, present[1:], strict=False))
+        found = (
+            self.movement(a, b, model, figure) for a, b in zip(present, present[1:], strict=False)
+        )
         return tuple(step for step in found if step is not None)
 
 
-def group_runs(runs: Sequence[Run], thresholds: Thresholds, order: str = "commit"
-               ) -> list[MachineHistory]:
+def group_runs(
+    runs: Sequence[Run], thresholds: Thresholds, order: str = "commit"
+) -> list[MachineHistory]:
     """The runs by machine, each group in `order` (see `ORDERS`); groups by first appearance."""
     ordered = _order(runs, order)
     machines = list(dict.fromkeys(run.machine for run in ordered))
@@ -271,10 +293,17 @@ def _model_charts(history: MachineHistory, model: str) -> str:
             if f.chart == chart and any(v is not None for v in history.values(model, f))
         ]
         if series:
-            figures.append(chart_figure(
-                "lines", title, unit, labels, series, reference=reference,
-                attributes={"data-model": model, "data-chart": chart},
-            ))
+            figures.append(
+                chart_figure(
+                    "lines",
+                    title,
+                    unit,
+                    labels,
+                    series,
+                    reference=reference,
+                    attributes={"data-model": model, "data-chart": chart},
+                )
+            )
     return f'<div class="charts">{"".join(figures)}</div>'
 
 
@@ -286,8 +315,9 @@ def _change(figure: Figure, old: float | None, new: float) -> str:
     return f"{(new / old - 1):+.2%}" if old else "-"
 
 
-def _against(history: MachineHistory, base: int | None, last: int, model: str,
-             figure: Figure) -> tuple[str, Step | None]:
+def _against(
+    history: MachineHistory, base: int | None, last: int, model: str, figure: Figure
+) -> tuple[str, Step | None]:
     """The cell of the latest run against run `base`: the change and the rule's verdict."""
     if base is None:
         return "-", None
@@ -302,8 +332,9 @@ def _against(history: MachineHistory, base: int | None, last: int, model: str,
     return f"{change}, {verdict}", step
 
 
-def _comparison_row(history: MachineHistory, model: str, figure: Figure
-                    ) -> tuple[list[str], str] | None:
+def _comparison_row(
+    history: MachineHistory, model: str, figure: Figure
+) -> tuple[list[str], str] | None:
     """A row of the table, and its class (the direction it moved), or None without the figure."""
     present = [i for i, v in enumerate(history.values(model, figure)) if v is not None]
     if not present:
@@ -331,22 +362,38 @@ def _comparison_table(history: MachineHistory) -> str:
     """Per model and figure, the latest run against the first and the previous that have it."""
     runs = history.runs
     headers = [
-        "model", "figure", f"first ({runs[0].label})",
-        f"previous ({runs[-2].label if len(runs) > 1 else '-'})", f"latest ({runs[-1].label})",
-        "latest vs first", "latest vs previous",
+        "model",
+        "figure",
+        f"first ({runs[0].label})",
+        f"previous ({runs[-2].label if len(runs) > 1 else '-'})",
+        f"latest ({runs[-1].label})",
+        "latest vs first",
+        "latest vs previous",
     ]
     found = [_comparison_row(history, m, f) for m in history.models for f in FIGURES]
     rows = [row for row in found if row is not None]
-    return html_table(headers, [cells for cells, _ in rows],
-                      row_classes=[css for _, css in rows], table_class="latest")
+    return html_table(
+        headers,
+        [cells for cells, _ in rows],
+        row_classes=[css for _, css in rows],
+        table_class="latest",
+    )
 
 
 def _runs_table(histories: Sequence[MachineHistory]) -> str:
     headers = ["machine", "run", "commit", "commit time", "run time", "models", "file"]
     rows = [
-        [f"{m + 1}", label, run.commit or "?", run.commit_time or "?", run.run_time or "?",
-         str(len(run.summaries)), run.path.name if run.path.name != "results.json"
-         else f"{run.path.parent.name}/{run.path.name}"]
+        [
+            f"{m + 1}",
+            label,
+            run.commit or "?",
+            run.commit_time or "?",
+            run.run_time or "?",
+            str(len(run.summaries)),
+            run.path.name
+            if run.path.name != "results.json"
+            else f"{run.path.parent.name}/{run.path.name}",
+        ]
         for m, history in enumerate(histories)
         for label, run in zip(_run_labels(history), history.runs, strict=True)
     ]
@@ -372,8 +419,10 @@ def _summary(histories: Sequence[MachineHistory]) -> str:
         step for h in histories for model in h.models for f in FIGURES for step in h.steps(model, f)
     ]
     up = sum(step.direction == "up" for step in steps)
-    text = (f"{runs} runs on {len(histories)} machine{'s' if len(histories) != 1 else ''}; "
-            f"{len(steps)} steps past the --compare limits ({up} up, {len(steps) - up} down).")
+    text = (
+        f"{runs} runs on {len(histories)} machine{'s' if len(histories) != 1 else ''}; "
+        f"{len(steps)} steps past the --compare limits ({up} up, {len(steps) - up} down)."
+    )
     for number, history in enumerate(histories, 1):
         latest = history.runs[-1]
         costliest = costliest_call(list(latest.summaries.values()), list(latest.dedupe.values()))

@@ -29,7 +29,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["STORIES_PARAMS", "write_checkpoint", "exporter_argv", "observe_to_executorch", "run_exporter"]
+__all__ = [
+    "STORIES_PARAMS",
+    "write_checkpoint",
+    "exporter_argv",
+    "observe_to_executorch",
+    "run_exporter",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -91,17 +97,25 @@ def exporter_argv(checkpoint: Path, params: Path, outdir: Path) -> list[str]:
     """`export_llama`'s command line for an 8da4w XNNPACK export with KV cache."""
     return [
         _EXPORTER,
-        "--checkpoint", str(checkpoint),
-        "--params", str(params),
+        "--checkpoint",
+        str(checkpoint),
+        "--params",
+        str(params),
         "--use_kv_cache",
         "--use_sdpa_with_kv_cache",
         "--xnnpack",
-        "--quantization_mode", "8da4w",
-        "--group_size", "32",  # 288 and 768 divide by 32, so every linear is quantized
-        "--dtype-override", "fp32",
-        "--max_seq_length", "128",
-        "--output-dir", str(outdir),
-        "--output_name", "model.pte",
+        "--quantization_mode",
+        "8da4w",
+        "--group_size",
+        "32",  # 288 and 768 divide by 32, so every linear is quantized
+        "--dtype-override",
+        "fp32",
+        "--max_seq_length",
+        "128",
+        "--output-dir",
+        str(outdir),
+        "--output_name",
+        "model.pte",
     ]
 
 

@@ -102,9 +102,7 @@ def chart_figure(
     }
     # `<` escaped so that no value can close the script element.
     data = json.dumps(spec, allow_nan=False).replace("<", "\\u003c")
-    extra = "".join(
-        f' {name}="{html.escape(value)}"' for name, value in (attributes or {}).items()
-    )
+    extra = "".join(f' {name}="{html.escape(value)}"' for name, value in (attributes or {}).items())
     return (
         f'<figure class="chart"{extra}><script type="application/json" class="chart-spec">'
         f"{data}</script><noscript>{html.escape(title)}: drawn by the page's script; "

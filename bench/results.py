@@ -172,7 +172,8 @@ def summarize_dedupe(results: Mapping) -> list[DedupeSummary]:
                 bytes_pruned=_required(modes["pruned"], "total_bytes", where),
                 bytes_deduped=_required(deduped, "total_bytes", where),
                 upstream_seconds=_median(
-                    _required(modes["upstream"], "to_executorch_seconds", where), where),
+                    _required(modes["upstream"], "to_executorch_seconds", where), where
+                ),
                 deduped_seconds=_median(_required(deduped, "to_executorch_seconds", where), where),
                 dedupe_seconds=_median(_required(deduped, "dedupe_seconds", where), where),
                 dedupe_share=_median(_required(deduped, "dedupe_share", where), where),
@@ -218,7 +219,9 @@ def summarize(results: Mapping) -> list[ModelSummary]:
                 bytes_before=_required(upstream, "total_bytes", where),
                 bytes_after=_required(pruned, "total_bytes", where),
                 dead_bytes=_required(pruned, "dropped_bytes", where),
-                upstream_seconds=_median(_required(upstream, "to_executorch_seconds", where), where),
+                upstream_seconds=_median(
+                    _required(upstream, "to_executorch_seconds", where), where
+                ),
                 pruned_seconds=_median(_required(pruned, "to_executorch_seconds", where), where),
                 filter_seconds=_median(_required(pruned, "filter_seconds", where), where),
                 filter_share=_median(_required(pruned, "filter_share", where), where),

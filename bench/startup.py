@@ -69,11 +69,16 @@ def main(argv: list[str] | None = None) -> int:
         bare = make_venv(workdir / "bare", dependencies)
         installed = make_venv(workdir / "installed", dependencies)
         install_wheel(installed, wheel)
-        env = {k: v for k, v in os.environ.items() if k not in ("EMITTER_FILTER_PRUNE", "PYTHONPATH")}
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("EMITTER_FILTER_PRUNE", "PYTHONPATH")
+        }
         configurations = {
             "without emitter_filter": (bare, env),
             "with emitter_filter (variable unset)": (installed, env),
-            "with emitter_filter, EMITTER_FILTER_PRUNE=1": (installed, {**env, "EMITTER_FILTER_PRUNE": "1"}),
+            "with emitter_filter, EMITTER_FILTER_PRUNE=1": (
+                installed,
+                {**env, "EMITTER_FILTER_PRUNE": "1"},
+            ),
         }
         times: dict[str, list[float]] = {name: [] for name in configurations}
         for python, run_env in configurations.values():
@@ -81,22 +86,31 @@ def main(argv: list[str] | None = None) -> int:
         for repetition in range(options.repeat):
             # Rotate the order, so that no configuration always runs first.
             names = list(configurations)
-            for name in names[repetition % 3:] + names[: repetition % 3]:
+            for name in names[repetition % 3 :] + names[: repetition % 3]:
                 times[name].append(_time_once(*configurations[name]))
-        pth_line_seconds = float(subprocess.run(
-            [str(bare), "-c", _TIME_PTH_LINE, str(REPO / "emitter_filter_startup.pth")],
-            check=True, capture_output=True, text=True, env=env,
-        ).stdout)
+        pth_line_seconds = float(
+            subprocess.run(
+                [str(bare), "-c", _TIME_PTH_LINE, str(REPO / "emitter_filter_startup.pth")],
+                check=True,
+                capture_output=True,
+                text=True,
+                env=env,
+            ).stdout
+        )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
     baseline = statistics.median(times["without emitter_filter"])
-    print(f"`python -c pass`, {options.repeat} runs each, alternating; python {sys.version.split()[0]}")
+    print(
+        f"`python -c pass`, {options.repeat} runs each, alternating; python {sys.version.split()[0]}"
+    )
     print(f"{'configuration':<46}{'median':>10}{'min':>10}{'ratio':>8}{'+ms':>8}")
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"{name:<46}{median * 1e3:>8.1f}ms{min(values) * 1e3:>8.1f}ms"
-              f"{median / baseline:>7.2f}x{(median - baseline) * 1e3:>+8.1f}")
+        print(
+            f"{name:<46}{median * 1e3:>8.1f}ms{min(values) * 1e3:>8.1f}ms"
+            f"{median / baseline:>7.2f}x{(median - baseline) * 1e3:>+8.1f}"
+        )
     print(f"the .pth line alone, variable unset: {pth_line_seconds * 1e6:.1f} us")
     return 0
 

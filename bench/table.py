@@ -19,8 +19,11 @@ __all__ = [
 #: (header, what it means): printed under the table by `--help` and the dashboard.
 COLUMNS = (
     ("model", "zoo case"),
-    ("constants", "bytes in the constant, mutable and external (.ptd) spaces before pruning; "
-                  "delegate blobs and their named data are not counted"),
+    (
+        "constants",
+        "bytes in the constant, mutable and external (.ptd) spaces before pruning; "
+        "delegate blobs and their named data are not counted",
+    ),
     ("before", ".pte + .ptd bytes, ExecuTorch as shipped"),
     ("after", ".pte + .ptd bytes, prune_constants=True"),
     ("saved", "before - after, and its share of before"),
@@ -29,7 +32,10 @@ COLUMNS = (
     ("emit pruned", "to_executorch seconds, pruned (median), and pruned / upstream"),
     ("filter", "seconds in the filter (median)"),
     ("share", "filter seconds / to_executorch seconds of the same call (median)"),
-    ("peak RSS up/pruned", "peak resident memory of a fresh process building and emitting the model"),
+    (
+        "peak RSS up/pruned",
+        "peak resident memory of a fresh process building and emitting the model",
+    ),
     ("emit +RSS up/pruned", "peak resident memory added during to_executorch alone"),
 )
 
@@ -84,10 +90,15 @@ DEDUPE_COLUMNS = (
     ("model", "zoo case with tied weights"),
     ("plain", ".pte + .ptd bytes, ExecuTorch as shipped"),
     ("pruned", ".pte + .ptd bytes, prune_constants=True"),
-    ("pruned + deduplicated", ".pte + .ptd bytes, prune_constants and dedupe_constants, "
-                              "and their share of plain"),
-    ("emit deduplicated", "to_executorch seconds, pruned + deduplicated (median), and over "
-                          "upstream's (emit up in the table above)"),
+    (
+        "pruned + deduplicated",
+        ".pte + .ptd bytes, prune_constants and dedupe_constants, and their share of plain",
+    ),
+    (
+        "emit deduplicated",
+        "to_executorch seconds, pruned + deduplicated (median), and over "
+        "upstream's (emit up in the table above)",
+    ),
     ("dedupe", "seconds in the deduplication (median)"),
     ("dedupe share", "dedupe seconds / to_executorch seconds of the same call (median)"),
 )
@@ -123,6 +134,8 @@ def _format(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
     widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(headers, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(cell.ljust(w) for cell, w in zip(
-            row, widths, strict=True)).rstrip() for row in rows]
+    lines += [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
     return "\n".join(lines)

@@ -107,8 +107,16 @@ def _run(root: Path, suite: str, mode: str, workdir: Path) -> Run:
     junit, report = workdir / f"{stem}.junit.xml", workdir / f"{stem}.report.json"
     # pytest's output goes to {stem}.log there.
     command = [
-        sys.executable, "-m", "pytest", str(root / suite), "-q", "-p", "no:cacheprovider",
-        "--junitxml", str(junit), *MODES[mode]["options"],
+        sys.executable,
+        "-m",
+        "pytest",
+        str(root / suite),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--junitxml",
+        str(junit),
+        *MODES[mode]["options"],
     ]
     if MODES[mode]["report"]:
         command += ["--emitter-filter-report", str(report)]
@@ -132,10 +140,13 @@ def _run(root: Path, suite: str, mode: str, workdir: Path) -> Run:
 
 
 def _format(runs: Sequence[Run]) -> str:
-    header = (f"{'suite':<16}{'mode':<10}{'passed':>7}{'failed':>7}{'errors':>7}"
-              f"{'skipped':>8}{'programs':>9}{'dead B':>11}{'dropped B':>11}{'gated':>6}{'s':>7}")
+    header = (
+        f"{'suite':<16}{'mode':<10}{'passed':>7}{'failed':>7}{'errors':>7}"
+        f"{'skipped':>8}{'programs':>9}{'dead B':>11}{'dropped B':>11}{'gated':>6}{'s':>7}"
+    )
     lines = [header]
     for run in runs:
+
         def cell(value):
             return "-" if value is None else f"{value:,}"
 
@@ -169,12 +180,25 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Run ExecuTorch's own emit, serialize and program tests with the "
         "emitter_filter pytest plugin idle, forcing pruning, and gating at 0 dead bytes.",
     )
-    parser.add_argument("--suite", action="append", choices=SUITES, metavar="FILE",
-                        help=f"only this test file (repeatable; default all of {', '.join(SUITES)})")
-    parser.add_argument("--mode", action="append", choices=tuple(MODES),
-                        help="only this mode (repeatable; default all, in order)")
-    parser.add_argument("--out", type=Path, metavar="DIR",
-                        help="keep the JUnit XML and plugin reports here (default: a temporary directory)")
+    parser.add_argument(
+        "--suite",
+        action="append",
+        choices=SUITES,
+        metavar="FILE",
+        help=f"only this test file (repeatable; default all of {', '.join(SUITES)})",
+    )
+    parser.add_argument(
+        "--mode",
+        action="append",
+        choices=tuple(MODES),
+        help="only this mode (repeatable; default all, in order)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="keep the JUnit XML and plugin reports here (default: a temporary directory)",
+    )
     parser.add_argument("--json", action="store_true", help="print the runs as JSON")
     return parser
 
@@ -190,8 +214,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     suites = options.suite or SUITES
     missing = [suite for suite in suites if not (root / suite).is_file()]
     if missing:
-        print(f"upstream_suites: not in the installed wheel ({root}): {', '.join(missing)}",
-              file=sys.stderr)
+        print(
+            f"upstream_suites: not in the installed wheel ({root}): {', '.join(missing)}",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     modes = [mode for mode in MODES if mode in (options.mode or MODES)]
     with tempfile.TemporaryDirectory(prefix="upstream-suites-") as scratch:
@@ -200,13 +226,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = [_run(root, suite, mode, workdir) for suite in suites for mode in modes]
     differences = _differences(runs)
     if options.json:
-        print(json.dumps([
-            {"suite": r.suite, "mode": r.mode, "passed": r.count("passed"),
-             "failed": r.count("failed"), "errors": r.count("error"),
-             "skipped": r.count("skipped"), "programs": r.programs, "dead_bytes": r.dead_bytes,
-             "dropped_bytes": r.dropped_bytes, "gated": list(r.gated), "seconds": r.seconds}
-            for r in runs
-        ], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "suite": r.suite,
+                        "mode": r.mode,
+                        "passed": r.count("passed"),
+                        "failed": r.count("failed"),
+                        "errors": r.count("error"),
+                        "skipped": r.count("skipped"),
+                        "programs": r.programs,
+                        "dead_bytes": r.dead_bytes,
+                        "dropped_bytes": r.dropped_bytes,
+                        "gated": list(r.gated),
+                        "seconds": r.seconds,
+                    }
+                    for r in runs
+                ],
+                indent=2,
+            )
+        )
     else:
         print(_format(runs))
     for line in differences:

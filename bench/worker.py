@@ -49,16 +49,29 @@ def run_worker(model: str, mode: str, out_dir: Path, *, timeout: float) -> dict:
     env[PRUNE_ENV] = "1" if mode == "pruned" else "0"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH")]))
     command = [
-        sys.executable, "-m", "bench.worker",
-        "--model", model, "--mode", mode,
-        "--out", str(result_path), "--scratch", str(out_dir / f"{model}-{mode}"),
+        sys.executable,
+        "-m",
+        "bench.worker",
+        "--model",
+        model,
+        "--mode",
+        mode,
+        "--out",
+        str(result_path),
+        "--scratch",
+        str(out_dir / f"{model}-{mode}"),
     ]
     logger.info("worker %s/%s: fresh process, log in %s", model, mode, log_path)
     started = time.perf_counter()
     with open(log_path, "w") as log:
         completed = subprocess.run(
-            command, cwd=_REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-            timeout=timeout, check=False,
+            command,
+            cwd=_REPO_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
         )
     if completed.returncode != 0:
         raise RuntimeError(
@@ -134,7 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = _build_parser().parse_args(argv)
     except SystemExit as exit_:
         return 2 if exit_.code else 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     from bench import llama
 
     options.scratch.mkdir(parents=True, exist_ok=True)

@@ -186,8 +186,7 @@ def _scaled_module(blocks: int, *, zero_prefix: bool = False):
         def __init__(self):
             super().__init__()
             self.layers = torch.nn.ModuleList(
-                torch.nn.Linear(_WIDTH, _WIDTH, bias=False)
-                for _ in range(blocks * _LIVE_PER_BLOCK)
+                torch.nn.Linear(_WIDTH, _WIDTH, bias=False) for _ in range(blocks * _LIVE_PER_BLOCK)
             )
             for block in range(blocks):
                 self.register_buffer(f"stale_{block}", torch.randn(_WIDTH, _WIDTH))

@@ -29,8 +29,13 @@ if TYPE_CHECKING:
     from emitter_filter._program_fbs.fb_xnnpack.XNNTensorValue import XNNTensorValue
 
 __all__ = [
-    "XNNPACK_BACKEND_ID", "XNN_HEADER_SIZE", "delegate_named_keys", "xnnpack_flatbuffer_span",
-    "xnnpack_named_keys", "xnnpack_constant_types", "xnnpack_node_keys",
+    "XNNPACK_BACKEND_ID",
+    "XNN_HEADER_SIZE",
+    "delegate_named_keys",
+    "xnnpack_flatbuffer_span",
+    "xnnpack_named_keys",
+    "xnnpack_constant_types",
+    "xnnpack_node_keys",
 ]
 
 #: `BackendDelegate.id` of XNNPACK delegates: the name of
@@ -80,7 +85,7 @@ def xnnpack_flatbuffer_span(head: bytes, blob_size: int) -> tuple[int, int]:
 
 def _graph_offset(processed: bytes) -> int:
     """Where a blob's XNNGraph flatbuffer starts, its identifier checked."""
-    offset, size = xnnpack_flatbuffer_span(processed[:_XNN_HEADER.size], len(processed))
+    offset, size = xnnpack_flatbuffer_span(processed[: _XNN_HEADER.size], len(processed))
     identifier = processed[offset + 4 : offset + 8]
     if size < 8 or identifier not in _XNN_FLATBUFFER_IDS:
         raise ProgramFormatError(
@@ -109,8 +114,6 @@ def xnnpack_named_keys(processed: bytes) -> tuple[str, ...]:
     except (FlatbufferError, UnicodeDecodeError) as e:
         raise ProgramFormatError(f"malformed XNNPACK flatbuffer: {e}") from e
     return tuple(keys)
-
-
 
 
 def _graph(processed: bytes) -> XNNGraph:
@@ -200,20 +203,42 @@ def xnnpack_constant_types(processed: bytes) -> dict[str, tuple[str, tuple[int, 
 # _XNNNode2x1`), by that table's name; every other member is a table of its own name.
 # `tests/inprocess/test_xnnpack_nodes.py` checks it against the installed schema.
 _XNODE_TABLES = {
-    "XNNAdd": "_XNNNode2x1", "XNNSoftmax": "_XNNNode1x1", "XNNSigmoid": "_XNNNode1x1",
-    "XNNClamp": "_XNNNode1x1", "XNNConv2d": "_XNNNodeConv", "XNNDiv": "_XNNNode2x1",
-    "XNNAvgPooling2d": "_XNNPooling2D", "XNNMinimum": "_XNNNode2x1",
-    "XNNDepthwiseConv2d": "_XNNNodeConv", "XNNMaxPooling2d": "_XNNPooling2D",
-    "XNNMultiply": "_XNNNode2x1", "XNNSubtract": "_XNNNode2x1", "XNNFloor": "_XNNNode1x1",
-    "XNNConvert": "_XNNNode1x1", "XNNGlobalAvgPooling2d": "_XNNNode1x1",
-    "XNNSquareRoot": "_XNNNode1x1", "XNNCeiling": "_XNNNode1x1", "XNNHardswish": "_XNNNode1x1",
-    "XNNMaximum": "_XNNNode2x1", "XNNNegate": "_XNNNode1x1", "XNNSquare": "_XNNNode1x1",
-    "XNNAbs": "_XNNNode1x1", "XNNPReLU": "_XNNNode2x1", "XNNConcatenate2": "_XNNCat",
-    "XNNConcatenate3": "_XNNCat", "XNNConcatenate4": "_XNNCat",
-    "XNNBatchMatrixMultiply": "_XNNNode2x1", "XNNConcatenate5": "_XNNCat",
-    "XNNConvTranspose2d": "_XNNNodeConv", "XNNReciprocalSquareRoot": "_XNNNode1x1",
-    "XNNLog": "_XNNNode1x1", "XNNGelu": "_XNNNode1x1", "XNNTanh": "_XNNNode1x1",
-    "XNNExp": "_XNNNode1x1", "XNNSin": "_XNNNode1x1", "XNNCopy": "_XNNNode1x1",
+    "XNNAdd": "_XNNNode2x1",
+    "XNNSoftmax": "_XNNNode1x1",
+    "XNNSigmoid": "_XNNNode1x1",
+    "XNNClamp": "_XNNNode1x1",
+    "XNNConv2d": "_XNNNodeConv",
+    "XNNDiv": "_XNNNode2x1",
+    "XNNAvgPooling2d": "_XNNPooling2D",
+    "XNNMinimum": "_XNNNode2x1",
+    "XNNDepthwiseConv2d": "_XNNNodeConv",
+    "XNNMaxPooling2d": "_XNNPooling2D",
+    "XNNMultiply": "_XNNNode2x1",
+    "XNNSubtract": "_XNNNode2x1",
+    "XNNFloor": "_XNNNode1x1",
+    "XNNConvert": "_XNNNode1x1",
+    "XNNGlobalAvgPooling2d": "_XNNNode1x1",
+    "XNNSquareRoot": "_XNNNode1x1",
+    "XNNCeiling": "_XNNNode1x1",
+    "XNNHardswish": "_XNNNode1x1",
+    "XNNMaximum": "_XNNNode2x1",
+    "XNNNegate": "_XNNNode1x1",
+    "XNNSquare": "_XNNNode1x1",
+    "XNNAbs": "_XNNNode1x1",
+    "XNNPReLU": "_XNNNode2x1",
+    "XNNConcatenate2": "_XNNCat",
+    "XNNConcatenate3": "_XNNCat",
+    "XNNConcatenate4": "_XNNCat",
+    "XNNBatchMatrixMultiply": "_XNNNode2x1",
+    "XNNConcatenate5": "_XNNCat",
+    "XNNConvTranspose2d": "_XNNNodeConv",
+    "XNNReciprocalSquareRoot": "_XNNNode1x1",
+    "XNNLog": "_XNNNode1x1",
+    "XNNGelu": "_XNNNode1x1",
+    "XNNTanh": "_XNNNode1x1",
+    "XNNExp": "_XNNNode1x1",
+    "XNNSin": "_XNNNode1x1",
+    "XNNCopy": "_XNNNode1x1",
     "XNNCos": "_XNNNode1x1",
 }
 
@@ -230,8 +255,14 @@ def _node_table(kind: int) -> tuple[type | None, tuple[str, ...]]:
         return None, ()
     table = _XNODE_TABLES.get(member, member)
     cls = getattr(importlib.import_module(f"emitter_filter._program_fbs.fb_xnnpack.{table}"), table)
-    return cls, tuple(name for name in dir(cls) if name[0].isupper() and name.endswith("Id")
-                      and not name.startswith("Output") and callable(getattr(cls, name)))
+    return cls, tuple(
+        name
+        for name in dir(cls)
+        if name[0].isupper()
+        and name.endswith("Id")
+        and not name.startswith("Output")
+        and callable(getattr(cls, name))
+    )
 
 
 def _node_inputs(xnode) -> list[int]:
@@ -259,12 +290,18 @@ def xnnpack_node_keys(processed: bytes) -> tuple[tuple[str, ...], ...]:
     """
     try:
         graph = _graph(processed)
-        value_keys = [[k for k in (name, scales) if k is not None]
-                      for _, name, scales in _xvalue_constants(graph)]
+        value_keys = [
+            [k for k in (name, scales) if k is not None]
+            for _, name, scales in _xvalue_constants(graph)
+        ]
         nodes = []
         for index in range(graph.XnodesLength()):
-            keys = [k for vid in _node_inputs(graph.Xnodes(index)) if 0 <= vid < len(value_keys)
-                    for k in value_keys[vid]]
+            keys = [
+                k
+                for vid in _node_inputs(graph.Xnodes(index))
+                if 0 <= vid < len(value_keys)
+                for k in value_keys[vid]
+            ]
             nodes.append(tuple(dict.fromkeys(keys)))
     except (*_MALFORMED, ModuleNotFoundError) as e:
         raise ProgramFormatError(f"malformed XNNPACK flatbuffer: {e}") from e

@@ -32,8 +32,15 @@ if TYPE_CHECKING:
     from emitter_filter.ondisk.audit_report import AuditReport
 
 __all__ = [
-    "DemoResult", "LEAKS", "PLAIN_PTE", "PRUNED_PTE", "EXAMPLE_PTE", "default_out_dir",
-    "fold_multiply_by_parameter", "run_demo", "write_example",
+    "DemoResult",
+    "LEAKS",
+    "PLAIN_PTE",
+    "PRUNED_PTE",
+    "EXAMPLE_PTE",
+    "default_out_dir",
+    "fold_multiply_by_parameter",
+    "run_demo",
+    "write_example",
 ]
 
 logger = logging.getLogger(__name__)
@@ -230,23 +237,38 @@ def _failures(result: DemoResult) -> tuple[str, ...]:
     """The demo's claims that do not hold, each as one line (see the module docstring)."""
     failures: list[str] = []
     plain, pruned = result.plain_audit, result.pruned_audit
-    _check(failures, pruned.file_bytes < plain.file_bytes,
-           f"{result.pruned} ({pruned.file_bytes:,} B) is not smaller than {result.plain} "
-           f"({plain.file_bytes:,} B)")
+    _check(
+        failures,
+        pruned.file_bytes < plain.file_bytes,
+        f"{result.pruned} ({pruned.file_bytes:,} B) is not smaller than {result.plain} "
+        f"({plain.file_bytes:,} B)",
+    )
     dropped = sorted((n.name, d.nbytes) for d in result.report.dropped for n in d.names)
     expected = sorted((name, nbytes) for name, _, _, nbytes in result.leaks)
-    _check(failures, dropped == expected,
-           f"the filter dropped (name, bytes) {dropped}, expected the leaks' {expected}")
+    _check(
+        failures,
+        dropped == expected,
+        f"the filter dropped (name, bytes) {dropped}, expected the leaks' {expected}",
+    )
     audited = [(d.space, d.index, d.nbytes) for d in plain.dead]
     reported = [(d.space, d.index, d.nbytes) for d in result.report.dropped]
-    _check(failures, audited == reported,
-           f"audit of {result.plain} finds dead (space, index, bytes) {audited}, "
-           f"the filter dropped {reported}")
-    _check(failures, pruned.dead_bytes == 0 and not pruned.dead,
-           f"audit of {result.pruned} finds {pruned.dead_bytes:,} dead bytes "
-           f"in {len(pruned.dead)} entries, expected none")
-    _check(failures, result.outputs_identical,
-           f"{result.pruned} and {result.plain} return different outputs on the same input")
+    _check(
+        failures,
+        audited == reported,
+        f"audit of {result.plain} finds dead (space, index, bytes) {audited}, "
+        f"the filter dropped {reported}",
+    )
+    _check(
+        failures,
+        pruned.dead_bytes == 0 and not pruned.dead,
+        f"audit of {result.pruned} finds {pruned.dead_bytes:,} dead bytes "
+        f"in {len(pruned.dead)} entries, expected none",
+    )
+    _check(
+        failures,
+        result.outputs_identical,
+        f"{result.pruned} and {result.plain} return different outputs on the same input",
+    )
     return tuple(failures)
 
 

@@ -61,7 +61,10 @@ class StoredCopy:
     def to_json(self) -> dict:
         """The form of a copy in `audit --json` (duplicates, shared ranges) and `prune --json`."""
         return {
-            "space": self.space, "tag": self.tag, "index": self.index, "names": list(self.names)
+            "space": self.space,
+            "tag": self.tag,
+            "index": self.index,
+            "names": list(self.names),
         }
 
 
@@ -157,8 +160,9 @@ def _by_content(candidates: list, digests: bool = True) -> list[tuple[bytes, lis
                 groups.append([candidate])
             else:
                 same.append(candidate)
-        return [(_sha256(group[0][2]) if digests else b"", group)
-                for group in groups if len(group) > 1]
+        return [
+            (_sha256(group[0][2]) if digests else b"", group) for group in groups if len(group) > 1
+        ]
     by_digest: dict[bytes, list] = {}
     for candidate in candidates:
         by_digest.setdefault(_sha256(candidate[2]), []).append(candidate)

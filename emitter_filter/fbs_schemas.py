@@ -29,7 +29,9 @@ PROGRAM = Schema(
         "ContainerMetadata": (("encoded_inp_str", "string"), ("encoded_out_str", "string")),
         "Null": (),
         "AllocationDetails": (
-            ("memory_id", "uint"), ("memory_offset_low", "uint"), ("memory_offset_high", "uint"),
+            ("memory_id", "uint"),
+            ("memory_offset_low", "uint"),
+            ("memory_offset_high", "uint"),
         ),
         "ExtraTensorInfo": (
             ("mutable_data_segments_idx", "uint64"),
@@ -68,7 +70,10 @@ PROGRAM = Schema(
         "FreeCall": (("value_index", "int"),),
         "Instruction": (("instr_args", "InstructionArguments"),),
         "Frame": (
-            ("filename", "string"), ("lineno", "int"), ("name", "string"), ("context", "string"),
+            ("filename", "string"),
+            ("lineno", "int"),
+            ("name", "string"),
+            ("context", "string"),
         ),
         "FrameList": (("items", "[Frame]"),),
         "BackendDelegateDataReference": (("location", "byte"), ("index", "uint")),
@@ -97,7 +102,9 @@ PROGRAM = Schema(
             ("non_const_buffer_device", "[NonConstBufferDevice]"),
         ),
         "NonConstBufferDevice": (
-            ("buffer_idx", "int"), ("device_type", "byte"), ("device_index", "byte"),
+            ("buffer_idx", "int"),
+            ("device_type", "byte"),
+            ("device_index", "byte"),
         ),
         "Buffer": (("storage", "[ubyte]"),),
         "BackendDelegateInlineData": (("data", "[ubyte]"),),
@@ -117,11 +124,24 @@ PROGRAM = Schema(
     },
     unions={
         "KernelTypes": (
-            "Null", "Int", "Bool", "Double", "Tensor", "String", "IntList", "DoubleList",
-            "BoolList", "TensorList", "OptionalTensorList",
+            "Null",
+            "Int",
+            "Bool",
+            "Double",
+            "Tensor",
+            "String",
+            "IntList",
+            "DoubleList",
+            "BoolList",
+            "TensorList",
+            "OptionalTensorList",
         ),
         "InstructionArguments": (
-            "KernelCall", "DelegateCall", "MoveCall", "JumpFalseCall", "FreeCall",
+            "KernelCall",
+            "DelegateCall",
+            "MoveCall",
+            "JumpFalseCall",
+            "FreeCall",
         ),
     },
 )
@@ -137,10 +157,14 @@ FLAT_TENSOR = Schema(
         ),
         "DataSegment": (("offset", "uint64"), ("size", "uint64")),
         "NamedData": (
-            ("key", "string"), ("segment_index", "uint32"), ("tensor_layout", "TensorLayout"),
+            ("key", "string"),
+            ("segment_index", "uint32"),
+            ("tensor_layout", "TensorLayout"),
         ),
         "FlatTensor": (
-            ("version", "uint32"), ("segments", "[DataSegment]"), ("named_data", "[NamedData]"),
+            ("version", "uint32"),
+            ("segments", "[DataSegment]"),
+            ("named_data", "[NamedData]"),
         ),
     },
 )

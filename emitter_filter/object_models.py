@@ -70,7 +70,8 @@ EXIR_SCHEMA = ObjectModel(
 GENERATED = ObjectModel(
     field=functools.cache(attribute_name),
     instruction=lambda i: (
-        _INSTRUCTION_KINDS.get(i.instrArgsType, str(i.instrArgsType)), i.instrArgs
+        _INSTRUCTION_KINDS.get(i.instrArgsType, str(i.instrArgsType)),
+        i.instrArgs,
     ),
     value=lambda v: (_VALUE_KINDS.get(v.valType, str(v.valType)), v.val),
     text=table_text,

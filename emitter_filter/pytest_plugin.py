@@ -119,7 +119,9 @@ class ProgramRecord:
             "constant_bytes": None if audit is None else audit.constant_bytes,
             "dead_bytes": self.dead_bytes,
             "duplicated_bytes": None if audit is None else audit.duplicated_bytes,
-            "largest_dead": [] if audit is None else [
+            "largest_dead": []
+            if audit is None
+            else [
                 {"space": d.space, "index": d.index, "bytes": d.nbytes, "name": d.name}
                 for d in audit.largest_dead(_LISTED_DEAD)
             ],
@@ -161,7 +163,9 @@ class PteBudget:
     programs: list[ProgramRecord] = dataclasses.field(default_factory=list)
 
     def check_size(
-        self, *paths: str | os.PathLike, budget: str | os.PathLike = "pte-budget.json",
+        self,
+        *paths: str | os.PathLike,
+        budget: str | os.PathLike = "pte-budget.json",
         tolerance_percent: float = 0.0,
     ) -> list:
         """Fails the test if a `.pte` it wrote is larger than its record in a size budget.
@@ -180,30 +184,44 @@ class PteBudget:
             return []
         limit = self.max_dead_bytes
         return [
-            r for r in self.programs
-            if r.audit is None or (limit is not None and r.audit.dead_bytes > limit)
+            r
+            for r in self.programs
+            if r.audit is None
+            or (limit is not None and r.audit.dead_bytes > limit)
             or (self.require_data and r.missing_data)
         ]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("emitter_filter", "emitter_filter: dead constants in serialized programs")
+    group = parser.getgroup(
+        "emitter_filter", "emitter_filter: dead constants in serialized programs"
+    )
     group.addoption(
-        "--emitter-filter-max-dead-bytes", type=int, default=None, metavar="N",
+        "--emitter-filter-max-dead-bytes",
+        type=int,
+        default=None,
+        metavar="N",
         help="fail a test if a program it serializes carries more than N dead bytes "
         "(audited in process, without pruning)",
     )
     group.addoption(
-        "--emitter-filter-require-data", action="store_true", default=False,
+        "--emitter-filter-require-data",
+        action="store_true",
+        default=False,
         help="fail a test if a program it serializes has an external tensor or named-data "
         "key in none of the .ptd files written with it",
     )
     group.addoption(
-        "--emitter-filter-prune", action="store_true", default=False,
+        "--emitter-filter-prune",
+        action="store_true",
+        default=False,
         help="prune every program the run serializes (as EMITTER_FILTER_PRUNE=1)",
     )
     group.addoption(
-        "--emitter-filter-report", type=Path, default=None, metavar="PATH",
+        "--emitter-filter-report",
+        type=Path,
+        default=None,
+        metavar="PATH",
         help="write one JSON record per serialized program to PATH",
     )
 
@@ -503,8 +521,10 @@ class _Session:
         if test.max_dead_bytes is None:
             what = "lack their data or do not load (--emitter-filter-require-data"
         else:
-            what = (f"carry more than {test.max_dead_bytes:,} dead bytes "
-                    "(--emitter-filter-max-dead-bytes or pte_budget")
+            what = (
+                f"carry more than {test.max_dead_bytes:,} dead bytes "
+                "(--emitter-filter-max-dead-bytes or pte_budget"
+            )
         message = "\n".join(
             [
                 f"emitter_filter: {len(failing)} of {len(test.programs)} programs this test "

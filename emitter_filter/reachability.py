@@ -80,9 +80,7 @@ class DataRef:
     index: int
 
 
-def classify_tensor_data(
-    data_buffer_idx: int, *, external: bool, mutable: bool
-) -> DataRef | None:
+def classify_tensor_data(data_buffer_idx: int, *, external: bool, mutable: bool) -> DataRef | None:
     """Where a Tensor value's bytes live, by the runtime's rules, or None if it has none.
 
     The rule is the runtime's (`tensor_parser_exec_aten.cpp`), not the emitter's,
@@ -195,8 +193,9 @@ class Liveness:
     live_data: Mapping[DataSpace, frozenset[int]]
 
     def dead_value_count(self, plans: Sequence[PlanRefs]) -> int:
-        return sum(p.num_values - len(live) for p, live in zip(
-                plans, self.live_values, strict=True))
+        return sum(
+            p.num_values - len(live) for p, live in zip(plans, self.live_values, strict=True)
+        )
 
 
 def _mark_plan(plan: PlanRefs) -> tuple[int, ...]:
@@ -209,8 +208,7 @@ def _mark_plan(plan: PlanRefs) -> tuple[int, ...]:
             continue
         if not 0 <= index < plan.num_values:
             raise ProgramFormatError(
-                f"plan {plan.name!r}: value index {index} outside values "
-                f"(len {plan.num_values})"
+                f"plan {plan.name!r}: value index {index} outside values (len {plan.num_values})"
             )
         if seen[index]:
             continue

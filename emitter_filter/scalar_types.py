@@ -21,23 +21,37 @@ SCALAR_TYPE_NAMES = {
 # torch's name for each ScalarType (c10's ScalarType list), where it differs in more
 # than case.
 _TORCH_NAMES = {
-    "BYTE": "uint8", "CHAR": "int8", "SHORT": "int16", "INT": "int32", "LONG": "int64",
-    "HALF": "float16", "FLOAT": "float32", "DOUBLE": "float64", "FLOAT8E5M2": "float8_e5m2",
-    "FLOAT8E4M3FN": "float8_e4m3fn", "FLOAT8E5M2FNUZ": "float8_e5m2fnuz",
+    "BYTE": "uint8",
+    "CHAR": "int8",
+    "SHORT": "int16",
+    "INT": "int32",
+    "LONG": "int64",
+    "HALF": "float16",
+    "FLOAT": "float32",
+    "DOUBLE": "float64",
+    "FLOAT8E5M2": "float8_e5m2",
+    "FLOAT8E4M3FN": "float8_e4m3fn",
+    "FLOAT8E5M2FNUZ": "float8_e5m2fnuz",
     "FLOAT8E4M3FNUZ": "float8_e4m3fnuz",
 }
 
 # XNNPACK's datatypes as the ScalarType whose elements they are stored as: quantized
 # 8-bit kinds are int8 (quint8 uint8), 32-bit ones int32, 4-bit ones two per byte.
 _XNNPACK_SCALAR_TYPES = {
-    XNNDatatype.xnn_datatype_fp32: "FLOAT", XNNDatatype.xnn_datatype_pfp32: "FLOAT",
-    XNNDatatype.xnn_datatype_fp16: "HALF", XNNDatatype.xnn_datatype_bf16: "BFLOAT16",
-    XNNDatatype.xnn_datatype_qint8: "CHAR", XNNDatatype.xnn_datatype_qcint8: "CHAR",
-    XNNDatatype.xnn_datatype_qdint8: "CHAR", XNNDatatype.xnn_datatype_qpint8: "CHAR",
+    XNNDatatype.xnn_datatype_fp32: "FLOAT",
+    XNNDatatype.xnn_datatype_pfp32: "FLOAT",
+    XNNDatatype.xnn_datatype_fp16: "HALF",
+    XNNDatatype.xnn_datatype_bf16: "BFLOAT16",
+    XNNDatatype.xnn_datatype_qint8: "CHAR",
+    XNNDatatype.xnn_datatype_qcint8: "CHAR",
+    XNNDatatype.xnn_datatype_qdint8: "CHAR",
+    XNNDatatype.xnn_datatype_qpint8: "CHAR",
     XNNDatatype.xnn_datatype_quint8: "BYTE",
-    XNNDatatype.xnn_datatype_qint32: "INT", XNNDatatype.xnn_datatype_qcint32: "INT",
+    XNNDatatype.xnn_datatype_qint32: "INT",
+    XNNDatatype.xnn_datatype_qcint32: "INT",
     XNNDatatype.xnn_datatype_int32: "INT",
-    XNNDatatype.xnn_datatype_qcint4: "QUINT4X2", XNNDatatype.xnn_datatype_qbint4: "QUINT4X2",
+    XNNDatatype.xnn_datatype_qcint4: "QUINT4X2",
+    XNNDatatype.xnn_datatype_qbint4: "QUINT4X2",
 }
 
 

@@ -48,8 +48,11 @@ def _signature_names(exported_program) -> dict[str, tuple[str, str]]:
 
     signature = exported_program.graph_signature
     mutated = set(signature.buffers_to_mutate.values())
-    kinds = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
-             InputKind.CONSTANT_TENSOR: "constant"}
+    kinds = {
+        InputKind.PARAMETER: "parameter",
+        InputKind.BUFFER: "buffer",
+        InputKind.CONSTANT_TENSOR: "constant",
+    }
     names: dict[str, tuple[str, str]] = {}
     for spec in signature.input_specs:
         kind = kinds.get(spec.kind)
@@ -111,7 +114,6 @@ class PlaceholderNames:
             )
         return name
 
-
     def delegated_state(self, pattern: str) -> tuple[str, ...]:
         """Where the state whose FQN matches `pattern` went, if a delegate took it.
 
@@ -131,8 +133,10 @@ class PlaceholderNames:
                     continue
                 for fqn, kind in _signature_names(original).values():
                     if fnmatch.fnmatchcase(fqn, pattern):
-                        found.append(f"{kind.replace('_', ' ')} {fqn!r} was lowered into "
-                                     f"the {backend} delegate {path} of plan {plan!r}")
+                        found.append(
+                            f"{kind.replace('_', ' ')} {fqn!r} was lowered into "
+                            f"the {backend} delegate {path} of plan {plan!r}"
+                        )
         return tuple(found)
 
 
@@ -210,7 +214,8 @@ class StateFile:
             read: Returns the entry's bytes; called only if some tensor has its size.
         """
         candidates = [
-            state for shape in dict.fromkeys(shapes)
+            state
+            for shape in dict.fromkeys(shapes)
             for state in self._by_size.get((nbytes, shape), ())
         ]
         if not candidates:

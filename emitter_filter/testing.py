@@ -27,8 +27,9 @@ def describe_dead_bytes(report: AuditReport, max_dead_bytes: int) -> str:
     for d in shown:
         where = "" if d.plan is None else f" plan {d.plan!r} value {d.value_index}"
         # dtype and shape are None together (an entry no value referred to).
-        what = ("" if d.dtype is None or d.shape is None
-                else f" {dtype_label(d.dtype)} {list(d.shape)}")
+        what = (
+            "" if d.dtype is None or d.shape is None else f" {dtype_label(d.dtype)} {list(d.shape)}"
+        )
         # The names the user gave first (`calibration`), then where the entry is.
         names = [n.name for n in d.names] or ([] if d.name is None else [d.name])
         name = f"{', '.join(names)}  " if names else ""
@@ -96,7 +97,9 @@ def assert_within_budget(
     checks = check_budget(paths, read_budget(budget), tolerance_percent)
     over = [c for c in checks if c.over]
     if over:
-        raise AssertionError("\n".join(
-            c.summary() + ("" if c.diff is None else "\n" + c.diff.to_text()) for c in over
-        ))
+        raise AssertionError(
+            "\n".join(
+                c.summary() + ("" if c.diff is None else "\n" + c.diff.to_text()) for c in over
+            )
+        )
     return checks

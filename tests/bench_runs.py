@@ -18,8 +18,12 @@ _ROUND_FACTORS = (1.0, 1.1, 0.9)
 
 def _stats(seconds: list[float]) -> dict:
     return {
-        "min": min(seconds), "max": max(seconds), "mean": statistics.mean(seconds),
-        "median": statistics.median(seconds), "rounds": len(seconds), "iterations": 1,
+        "min": min(seconds),
+        "max": max(seconds),
+        "mean": statistics.mean(seconds),
+        "median": statistics.median(seconds),
+        "rounds": len(seconds),
+        "iterations": 1,
         "data": seconds,
     }
 
@@ -49,8 +53,10 @@ def benchmark(
     }
     if mode == "upstream" or mode == "pruned":
         info["memory"] = {
-            "rss_before_bytes": 400 << 20, "region_peak_rss_bytes": (400 << 20) + total,
-            "region_extra_rss_bytes": total, "process_peak_rss_bytes": (500 << 20) + total,
+            "rss_before_bytes": 400 << 20,
+            "region_peak_rss_bytes": (400 << 20) + total,
+            "region_extra_rss_bytes": total,
+            "process_peak_rss_bytes": (500 << 20) + total,
             "source": "VmHWM, reset by clear_refs at the start of to_executorch",
         }
     if mode in ("pruned", "deduped"):
@@ -78,8 +84,14 @@ def benchmark(
         "params": {"mode": mode},
         "param": f"{model}-{mode}",
         "extra_info": info,
-        "options": {"disable_gc": False, "timer": "perf_counter", "min_rounds": 5,
-                    "max_time": 1.0, "min_time": 5e-06, "warmup": False},
+        "options": {
+            "disable_gc": False,
+            "timer": "perf_counter",
+            "min_rounds": 5,
+            "max_time": 1.0,
+            "min_time": 5e-06,
+            "warmup": False,
+        },
         "stats": _stats(rounds),
     }
 
@@ -96,20 +108,28 @@ def results(
     """A whole run of `benchmarks` at `commit`, on a machine named by its `cpu`."""
     return {
         "machine_info": {
-            "node": node, "processor": "", "machine": "x86_64", "python_compiler": "GCC 12.2.0",
-            "python_implementation": "CPython", "python_version": "3.11.7", "release": "6.1",
+            "node": node,
+            "processor": "",
+            "machine": "x86_64",
+            "python_compiler": "GCC 12.2.0",
+            "python_implementation": "CPython",
+            "python_version": "3.11.7",
+            "release": "6.1",
             "system": "Linux",
             "cpu": {"arch": "X86_64", "bits": 64, "count": 2, "brand_raw": cpu},
         },
         "commit_info": {
-            "id": commit, "time": commit_time, "author_time": commit_time, "dirty": False,
-            "project": commit[:7], "branch": "main",
+            "id": commit,
+            "time": commit_time,
+            "author_time": commit_time,
+            "dirty": False,
+            "project": commit[:7],
+            "branch": "main",
         },
         "benchmarks": benchmarks,
         "datetime": run_time,
         "version": "5.3.1",
-        "bench": {"schema": 1, "command": "fabricated", "python": "3.11.7",
-                  "markexpr": "not slow"},
+        "bench": {"schema": 1, "command": "fabricated", "python": "3.11.7", "markexpr": "not slow"},
     }
 
 
@@ -125,33 +145,63 @@ def write(path: Path, run: dict) -> Path:
 QUICK_MODELS = {
     "unused_buffer": (346_112, 18_304, None, (0.0153, 0.0160, None), 0.0002, None),
     "tied_embedding_32000x288": (
-        73_730_176, 73_730_176, 36_866_112, (0.0743, 0.1486, 0.2698), 0.0003, 0.1099,
+        73_730_176,
+        73_730_176,
+        36_866_112,
+        (0.0743, 0.1486, 0.2698),
+        0.0003,
+        0.1099,
     ),
 }
 
 
-def quick_run(*, grow: float = 1.0, commit: str, commit_time: str, cpu: str = "Fabricated CPU"
-              ) -> dict:
+def quick_run(
+    *, grow: float = 1.0, commit: str, commit_time: str, cpu: str = "Fabricated CPU"
+) -> dict:
     """A run of `QUICK_MODELS`, the tied model's bytes multiplied by `grow`."""
     benchmarks = []
     for model, (up, pruned, deduped, seconds, filter_s, dedupe_s) in QUICK_MODELS.items():
         factor = grow if deduped is not None else 1.0
         benchmarks.append(benchmark(model, "upstream", total=int(up * factor), seconds=seconds[0]))
-        benchmarks.append(benchmark(model, "pruned", total=int(pruned * factor),
-                                    seconds=seconds[1], filter_seconds=filter_s,
-                                    dropped=up - pruned))
+        benchmarks.append(
+            benchmark(
+                model,
+                "pruned",
+                total=int(pruned * factor),
+                seconds=seconds[1],
+                filter_seconds=filter_s,
+                dropped=up - pruned,
+            )
+        )
         if deduped is not None:
-            benchmarks.append(benchmark(model, "deduped", total=int(deduped * factor),
-                                        seconds=seconds[2], filter_seconds=filter_s,
-                                        dedupe_seconds=dedupe_s, dropped=0))
-    return results(benchmarks, commit=commit, commit_time=commit_time,
-                   run_time=commit_time.replace("T00", "T12"), cpu=cpu)
+            benchmarks.append(
+                benchmark(
+                    model,
+                    "deduped",
+                    total=int(deduped * factor),
+                    seconds=seconds[2],
+                    filter_seconds=filter_s,
+                    dedupe_seconds=dedupe_s,
+                    dropped=0,
+                )
+            )
+    return results(
+        benchmarks,
+        commit=commit,
+        commit_time=commit_time,
+        run_time=commit_time.replace("T00", "T12"),
+        cpu=cpu,
+    )
 
 
 def three_commits(directory: Path) -> list[Path]:
     """Three runs at three commits, a day apart; the tied model's bytes grow 2% in the third."""
     return [
-        write(directory / f"run{day}" / "results.json", quick_run(
-            grow=grow, commit=f"{day}" * 40, commit_time=f"2026-11-2{day}T00:00:00+00:00"))
+        write(
+            directory / f"run{day}" / "results.json",
+            quick_run(
+                grow=grow, commit=f"{day}" * 40, commit_time=f"2026-11-2{day}T00:00:00+00:00"
+            ),
+        )
         for day, grow in ((1, 1.0), (2, 1.0), (3, 1.02))
     ]

@@ -23,8 +23,14 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["CHROMIUM", "needs_chromium", "run_chromium", "page_requests", "external_urls",
-           "DevToolsPage"]
+__all__ = [
+    "CHROMIUM",
+    "needs_chromium",
+    "run_chromium",
+    "page_requests",
+    "external_urls",
+    "DevToolsPage",
+]
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 _REQUIRED = os.environ.get("EMITTER_FILTER_TESTS_NEED_CHROMIUM", "") == "1"
@@ -55,22 +61,35 @@ def _chromium_argv(tmp_path: Path, window: tuple[int, int], resolve: str = "") -
     profile.mkdir(exist_ok=True)
     rules = "MAP * ~NOTFOUND" + (f", EXCLUDE {resolve}" if resolve else "")
     return [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", f"--user-data-dir={profile}",
-        f"--host-resolver-rules={rules}", "--proxy-server=127.0.0.1:9",
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        f"--host-resolver-rules={rules}",
+        "--proxy-server=127.0.0.1:9",
         f"--window-size={window[0]},{window[1]}",
     ]
 
 
 def run_chromium(
-    tmp_path: Path, *flags: str, url: str, netlog: Path | None = None,
+    tmp_path: Path,
+    *flags: str,
+    url: str,
+    netlog: Path | None = None,
     window: tuple[int, int] = (1200, 900),
 ) -> subprocess.CompletedProcess:
     """Runs headless Chromium on `url` with a new profile under `tmp_path`; fails if it fails."""
     argv = [
         *_chromium_argv(tmp_path, window),
-        *([f"--log-net-log={netlog}"] if netlog else []), *flags, url,
+        *([f"--log-net-log={netlog}"] if netlog else []),
+        *flags,
+        url,
     ]
     completed = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert completed.returncode == 0, completed.stderr[-2000:]
@@ -102,8 +121,9 @@ class DevToolsPage:
     `resolve` is the one address (of this machine) the page may reach.
     """
 
-    def __init__(self, tmp_path: Path, window: tuple[int, int] = (1400, 900),
-                 resolve: str = "127.0.0.1") -> None:
+    def __init__(
+        self, tmp_path: Path, window: tuple[int, int] = (1400, 900), resolve: str = "127.0.0.1"
+    ) -> None:
         ours_in, theirs_out = os.pipe()
         theirs_in, ours_out = os.pipe()
 
@@ -114,19 +134,27 @@ class DevToolsPage:
 
         self._log = open(tmp_path / "chromium.log", "w")  # noqa: SIM115 (closed in close)
         self._process = subprocess.Popen(
-            [*_chromium_argv(tmp_path, window, resolve), "--remote-debugging-pipe",
-             "about:blank"],
-            preexec_fn=pipes, close_fds=False, stdin=subprocess.DEVNULL,
-            stdout=self._log, stderr=self._log,
+            [*_chromium_argv(tmp_path, window, resolve), "--remote-debugging-pipe", "about:blank"],
+            preexec_fn=pipes,
+            close_fds=False,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=self._log,
         )
         os.close(theirs_in)
         os.close(theirs_out)
         self._in, self._out, self._buffer, self._id = ours_in, ours_out, b"", 0
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
-        self._session = self.call("Target.attachToTarget", targetId=target,
-                                  flatten=True)["sessionId"]
-        self.call("Emulation.setDeviceMetricsOverride", width=window[0], height=window[1],
-                  deviceScaleFactor=1, mobile=False)
+        self._session = self.call("Target.attachToTarget", targetId=target, flatten=True)[
+            "sessionId"
+        ]
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=window[0],
+            height=window[1],
+            deviceScaleFactor=1,
+            mobile=False,
+        )
 
     def call(self, method: str, **params) -> dict:
         """Sends one command (to the page once attached) and returns its result."""
@@ -139,8 +167,10 @@ class DevToolsPage:
             while b"\0" not in self._buffer:
                 chunk = os.read(self._in, 1 << 20)
                 if not chunk:
-                    raise AssertionError(f"Chromium ended during {method}: "
-                                         f"{Path(self._log.name).read_text()[-2000:]}")
+                    raise AssertionError(
+                        f"Chromium ended during {method}: "
+                        f"{Path(self._log.name).read_text()[-2000:]}"
+                    )
                 self._buffer += chunk
             raw, self._buffer = self._buffer.split(b"\0", 1)
             reply = json.loads(raw)
@@ -168,7 +198,9 @@ class DevToolsPage:
         raise AssertionError(f"the page never showed {expression!r}; it shows: {text[:1500]}")
 
     def screenshot(self, path: Path) -> None:
-        path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))
+        path.write_bytes(
+            base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
+        )
 
     def close(self) -> None:
         self._session = None  # Browser.close is the browser's, not the page's

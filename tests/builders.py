@@ -257,19 +257,32 @@ def _mutable_data(dead, config):
 
 CASES = [
     # The seed repro's float weights no longer reach the file in 1.5.1, in either flow.
-    Case("seed_transform_and_lower", _seed_transform_and_lower, (("forward", SEED_INPUTS),),
-         has_dead=False),
+    Case(
+        "seed_transform_and_lower",
+        _seed_transform_and_lower,
+        (("forward", SEED_INPUTS),),
+        has_dead=False,
+    ),
     Case("seed_to_backend", _seed_to_backend, (("forward", SEED_INPUTS),), has_dead=False),
     Case("unused_buffer_portable", _unused_buffer_portable, FORWARD_TWICE),
     Case("unused_buffer_xnnpack", _unused_buffer_xnnpack, FORWARD_TWICE),
     Case("orphaned_by_transform", _gated(offset_like_gate=False), FORWARD_TWICE),
-    Case("dead_constant_shares_bytes_with_live_one", _gated(offset_like_gate=True),
-         FORWARD_TWICE),
-    Case("two_methods_and_constant_method", _two_methods,
-         (("forward", LINEAR_INPUTS), ("other", LINEAR_INPUTS), ("get_scale", ()),
-          ("get_count", ()))),
-    Case("cond_constants_in_both_branches", _cond,
-         (("forward", COND_INPUTS), ("forward", (torch.tensor(False), COND_INPUTS[1])))),
+    Case("dead_constant_shares_bytes_with_live_one", _gated(offset_like_gate=True), FORWARD_TWICE),
+    Case(
+        "two_methods_and_constant_method",
+        _two_methods,
+        (
+            ("forward", LINEAR_INPUTS),
+            ("other", LINEAR_INPUTS),
+            ("get_scale", ()),
+            ("get_count", ()),
+        ),
+    ),
+    Case(
+        "cond_constants_in_both_branches",
+        _cond,
+        (("forward", COND_INPUTS), ("forward", (torch.tensor(False), COND_INPUTS[1]))),
+    ),
     Case("mutable_data_and_dead_constant", _mutable_data, FORWARD_TWICE),
     Case("external_constants", _external_constants, FORWARD_TWICE),
 ]

@@ -57,8 +57,13 @@ class Verdict:
         log = self.runtime.log
         if self.lacking:
             return "needs what this run lacks: " + ", ".join(
-                sorted({item.split(" ")[0] if item.startswith("data ") else "operator or backend"
-                        for item in self.lacking}))
+                sorted(
+                    {
+                        item.split(" ")[0] if item.startswith("data ") else "operator or backend"
+                        for item in self.lacking
+                    }
+                )
+            )
         if any("bad_alloc" in line or "MemoryError" in line for line in log):
             return "an arena this machine cannot allocate"
         if any(line.startswith("'utf-8' codec can't decode") for line in log):
@@ -75,19 +80,24 @@ class Comparison:
     crashes: int
 
     def count(self, tool_valid: bool, runtime_loaded: bool) -> int:
-        return sum(v.tool_valid == tool_valid and v.runtime_loaded == runtime_loaded
-                   for v in self.verdicts)
+        return sum(
+            v.tool_valid == tool_valid and v.runtime_loaded == runtime_loaded for v in self.verdicts
+        )
 
     @property
     def misses(self) -> list[Verdict]:
         """Valid to the validator, refused by the runtime for the file's sake."""
-        return [v for v in self.verdicts
-                if v.tool_valid and not v.runtime_loaded and v.excuse is None]
+        return [
+            v for v in self.verdicts if v.tool_valid and not v.runtime_loaded and v.excuse is None
+        ]
 
     @property
     def excused_refusals(self) -> list[Verdict]:
-        return [v for v in self.verdicts
-                if v.tool_valid and not v.runtime_loaded and v.excuse is not None]
+        return [
+            v
+            for v in self.verdicts
+            if v.tool_valid and not v.runtime_loaded and v.excuse is not None
+        ]
 
     @property
     def stricter(self) -> list[Verdict]:
@@ -95,8 +105,7 @@ class Comparison:
 
     def summary(self) -> str:
         lines = [
-            f"{len(self.verdicts)} files in {self.seconds:.1f} s "
-            f"({self.crashes} runtime crashes)",
+            f"{len(self.verdicts)} files in {self.seconds:.1f} s ({self.crashes} runtime crashes)",
             f"  both valid: {self.count(True, True)}; both refuse: {self.count(False, False)}",
             f"  validator valid, runtime refuses: {len(self.misses)} "
             f"(+{len(self.excused_refusals)} left out: build, data, memory, delegate blob)",
@@ -129,7 +138,8 @@ def _blob_refused(log: Sequence[str]) -> bool:
     """A backend's `init` refused its blob for what the blob says (a corrupt XNNPACK graph):
     opaque to a validator of the program. Named data it cannot find is the program's."""
     return any("Init failed for backend" in line for line in log) and not any(
-        "Failed to get constant data for key" in line for line in log)
+        "Failed to get constant data for key" in line for line in log
+    )
 
 
 def _lacking(validity, worker: RuntimeWorker) -> tuple[str, ...]:
@@ -157,8 +167,9 @@ def compare(files: Iterable[Mutant], worker: RuntimeWorker, workdir: Path) -> Co
             except ProgramFormatError as error:  # a data file it cannot read, say
                 verdicts.append(Verdict(mutant, (str(error),), outcome, ()))
                 continue
-            verdicts.append(Verdict(mutant, tuple(validity.problems), outcome,
-                                    _lacking(validity, worker)))
+            verdicts.append(
+                Verdict(mutant, tuple(validity.problems), outcome, _lacking(validity, worker))
+            )
         batch.clear()
 
     for index, mutant in enumerate(files):

@@ -22,14 +22,21 @@ import copy
 
 import torch
 
-__all__ = ["TOKENS", "TiedLM", "llama_methods", "optimum_methods", "export_with_methods",
-           "base_and_fine_tunes"]
+__all__ = [
+    "TOKENS",
+    "TiedLM",
+    "llama_methods",
+    "optimum_methods",
+    "export_with_methods",
+    "base_and_fine_tunes",
+]
 
 TOKENS = (torch.randint(0, 256, (1, 8), generator=torch.Generator().manual_seed(5)),)
 
 
-def llama_methods(*, dynamic: bool, max_seq_len: int = 32, n_layers: int = 2,
-                  vocab_size: int = 256) -> dict:
+def llama_methods(
+    *, dynamic: bool, max_seq_len: int = 32, n_layers: int = 2, vocab_size: int = 256
+) -> dict:
     """`export_llama`'s metadata for `tiny_llama`, without `--metadata`."""
     return {
         "get_max_seq_len": max_seq_len,
@@ -42,8 +49,9 @@ def llama_methods(*, dynamic: bool, max_seq_len: int = 32, n_layers: int = 2,
     }
 
 
-def optimum_methods(*, dim: int = 64, n_heads: int = 4, n_layers: int = 1,
-                    vocab_size: int = 256) -> dict:
+def optimum_methods(
+    *, dim: int = 64, n_heads: int = 4, n_layers: int = 1, vocab_size: int = 256
+) -> dict:
     """optimum-executorch's metadata for a float32 llama-like config with a KV cache."""
     return {
         "get_dtype": 6,
@@ -83,9 +91,12 @@ def base_and_fine_tunes(count: int = 3) -> list[TiedLM]:
     for number in range(1, count):
         tuned = copy.deepcopy(base)  # still tied: the copy keeps one Parameter for both
         with torch.no_grad():
-            tuned.layer.weight.add_(torch.randn(tuned.layer.weight.shape,
-                                                generator=torch.Generator().manual_seed(number))
-                                    * 0.01)
+            tuned.layer.weight.add_(
+                torch.randn(
+                    tuned.layer.weight.shape, generator=torch.Generator().manual_seed(number)
+                )
+                * 0.01
+            )
         models.append(tuned)
     return models
 
@@ -98,8 +109,9 @@ def export_with_methods(model: torch.nn.Module, backend: str, inputs, methods: d
     with torch.no_grad():
         exported = torch.export.export(model.eval(), inputs)
     if backend == "xnnpack":
-        edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()],
-                                           constant_methods=methods)
+        edge = to_edge_transform_and_lower(
+            exported, partitioner=[XnnpackPartitioner()], constant_methods=methods
+        )
     else:
         edge = to_edge(exported, constant_methods=methods)
     return edge.to_executorch().buffer

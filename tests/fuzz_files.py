@@ -39,8 +39,20 @@ from pathlib import Path
 CASE_TIMEOUT = 10
 
 _EXTREMES = (
-    0, 1, 7, 0x7F, 0x80, 0xFF, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF,
-    1 << 32, 1 << 40, 0x7FFFFFFFFFFFFFFF, 0xFFFFFFFFFFFFFFFF,
+    0,
+    1,
+    7,
+    0x7F,
+    0x80,
+    0xFF,
+    0xFFFF,
+    0x7FFFFFFF,
+    0x80000000,
+    0xFFFFFFFF,
+    1 << 32,
+    1 << 40,
+    0x7FFFFFFFFFFFFFFF,
+    0xFFFFFFFFFFFFFFFF,
 )
 
 
@@ -84,8 +96,18 @@ def _interesting_offsets(data: bytes) -> list[int]:
 def mutate(rng: random.Random, data: bytes) -> tuple[str, bytes]:
     """One random mutation of `data`, and its name."""
     kind = rng.choice(
-        ["bitflip", "bitflips", "truncate", "field", "field", "segment_field", "zero",
-         "append", "splice", "empty_prefix"]
+        [
+            "bitflip",
+            "bitflips",
+            "truncate",
+            "field",
+            "field",
+            "segment_field",
+            "zero",
+            "append",
+            "splice",
+            "empty_prefix",
+        ]
     )
     buffer = bytearray(data)
     if kind == "bitflip" and buffer:
@@ -103,8 +125,14 @@ def mutate(rng: random.Random, data: bytes) -> tuple[str, bytes]:
         positions = [p for p in positions if p + width <= len(buffer)]
         if positions:
             position = rng.choice(positions)
-            value = rng.choice((*_EXTREMES, len(data), len(data) + rng.randint(1, 4096),
-                                rng.getrandbits(width * 8)))
+            value = rng.choice(
+                (
+                    *_EXTREMES,
+                    len(data),
+                    len(data) + rng.randint(1, 4096),
+                    rng.getrandbits(width * 8),
+                )
+            )
             buffer[position : position + width] = (value % (1 << (width * 8))).to_bytes(
                 width, "little"
             )
@@ -173,11 +201,15 @@ def run_case(case: Case, workdir: Path) -> str:
     out = outputs / "model.pte"
     sink = io.StringIO()
     try:
-        with _deadline(CASE_TIMEOUT), contextlib.redirect_stdout(sink), \
-                contextlib.redirect_stderr(sink):
+        with (
+            _deadline(CASE_TIMEOUT),
+            contextlib.redirect_stdout(sink),
+            contextlib.redirect_stderr(sink),
+        ):
             audit_code = main(["audit", str(pte), *ptd_args, "--max-dead-bytes", "0"])
-            prune_code = main(["prune", str(pte), "-o", str(out), *ptd_args,
-                               "--ptd-out", str(outputs)])
+            prune_code = main(
+                ["prune", str(pte), "-o", str(out), *ptd_args, "--ptd-out", str(outputs)]
+            )
     except _Hang:
         return "hang"
     except BaseException as error:  # noqa: BLE001 - the point is to catch everything
@@ -291,8 +323,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.perf_counter()
 
         def progress(done: int, counts: Counter) -> None:
-            print(f"{done:>7} cases, {time.perf_counter() - started:6.1f} s: {dict(counts)}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{done:>7} cases, {time.perf_counter() - started:6.1f} s: {dict(counts)}",
+                file=sys.stderr,
+                flush=True,
+            )
 
         counts, examples = fuzz(seeds, options.cases, options.seed, report=progress)
         seconds = time.perf_counter() - started

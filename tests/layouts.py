@@ -127,8 +127,13 @@ def ptd_file(flatbuffer: bytes, blobs: list[bytes], offsets: list[int], base: in
 
 
 def _with_header(
-    flatbuffer: bytes, segments: list[bytes], offsets: list[int], *,
-    segment_alignment: int = 128, header_length: int = 32, padded: int = 32,
+    flatbuffer: bytes,
+    segments: list[bytes],
+    offsets: list[int],
+    *,
+    segment_alignment: int = 128,
+    header_length: int = 32,
+    padded: int = 32,
 ) -> bytes:
     """header + flatbuffer + segments at `offsets` (relative to the base)."""
     program_size = padded + len(flatbuffer)
@@ -257,8 +262,12 @@ def old_flat_tensor() -> bytes:
 
 
 def relayout(
-    pte: bytes, *, force_defaults: bool = False, header_length: int = 32,
-    segment_alignment: int = 128, padded: int = 32,
+    pte: bytes,
+    *,
+    force_defaults: bool = False,
+    header_length: int = 32,
+    segment_alignment: int = 128,
+    padded: int = 32,
 ) -> bytes:
     """`pte` written again as another producer might, the same program and bytes.
 
@@ -284,14 +293,23 @@ def relayout(
     if not end:
         return flatbuffer
     return _with_header(
-        flatbuffer, segments, offsets, segment_alignment=segment_alignment,
-        header_length=header_length, padded=padded,
+        flatbuffer,
+        segments,
+        offsets,
+        segment_alignment=segment_alignment,
+        header_length=header_length,
+        padded=padded,
     )
 
 
 def build_constants(
-    constants: list[bytes], dead: frozenset[int], *, tensor_alignment: int = 16,
-    segment_alignment: int = 128, header_length: int = 32, padded: int = 32,
+    constants: list[bytes],
+    dead: frozenset[int],
+    *,
+    tensor_alignment: int = 16,
+    segment_alignment: int = 128,
+    header_length: int = 32,
+    padded: int = 32,
     force_defaults: bool = False,
 ) -> bytes:
     """A program reading each constant but those in `dead` once, laid out as asked.
@@ -332,8 +350,12 @@ def build_constants(
     if not data:
         return flatbuffer
     return _with_header(
-        flatbuffer, [data], [0], segment_alignment=segment_alignment,
-        header_length=header_length, padded=padded,
+        flatbuffer,
+        [data],
+        [0],
+        segment_alignment=segment_alignment,
+        header_length=header_length,
+        padded=padded,
     )
 
 

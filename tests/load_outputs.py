@@ -18,15 +18,22 @@ from pathlib import Path
 import pytest
 
 #: The modules that write programs, each with its own `write_outputs` name.
-WRITERS = ("emitter_filter.ondisk.prune", "emitter_filter.ondisk.dedupe",
-           "emitter_filter.ondisk.merge", "emitter_filter.ondisk.share")
+WRITERS = (
+    "emitter_filter.ondisk.prune",
+    "emitter_filter.ondisk.dedupe",
+    "emitter_filter.ondisk.merge",
+    "emitter_filter.ondisk.share",
+)
 
 _worker = None
 
 
 def pytest_addoption(parser) -> None:
-    parser.addoption("--load-outputs", action="store_true",
-                     help="load every .pte the tools write in ExecuTorch's runtime")
+    parser.addoption(
+        "--load-outputs",
+        action="store_true",
+        help="load every .pte the tools write in ExecuTorch's runtime",
+    )
 
 
 def _runtime_worker():
@@ -62,8 +69,10 @@ def check_outputs(outputs, refused: list[str], worker=None) -> None:
         if len(data) > 1:
             continue  # the pybindings take one data file
         outcome = worker.load(pte, data)
-        if isinstance(outcome, Refused) and not data and "external_data_map is null" in " ".join(
-            outcome.log
+        if (
+            isinstance(outcome, Refused)
+            and not data
+            and "external_data_map is null" in " ".join(outcome.log)
         ):
             continue  # its .ptd is an input somewhere else: not checked (the call does not say)
         if isinstance(outcome, Refused):

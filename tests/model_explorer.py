@@ -22,20 +22,30 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["PYTHON", "needs_model_explorer", "adapter_graphs", "round_trip", "serve",
-           "NODE_DATA_ROWS", "ROOT_STATS_ROWS"]
+__all__ = [
+    "PYTHON",
+    "needs_model_explorer",
+    "adapter_graphs",
+    "round_trip",
+    "serve",
+    "NODE_DATA_ROWS",
+    "ROOT_STATS_ROWS",
+]
 
 PYTHON = os.environ.get("EMITTER_FILTER_MODEL_EXPLORER_PYTHON")
 
 #: Marks a test that runs the adapter or Model Explorer's builder: skipped without the venv.
 needs_model_explorer = pytest.mark.skipif(
-    not PYTHON, reason="EMITTER_FILTER_MODEL_EXPLORER_PYTHON (a venv with ai-edge-model-explorer "
-    "and pte-adapter-model-explorer, constraints/model-explorer.txt) is not set")
+    not PYTHON,
+    reason="EMITTER_FILTER_MODEL_EXPLORER_PYTHON (a venv with ai-edge-model-explorer "
+    "and pte-adapter-model-explorer, constraints/model-explorer.txt) is not set",
+)
 
 
 def _run(code: str, *args: str) -> str:
-    result = subprocess.run([PYTHON, "-c", textwrap.dedent(code), *args],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [PYTHON, "-c", textwrap.dedent(code), *args], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 
@@ -85,12 +95,23 @@ def serve(pte: Path, node_data: Path, log: Path, timeout: float = 120.0) -> Iter
     loaded as its command line loads them (its output in `log`); yields the address it
     prints for them."""
     port = _free_port()
-    command = [str(Path(PYTHON).parent / "model-explorer"), str(pte), "--node_data_paths",
-               str(node_data), "--extensions", "pte_adapter_model_explorer", "--host",
-               "127.0.0.1", "--port", str(port), "--no_open_in_browser"]
+    command = [
+        str(Path(PYTHON).parent / "model-explorer"),
+        str(pte),
+        "--node_data_paths",
+        str(node_data),
+        "--extensions",
+        "pte_adapter_model_explorer",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no_open_in_browser",
+    ]
     with open(log, "w") as output:
-        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL)
+        server = subprocess.Popen(
+            command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
     try:
         pattern = re.compile(rf"http://127\.0\.0\.1:{port}/\?data=\S+")
         end, found = time.monotonic() + timeout, None

@@ -120,8 +120,15 @@ def tiny_llama() -> torch.nn.Module:
 
     torch.manual_seed(0)
     args = ModelArgs(
-        dim=64, n_layers=2, n_heads=4, vocab_size=256, multiple_of=32, max_seq_len=32,
-        max_context_len=32, use_kv_cache=True, enable_dynamic_shape=True,
+        dim=64,
+        n_layers=2,
+        n_heads=4,
+        vocab_size=256,
+        multiple_of=32,
+        max_seq_len=32,
+        max_context_len=32,
+        use_kv_cache=True,
+        enable_dynamic_shape=True,
     )
     return Step(construct_transformer(args).eval())
 

@@ -19,7 +19,13 @@ from emitter_filter.ondisk.prune import prune_file
 
 #: `explain`'s storages that hold data a program reads (the rest is tables and padding).
 DATA_STORAGES = (
-    "constant", "mutable", "external", "named_data", "delegate", "delegate_inline", "segments",
+    "constant",
+    "mutable",
+    "external",
+    "named_data",
+    "delegate",
+    "delegate_inline",
+    "segments",
 )
 
 
@@ -50,7 +56,11 @@ def check_one_count(pte: Path, ptds, out: Path) -> int:
     after = explain_file(out / pte.name, written)
     assert after.audit.dead_bytes == 0 and dead_bytes(after) == 0, (pte, after.audit.dead)
     assert data_bytes(before) - data_bytes(after) == dropped, (
-        pte, data_bytes(before), data_bytes(after), dropped)
+        pte,
+        data_bytes(before),
+        data_bytes(after),
+        dropped,
+    )
     # What explain called dead is no more: no part of the output holds its bytes.
     dead_contents = {_content(p) for p in before.parts if p.status == "dead"}
     live_contents = {_content(p) for p in before.parts if p.status != "dead"}

@@ -113,10 +113,9 @@ def build(case: str, root: Path) -> Built:
     )
     pte, ptds = _save(dirty, root / case / "dirty")
     pruned_pte, pruned_ptds = _save(pruned, root / case / "pruned")
-    return Built(case, pte, ptds, pruned_pte, pruned_ptds, emitter_filter.report(pruned),
-                 _inputs(case))
-
-
+    return Built(
+        case, pte, ptds, pruned_pte, pruned_ptds, emitter_filter.report(pruned), _inputs(case)
+    )
 
 
 def write_golden(root: Path = GOLDEN) -> None:

@@ -18,7 +18,9 @@ __all__ = ["REALWORLD", "needs_realworld", "real_files", "refused"]
 REALWORLD = os.environ.get("EMITTER_FILTER_REALWORLD_DIR")
 
 #: Marks a test of the real files: skipped unless the variable names their directory.
-needs_realworld = pytest.mark.skipif(not REALWORLD, reason="EMITTER_FILTER_REALWORLD_DIR is not set")
+needs_realworld = pytest.mark.skipif(
+    not REALWORLD, reason="EMITTER_FILTER_REALWORLD_DIR is not set"
+)
 
 
 def real_files(directory: str | os.PathLike | None = REALWORLD) -> list[tuple[Path, list[Path]]]:

@@ -72,8 +72,7 @@ class _NotApplicable(Exception):
 
 def _near(rng: random.Random, bound: int, unsigned: bool = True) -> int:
     """A value at or near `bound` (a length, a size), or an extreme."""
-    choices = [bound - 1, bound, bound + 1, bound + 8, 2 * bound + 16, 0, 1,
-               0xFFFF, 0x7FFFFFFF]
+    choices = [bound - 1, bound, bound + 1, bound + 8, 2 * bound + 16, 0, 1, 0xFFFF, 0x7FFFFFFF]
     if not unsigned:
         choices.append(-1)
     return rng.choice([c for c in choices if not unsigned or c >= 0])
@@ -142,8 +141,13 @@ def constant_segment_index(rng, program):
 def segment_field(rng, program):
     segment = _pick(rng, program.segments or ())
     name = rng.choice(("offset", "size"))
-    setattr(segment, name, _near(rng, _segment_data_size(program)) if rng.random() < 0.7
-            else getattr(segment, name) + rng.choice((-1, 1, 16)) % (1 << 64))
+    setattr(
+        segment,
+        name,
+        _near(rng, _segment_data_size(program))
+        if rng.random() < 0.7
+        else getattr(segment, name) + rng.choice((-1, 1, 16)) % (1 << 64),
+    )
     return f"segments[{program.segments.index(segment)}].{name} = {getattr(segment, name)}"
 
 
@@ -165,22 +169,29 @@ def data_buffer_idx(rng, program):
 def memory_id(rng, program):
     plan, index, tensor = _pick(rng, _tensors(program, _planned))
     tensor.allocationInfo.memoryId = _near(rng, len(plan.nonConstBufferSizes or ()))
-    return f"plan {plan.name!r} value {index}: allocation_info.memory_id = " \
-           f"{tensor.allocationInfo.memoryId}"
+    return (
+        f"plan {plan.name!r} value {index}: allocation_info.memory_id = "
+        f"{tensor.allocationInfo.memoryId}"
+    )
 
 
 def memory_offset(rng, program):
     plan, index, tensor = _pick(rng, _tensors(program, _planned))
     sizes = plan.nonConstBufferSizes or [0]
-    bound = sizes[tensor.allocationInfo.memoryId] if tensor.allocationInfo.memoryId < len(
-        sizes) else 0
+    bound = (
+        sizes[tensor.allocationInfo.memoryId] if tensor.allocationInfo.memoryId < len(sizes) else 0
+    )
     if rng.random() < 0.8:
         tensor.allocationInfo.memoryOffsetLow = _near(rng, bound) & 0xFFFFFFFF
-        return f"plan {plan.name!r} value {index}: allocation_info.memory_offset_low = " \
-               f"{tensor.allocationInfo.memoryOffsetLow}"
+        return (
+            f"plan {plan.name!r} value {index}: allocation_info.memory_offset_low = "
+            f"{tensor.allocationInfo.memoryOffsetLow}"
+        )
     tensor.allocationInfo.memoryOffsetHigh = rng.choice((1, 0xFFFF, 0xFFFFFFFF))
-    return f"plan {plan.name!r} value {index}: allocation_info.memory_offset_high = " \
-           f"{tensor.allocationInfo.memoryOffsetHigh}"
+    return (
+        f"plan {plan.name!r} value {index}: allocation_info.memory_offset_high = "
+        f"{tensor.allocationInfo.memoryOffsetHigh}"
+    )
 
 
 def allocation_removed(rng, program):
@@ -196,8 +207,9 @@ def non_const_buffer_sizes(rng, program):
         plan.nonConstBufferSizes = sizes[: rng.randrange(len(sizes) + 1)]
         return f"plan {plan.name!r}: non_const_buffer_sizes = {plan.nonConstBufferSizes}"
     position = rng.randrange(len(sizes))
-    sizes[position] = rng.choice((0, max(sizes[position] - 1, 0), sizes[position] // 2,
-                                  sizes[position] + 1, 1 << 40))
+    sizes[position] = rng.choice(
+        (0, max(sizes[position] - 1, 0), sizes[position] // 2, sizes[position] + 1, 1 << 40)
+    )
     return f"plan {plan.name!r}: non_const_buffer_sizes[{position}] = {sizes[position]}"
 
 
@@ -241,8 +253,10 @@ def mutable_segments(rng, program):
         # A planned tensor says its initial state is in a mutable segment that does not exist.
         plan, index, tensor = _pick(rng, _tensors(program, _planned))
         tensor.dataBufferIdx = rng.choice((1, 2))
-        return f"plan {plan.name!r} value {index}: data_buffer_idx = {tensor.dataBufferIdx} " \
-               "(a planned tensor, no mutable_data_segments)"
+        return (
+            f"plan {plan.name!r} value {index}: data_buffer_idx = {tensor.dataBufferIdx} "
+            "(a planned tensor, no mutable_data_segments)"
+        )
     choice = rng.randrange(4)
     if choice == 0:
         program.mutableDataSegments = None
@@ -263,10 +277,13 @@ def mutable_segments(rng, program):
 
 def mutable_state_index(rng, program):
     plan, index, tensor = _pick(
-        rng, _tensors(program, lambda t: _planned(t) and t.dataBufferIdx > 0))
+        rng, _tensors(program, lambda t: _planned(t) and t.dataBufferIdx > 0)
+    )
     tensor.dataBufferIdx = _near(rng, len(program.mutableDataSegments[0].offsets or ()))
-    return f"plan {plan.name!r} value {index}: data_buffer_idx = {tensor.dataBufferIdx} " \
-           "(mutable state)"
+    return (
+        f"plan {plan.name!r} value {index}: data_buffer_idx = {tensor.dataBufferIdx} "
+        "(mutable state)"
+    )
 
 
 def external_key(rng, program):
@@ -275,8 +292,10 @@ def external_key(rng, program):
     choice = rng.randrange(3)
     if choice == 0:
         info.fullyQualifiedName = (info.fullyQualifiedName or b"") + b".x"
-        return f"plan {plan.name!r} value {index}: fully_qualified_name = " \
-               f"{info.fullyQualifiedName!r} (not in the .ptd)"
+        return (
+            f"plan {plan.name!r} value {index}: fully_qualified_name = "
+            f"{info.fullyQualifiedName!r} (not in the .ptd)"
+        )
     if choice == 1:
         info.fullyQualifiedName = None
         return f"plan {plan.name!r} value {index}: fully_qualified_name removed"
@@ -289,8 +308,10 @@ def made_external(rng, program):
     tensor.extraTensorInfo = tensor.extraTensorInfo or ExtraTensorInfoT()
     tensor.extraTensorInfo.location = TensorDataLocation.EXTERNAL
     tensor.extraTensorInfo.fullyQualifiedName = rng.choice((b"lin.weight", b"nowhere", None))
-    return f"plan {plan.name!r} value {index}: location = EXTERNAL, fully_qualified_name = " \
-           f"{tensor.extraTensorInfo.fullyQualifiedName!r}"
+    return (
+        f"plan {plan.name!r} value {index}: location = EXTERNAL, fully_qualified_name = "
+        f"{tensor.extraTensorInfo.fullyQualifiedName!r}"
+    )
 
 
 def delegate_reference(rng, program):
@@ -299,18 +320,26 @@ def delegate_reference(rng, program):
     choice = rng.randrange(4)
     if choice == 0:
         delegate.processed.location = 1 - delegate.processed.location
-        return f"plan {plan.name!r}: delegates[0].processed.location = " \
-               f"{delegate.processed.location}"
+        return (
+            f"plan {plan.name!r}: delegates[0].processed.location = {delegate.processed.location}"
+        )
     if choice == 1:
-        bound = len(program.segments or ()) if delegate.processed.location == 1 else len(
-            program.backendDelegateData or ())
+        bound = (
+            len(program.segments or ())
+            if delegate.processed.location == 1
+            else len(program.backendDelegateData or ())
+        )
         delegate.processed.index = _near(rng, bound)
         return f"plan {plan.name!r}: delegates[0].processed.index = {delegate.processed.index}"
     if choice == 2:
         delegate.id = rng.choice((b"NoSuchBackend", b"", None))
         return f"plan {plan.name!r}: delegates[0].id = {delegate.id!r}"
-    calls = [i.instrArgs for c in plan.chains for i in c.instructions
-             if i.instrArgsType == InstructionArguments.DelegateCall]
+    calls = [
+        i.instrArgs
+        for c in plan.chains
+        for i in c.instructions
+        if i.instrArgsType == InstructionArguments.DelegateCall
+    ]
     call = _pick(rng, calls)
     call.delegateIndex = _near(rng, len(plan.delegates), unsigned=False)
     return f"plan {plan.name!r}: delegate_call.delegate_index = {call.delegateIndex}"
@@ -370,8 +399,12 @@ def plan_io_index(rng, program):
 
 def instruction_arg(rng, program):
     plan = _pick(rng, program.executionPlan or ())
-    instructions = [i for c in plan.chains for i in c.instructions
-                    if i.instrArgsType == InstructionArguments.KernelCall]
+    instructions = [
+        i
+        for c in plan.chains
+        for i in c.instructions
+        if i.instrArgsType == InstructionArguments.KernelCall
+    ]
     call = _pick(rng, instructions).instrArgs
     if rng.random() < 0.4:
         call.opIndex = _near(rng, len(plan.operators or ()))
@@ -391,8 +424,9 @@ def operator_name(rng, program):
 def value_type(rng, program):
     plan = _pick(rng, program.executionPlan or ())
     value = rng.choice(plan.values)
-    value.valType = rng.choice((KernelTypes.Null, KernelTypes.Int, KernelTypes.TensorList,
-                                KernelTypes.String))
+    value.valType = rng.choice(
+        (KernelTypes.Null, KernelTypes.Int, KernelTypes.TensorList, KernelTypes.String)
+    )
     value.val = None if value.valType == KernelTypes.Null else value.val
     return f"plan {plan.name!r}: value type = {value.valType}"
 
@@ -412,8 +446,15 @@ def required_field_removed(rng, program):
         chain.instructions = None
         return f"plan {plan.name!r}: a chain's instructions not written"
     if choice == 3:
-        call = _pick(rng, [i.instrArgs for c in plan.chains for i in c.instructions or ()
-                           if i.instrArgsType == InstructionArguments.KernelCall])
+        call = _pick(
+            rng,
+            [
+                i.instrArgs
+                for c in plan.chains
+                for i in c.instructions or ()
+                if i.instrArgsType == InstructionArguments.KernelCall
+            ],
+        )
         call.args = None
         return f"plan {plan.name!r}: kernel_call.args not written"
     if choice == 4:
@@ -435,32 +476,72 @@ def constant_segment_added(rng, program):
 
 
 PROGRAM_MUTATIONS: dict[str, Callable] = {
-    f.__name__: f for f in (
-        constant_offset, constant_offsets_cut, constant_segment_index, segment_field,
-        segments_removed, data_buffer_idx, memory_id, memory_offset, allocation_removed,
-        non_const_buffer_sizes, tensor_sizes, tensor_scalar_type, tensor_dim_order,
-        mutable_segments, mutable_state_index, external_key, made_external,
-        delegate_reference, named_data, constant_buffer, inline_delegate_data, plan_io_index,
-        instruction_arg, operator_name, value_type, required_field_removed,
+    f.__name__: f
+    for f in (
+        constant_offset,
+        constant_offsets_cut,
+        constant_segment_index,
+        segment_field,
+        segments_removed,
+        data_buffer_idx,
+        memory_id,
+        memory_offset,
+        allocation_removed,
+        non_const_buffer_sizes,
+        tensor_sizes,
+        tensor_scalar_type,
+        tensor_dim_order,
+        mutable_segments,
+        mutable_state_index,
+        external_key,
+        made_external,
+        delegate_reference,
+        named_data,
+        constant_buffer,
+        inline_delegate_data,
+        plan_io_index,
+        instruction_arg,
+        operator_name,
+        value_type,
+        required_field_removed,
         constant_segment_added,
     )
 }
 
 # Header fields: (name, offset, width) in the `.pte` extended header and the `.ptd` header.
-PTE_HEADER = (("header_length", 12, 4), ("program_size", 16, 8),
-              ("segment_base_offset", 24, 8), ("segment_data_size", 32, 8))
-PTD_HEADER = (("header_length", 12, 4), ("flatbuffer_offset", 16, 8),
-              ("flatbuffer_size", 24, 8), ("segment_base_offset", 32, 8),
-              ("segment_data_size", 40, 8))
+PTE_HEADER = (
+    ("header_length", 12, 4),
+    ("program_size", 16, 8),
+    ("segment_base_offset", 24, 8),
+    ("segment_data_size", 32, 8),
+)
+PTD_HEADER = (
+    ("header_length", 12, 4),
+    ("flatbuffer_offset", 16, 8),
+    ("flatbuffer_size", 24, 8),
+    ("segment_base_offset", 32, 8),
+    ("segment_data_size", 40, 8),
+)
 
 
 def _header(rng, data: bytes, fields) -> tuple[str, bytes]:
     name, offset, width = rng.choice(fields)
-    old = int.from_bytes(data[offset:offset + width], "little")
-    new = rng.choice((old - 1, old + 1, old + 8, old - 8, len(data), len(data) + 1, 0,
-                      old * 2, (1 << (8 * width)) - 1)) % (1 << (8 * width))
+    old = int.from_bytes(data[offset : offset + width], "little")
+    new = rng.choice(
+        (
+            old - 1,
+            old + 1,
+            old + 8,
+            old - 8,
+            len(data),
+            len(data) + 1,
+            0,
+            old * 2,
+            (1 << (8 * width)) - 1,
+        )
+    ) % (1 << (8 * width))
     buffer = bytearray(data)
-    buffer[offset:offset + width] = new.to_bytes(width, "little")
+    buffer[offset : offset + width] = new.to_bytes(width, "little")
     return f"header {name} {old} -> {new}", bytes(buffer)
 
 
@@ -497,21 +578,21 @@ def _ptd_mutation(rng, path: Path) -> tuple[str, bytes]:
         how = f"named_data {entry.key!r} removed"
     flatbuffer = pack_flat_tensor(table)
     base = aligned(len(flatbuffer) + 48, 128)
-    return how, ptd_file(flatbuffer, [data[ptd.segment_base_offset:]], [0], base)
+    return how, ptd_file(flatbuffer, [data[ptd.segment_base_offset :]], [0], base)
 
 
 def as_is(seeds: Sequence[Seed]) -> Iterator[Mutant]:
     """Each seed unchanged (field "as is")."""
     for seed in seeds:
-        yield Mutant(seed.name, "as is", "", seed.pte.read_bytes(),
-                     tuple(p.read_bytes() for p in seed.ptds))
+        yield Mutant(
+            seed.name, "as is", "", seed.pte.read_bytes(), tuple(p.read_bytes() for p in seed.ptds)
+        )
 
 
 def mutants(seeds: Sequence[Seed], count: int, seed: int = 0) -> Iterator[Mutant]:
     """`count` mutants of `seeds`, derandomised by `seed`: structured ones mostly, a fifth
     of them `tests.fuzz_files.mutate`'s byte-level ones."""
-    originals = {s.name: (s.pte.read_bytes(), tuple(p.read_bytes() for p in s.ptds))
-                 for s in seeds}
+    originals = {s.name: (s.pte.read_bytes(), tuple(p.read_bytes() for p in s.ptds)) for s in seeds}
     names = sorted(PROGRAM_MUTATIONS)
     index = attempt = 0
     while index < count:
@@ -530,8 +611,9 @@ def mutants(seeds: Sequence[Seed], count: int, seed: int = 0) -> Iterator[Mutant
                 if target == 0:
                     yield Mutant(chosen.name, field, how, data, ptds)
                 else:
-                    yield Mutant(chosen.name, field, how, pte,
-                                 ptds[:target - 1] + (data,) + ptds[target:])
+                    yield Mutant(
+                        chosen.name, field, how, pte, ptds[: target - 1] + (data,) + ptds[target:]
+                    )
             elif roll < 0.27:
                 if pte[8:12] != b"eh00":
                     raise _NotApplicable
@@ -561,7 +643,13 @@ def mutants(seeds: Sequence[Seed], count: int, seed: int = 0) -> Iterator[Mutant
                     break
                 else:
                     raise _NotApplicable
-        except (_NotApplicable, struct.error, OverflowError, TypeError, AttributeError,
-                ValueError):  # ValueError: a seed's .ptd the reader refuses
+        except (
+            _NotApplicable,
+            struct.error,
+            OverflowError,
+            TypeError,
+            AttributeError,
+            ValueError,
+        ):  # ValueError: a seed's .ptd the reader refuses
             continue
         index += 1

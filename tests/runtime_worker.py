@@ -82,7 +82,10 @@ class RuntimeWorker:
         self._pending = b""
         self._process = subprocess.Popen(
             [sys.executable, "-m", "tests.runtime_worker", "--serve"],
-            cwd=_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            cwd=_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
         )
         hello = self._read(START_TIMEOUT)
         if hello is None or "operators" not in hello:
@@ -118,7 +121,7 @@ class RuntimeWorker:
         requests = [[os.fspath(p), [os.fspath(d) for d in data]] for p, data in files]
         results: list[Loaded | Refused] = []
         while len(results) < len(requests):
-            batch = requests[len(results):]
+            batch = requests[len(results) :]
             self._send({"batch": batch})
             while True:
                 message = self._read(self.timeout)
@@ -130,8 +133,13 @@ class RuntimeWorker:
                     message["crash"] = f"no answer in {self.timeout:g} s"
                 if "crash" in message:
                     self.crashes += 1
-                    results.append(Refused(f"the runtime crashed: {message['crash']}",
-                                           tuple(message.get("log", ())), crashed=True))
+                    results.append(
+                        Refused(
+                            f"the runtime crashed: {message['crash']}",
+                            tuple(message.get("log", ())),
+                            crashed=True,
+                        )
+                    )
                     self._child = self._read(START_TIMEOUT)["child"]
                     break
                 if "done" in message:
@@ -198,7 +206,8 @@ def _load(runtime, pte: str, data_files: list[str]) -> dict:
         return {"loaded": False, "reason": "the pybindings take one data file", "log": []}
     data = Path(pte).read_bytes()  # held until the methods are gone (the runtime keeps no copy)
     program = runtime._load_program_from_buffer(
-        data, program_verification=runtime.Verification.InternalConsistency,
+        data,
+        program_verification=runtime.Verification.InternalConsistency,
         data_path=data_files[0] if data_files else None,
     )
     methods = [program.get_method_name(i) for i in range(program.num_methods())]
@@ -248,8 +257,12 @@ def serve() -> None:
     os.dup2(devnull, 2)
     from executorch.extension.pybindings import portable_lib as runtime
 
-    _write({"operators": sorted(runtime._get_operator_names()),
-            "backends": sorted(runtime._get_registered_backend_names())})
+    _write(
+        {
+            "operators": sorted(runtime._get_operator_names()),
+            "backends": sorted(runtime._get_registered_backend_names()),
+        }
+    )
     log_fd, log_path = tempfile.mkstemp(prefix="ef-runtime-log-")
     os.unlink(log_path)
     while True:

@@ -55,21 +55,27 @@ def test_bytes_within_the_limit_are_no_step(tmp_path):
 
 
 def _share_run(day: int, small_filter: float, big_filter: float) -> dict:
-    return bench_runs.results([
-        bench_runs.benchmark("small", "upstream", total=10_000, seconds=0.1),
-        bench_runs.benchmark("small", "pruned", total=9_000, seconds=0.1,
-                             filter_seconds=small_filter),
-        bench_runs.benchmark("big", "upstream", total=10 << 20, seconds=2.0),
-        bench_runs.benchmark("big", "pruned", total=8 << 20, seconds=2.0,
-                             filter_seconds=big_filter),
-    ], commit=f"{day}" * 40, commit_time=f"2026-11-2{day}T00:00:00+00:00")
+    return bench_runs.results(
+        [
+            bench_runs.benchmark("small", "upstream", total=10_000, seconds=0.1),
+            bench_runs.benchmark(
+                "small", "pruned", total=9_000, seconds=0.1, filter_seconds=small_filter
+            ),
+            bench_runs.benchmark("big", "upstream", total=10 << 20, seconds=2.0),
+            bench_runs.benchmark(
+                "big", "pruned", total=8 << 20, seconds=2.0, filter_seconds=big_filter
+            ),
+        ],
+        commit=f"{day}" * 40,
+        commit_time=f"2026-11-2{day}T00:00:00+00:00",
+    )
 
 
 def test_a_share_is_judged_as_compare_judges_it_both_ways(tmp_path):
     runs = [
-        _share_run(1, 0.001, 0.002),   # small 1%, big 0.1%
-        _share_run(2, 0.004, 0.008),   # small 4% (a 0.1 s call: not judged), big 0.4%: up
-        _share_run(3, 0.004, 0.002),   # big back to 0.1%: 0.4% > 0.1% x 1.5 + 0.2: down
+        _share_run(1, 0.001, 0.002),  # small 1%, big 0.1%
+        _share_run(2, 0.004, 0.008),  # small 4% (a 0.1 s call: not judged), big 0.4%: up
+        _share_run(3, 0.004, 0.002),  # big back to 0.1%: 0.4% > 0.1% x 1.5 + 0.2: down
     ]
     paths = [bench_runs.write(tmp_path / f"{i}.json", run) for i, run in enumerate(runs)]
     (history,) = _histories(paths)
@@ -79,13 +85,20 @@ def test_a_share_is_judged_as_compare_judges_it_both_ways(tmp_path):
 def test_runs_of_another_machine_are_shown_apart(tmp_path):
     paths = bench_runs.three_commits(tmp_path)
     # Between the first two commits, another machine's run with twice the bytes.
-    paths.append(bench_runs.write(tmp_path / "other" / "results.json", bench_runs.quick_run(
-        grow=2.0, commit="4" * 40, commit_time="2026-11-21T12:00:00+00:00", cpu="Other CPU")))
+    paths.append(
+        bench_runs.write(
+            tmp_path / "other" / "results.json",
+            bench_runs.quick_run(
+                grow=2.0, commit="4" * 40, commit_time="2026-11-21T12:00:00+00:00", cpu="Other CPU"
+            ),
+        )
+    )
     first, other = _histories(paths)
     assert [run.label for run in first.runs] == ["1111111", "2222222", "3333333"]
     assert [run.label for run in other.runs] == ["4444444"]
-    assert _steps(first) == {(_TIED, key, 2, "up")
-                             for key in ("bytes_before", "bytes_after", "bytes_deduped")}
+    assert _steps(first) == {
+        (_TIED, key, 2, "up") for key in ("bytes_before", "bytes_after", "bytes_deduped")
+    }
     assert _steps(other) == set()
     page = render_history([first, other])
     assert page.count('<section class="machine"') == 2
@@ -94,9 +107,11 @@ def test_runs_of_another_machine_are_shown_apart(tmp_path):
 
 @pytest.mark.parametrize(
     ("order", "labels"),
-    [("commit", ["1111111", "2222222", "3333333"]),
-     ("run", ["1111111", "2222222", "3333333"]),
-     ("given", ["3333333", "2222222", "1111111"])],
+    [
+        ("commit", ["1111111", "2222222", "3333333"]),
+        ("run", ["1111111", "2222222", "3333333"]),
+        ("given", ["3333333", "2222222", "1111111"]),
+    ],
     ids=["commit", "run", "given"],
 )
 def test_runs_are_sorted_by_commit_time_unless_asked_otherwise(tmp_path, order, labels):

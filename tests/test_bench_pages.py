@@ -70,8 +70,10 @@ class _Dom(HTMLParser):
 
     def find(self, tag: str, css: str | None = None, **attrs) -> list[_Element]:
         return [
-            e for e in self.elements
-            if e.tag == tag and (css is None or css in e.attrs.get("class", "").split())
+            e
+            for e in self.elements
+            if e.tag == tag
+            and (css is None or css in e.attrs.get("class", "").split())
             and all(e.attrs.get(k.replace("_", "-")) == v for k, v in attrs.items())
         ]
 
@@ -85,8 +87,13 @@ class _Rendered:
 def _open(page: Path, tmp_path: Path) -> _Rendered:
     """The DOM of `page` once its script ran, and what it fetched, in headless Chromium."""
     netlog = tmp_path / "netlog.json"
-    completed = run_chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom",
-                             url=page.resolve().as_uri(), netlog=netlog)
+    completed = run_chromium(
+        tmp_path,
+        "--virtual-time-budget=5000",
+        "--dump-dom",
+        url=page.resolve().as_uri(),
+        netlog=netlog,
+    )
     dom = _Dom()
     dom.feed(completed.stdout)
     return _Rendered(dom, page_requests(netlog))
@@ -177,10 +184,18 @@ def test_the_history_page_draws_three_points_per_line_and_the_step_at_the_third(
             xs = [float(p.attrs["cx"]) for p in points if p.attrs["data-series"] == series]
             assert xs == sorted(xs) and len(set(xs)) == 3
 
-    steps = {(s.figure["data-model"], s.attrs["data-series"], s.attrs["data-index"],
-              s.attrs["data-direction"]) for s in dom.find("g", "step")}
-    assert steps == {(_TIED, key, "2", "up")
-                     for key in ("bytes_before", "bytes_after", "bytes_deduped")}
+    steps = {
+        (
+            s.figure["data-model"],
+            s.attrs["data-series"],
+            s.attrs["data-index"],
+            s.attrs["data-direction"],
+        )
+        for s in dom.find("g", "step")
+    }
+    assert steps == {
+        (_TIED, key, "2", "up") for key in ("bytes_before", "bytes_after", "bytes_deduped")
+    }
     (rule,) = [e for e in dom.elements if e.attrs.get("id") == "rule"]
     assert "a regression is pruned .pte+.ptd bytes > baseline x 1.005" in rule.text
     labels = [t.text for t in dom.find("text", "run-label")]
@@ -189,8 +204,10 @@ def test_the_history_page_draws_three_points_per_line_and_the_step_at_the_third(
 
 def test_the_run_page_shows_the_dedupe_table_the_time_ratios_and_the_costliest_call(tmp_path):
     pytest.importorskip("matplotlib")
-    path = bench_runs.write(tmp_path / "results.json", bench_runs.quick_run(
-        commit="1" * 40, commit_time="2026-11-21T00:00:00+00:00"))
+    path = bench_runs.write(
+        tmp_path / "results.json",
+        bench_runs.quick_run(commit="1" * 40, commit_time="2026-11-21T00:00:00+00:00"),
+    )
     assert main(["--results", str(path), "--out", str(tmp_path)]) == EXIT_OK
     rendered = _open(tmp_path / "dashboard.html", tmp_path)
     _assert_self_contained(tmp_path / "dashboard.html", rendered)
@@ -198,20 +215,34 @@ def test_the_run_page_shows_the_dedupe_table_the_time_ratios_and_the_costliest_c
 
     raw = _raw(path)
     upstream = {m: _median(raw[(m, "upstream")], "to_executorch_seconds") for m, _ in raw}
-    expected = {(m, "pruned"): _median(raw[(m, "pruned")], "to_executorch_seconds") / upstream[m]
-                for m in upstream}
+    expected = {
+        (m, "pruned"): _median(raw[(m, "pruned")], "to_executorch_seconds") / upstream[m]
+        for m in upstream
+    }
     expected[(_TIED, "deduped")] = (
-        _median(raw[(_TIED, "deduped")], "to_executorch_seconds") / upstream[_TIED])
+        _median(raw[(_TIED, "deduped")], "to_executorch_seconds") / upstream[_TIED]
+    )
     (chart,) = dom.find("figure", "chart", id="time-ratios")
     assert chart.attrs.get("data-drawn") == "true"
     bars = dom.find("rect", "bar")
-    labels = json.loads(next(e for e in dom.elements if e.tag == "script"
-                             and e.figure is chart.attrs).text)["labels"]
-    drawn = {(labels[int(b.attrs["data-index"])], b.attrs["data-series"]):
-             float(b.attrs["data-value"]) for b in bars}
+    labels = json.loads(
+        next(e for e in dom.elements if e.tag == "script" and e.figure is chart.attrs).text
+    )["labels"]
+    drawn = {
+        (labels[int(b.attrs["data-index"])], b.attrs["data-series"]): float(b.attrs["data-value"])
+        for b in bars
+    }
     assert drawn == pytest.approx(expected, rel=1e-9)
-    _assert_linear([_Element("rect", {**b.attrs, "end": str(float(b.attrs["x"])
-                    + float(b.attrs["width"]))}, None) for b in bars], "end", inverted=False)
+    _assert_linear(
+        [
+            _Element(
+                "rect", {**b.attrs, "end": str(float(b.attrs["x"]) + float(b.attrs["width"]))}, None
+            )
+            for b in bars
+        ],
+        "end",
+        inverted=False,
+    )
 
     (table,) = dom.find("table", "dedupe")
     cells = [e.text for e in dom.elements if e.tag == "td" and e in _inside(dom, table)]
@@ -223,8 +254,10 @@ def test_the_run_page_shows_the_dedupe_table_the_time_ratios_and_the_costliest_c
     worst = max(expected, key=expected.get)
     assert worst == (_TIED, "deduped")
     (summary,) = [e for e in dom.elements if e.attrs.get("id") == "costliest"]
-    assert summary.text == (f"costliest call: {_TIED} pruned + deduplicated, to_executorch "
-                            f"{expected[worst]:.2f}x upstream's (medians, same run)")
+    assert summary.text == (
+        f"costliest call: {_TIED} pruned + deduplicated, to_executorch "
+        f"{expected[worst]:.2f}x upstream's (medians, same run)"
+    )
 
 
 def _inside(dom: _Dom, container: _Element) -> list[_Element]:
@@ -238,8 +271,9 @@ def _inside(dom: _Dom, container: _Element) -> list[_Element]:
 def test_the_network_check_sees_a_page_that_fetches(tmp_path):
     """The check above can fail: a page that loads an image from a host is caught."""
     page = tmp_path / "fetches.html"
-    page.write_text('<!DOCTYPE html><html><body><img src="https://bench.invalid/a.png">'
-                    "</body></html>")
+    page.write_text(
+        '<!DOCTYPE html><html><body><img src="https://bench.invalid/a.png"></body></html>'
+    )
     rendered = _open(page, tmp_path)
     assert rendered.requests == ["https://bench.invalid/a.png"]
     with pytest.raises(AssertionError, match="fetched"):

@@ -27,14 +27,18 @@ from tests import bench_runs  # noqa: E402
 def _results(
     *, pruned_bytes: int = 9_000, filter_seconds: float = 0.001, big_filter_seconds: float = 0.002
 ) -> dict:
-    return bench_runs.results([
-        bench_runs.benchmark("small", "upstream", total=10_000, seconds=0.1),
-        bench_runs.benchmark("small", "pruned", total=pruned_bytes, seconds=0.1,
-                             filter_seconds=filter_seconds),
-        bench_runs.benchmark("big", "upstream", total=10 << 20, seconds=2.0),
-        bench_runs.benchmark("big", "pruned", total=8 << 20, seconds=2.0,
-                             filter_seconds=big_filter_seconds),
-    ])
+    return bench_runs.results(
+        [
+            bench_runs.benchmark("small", "upstream", total=10_000, seconds=0.1),
+            bench_runs.benchmark(
+                "small", "pruned", total=pruned_bytes, seconds=0.1, filter_seconds=filter_seconds
+            ),
+            bench_runs.benchmark("big", "upstream", total=10 << 20, seconds=2.0),
+            bench_runs.benchmark(
+                "big", "pruned", total=8 << 20, seconds=2.0, filter_seconds=big_filter_seconds
+            ),
+        ]
+    )
 
 
 def _write(path: Path, results: dict) -> Path:
@@ -51,7 +55,9 @@ def test_summary_pairs_modes_into_ratios_smallest_model_first():
 
 def test_summary_names_a_model_with_one_mode_missing():
     results = _results()
-    results["benchmarks"] = [b for b in results["benchmarks"] if b["name"] != "test_to_executorch[big-pruned]"]
+    results["benchmarks"] = [
+        b for b in results["benchmarks"] if b["name"] != "test_to_executorch[big-pruned]"
+    ]
     with pytest.raises(ResultsError, match="'big': no pruned"):
         summarize(results)
 
@@ -60,11 +66,11 @@ def test_summary_names_a_model_with_one_mode_missing():
     ("changes", "regressed"),
     [
         ({}, False),
-        ({"pruned_bytes": 9_040}, False),          # +0.44%: inside the 0.5% allowance
-        ({"pruned_bytes": 9_100}, True),           # +1.1%
-        ({"big_filter_seconds": 0.006}, False),    # share 0.1% -> 0.3% <= 0.1% x 1.5 + 0.2 points
-        ({"big_filter_seconds": 0.008}, True),     # share 0.1% -> 0.4%
-        ({"filter_seconds": 0.004}, False),        # 1% -> 4%, but a 0.1 s call is not judged
+        ({"pruned_bytes": 9_040}, False),  # +0.44%: inside the 0.5% allowance
+        ({"pruned_bytes": 9_100}, True),  # +1.1%
+        ({"big_filter_seconds": 0.006}, False),  # share 0.1% -> 0.3% <= 0.1% x 1.5 + 0.2 points
+        ({"big_filter_seconds": 0.008}, True),  # share 0.1% -> 0.4%
+        ({"filter_seconds": 0.004}, False),  # 1% -> 4%, but a 0.1 s call is not judged
     ],
     ids=["same", "bytes-within", "bytes-grew", "share-within", "share-grew", "share-too-fast"],
 )
@@ -106,13 +112,28 @@ def _ram_report() -> dict:
     """A `ram.json` as bench/bench_ram.py writes it, with made-up figures."""
     from bench.bench_ram import RAM_SCHEMA
 
-    row = {"backend": "xnnpack", "loader": "pybind", "weights_cache": True,
-           "arrangement": "share", "processes": 1, "disk_bytes": 25 << 20,
-           "anon_bytes": 3 << 20, "file_bytes": 5 << 20, "pss_bytes": 7 << 20,
-           "peak_bytes": 11 << 20, "rss_bytes": 8 << 20}
-    return {"schema": RAM_SCHEMA, "machine": "fabricated, 2 cores", "repeat": 1,
-            "versions": {"torch": "2.13.0", "executorch": "1.5.1"},
-            "backbone_bytes": 24 << 20, "outputs_equal": {"xnnpack": True}, "rows": [row]}
+    row = {
+        "backend": "xnnpack",
+        "loader": "pybind",
+        "weights_cache": True,
+        "arrangement": "share",
+        "processes": 1,
+        "disk_bytes": 25 << 20,
+        "anon_bytes": 3 << 20,
+        "file_bytes": 5 << 20,
+        "pss_bytes": 7 << 20,
+        "peak_bytes": 11 << 20,
+        "rss_bytes": 8 << 20,
+    }
+    return {
+        "schema": RAM_SCHEMA,
+        "machine": "fabricated, 2 cores",
+        "repeat": 1,
+        "versions": {"torch": "2.13.0", "executorch": "1.5.1"},
+        "backbone_bytes": 24 << 20,
+        "outputs_equal": {"xnnpack": True},
+        "rows": [row],
+    }
 
 
 def test_the_dashboard_shows_the_ram_table_written_beside_the_results(tmp_path):
@@ -122,8 +143,10 @@ def test_the_dashboard_shows_the_ram_table_written_beside_the_results(tmp_path):
     assert main(["--results", str(results), "--out", str(tmp_path)]) == EXIT_OK
     page = (tmp_path / "dashboard.html").read_text()
     assert '<h2 id="ram">' in page and "fabricated, 2 cores" in page
-    assert ("<td>xnnpack + weights cache</td><td>pybind</td><td>share</td><td>25.0</td>"
-            "<td>8.0</td><td>3.0</td><td>5.0</td><td>7.0</td><td>11.0</td>") in page
+    assert (
+        "<td>xnnpack + weights cache</td><td>pybind</td><td>share</td><td>25.0</td>"
+        "<td>8.0</td><td>3.0</td><td>5.0</td><td>7.0</td><td>11.0</td>"
+    ) in page
     (tmp_path / "ram.json").write_text("{}")
     assert main(["--results", str(results), "--out", str(tmp_path)]) == EXIT_USAGE
 
@@ -157,15 +180,26 @@ def _suite_report(tmp_path) -> Path:
     records = []
     for case in ("plain", "clean"):
         pte, _ = saved(GOLDEN / case / "dirty")
-        records.append(ProgramRecord(
-            test=f"tests/test_export.py::test_{case}", methods=("forward",), exempt=False,
-            pruned=False, file_bytes=pte.stat().st_size, audit=audit_file(pte),
-            prune_report=None, serialize_seconds=0.01, audit_seconds=0.001, error=None,
-        ).to_json())
+        records.append(
+            ProgramRecord(
+                test=f"tests/test_export.py::test_{case}",
+                methods=("forward",),
+                exempt=False,
+                pruned=False,
+                file_bytes=pte.stat().st_size,
+                audit=audit_file(pte),
+                prune_report=None,
+                serialize_seconds=0.01,
+                audit_seconds=0.001,
+                error=None,
+            ).to_json()
+        )
     path = tmp_path / "report.json"
-    path.write_text(json.dumps(
-        {"schema": REPORT_SCHEMA, "prune": False, "max_dead_bytes": None, "programs": records}
-    ))
+    path.write_text(
+        json.dumps(
+            {"schema": REPORT_SCHEMA, "prune": False, "max_dead_bytes": None, "programs": records}
+        )
+    )
     return path
 
 
@@ -186,7 +220,8 @@ def test_a_file_that_is_no_plugin_report_is_a_usage_error(tmp_path, capsys):
 
 # The scripts run as `python bench/NAME.py` or `python -m bench.NAME` (bench_models is the suite).
 SCRIPTS = sorted(
-    p.stem for p in (Path(__file__).resolve().parents[1] / "bench").glob("*.py")
+    p.stem
+    for p in (Path(__file__).resolve().parents[1] / "bench").glob("*.py")
     if 'if __name__ == "__main__":' in p.read_text()
 )
 
@@ -198,7 +233,9 @@ def test_every_bench_script_imports_and_explains_itself(script):
 
     result = subprocess.run(
         [sys.executable, "-m", f"bench.{script}", "--help"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
         cwd=Path(__file__).resolve().parents[1],
     )
     assert result.returncode == 0, result.stderr
@@ -211,10 +248,17 @@ def test_a_missing_dir_is_one_line_and_exit_2(script, tmp_path):
 
     missing = tmp_path / "no" / "such"
     result = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve().parents[1] / "bench" / f"{script}.py"),
-         "--dir", str(missing)], capture_output=True, text=True,
+        [
+            sys.executable,
+            str(Path(__file__).resolve().parents[1] / "bench" / f"{script}.py"),
+            "--dir",
+            str(missing),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 2
-    assert result.stderr == (f"{script}.py: --dir {missing}: not a directory "
-                             f"(see {script}.py --help)\n")
+    assert result.stderr == (
+        f"{script}.py: --dir {missing}: not a directory (see {script}.py --help)\n"
+    )
     assert not missing.parent.exists()

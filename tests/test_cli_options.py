@@ -29,12 +29,16 @@ def _run(capsys, *argv) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.mark.parametrize("argv", [
-    ["audit", "x.pte", "--max-dead-bytes", "-3"],
-    ["explain", "x.pte", "--top", "-1"],
-    ["diff", "a.pte", "b.pte", "--top", "many"],
-    ["share", "a.pte", "--out", "d", "--min-bytes", "1.5"],
-], ids=["--max-dead-bytes -3", "explain --top -1", "diff --top many", "share --min-bytes 1.5"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["audit", "x.pte", "--max-dead-bytes", "-3"],
+        ["explain", "x.pte", "--top", "-1"],
+        ["diff", "a.pte", "b.pte", "--top", "many"],
+        ["share", "a.pte", "--out", "d", "--min-bytes", "1.5"],
+    ],
+    ids=["--max-dead-bytes -3", "explain --top -1", "diff --top many", "share --min-bytes 1.5"],
+)
 def test_a_bad_count_is_refused_in_the_users_words(argv, capsys):
     code, _, err = _run(capsys, *argv)
     assert code == cli.EXIT_USAGE
@@ -43,14 +47,21 @@ def test_a_bad_count_is_refused_in_the_users_words(argv, capsys):
     assert "a whole number, 0 or more" in last, last
 
 
-@pytest.mark.parametrize("argv, prog", [
-    ([], "emitter-filter"),
-    (["nope"], "emitter-filter"),
-    (["audit"], "emitter-filter audit"),
-    (["explain", "x.pte", "--value", "most", "--node-data", "x.json"], "emitter-filter explain"),
-    (["budget"], "emitter-filter budget"),
-    (["diff", "a.pte", "b.pte", "--top", "many"], "emitter-filter diff"),
-], ids=["no command", "unknown command", "no file", "bad choice", "no action", "bad count"])
+@pytest.mark.parametrize(
+    "argv, prog",
+    [
+        ([], "emitter-filter"),
+        (["nope"], "emitter-filter"),
+        (["audit"], "emitter-filter audit"),
+        (
+            ["explain", "x.pte", "--value", "most", "--node-data", "x.json"],
+            "emitter-filter explain",
+        ),
+        (["budget"], "emitter-filter budget"),
+        (["diff", "a.pte", "b.pte", "--top", "many"], "emitter-filter diff"),
+    ],
+    ids=["no command", "unknown command", "no file", "bad choice", "no action", "bad count"],
+)
 def test_a_usage_error_is_one_line_naming_its_help(argv, prog, capsys):
     code, out, err = _run(capsys, *argv)
     assert (code, out) == (cli.EXIT_USAGE, "")
@@ -85,8 +96,9 @@ def test_prune_creates_a_missing_ptd_out_directory_as_share_creates_out(tmp_path
     for file in (GOLDEN / "external" / "dirty").iterdir():
         shutil.copyfile(file, tmp_path / f"external{file.suffix}")
     out = tmp_path / "new" / "ptd"
-    code, _, err = _run(capsys, "prune", pte, "-o", tmp_path / "p.pte", "--data", ptd,
-                        "--ptd-out", out)
+    code, _, err = _run(
+        capsys, "prune", pte, "-o", tmp_path / "p.pte", "--data", ptd, "--ptd-out", out
+    )
     assert (code, err) == (0, "")
     assert (out / "external.ptd").is_file()
 
@@ -99,17 +111,16 @@ def test_prune_json_says_its_schema_as_the_other_json_outputs_do(tmp_path, capsy
 
 
 @pytest.mark.parametrize("command", ["share", "run"])
-def test_share_and_run_take_v_after_the_command_as_the_others_do(
-    command, tmp_path, capsys, caplog
-):
+def test_share_and_run_take_v_after_the_command_as_the_others_do(command, tmp_path, capsys, caplog):
     caplog.set_level(logging.DEBUG)
     if command == "share":
         pte, other = _plain(tmp_path)
         code, _, err = _run(capsys, "share", "-v", pte, other, "--out", tmp_path / "s")
         assert code == 0, err
         # Quiet without -v: share prints its own summary.
-        assert any(r.levelno == logging.INFO and "programs" in r.getMessage()
-                   for r in caplog.records)
+        assert any(
+            r.levelno == logging.INFO and "programs" in r.getMessage() for r in caplog.records
+        )
     else:
         pytest.importorskip("executorch")
         script = tmp_path / "script.py"

@@ -39,32 +39,51 @@ def _inputs(tmp_path: Path) -> dict[str, str]:
             shutil.copyfile(file, inputs / f"{case}{file.suffix}")
     budget = tmp_path / "in" / "budget.json"
     assert cli.main(["budget", "write", str(inputs / "plain.pte"), "-o", str(budget)]) == 0
-    return {"pte": str(inputs / "plain.pte"), "other": str(inputs / "clean.pte"),
-            "ext": str(inputs / "external.pte"),
-            "ptd": str(inputs / "external.ptd"), "budget": str(budget),
-            "out": str(tmp_path / "out")}
+    return {
+        "pte": str(inputs / "plain.pte"),
+        "other": str(inputs / "clean.pte"),
+        "ext": str(inputs / "external.pte"),
+        "ptd": str(inputs / "external.ptd"),
+        "budget": str(budget),
+        "out": str(tmp_path / "out"),
+    }
 
 
 # (id, the function replaced, the arguments with {names} of `_inputs`)
 CASES = [
     ("prune", "replace", ["prune", "{pte}", "-o", "{out}/p.pte"]),
     ("prune --dedupe", "replace", ["prune", "--dedupe", "{pte}", "-o", "{out}/p.pte"]),
-    ("prune --ptd-out", "replace",
-     ["prune", "{ext}", "-o", "{out}/p.pte", "--data", "{ptd}", "--ptd-out", "{out}"]),
-    ("prune --ptd-out it creates", "replace",
-     ["prune", "{ext}", "-o", "{out}/p.pte", "--data", "{ptd}", "--ptd-out", "{out}/new/d"]),
+    (
+        "prune --ptd-out",
+        "replace",
+        ["prune", "{ext}", "-o", "{out}/p.pte", "--data", "{ptd}", "--ptd-out", "{out}"],
+    ),
+    (
+        "prune --ptd-out it creates",
+        "replace",
+        ["prune", "{ext}", "-o", "{out}/p.pte", "--data", "{ptd}", "--ptd-out", "{out}/new/d"],
+    ),
     ("share --out cannot be created", "mkdir", ["share", "{pte}", "{other}", "--out", "{out}/s"]),
     ("share", "replace", ["share", "{pte}", "{other}", "--out", "{out}/s"]),
     ("share --prune", "replace", ["share", "--prune", "{pte}", "{other}", "--out", "{out}/s"]),
-    ("merge", "replace",
-     ["merge", "{pte}", "{other}", "-o", "{out}/m.pte", "--method", "o=clean.pte:forward"]),
+    (
+        "merge",
+        "replace",
+        ["merge", "{pte}", "{other}", "-o", "{out}/m.pte", "--method", "o=clean.pte:forward"],
+    ),
     ("split", "replace", ["split", "{pte}", "--method", "forward", "-o", "{out}/s.pte"]),
     ("explain --html", "replace", ["explain", "{pte}", "--html", "{out}/page.html"]),
     ("budget write", "replace", ["budget", "write", "{pte}", "-o", "{out}/b.json"]),
-    ("budget check --benchmark-json", "replace",
-     ["budget", "check", "{pte}", "--budget", "{budget}", "--benchmark-json", "{out}/bj.json"]),
-    ("budget write --benchmark-json", "replace",
-     ["budget", "write", "{pte}", "-o", "{out}/b.json", "--benchmark-json", "{out}/bj.json"]),
+    (
+        "budget check --benchmark-json",
+        "replace",
+        ["budget", "check", "{pte}", "--budget", "{budget}", "--benchmark-json", "{out}/bj.json"],
+    ),
+    (
+        "budget write --benchmark-json",
+        "replace",
+        ["budget", "write", "{pte}", "-o", "{out}/b.json", "--benchmark-json", "{out}/bj.json"],
+    ),
     ("run: the script cannot be read", None, ["run", "{out}/missing.py"]),
     # The commands that only read: a read that fails (EIO, a file on a broken disk).
     ("audit: a read fails", "pread", ["audit", "{pte}"]),

@@ -36,26 +36,41 @@ def _inputs(tmp_path: Path) -> dict[str, str]:
     shutil.copyfile(EXTERNAL / "_default_external_constant.ptd", directory / "ext.ptd")
     budget = directory / "budget.json"
     assert main(["budget", "write", str(directory / "plain.pte"), "-o", str(budget)]) == 0
-    return {"plain": str(directory / "plain.pte"), "ext": str(directory / "ext.pte"),
-            "ptd": str(directory / "ext.ptd"), "budget": str(budget)}
+    return {
+        "plain": str(directory / "plain.pte"),
+        "ext": str(directory / "ext.pte"),
+        "ptd": str(directory / "ext.ptd"),
+        "budget": str(budget),
+    }
 
 
 # Each output option: argv with `{t}` the target under test and `{o}` the command's other
 # output (None: it has one output).
 OPTIONS: dict[str, tuple[list[str], str | None]] = {
     "explain --html": (["explain", "{plain}", "--html", "{t}", "--node-data", "{o}"], "o.json"),
-    "explain --node-data": (["explain", "{plain}", "--node-data", "{t}", "--html", "{o}"],
-                            "o.html"),
-    "budget write -o": (["budget", "write", "{plain}", "-o", "{t}", "--benchmark-json", "{o}"],
-                        "o.json"),
+    "explain --node-data": (
+        ["explain", "{plain}", "--node-data", "{t}", "--html", "{o}"],
+        "o.html",
+    ),
+    "budget write -o": (
+        ["budget", "write", "{plain}", "-o", "{t}", "--benchmark-json", "{o}"],
+        "o.json",
+    ),
     "budget write --benchmark-json": (
-        ["budget", "write", "{plain}", "-o", "{o}", "--benchmark-json", "{t}"], "o.json"),
+        ["budget", "write", "{plain}", "-o", "{o}", "--benchmark-json", "{t}"],
+        "o.json",
+    ),
     "budget check --benchmark-json": (
-        ["budget", "check", "{plain}", "--budget", "{budget}", "--benchmark-json", "{t}"], None),
+        ["budget", "check", "{plain}", "--budget", "{budget}", "--benchmark-json", "{t}"],
+        None,
+    ),
     "prune -o": (["prune", "{ext}", "-o", "{t}", "--data", "{ptd}", "--ptd-out", "{o}"], "odir"),
     "prune --dedupe -o": (["prune", "--dedupe", "{plain}", "-o", "{t}"], None),
     "merge -o": (["merge", "{ext}", "--data", "{ptd}", "-o", "{t}", "--ptd-out", "{o}"], "o.ptd"),
-    "merge --ptd-out": (["merge", "{ext}", "--data", "{ptd}", "-o", "{o}", "--ptd-out", "{t}"], "o.pte"),
+    "merge --ptd-out": (
+        ["merge", "{ext}", "--data", "{ptd}", "-o", "{o}", "--ptd-out", "{t}"],
+        "o.pte",
+    ),
     "split -o": (["split", "{plain}", "--method", "forward", "-o", "{t}"], None),
 }
 
@@ -97,8 +112,10 @@ REFUSED: dict[str, tuple[Callable[[Path], str], Callable[[Path], bool]]] = {
     "directory": (_directory, lambda tmp: not os.listdir(tmp / "t")),
     "fifo": (_fifo, lambda tmp: stat.S_ISFIFO(os.lstat(tmp / "t").st_mode)),
     "link to a device": (_link_to_device, lambda tmp: os.readlink(tmp / "t") == os.devnull),
-    "missing parent": (lambda tmp: str(tmp / "no" / "such" / "t"),
-                       lambda tmp: not (tmp / "no").exists()),
+    "missing parent": (
+        lambda tmp: str(tmp / "no" / "such" / "t"),
+        lambda tmp: not (tmp / "no").exists(),
+    ),
     "parent is a file": (_parent_is_a_file, lambda tmp: (tmp / "file").read_text() == ""),
     "empty path": (lambda tmp: "", lambda tmp: True),
 }
@@ -150,8 +167,9 @@ def test_a_link_to_a_regular_file_is_written_through_and_stays_a_link(tmp_path, 
 @pytest.mark.parametrize("option", OPTIONS)
 def test_an_input_as_the_output_is_refused_and_left_as_it_was(tmp_path, capsys, option):
     values = _inputs(tmp_path)
-    source = "{budget}" if "check" in option else "{ext}" if "{ext}" in OPTIONS[option][0] \
-        else "{plain}"
+    source = (
+        "{budget}" if "check" in option else "{ext}" if "{ext}" in OPTIONS[option][0] else "{plain}"
+    )
     values["t"] = source.format(**values)
     values["o"] = str(tmp_path / (OPTIONS[option][1] or "unused"))
     before = {p: Path(p).read_bytes() for p in values.values() if os.path.isfile(p)}
@@ -186,8 +204,10 @@ def test_two_outputs_of_one_command_on_one_file_are_refused(
 
 
 DIRECTORY_OPTIONS = {
-    "prune --ptd-out": (["prune", "{ext}", "-o", "{o}", "--data", "{ptd}", "--ptd-out", "{t}"],
-                        "ext.ptd"),
+    "prune --ptd-out": (
+        ["prune", "{ext}", "-o", "{o}", "--data", "{ptd}", "--ptd-out", "{t}"],
+        "ext.ptd",
+    ),
     "share --out": (["share", "{plain}", "{ext}", "--out", "{t}"], "plain.pte"),
 }
 
@@ -213,8 +233,21 @@ def test_a_directory_output_that_cannot_be_written_is_refused(tmp_path, capsys, 
 def test_prune_and_share_create_their_output_directories(tmp_path, capsys):
     values = _inputs(tmp_path)
     deep = tmp_path / "a" / "b"
-    assert main(["prune", values["ext"], "-o", str(tmp_path / "p.pte"), "--data", values["ptd"],
-                 "--ptd-out", str(deep / "ptd")]) == 0
+    assert (
+        main(
+            [
+                "prune",
+                values["ext"],
+                "-o",
+                str(tmp_path / "p.pte"),
+                "--data",
+                values["ptd"],
+                "--ptd-out",
+                str(deep / "ptd"),
+            ]
+        )
+        == 0
+    )
     assert (deep / "ptd" / "ext.ptd").is_file()
     assert main(["share", values["plain"], values["ext"], "--out", str(deep / "shared")]) == 0
     assert (deep / "shared" / "plain.pte").is_file()
@@ -243,9 +276,15 @@ def _full_disk_on(name: str):
 
 @pytest.mark.parametrize(
     ("option", "failing"),
-    [("explain --html", "o.json"), ("explain --node-data", "t"),
-     ("budget write -o", "o.json"), ("budget write --benchmark-json", "o.json"),
-     ("merge -o", "o.ptd"), ("merge --ptd-out", "o.pte"), ("prune -o", "ext.ptd")],
+    [
+        ("explain --html", "o.json"),
+        ("explain --node-data", "t"),
+        ("budget write -o", "o.json"),
+        ("budget write --benchmark-json", "o.json"),
+        ("merge -o", "o.ptd"),
+        ("merge --ptd-out", "o.pte"),
+        ("prune -o", "ext.ptd"),
+    ],
 )
 def test_a_full_disk_names_the_file_that_failed_and_writes_nothing(
     tmp_path, capsys, monkeypatch, option, failing
@@ -261,7 +300,10 @@ def test_a_full_disk_names_the_file_that_failed_and_writes_nothing(
     # No in-kernel copy: every byte goes through pwrite.
     monkeypatch.delattr(os, "copy_file_range", raising=False)
     err = _refused(capsys, _argv(option, values))
-    path = next(p for p in (values["o"], values["t"], str(out / "odir" / "ext.ptd"))
-                if os.path.basename(p) == failing)
+    path = next(
+        p
+        for p in (values["o"], values["t"], str(out / "odir" / "ext.ptd"))
+        if os.path.basename(p) == failing
+    )
     assert err.startswith(f"emitter-filter: {path}: cannot write: No space left on device"), err
     assert _files(out) == []

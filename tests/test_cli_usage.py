@@ -55,29 +55,47 @@ def test_an_unknown_option_keeps_its_command_and_points_at_its_help(words, capsy
     assert err.endswith(f"(see {prog} --help)\n"), err
 
 
-@pytest.mark.parametrize("words, prog", [(w, " ".join(("emitter-filter", *w))) for w in COMMANDS],
-                         ids=[" ".join(w) for w in COMMANDS])
+@pytest.mark.parametrize(
+    "words, prog",
+    [(w, " ".join(("emitter-filter", *w))) for w in COMMANDS],
+    ids=[" ".join(w) for w in COMMANDS],
+)
 def test_every_command_says_what_it_does_in_its_help(words, prog, capsys):
     parser = dict(_commands())[words]
     assert parser.description and len(parser.description) > 40, prog
 
 
-@pytest.mark.parametrize("argv, prog", [
-    (["prune", PLAIN, "-o", "x.pte", "--data", "a.ptd"], "emitter-filter prune"),
-    (["run"], "emitter-filter run"),
-    (["run", "-m"], "emitter-filter run"),
-    (["explain", PLAIN, "--value", "dead"], "emitter-filter explain"),
-    (["explain", PLAIN, PLAIN, "--node-data", "x.json"], "emitter-filter explain"),
-    (["diff", PLAIN, PLAIN, "--max-growth", "lots"], "emitter-filter diff"),
-    (["diff", str(GOLDEN), PLAIN], "emitter-filter diff"),
-    (["diff", str(GOLDEN), str(GOLDEN), "--old-data", "a.ptd"], "emitter-filter diff"),
-    (["budget", "check", PLAIN, "--budget", "b.json", "--tolerance", "nan"],
-     "emitter-filter budget check"),
-], ids=["prune --data alone", "run alone", "run -m alone", "explain --value alone",
-        "explain --node-data of a set", "diff --max-growth", "diff dir and file",
-        "diff dirs --old-data", "budget --tolerance nan"])
-def test_a_usage_error_a_command_finds_ends_where_its_help_is(argv, prog, capsys, tmp_path,
-                                                              monkeypatch):
+@pytest.mark.parametrize(
+    "argv, prog",
+    [
+        (["prune", PLAIN, "-o", "x.pte", "--data", "a.ptd"], "emitter-filter prune"),
+        (["run"], "emitter-filter run"),
+        (["run", "-m"], "emitter-filter run"),
+        (["explain", PLAIN, "--value", "dead"], "emitter-filter explain"),
+        (["explain", PLAIN, PLAIN, "--node-data", "x.json"], "emitter-filter explain"),
+        (["diff", PLAIN, PLAIN, "--max-growth", "lots"], "emitter-filter diff"),
+        (["diff", str(GOLDEN), PLAIN], "emitter-filter diff"),
+        (["diff", str(GOLDEN), str(GOLDEN), "--old-data", "a.ptd"], "emitter-filter diff"),
+        (
+            ["budget", "check", PLAIN, "--budget", "b.json", "--tolerance", "nan"],
+            "emitter-filter budget check",
+        ),
+    ],
+    ids=[
+        "prune --data alone",
+        "run alone",
+        "run -m alone",
+        "explain --value alone",
+        "explain --node-data of a set",
+        "diff --max-growth",
+        "diff dir and file",
+        "diff dirs --old-data",
+        "budget --tolerance nan",
+    ],
+)
+def test_a_usage_error_a_command_finds_ends_where_its_help_is(
+    argv, prog, capsys, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     code, out, err = _run(capsys, *argv)
     assert (code, out) == (2, "")
@@ -90,8 +108,9 @@ def test_a_method_name_that_is_not_text_is_one_line(tmp_path, capsys):
     shutil.copyfile(PLAIN, other)
     # What a shell passes for $'\xff\xfe': bytes Python decodes as surrogates.
     name = b"\xff\xfe".decode("utf-8", "surrogateescape")
-    code, out, err = _run(capsys, "merge", PLAIN, other, "-o", tmp_path / "m.pte",
-                          "--method", f"{name}=a.pte:forward")
+    code, out, err = _run(
+        capsys, "merge", PLAIN, other, "-o", tmp_path / "m.pte", "--method", f"{name}=a.pte:forward"
+    )
     assert code == 2 and err.count("\n") == 1 and "is not UTF-8 text" in err, err
     assert not (tmp_path / "m.pte").exists()
 

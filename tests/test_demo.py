@@ -89,7 +89,9 @@ def test_demo_exits_1_and_names_the_check_when_a_leak_stays(tmp_path, monkeypatc
 def test_demo_refuses_when_every_export_is_pruned(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "emitter_filter", "demo", "--out", str(tmp_path / "out")],
-        capture_output=True, text=True, env={**os.environ, emitter_filter.ENV_PRUNE: "1"},
+        capture_output=True,
+        text=True,
+        env={**os.environ, emitter_filter.ENV_PRUNE: "1"},
     )
     assert result.returncode == 2
     assert "so the demo has no plain export to compare with" in result.stderr
@@ -117,4 +119,3 @@ def test_default_out_dir_is_a_new_directory_in_the_given_one(tmp_path):
     (tmp_path / "emitter-filter-demo").mkdir()
     (tmp_path / "emitter-filter-demo-2").write_text("")
     assert demo.default_out_dir(tmp_path) == tmp_path / "emitter-filter-demo-3"
-

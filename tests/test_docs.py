@@ -83,23 +83,34 @@ def _cli_commands(parser=None, prefix=()):
 def _flags(parser) -> list[tuple[str, ...]]:
     """Its options as --help lists them (each with its other spellings), but -h and -v, said
     once in errors.md, and the old spellings --help hides (errors.md's renamed options)."""
-    return [tuple(action.option_strings) for action in parser._actions
-            if action.option_strings and action.help != argparse.SUPPRESS
-            and not {"-h", "-v"} & set(action.option_strings)]
+    return [
+        tuple(action.option_strings)
+        for action in parser._actions
+        if action.option_strings
+        and action.help != argparse.SUPPRESS
+        and not {"-h", "-v"} & set(action.option_strings)
+    ]
 
 
 @pytest.mark.parametrize(
-    "words, parser", list(_cli_commands()), ids=lambda w: " ".join(w) if isinstance(w, tuple)
-    else "",
+    "words, parser",
+    list(_cli_commands()),
+    ids=lambda w: " ".join(w) if isinstance(w, tuple) else "",
 )
 def test_every_command_and_flag_in_help_is_on_a_page_about_it(words, parser):
     command = " ".join(("emitter-filter", *words))
     pages = [p.read_text() for p in DOCS.glob("*.md")]
     about = [text for text in pages if command in text]
     assert about, f"no page of docs/ shows `{command}`"
-    missing = [flags[-1] for flags in _flags(parser) if not any(
-        re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text)
-        for flag in flags for text in about)]
+    missing = [
+        flags[-1]
+        for flags in _flags(parser)
+        if not any(
+            re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text)
+            for flag in flags
+            for text in about
+        )
+    ]
     assert missing == [], f"{command}: not on a page that shows it: {missing}"
 
 
@@ -115,11 +126,18 @@ def test_the_built_site_links_pages_as_files_and_loads_nothing_from_the_network(
     import sys
 
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(site)],
-                   cwd=ROOT, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(site)],
+        cwd=ROOT,
+        check=True,
+    )
     index = (site / "index.html").read_text()
     assert 'href="install.html"' in index
-    fetched = [m for page in site.rglob("*.html")
-               for m in re.findall(r'<(?:script|img|link)[^>]*(?:src|href)="(https?:[^"]+)"',
-                                   page.read_text())]
+    fetched = [
+        m
+        for page in site.rglob("*.html")
+        for m in re.findall(
+            r'<(?:script|img|link)[^>]*(?:src|href)="(https?:[^"]+)"', page.read_text()
+        )
+    ]
     assert fetched == []

@@ -22,8 +22,10 @@ def test_every_error_class_derives_from_the_base_and_is_exported(cls):
 
 def test_the_errors_module_defines_no_error_outside_its_all():
     defined = {
-        name for name, value in vars(errors).items()
-        if inspect.isclass(value) and issubclass(value, BaseException)
+        name
+        for name, value in vars(errors).items()
+        if inspect.isclass(value)
+        and issubclass(value, BaseException)
         and value.__module__ == errors.__name__
     }
     assert defined == set(errors.__all__)

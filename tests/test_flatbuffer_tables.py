@@ -22,10 +22,15 @@ from emitter_filter.flatbuffer_tables import FlatbufferError, Table, attribute_n
 pytestmark = pytest.mark.filetools
 
 _RANGES = {
-    "?": None, "b": (-(1 << 7), (1 << 7) - 1), "B": (0, (1 << 8) - 1),
-    "h": (-(1 << 15), (1 << 15) - 1), "H": (0, (1 << 16) - 1),
-    "i": (-(1 << 31), (1 << 31) - 1), "I": (0, (1 << 32) - 1),
-    "q": (-(1 << 63), (1 << 63) - 1), "Q": (0, (1 << 64) - 1),
+    "?": None,
+    "b": (-(1 << 7), (1 << 7) - 1),
+    "B": (0, (1 << 8) - 1),
+    "h": (-(1 << 15), (1 << 15) - 1),
+    "H": (0, (1 << 16) - 1),
+    "i": (-(1 << 31), (1 << 31) - 1),
+    "I": (0, (1 << 32) - 1),
+    "q": (-(1 << 63), (1 << 63) - 1),
+    "Q": (0, (1 << 64) - 1),
 }
 
 
@@ -92,10 +97,13 @@ def _tables(schema, name: str, depth: int = 0):
         attribute = attribute_name(field)
         if kind in schema.unions:
             members = schema.unions[kind]
-            fields[attribute] = st.one_of(st.just((0, None)), *(
-                st.tuples(st.just(number), _tables(schema, member, depth + 1))
-                for number, member in enumerate(members, start=1)
-            ))
+            fields[attribute] = st.one_of(
+                st.just((0, None)),
+                *(
+                    st.tuples(st.just(number), _tables(schema, member, depth + 1))
+                    for number, member in enumerate(members, start=1)
+                ),
+            )
         else:
             fields[attribute] = _field_values(schema, kind, depth)
 
@@ -223,7 +231,8 @@ def _stub_methods(stub) -> dict[str, set[str]]:
     tree = ast.parse(stub.read_text())
     return {
         node.name: {f.name for f in node.body if isinstance(f, ast.FunctionDef)}
-        for node in tree.body if isinstance(node, ast.ClassDef)
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
     }
 
 

@@ -64,8 +64,9 @@ def import_graph() -> dict[str, frozenset[str]]:
     modules = {_module_name(p): p for p in paths}
     graph: dict[str, frozenset[str]] = {GENERATED: frozenset()}
     for name, path in modules.items():
-        names = _imported(ast.parse(path.read_text(encoding="utf-8")), name,
-                          path.name == "__init__.py")
+        names = _imported(
+            ast.parse(path.read_text(encoding="utf-8")), name, path.name == "__init__.py"
+        )
         edges = {GENERATED for n in names if n.startswith(GENERATED)}
         edges.update(n for n in names if n in modules and n != name)
         # `import emitter_filter` and names taken from it are the package, not its modules.
@@ -90,7 +91,7 @@ def _cycle(graph: dict[str, frozenset[str]]) -> list[str] | None:
                 path.pop()
                 state[node] = 2
             elif state.get(child) == 1:
-                return path[path.index(child):] + [child]
+                return path[path.index(child) :] + [child]
             elif not state.get(child):
                 state[child] = 1
                 path.append(child)
@@ -132,9 +133,22 @@ def test_the_on_disk_side_never_imports_the_in_process_side():
 
 def test_the_shared_modules_import_neither_side():
     graph = import_graph()
-    shared = [m for m in graph if m.count(".") == 1 and m.rsplit(".", 1)[1] not in
-              ("cli", "pytest_plugin", "testing", "demo", "__main__", "inprocess", "ondisk",
-               "verify")]
+    shared = [
+        m
+        for m in graph
+        if m.count(".") == 1
+        and m.rsplit(".", 1)[1]
+        not in (
+            "cli",
+            "pytest_plugin",
+            "testing",
+            "demo",
+            "__main__",
+            "inprocess",
+            "ondisk",
+            "verify",
+        )
+    ]
     assert shared, "no shared modules found: the test reads the wrong folder"
     crossing = {
         (module, target)
@@ -155,10 +169,18 @@ def test_the_verify_side_imports_neither_side_and_only_the_integrations_import_i
     graph = import_graph()
     verify = [m for m in graph if m.startswith("emitter_filter.verify")]
     assert "emitter_filter.verify.compare" in verify, "the test reads the wrong folder"
-    assert {(m, t) for m in verify for t in graph[m]
-            if t.startswith(("emitter_filter.inprocess", "emitter_filter.ondisk"))} == set()
-    assert {(m, t) for m, targets in graph.items() for t in targets
-            if t.startswith("emitter_filter.verify") and not m.startswith(VERIFY_USERS)} == set()
+    assert {
+        (m, t)
+        for m in verify
+        for t in graph[m]
+        if t.startswith(("emitter_filter.inprocess", "emitter_filter.ondisk"))
+    } == set()
+    assert {
+        (m, t)
+        for m, targets in graph.items()
+        for t in targets
+        if t.startswith("emitter_filter.verify") and not m.startswith(VERIFY_USERS)
+    } == set()
 
 
 def test_the_verify_side_imports_its_runtimes_only_where_it_runs_one():
@@ -181,13 +203,21 @@ def test_the_cli_modules_import_only_downward():
     assert "emitter_filter.cli.common" in cli, "the test reads the wrong folder"
     up = {"emitter_filter.cli", "emitter_filter.cli.app"}
     commands = [m for m in cli if m not in up | {"emitter_filter.cli.common"}]
-    assert {(m, t) for m in commands for t in graph[m]
-            if t.startswith("emitter_filter.cli") and t != "emitter_filter.cli.common"} == set()
-    assert {t for t in graph["emitter_filter.cli.common"] if t.startswith("emitter_filter.cli")} \
-        == set()
-    assert {(m, t) for m, targets in graph.items() for t in targets
-            if t.startswith("emitter_filter.cli.") and not m.startswith("emitter_filter.cli")} \
-        == set()
+    assert {
+        (m, t)
+        for m in commands
+        for t in graph[m]
+        if t.startswith("emitter_filter.cli") and t != "emitter_filter.cli.common"
+    } == set()
+    assert {
+        t for t in graph["emitter_filter.cli.common"] if t.startswith("emitter_filter.cli")
+    } == set()
+    assert {
+        (m, t)
+        for m, targets in graph.items()
+        for t in targets
+        if t.startswith("emitter_filter.cli.") and not m.startswith("emitter_filter.cli")
+    } == set()
 
 
 def longest_path(graph: dict[str, frozenset[str]], start: str, target: str) -> list[str]:

@@ -59,7 +59,9 @@ def test_hook_is_a_python_hook_on_pte_files(hook_definition):
 
 
 def test_hook_passes_clean_programs(hook_definition, staged):
-    completed = _run_entry(hook_definition, [staged["clean"], staged["clean"].with_name("notes.txt")])
+    completed = _run_entry(
+        hook_definition, [staged["clean"], staged["clean"].with_name("notes.txt")]
+    )
     assert completed.returncode == 0, completed.stderr
     assert "0 dead" in completed.stdout
 
@@ -73,7 +75,9 @@ def test_hook_fails_when_one_staged_program_carries_dead_bytes(hook_definition, 
         f"emitter-filter: {staged['dirty']}: {dead:,} dead bytes > --max-dead-bytes 0"
     ]
     # Both files are reported, in the order given.
-    assert completed.stdout.index(str(staged["clean"])) < completed.stdout.index(str(staged["dirty"]))
+    assert completed.stdout.index(str(staged["clean"])) < completed.stdout.index(
+        str(staged["dirty"])
+    )
 
 
 def test_hook_fails_an_invalid_program_in_one_line(hook_definition, tmp_path):

@@ -17,18 +17,44 @@ PACKAGE = Path(emitter_filter.__file__).parent
 
 PUBLIC_API = {
     # in process
-    "ExecutorchBackendConfig", "pruning", "report", "PruneReport", "DroppedConstant",
-    "ConstantName", "install", "uninstall",
+    "ExecutorchBackendConfig",
+    "pruning",
+    "report",
+    "PruneReport",
+    "DroppedConstant",
+    "ConstantName",
+    "install",
+    "uninstall",
     # files on disk
-    "audit_file", "AuditReport", "prune_file", "FilePruneReport", "dedupe_file", "DedupeReport",
-    "share_files", "ShareReport", "merge_files", "split_file", "MergeReport",
+    "audit_file",
+    "AuditReport",
+    "prune_file",
+    "FilePruneReport",
+    "dedupe_file",
+    "DedupeReport",
+    "share_files",
+    "ShareReport",
+    "merge_files",
+    "split_file",
+    "MergeReport",
     # errors
-    "EmitterFilterError", "UnsupportedExecutorchError", "ProgramFormatError", "PteFormatError",
-    "OutputFileError", "InvalidOutputError", "EnvironmentVariableError", "InvariantError",
+    "EmitterFilterError",
+    "UnsupportedExecutorchError",
+    "ProgramFormatError",
+    "PteFormatError",
+    "OutputFileError",
+    "InvalidOutputError",
+    "EnvironmentVariableError",
+    "InvariantError",
     "ReportNotFoundError",
-    "MethodSetError", "VerifyError",
+    "MethodSetError",
+    "VerifyError",
     # the environment and the supported executorch
-    "SUPPORTED_EXECUTORCH", "ENV_PRUNE", "ENV_DEDUPE", "ENV_STRICT", "__version__",
+    "SUPPORTED_EXECUTORCH",
+    "ENV_PRUNE",
+    "ENV_DEDUPE",
+    "ENV_STRICT",
+    "__version__",
 }
 
 # Hooks pytest finds by name, which must not start with `_`.
@@ -68,14 +94,21 @@ def _defined_names(module_name: str) -> set[str]:
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names.update(t.id for t in targets if isinstance(t, ast.Name))
-    return {n for n in names if not n.startswith("_") and not n.startswith(_PYTEST_HOOKS)
-            and n != "logger"}
+    return {
+        n
+        for n in names
+        if not n.startswith("_") and not n.startswith(_PYTEST_HOOKS) and n != "logger"
+    }
 
 
 @pytest.mark.parametrize(
     "module_name",
-    [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="being renamed"))
-     if name in _BEING_RENAMED else name for name in _public_modules()],
+    [
+        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="being renamed"))
+        if name in _BEING_RENAMED
+        else name
+        for name in _public_modules()
+    ],
 )
 def test_every_public_name_of_a_public_module_is_in_its_all(module_name):
     module = importlib.import_module(module_name)

@@ -15,7 +15,7 @@ from emitter_filter.ondisk.audit import audit_file
 
 pytest_plugins = ["pytester"]
 
-SUITE = '''
+SUITE = """
 import sys
 from pathlib import Path
 
@@ -77,7 +77,7 @@ def test_hook_untouched():
     serialize("untouched", dead=True)
     # Idle, the plugin imports none of emitter_filter's ExecuTorch side.
     assert "emitter_filter.inprocess.hook" not in sys.modules
-'''
+"""
 
 DEAD_BYTES = 128  # the unused buffer: 32 float32
 
@@ -109,13 +109,15 @@ def _run(pytester, *args):
 def test_gate_fails_only_the_test_whose_program_carries_dead_bytes(suite):
     result = _run(suite, "-k", "dirty or clean", "--emitter-filter-max-dead-bytes", "0")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([
-        "*1 of 1 programs this test serialized carry more than 0 dead bytes*",
-        "program 1 (methods forward): 128 dead constant bytes > 0 allowed*",
-        "*128 B  unused  constant[[]*[]] plan 'forward' value *",  # the FQN, first
-        "emitter_filter: 2 programs audited, 128 dead bytes",
-        "FAILED test_suite.py::test_dirty - emitter_filter: 1 of 1 programs*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*1 of 1 programs this test serialized carry more than 0 dead bytes*",
+            "program 1 (methods forward): 128 dead constant bytes > 0 allowed*",
+            "*128 B  unused  constant[[]*[]] plan 'forward' value *",  # the FQN, first
+            "emitter_filter: 2 programs audited, 128 dead bytes",
+            "FAILED test_suite.py::test_dirty - emitter_filter: 1 of 1 programs*",
+        ]
+    )
     # Audited, not pruned: the file written still carries the dead buffer.
     assert audit_file(suite.path / "dirty.pte").dead_bytes == DEAD_BYTES
 
@@ -128,16 +130,24 @@ def test_gate_passes_when_the_dead_bytes_are_within_the_limit(suite):
 def test_a_test_that_fails_on_its_own_also_shows_the_finding(suite):
     result = _run(suite, "-k", "broken", "--emitter-filter-max-dead-bytes", "0")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*AssertionError: broken on its own*",
-        "*- emitter_filter: dead bytes -*",
-        "program 1 (methods forward): 128 dead constant bytes > 0 allowed*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*AssertionError: broken on its own*",
+            "*- emitter_filter: dead bytes -*",
+            "program 1 (methods forward): 128 dead constant bytes > 0 allowed*",
+        ]
+    )
 
 
 def test_forced_pruning_writes_the_clean_program(suite):
-    result = _run(suite, "-k", "dirty or clean", "--emitter-filter-prune",
-                  "--emitter-filter-max-dead-bytes", "0")
+    result = _run(
+        suite,
+        "-k",
+        "dirty or clean",
+        "--emitter-filter-prune",
+        "--emitter-filter-max-dead-bytes",
+        "0",
+    )
     result.assert_outcomes(passed=2)
     assert (suite.path / "dirty.pte").read_bytes() == (suite.path / "clean.pte").read_bytes()
     from emitter_filter.inprocess import hook
@@ -147,16 +157,27 @@ def test_forced_pruning_writes_the_clean_program(suite):
 
 def test_report_has_one_record_per_serialized_program(suite):
     path = suite.path / "out" / "report.json"
-    result = _run(suite, "-k", "dirty or clean or exempt or external or broken",
-                  "--emitter-filter-report", str(path))
+    result = _run(
+        suite,
+        "-k",
+        "dirty or clean or exempt or external or broken",
+        "--emitter-filter-report",
+        str(path),
+    )
     result.assert_outcomes(passed=4, failed=1)  # a report alone gates nothing
     report = json.loads(path.read_text())
     assert (report["schema"], report["prune"], report["max_dead_bytes"]) == (
-        "emitter-filter-pytest/1", False, None
+        "emitter-filter-pytest/1",
+        False,
+        None,
     )
     records = {r["test"].rsplit("::", 1)[1]: r for r in report["programs"]}
     assert sorted(records) == [
-        "test_broken", "test_clean", "test_dirty", "test_exempt", "test_external"
+        "test_broken",
+        "test_clean",
+        "test_dirty",
+        "test_exempt",
+        "test_external",
     ]
     dirty, clean = records["test_dirty"], records["test_clean"]
     assert dirty["methods"] == ["forward"] and not dirty["pruned"]
@@ -173,7 +194,8 @@ def test_report_has_one_record_per_serialized_program(suite):
     on_disk = audit_file(suite.path / "external.pte", ptds)
     assert external["file_bytes"] == on_disk.file_bytes
     assert (external["constant_bytes"], external["dead_bytes"]) == (
-        on_disk.constant_bytes, on_disk.dead_bytes
+        on_disk.constant_bytes,
+        on_disk.dead_bytes,
     )
 
 
@@ -186,7 +208,9 @@ def test_require_data_passes_programs_serialized_with_their_ptd(suite):
 
 def test_report_of_a_pruned_run_has_bytes_before_and_after(suite):
     path = suite.path / "report.json"
-    result = _run(suite, "-k", "dirty", "--emitter-filter-prune", "--emitter-filter-report", str(path))
+    result = _run(
+        suite, "-k", "dirty", "--emitter-filter-prune", "--emitter-filter-report", str(path)
+    )
     result.assert_outcomes(passed=1)
     (record,) = json.loads(path.read_text())["programs"]
     assert record["pruned"] and record["dead_bytes"] == 0
@@ -197,8 +221,16 @@ def test_report_of_a_pruned_run_has_bytes_before_and_after(suite):
 
 def test_exempt_test_is_neither_gated_nor_pruned(suite):
     path = suite.path / "report.json"
-    result = _run(suite, "-k", "exempt", "--emitter-filter-prune",
-                  "--emitter-filter-max-dead-bytes", "0", "--emitter-filter-report", str(path))
+    result = _run(
+        suite,
+        "-k",
+        "exempt",
+        "--emitter-filter-prune",
+        "--emitter-filter-max-dead-bytes",
+        "0",
+        "--emitter-filter-report",
+        str(path),
+    )
     result.assert_outcomes(passed=1)
     (record,) = json.loads(path.read_text())["programs"]
     assert record["exempt"] and not record["pruned"] and record["dead_bytes"] == DEAD_BYTES

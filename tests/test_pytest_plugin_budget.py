@@ -9,7 +9,7 @@ from __future__ import annotations
 
 pytest_plugins = ["pytester"]
 
-SUITE = '''
+SUITE = """
 from pathlib import Path
 
 import torch
@@ -48,15 +48,17 @@ def test_within(pte_budget):
 def test_grown(pte_budget):
     write(extra=True)
     pte_budget.check_size("model.pte")
-'''
+"""
 
 
 def test_a_test_whose_pte_outgrows_the_budget_fails_naming_the_new_tensors(pytester):
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines([
-        "*model.pte: * bytes, budget * (allowed *): over budget*",
-        "*added    constant[[]*]  (FLOAT (float32) [[]64, 4[]])*",
-        "FAILED test_suite.py::test_grown*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*model.pte: * bytes, budget * (allowed *): over budget*",
+            "*added    constant[[]*]  (FLOAT (float32) [[]64, 4[]])*",
+            "FAILED test_suite.py::test_grown*",
+        ]
+    )

@@ -57,14 +57,16 @@ def test_an_unwritable_report_is_a_usage_error_before_any_test_runs(suite, kind)
 
 
 def test_a_report_that_can_no_longer_be_written_fails_the_run_in_one_line(suite):
-    suite.makepyfile(test_removes='''
+    suite.makepyfile(
+        test_removes="""
 import shutil
 from pathlib import Path
 
 def test_removes():
     shutil.rmtree(Path("out"), ignore_errors=True)
     Path("out").write_text("now a file")
-''')
+"""
+    )
     path = suite.path / "out" / "report.json"
     result = _run(suite, "test_removes.py", "--emitter-filter-report", str(path))
     result.assert_outcomes(passed=1)
@@ -78,13 +80,24 @@ def test_under_xdist_the_workers_records_reach_the_report(suite):
     path = suite.path / "report.json"
     # Fresh processes: the controller and two workers, each with two tiny exports at most.
     result = suite.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "xdist", "-n", "2", "-k", "dirty or clean",
-        "--emitter-filter-max-dead-bytes", "0", "--emitter-filter-report", str(path),
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "xdist",
+        "-n",
+        "2",
+        "-k",
+        "dirty or clean",
+        "--emitter-filter-max-dead-bytes",
+        "0",
+        "--emitter-filter-report",
+        str(path),
     )
     result.assert_outcomes(passed=1, failed=1)  # each worker gates its own tests
     records = {r["test"].rsplit("::", 1)[1]: r for r in json.loads(path.read_text())["programs"]}
     assert sorted(records) == ["test_clean", "test_dirty"]
     assert (records["test_dirty"]["dead_bytes"], records["test_clean"]["dead_bytes"]) == (
-        DEAD_BYTES, 0
+        DEAD_BYTES,
+        0,
     )
     result.stdout.fnmatch_lines([f"emitter_filter: 2 programs audited, {DEAD_BYTES} dead bytes*"])

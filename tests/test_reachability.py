@@ -23,38 +23,47 @@ def plan(num_values, roots, lists=None, data=None, name="forward"):
 CASES = [
     pytest.param(
         [plan(4, [0, 3], data={1: (C, 1), 2: (C, 2)})],
-        [(0, 3)], {C: set()},
+        [(0, 3)],
+        {C: set()},
         id="values_no_root_reaches_are_dead",
     ),
     pytest.param(
         [plan(4, [3], lists={3: [1, -1, 0]}, data={0: (C, 1), 1: (C, 2), 2: (C, 3)})],
-        [(0, 1, 3)], {C: {1, 2}},
+        [(0, 1, 3)],
+        {C: {1, 2}},
         id="list_items_are_live_and_minus_one_is_none",
     ),
     pytest.param(
         [plan(5, [4], lists={4: [3], 3: [2]}, data={2: (E, 0)})],
-        [(2, 3, 4)], {E: {0}},
+        [(2, 3, 4)],
+        {E: {0}},
         id="nested_lists_are_closed_transitively",
     ),
     pytest.param(
-        [plan(2, [0], data={0: (C, 1), 1: (C, 2)}, name="forward"),
-         plan(2, [1], data={0: (C, 2), 1: (C, 3)}, name="other")],
-        [(0,), (1,)], {C: {1, 3}},
+        [
+            plan(2, [0], data={0: (C, 1), 1: (C, 2)}, name="forward"),
+            plan(2, [1], data={0: (C, 2), 1: (C, 3)}, name="other"),
+        ],
+        [(0,), (1,)],
+        {C: {1, 3}},
         id="a_constant_is_live_if_any_plan_reaches_it",
     ),
     pytest.param(
         [plan(2, [0, 1], data={0: (C, 0), 1: (M, 0)})],
-        [(0, 1)], {C: set(), M: set()},
+        [(0, 1)],
+        {C: set(), M: set()},
         id="placeholder_entry_zero_is_never_counted",
     ),
     pytest.param(
         [plan(2, [1], data={0: (E, 0), 1: (E, 1)})],
-        [(1,)], {E: {1}},
+        [(1,)],
+        {E: {1}},
         id="external_entry_zero_is_real_data",
     ),
     pytest.param(
         [plan(3, [], data={0: (C, 1)})],
-        [()], {C: set()},
+        [()],
+        {C: set()},
         id="a_plan_without_roots_keeps_nothing",
     ),
 ]
@@ -77,7 +86,9 @@ def test_find_live(plans, live_values, live_data):
     ],
 )
 def test_an_index_outside_values_is_a_format_error_naming_the_plan(plans):
-    with pytest.raises(ProgramFormatError, match=r"plan 'forward': value index -?\d+ outside values \(len 2\)"):
+    with pytest.raises(
+        ProgramFormatError, match=r"plan 'forward': value index -?\d+ outside values \(len 2\)"
+    ):
         find_live(plans)
 
 

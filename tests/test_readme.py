@@ -26,6 +26,7 @@ def pages() -> list[Path]:
     nav = re.findall(r"^\s*- [^:]+: ([\w-]+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.M)
     return [README, *(ROOT / "docs" / name for name in nav)]
 
+
 BLOCK = re.compile(
     r"<!-- readme-example: (?P<name>[\w-]+) -->\s*```python\n(?P<code>.*?)```.*?```text\n(?P<output>.*?)```"
     r"|<!-- readme-console: (?P<console>[\w-]+)(?P<stdout> stdout)? -->\s*```console\n"
@@ -66,7 +67,9 @@ def test_the_examples_print_what_the_readme_and_the_pages_show(tmp_path):
             steps = [([sys.executable, "-c", block["code"]], block["output"], block["name"])]
         else:
             merge = "" if block["stdout"] else "exec 2>&1; "
-            steps = [(["bash", "-c", f"{merge}{c}"], out, c) for c, out in _commands(block["session"])]
+            steps = [
+                (["bash", "-c", f"{merge}{c}"], out, c) for c, out in _commands(block["session"])
+            ]
         for argv, expected, label in steps:
             result = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env)
             assert result.returncode == 0, f"{label}: {result.stderr}"
@@ -84,11 +87,15 @@ def test_the_readmes_set_up_installs_what_its_bench_command_needs():
     assert install, "the README has no set-up command"
     assert ".venv/bin/python -m bench --out" in text
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
+        "optional-dependencies"
+    ]
     wanted = set(install.group(1).split(","))
     installed = " ".join(d for extra in wanted for d in extras[extra])
-    installed += " ".join(d for d in extras["executorch"]) if "emitter_filter[executorch]" in \
-        installed else ""
+    installed += (
+        " ".join(d for d in extras["executorch"])
+        if "emitter_filter[executorch]" in installed
+        else ""
+    )
     sys.path.insert(0, str(ROOT))
     from bench.cli import _SUITE_NEEDS
 

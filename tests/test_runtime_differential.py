@@ -42,8 +42,9 @@ def worker():
 def _check(comparison: Comparison) -> None:
     print()
     print(comparison.summary())
-    misses = [(v.mutant.seed, v.mutant.field, v.mutant.how, v.runtime.reason)
-              for v in comparison.misses]
+    misses = [
+        (v.mutant.seed, v.mutant.field, v.mutant.how, v.runtime.reason) for v in comparison.misses
+    ]
     assert not misses, misses[:20]
     # Both sides say both things, so a checker that accepts or refuses everything fails.
     assert comparison.count(True, True) > len(comparison.verdicts) // 10
@@ -54,8 +55,11 @@ def test_the_seeds_load_and_need_nothing_this_build_lacks(worker, tmp_path):
     """Else every mutant of a seed would be left out, and the comparison would prove nothing
     (an operator the validator names otherwise than the runtime registers it, say)."""
     comparison = compare(as_is(golden_seeds()), worker, tmp_path)
-    assert [(v.mutant.seed, v.problems, v.lacking, str(v.runtime)) for v in comparison.verdicts
-            if not (v.tool_valid and v.runtime_loaded) or v.lacking] == []
+    assert [
+        (v.mutant.seed, v.problems, v.lacking, str(v.runtime))
+        for v in comparison.verdicts
+        if not (v.tool_valid and v.runtime_loaded) or v.lacking
+    ] == []
 
 
 def test_the_runtime_refuses_no_file_the_validator_calls_valid(worker, tmp_path):
@@ -75,8 +79,9 @@ def test_the_runtime_refuses_no_real_file_nor_mutant_of_one_the_validator_calls_
     comparison = compare([*as_is(seeds), *mutants(seeds, CASES, seed=2)], worker, tmp_path)
     print()
     print(comparison.summary())
-    misses = [(v.mutant.seed, v.mutant.field, v.mutant.how, v.runtime.reason)
-              for v in comparison.misses]
+    misses = [
+        (v.mutant.seed, v.mutant.field, v.mutant.how, v.runtime.reason) for v in comparison.misses
+    ]
     assert not misses, misses[:20]
 
 
@@ -109,7 +114,8 @@ def test_a_crash_is_a_refusal_and_the_worker_goes_on(worker, tmp_path):
     ptd.write_bytes(bytes(damaged))
     crashes = worker.crashes
     before, crashed, after = worker.load_all(
-        [(seed.pte, seed.ptds), (seed.pte, [ptd]), (seed.pte, seed.ptds)])
+        [(seed.pte, seed.ptds), (seed.pte, [ptd]), (seed.pte, seed.ptds)]
+    )
     assert isinstance(before, Loaded) and isinstance(after, Loaded)
     assert isinstance(crashed, Refused) and crashed.crashed
     assert worker.crashes == crashes + 1

@@ -20,8 +20,11 @@ def test_outcomes_and_gated_tests_are_read_from_junit_xml(tmp_path):
     path.write_text(JUNIT)
     outcomes, gated = _read_junit(path)
     assert outcomes == {
-        "t::test_ok": "passed", "t::test_gated": "failed", "t::test_broken": "failed",
-        "t::test_setup": "error", "t::test_skip": "skipped",
+        "t::test_ok": "passed",
+        "t::test_gated": "failed",
+        "t::test_broken": "failed",
+        "t::test_setup": "error",
+        "t::test_skip": "skipped",
     }
     assert gated == ("t::test_gated",)
 

@@ -20,8 +20,15 @@ __all__ = ["REPO", "build_wheel", "dependency_site_packages", "make_venv", "inst
 REPO = Path(__file__).resolve().parents[1]
 # Not part of the source: environments, build outputs, caches.
 _NOT_SOURCE = shutil.ignore_patterns(
-    ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
-    ".benchmarks", "bench-out",
+    ".git",
+    ".venv*",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    ".benchmarks",
+    "bench-out",
 )
 # What emitter_filter imports at run time, besides the standard library.
 _DEPENDENCIES = ("torch", "executorch", "flatbuffers")
@@ -37,7 +44,8 @@ def build_wheel(out_dir: Path, source: Path = REPO) -> Path:
     shutil.copytree(source, tree, ignore=_NOT_SOURCE)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out_dir), str(tree)],
-        check=True, stdout=subprocess.DEVNULL,
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
     (wheel,) = out_dir.glob("emitter_filter-*.whl")
     return wheel
@@ -65,17 +73,31 @@ def make_venv(path: Path, extra_site_packages: list[str]) -> Path:
     python = path / "bin" / "python"
     site_packages = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     # Sorted before emitter_filter_startup.pth, as a pip-installed torch would be there already.
-    Path(site_packages, "_dependencies.pth").write_text("".join(f"{d}\n" for d in extra_site_packages))
+    Path(site_packages, "_dependencies.pth").write_text(
+        "".join(f"{d}\n" for d in extra_site_packages)
+    )
     return python
 
 
 def install_wheel(python: Path, wheel: Path) -> None:
     """Installs `wheel` (not editable, no dependencies) into the environment of `python`."""
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q",
-         str(wheel)],
-        check=True, stdout=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-deps",
+            "-q",
+            str(wheel),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
     )

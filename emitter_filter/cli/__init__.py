@@ -29,8 +29,14 @@ from emitter_filter.cli.common import (
 )
 
 __all__ = [
-    "main", "console_main", "EXIT_OK", "EXIT_DEAD_BYTES", "EXIT_USAGE", "EXIT_DEMO_FAILED",
-    "EXIT_TERMINATED", "EXIT_VERIFY_FAILED",
+    "main",
+    "console_main",
+    "EXIT_OK",
+    "EXIT_DEAD_BYTES",
+    "EXIT_USAGE",
+    "EXIT_DEMO_FAILED",
+    "EXIT_TERMINATED",
+    "EXIT_VERIFY_FAILED",
 ]
 # `_build_parser` stays importable from here: tests (test_cli_usage, test_cli_options,
 # test_docs) read the parser through `emitter_filter.cli._build_parser`.

@@ -60,9 +60,7 @@ __all__ = ["main", "console_main"]
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="emitter-filter",
-        description=(
-            "Keep ExecuTorch .pte/.ptd files to the constants their program can reach."
-        ),
+        description=("Keep ExecuTorch .pte/.ptd files to the constants their program can reach."),
     )
     _add_verbose(parser, "verbose", 0)
     parser.add_argument("--version", action=_Version)
@@ -78,8 +76,18 @@ def _build_parser() -> argparse.ArgumentParser:
     env = _add_env_parser(commands)
 
     verify = _add_verify_parser(commands)
-    subcommands = [run, audit, prune, share, merge, split, verify, demo, env,
-                   *_add_size_commands(commands)]
+    subcommands = [
+        run,
+        audit,
+        prune,
+        share,
+        merge,
+        split,
+        verify,
+        demo,
+        env,
+        *_add_size_commands(commands),
+    ]
     # -v also after the subcommand; counted apart, since a subparser overwrites its parent's value.
     for subcommand in subcommands:
         _add_verbose(subcommand, "verbose_after", argparse.SUPPRESS)
@@ -98,8 +106,9 @@ def _command_parser(parser: argparse.ArgumentParser, options: argparse.Namespace
     """The parser of the command (`budget check`: of its action) that `options` were
     parsed for."""
     while True:
-        commands = next((a for a in parser._actions
-                         if isinstance(a, argparse._SubParsersAction)), None)
+        commands = next(
+            (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None
+        )
         name = None if commands is None else getattr(options, commands.dest, None)
         if name not in getattr(commands, "choices", {}):
             return parser
@@ -131,9 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options, unknown = parser.parse_known_args(arguments)
         if unknown:
             # Said by the command's own parser, so that the message points at its help.
-            _command_parser(parser, options).error(
-                f"unrecognized arguments: {' '.join(unknown)}"
-            )
+            _command_parser(parser, options).error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exit_:
         return EXIT_USAGE if exit_.code else EXIT_OK
     if target is not None:
@@ -150,9 +157,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("emitter_filter").setLevel(
         logging.DEBUG if options.verbose > 1 else logging.WARNING if quiet else logging.INFO
     )
-    commands = {"run": _run, "audit": _audit, "prune": _prune, "demo": _demo, "env": _env,
-                "share": _share, "merge": _merge, "split": _split, "explain": _explain,
-                "diff": _diff, "budget": _budget, "verify": _verify}
+    commands = {
+        "run": _run,
+        "audit": _audit,
+        "prune": _prune,
+        "demo": _demo,
+        "env": _env,
+        "share": _share,
+        "merge": _merge,
+        "split": _split,
+        "explain": _explain,
+        "diff": _diff,
+        "budget": _budget,
+        "verify": _verify,
+    }
     try:
         return commands[options.command](parser, options)
     except EmitterFilterError as error:

@@ -17,7 +17,11 @@ from collections.abc import Iterator, Sequence
 from emitter_filter.errors import VerifyError
 
 __all__ = [
-    "EXIT_OK", "EXIT_DEAD_BYTES", "EXIT_USAGE", "EXIT_DEMO_FAILED", "EXIT_TERMINATED",
+    "EXIT_OK",
+    "EXIT_DEAD_BYTES",
+    "EXIT_USAGE",
+    "EXIT_DEMO_FAILED",
+    "EXIT_TERMINATED",
     "EXIT_VERIFY_FAILED",
 ]
 
@@ -54,7 +58,11 @@ def _percent(text: str) -> float:
 
 def _add_verbose(parser: argparse.ArgumentParser, dest: str, default) -> None:
     parser.add_argument(
-        "-v", "--verbose", action="count", default=default, dest=dest,
+        "-v",
+        "--verbose",
+        action="count",
+        default=default,
+        dest=dest,
         help="log more (-v: INFO, -vv: DEBUG) and show tracebacks",
     )
 
@@ -70,8 +78,10 @@ class _Parser(argparse.ArgumentParser):
 def _usage_error(command: str, message: str) -> int:
     """A usage error a handler finds, in the words `_Parser.error` uses: one line, then
     where help is."""
-    print(f"emitter-filter {command}: {message} (see emitter-filter {command} --help)",
-          file=sys.stderr)
+    print(
+        f"emitter-filter {command}: {message} (see emitter-filter {command} --help)",
+        file=sys.stderr,
+    )
     return EXIT_USAGE
 
 
@@ -79,8 +89,14 @@ class _Version(argparse.Action):
     """`--version`: looked up only when asked (importlib.metadata costs tens of ms)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
-                         help="print emitter_filter's version and exit", **kwargs)
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="print emitter_filter's version and exit",
+            **kwargs,
+        )
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         import importlib.metadata
@@ -96,13 +112,17 @@ class _Version(argparse.Action):
 def _add_naming_arguments(command: argparse.ArgumentParser) -> None:
     """--keep and --names, shared by audit and prune."""
     command.add_argument(
-        "--keep", action="append", default=[], metavar="PATTERN",
+        "--keep",
+        action="append",
+        default=[],
+        metavar="PATTERN",
         help="keep the constants whose fully qualified name matches PATTERN (fnmatch; "
         "repeatable), as ExecutorchBackendConfig(keep_constants=...) does; constant-segment "
         "entries have names only with --names",
     )
     command.add_argument(
-        "--names", metavar="FILE",
+        "--names",
+        metavar="FILE",
         help="a torch.export .pt2 or an ETRecord of the same model: name constant-segment "
         "entries after the state tensors with their shape and bytes (imports torch)",
     )
@@ -115,8 +135,11 @@ class _DeprecatedData(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         new = "--" + self.dest.replace("_", "-")
         if not getattr(namespace, "_deprecation_said", False):
-            print(f"{parser.prog}: {option_string} is deprecated, say {new} (the old spelling "
-                  "goes in the next release)", file=sys.stderr)
+            print(
+                f"{parser.prog}: {option_string} is deprecated, say {new} (the old spelling "
+                "goes in the next release)",
+                file=sys.stderr,
+            )
             namespace._deprecation_said = True
         setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), values])
 
@@ -126,13 +149,18 @@ class _MovedOutput(argparse.Action):
     `--ptd` names an input data file in every other command."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        parser.error(f"{option_string} no longer names the output .ptd: say --ptd-out "
-                     f"{values} (input .ptd files are --data)")
+        parser.error(
+            f"{option_string} no longer names the output .ptd: say --ptd-out "
+            f"{values} (input .ptd files are --data)"
+        )
 
 
 def _add_min_bytes(command: argparse.ArgumentParser) -> None:
     command.add_argument(
-        "--min-bytes", type=_byte_count, default=None, metavar="N",
+        "--min-bytes",
+        type=_byte_count,
+        default=None,
+        metavar="N",
         help="of several programs, count contents shorter than N bytes in more than one file "
         "as share does: not duplicated (default: share's, 1024)",
     )
@@ -146,26 +174,31 @@ def _min_bytes(options: argparse.Namespace) -> int:
 
 def _add_data_beside(command: argparse.ArgumentParser) -> None:
     command.add_argument(
-        "--no-data-beside", dest="data_beside", action="store_false",
+        "--no-data-beside",
+        dest="data_beside",
+        action="store_false",
         help="do not read the .ptd beside a program with its stem (a.pte: a.ptd) when no "
         "--data names its data",
     )
 
 
-def _add_data_arguments(command: argparse.ArgumentParser, note: str, *,
-                        old_ptd: bool = True) -> None:
+def _add_data_arguments(
+    command: argparse.ArgumentParser, note: str, *, old_ptd: bool = True
+) -> None:
     """--data [FILE=]IN.ptd and --no-data-beside, the same words in every command
     (`data_files`'s rule); `--ptd`, the old spelling, where it named an input."""
     command.add_argument(
-        "--data", action="append", default=[], metavar="[FILE=]IN.ptd",
+        "--data",
+        action="append",
+        default=[],
+        metavar="[FILE=]IN.ptd",
         help="a .ptd file the programs load with (repeatable): IN.ptd for every program, "
         "FILE=IN.ptd for the program FILE only (split at the first = that names a program, "
         "so run=3/a.pte=run=3/a.ptd works); a program given none reads the .ptd beside it "
         f"with its stem, if any; {note}",
     )
     if old_ptd:
-        command.add_argument("--ptd", dest="data", action=_DeprecatedData,
-                             help=argparse.SUPPRESS)
+        command.add_argument("--ptd", dest="data", action=_DeprecatedData, help=argparse.SUPPRESS)
     _add_data_beside(command)
 
 
@@ -180,8 +213,12 @@ def _progress_printer():
         if percent != shown[0]:
             shown[0] = percent
             end = "\n" if done >= total else ""
-            print(f"\remitter-filter: {done >> 20:,}/{total >> 20:,} MiB", end=end,
-                  file=sys.stderr, flush=True)
+            print(
+                f"\remitter-filter: {done >> 20:,}/{total >> 20:,} MiB",
+                end=end,
+                file=sys.stderr,
+                flush=True,
+            )
 
     return show
 
@@ -215,16 +252,19 @@ def _sigterm_unwinds() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGTERM, previous)
 
+
 def _add_verify_arguments(command: argparse.ArgumentParser) -> None:
     """--verify and its --inputs, on each command that writes programs."""
     command.add_argument(
-        "--verify", action="store_true",
+        "--verify",
+        action="store_true",
         help="then run every method of each output and of the input it came from on the same "
         "inputs, in ExecuTorch's pybindings or else executorch-numpy-runtime, and exit 1 "
         "unless their outputs are bit-identical (see emitter-filter verify --help)",
     )
     command.add_argument(
-        "--inputs", metavar="FILE.npz",
+        "--inputs",
+        metavar="FILE.npz",
         help="with --verify: the inputs to run instead of seeded ones, arrays named "
         "METHOD/INDEX after the output's method names (a method not named is seeded)",
     )

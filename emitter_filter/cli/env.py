@@ -48,27 +48,36 @@ def _env(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         unsupported = error
     # The first reason the hook would not act: the variable, the hook, then executorch.
     stoppers = [
-        (not hook_files, f"{_startup.PTH_NAME} is in none of this Python's site directories; "
-                         "reinstall emitter_filter (a process that imports it still prunes)"),
+        (
+            not hook_files,
+            f"{_startup.PTH_NAME} is in none of this Python's site directories; "
+            "reinstall emitter_filter (a process that imports it still prunes)",
+        ),
         (unsupported is not None, str(unsupported)),
     ]
     modes = [
         ("prune", ENV_PRUNE, "prunes the programs it serializes"),
         ("deduplicate", ENV_DEDUPE, "deduplicates the programs it serializes (pruned or not)"),
     ]
-    lines = [
-        _env_answer(question, name, does, stoppers) for question, name, does in modes
-    ] + [_env_strict_answer()]
+    lines = [_env_answer(question, name, does, stoppers) for question, name, does in modes] + [
+        _env_strict_answer()
+    ]
     # A namespace package (executorch has no __init__.py): its directories, not a file.
     where = "" if executorch is None else f" at {', '.join(executorch.submodule_search_locations)}"
-    print("\n".join([
-        *lines,
-        f"python: {sys.executable} ({sys.version.split()[0]})",
-        *(f"{name}: {_env_value(name)}" for name in (ENV_PRUNE, ENV_DEDUPE, ENV_STRICT)),
-        f"start-up hook: {', '.join(hook_files) or 'not installed'}",
-        f"executorch: {version or 'not installed'}{where}"
-        + ("" if version is None else " (not supported)" if unsupported else " (supported)"),
-    ]))
+    print(
+        "\n".join(
+            [
+                *lines,
+                f"python: {sys.executable} ({sys.version.split()[0]})",
+                *(f"{name}: {_env_value(name)}" for name in (ENV_PRUNE, ENV_DEDUPE, ENV_STRICT)),
+                f"start-up hook: {', '.join(hook_files) or 'not installed'}",
+                f"executorch: {version or 'not installed'}{where}"
+                + (
+                    "" if version is None else " (not supported)" if unsupported else " (supported)"
+                ),
+            ]
+        )
+    )
     return EXIT_OK
 
 
@@ -94,14 +103,18 @@ def _env_answer(question: str, name: str, does: str, stoppers) -> str:
     requested, refused = _env_flag(name)
     reasons = [
         (raw is None, f"{name} is not set"),
-        (requested is None, f"{refused}; a process says so, and does not {question}, "
-                             f"once it imports {EXPORTER_MODULE}"),
+        (
+            requested is None,
+            f"{refused}; a process says so, and does not {question}, "
+            f"once it imports {EXPORTER_MODULE}",
+        ),
         (requested is False and raw is not None, f"{name}={raw!r} turns it off"),
         *stoppers,
     ]
-    answer = next((f"no: {reason}" for stops, reason in reasons if stops), (
-        f"yes: every Python process started here {does} once it imports {EXPORTER_MODULE}"
-    ))
+    answer = next(
+        (f"no: {reason}" for stops, reason in reasons if stops),
+        (f"yes: every Python process started here {does} once it imports {EXPORTER_MODULE}"),
+    )
     return f"would {question}: {answer}"
 
 
@@ -112,11 +125,14 @@ def _env_strict_answer() -> str:
     if requested is None:
         return f"strict: {refused}; a pruned export raises this error"
     if requested:
-        return ("strict: yes: a program the filter cannot prove safe to prune raises "
-                "ProgramFormatError")
+        return (
+            "strict: yes: a program the filter cannot prove safe to prune raises ProgramFormatError"
+        )
     why = f"{ENV_STRICT} is not set" if raw is None else f"{ENV_STRICT}={raw!r} turns it off"
-    return f"strict: no: {why}; a program the filter cannot prove safe to prune is written " \
-           "unpruned, with a warning"
+    return (
+        f"strict: no: {why}; a program the filter cannot prove safe to prune is written "
+        "unpruned, with a warning"
+    )
 
 
 def _add_demo_parser(commands) -> argparse.ArgumentParser:
@@ -133,12 +149,14 @@ def _add_demo_parser(commands) -> argparse.ArgumentParser:
         ),
     )
     demo.add_argument(
-        "--files-only", action="store_true",
+        "--files-only",
+        action="store_true",
         help="only write DIR/model.pte, a small program with dead constants shipped with the "
         "package, for the file tools (no torch or executorch needed)",
     )
     demo.add_argument(
-        "--out", metavar="DIR",
+        "--out",
+        metavar="DIR",
         help="where to write model.pte and model.pruned.pte "
         "(default: a new directory emitter-filter-demo[-N] in the current one)",
     )
@@ -153,8 +171,10 @@ def _demo(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     out = Path(options.out) if options.out else default_out_dir(Path())
     if options.files_only:
         path, dead = write_example(out)
-        print(f"wrote {path} ({path.stat().st_size:,} bytes; {dead:,} of them dead), a program "
-              f"ExecuTorch 1.5.1 wrote; next: emitter-filter audit {path}")
+        print(
+            f"wrote {path} ({path.stat().st_size:,} bytes; {dead:,} of them dead), a program "
+            f"ExecuTorch 1.5.1 wrote; next: emitter-filter audit {path}"
+        )
         return EXIT_OK
     result = run_demo(out)
     print("\n".join(result.lines()))

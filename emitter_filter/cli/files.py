@@ -48,28 +48,41 @@ def _add_audit_parser(commands) -> argparse.ArgumentParser:
         ),
     )
     audit.add_argument(
-        "pte", nargs="+", metavar="MODEL.pte",
+        "pte",
+        nargs="+",
+        metavar="MODEL.pte",
         help="the program file; several are audited in turn (as a pre-commit hook passes them)",
     )
     _add_data_arguments(
-        audit, "programs that read a common .ptd (what share writes) are audited as one set, "
+        audit,
+        "programs that read a common .ptd (what share writes) are audited as one set, "
         "its bytes judged against all its readers; every other program alone",
     )
     audit.add_argument("--json", action="store_true", help="print the report as JSON")
     audit.add_argument(
-        "--max-dead-bytes", type=_byte_count, default=None, metavar="N",
+        "--max-dead-bytes",
+        type=_byte_count,
+        default=None,
+        metavar="N",
         help="exit 1 if more than N bytes are dead (a CI gate; 0 means none allowed)",
     )
-    audit.add_argument("--top", type=_byte_count, default=None, metavar="N",
-                       help="list the N largest dead entries (default: all; --json: all)")
     audit.add_argument(
-        "--require-data", action="store_true",
+        "--top",
+        type=_byte_count,
+        default=None,
+        metavar="N",
+        help="list the N largest dead entries (default: all; --json: all)",
+    )
+    audit.add_argument(
+        "--require-data",
+        action="store_true",
         help="exit 1 if an external tensor or named-data key is in none of the .ptd files "
         "given (or beside the program): a .pte shipped without its weights (a CI gate)",
     )
     _add_min_bytes(audit)
     audit.add_argument(
-        "--fail-on-key-clash", action="store_true",
+        "--fail-on-key-clash",
+        action="store_true",
         help="several programs, read as one set: exit 1 if two of them hold one named-data "
         "key with different bytes (a weights cache shared by the programs, as XNNPACK's, "
         "would give the second the first's weights)",
@@ -91,40 +104,52 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     reports, refused, gated = [], [], []
     # With --fail-on-key-clash, programs are one set even without a common .ptd: XNNPACK
     # keeps its keys in each .pte, and its weights cache is shared by every program.
-    groups = ([list(range(len(options.pte)))] if options.fail_on_key_clash
-              and len(options.pte) > 1 else sets_of(data_of))
+    groups = (
+        [list(range(len(options.pte)))]
+        if options.fail_on_key_clash and len(options.pte) > 1
+        else sets_of(data_of)
+    )
     for members in groups:
         if len(members) == 1:
             [n] = members
-            report = audit_file(options.pte[n], data_of[n], keep_constants=options.keep,
-                                names=names)
+            report = audit_file(
+                options.pte[n], data_of[n], keep_constants=options.keep, names=names
+            )
         else:
-            report = audit_set([options.pte[n] for n in members],
-                               [(options.pte[n], f) for n in members for f in data_of[n]],
-                               min_bytes=_min_bytes(options))
+            report = audit_set(
+                [options.pte[n] for n in members],
+                [(options.pte[n], f) for n in members for f in data_of[n]],
+                min_bytes=_min_bytes(options),
+            )
         # A file the runtime refuses gets its own status, not the report of a file that loads.
-        lines = [_validity_lines(options.pte[n], data_of[n], options.require_data)
-                 for n in members]
+        lines = [_validity_lines(options.pte[n], data_of[n], options.require_data) for n in members]
         refused.extend(line for line, _ in lines if line is not None)
         if any(line is not None for line, _ in lines):
             continue
         gated.extend(gate for _, gate in lines if gate is not None)
         if options.fail_on_key_clash and getattr(report, "key_clashes", ()):
             keys = ", ".join(repr(clash.key) for clash in report.key_clashes)
-            gated.append(f"emitter-filter: --fail-on-key-clash: {keys} held with different "
-                         "bytes by programs of the set")
+            gated.append(
+                f"emitter-filter: --fail-on-key-clash: {keys} held with different "
+                "bytes by programs of the set"
+            )
         reports.append(report)
     if options.json and reports:
         # One file (or one set): its report; several: a list of them.
         documents = [report.to_json() for report in reports]
         print(json.dumps(documents[0] if len(documents) == 1 else documents, indent=2))
     elif reports:
-        print("\n\n".join(_format_audit(r, options.top) if hasattr(r, "spaces")
-                           else "\n".join(r.lines()) for r in reports))
+        print(
+            "\n\n".join(
+                _format_audit(r, options.top) if hasattr(r, "spaces") else "\n".join(r.lines())
+                for r in reports
+            )
+        )
         if len(options.pte) > 1 and not refused:
             print(_stored_twice(options, data_of))
     over = [
-        r for r in reports
+        r
+        for r in reports
         if options.max_dead_bytes is not None and r.dead_bytes > options.max_dead_bytes
     ]
     for report in over:
@@ -132,8 +157,10 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         if hasattr(report, "path"):
             line = f"{report.path}: {report.dead_bytes:,} dead bytes > {limit}"
         else:
-            line = (f"the set has {report.dead_bytes:,} dead bytes > {limit} "
-                    f"({', '.join(p.path for p in report.programs)})")
+            line = (
+                f"the set has {report.dead_bytes:,} dead bytes > {limit} "
+                f"({', '.join(p.path for p in report.programs)})"
+            )
         print(f"emitter-filter: {line}", file=sys.stderr)
     for line in [*gated, *refused]:
         print(line, file=sys.stderr)
@@ -190,7 +217,9 @@ def _format_audit(report, top: int | None = None) -> str:
         )
         for shared in report.shared:
             copies = ", ".join(_copy_location(c) for c in shared.copies)
-            lines.append(f"{shared.nbytes:>14,}  x{len(shared.copies)}  {copies}  at {shared.offset:,}")
+            lines.append(
+                f"{shared.nbytes:>14,}  x{len(shared.copies)}  {copies}  at {shared.offset:,}"
+            )
     return "\n".join(lines)
 
 
@@ -214,11 +243,16 @@ def _stored_twice(options: argparse.Namespace, data_of) -> str:
     would store once (`audit_set`'s count, not a verdict)."""
     from emitter_filter.ondisk.audit_set import audit_set
 
-    every = audit_set(options.pte, [(p, f) for p, files in zip(options.pte, data_of, strict=True)
-                                    for f in files], min_bytes=_min_bytes(options))
-    return (f"\nthe {len(options.pte)} programs: {every.duplicated_bytes:,} B stored in more than "
-            f"one file ({len(every.shared)} contents of --min-bytes {_min_bytes(options):,} or "
-            "more, what share stores once)")
+    every = audit_set(
+        options.pte,
+        [(p, f) for p, files in zip(options.pte, data_of, strict=True) for f in files],
+        min_bytes=_min_bytes(options),
+    )
+    return (
+        f"\nthe {len(options.pte)} programs: {every.duplicated_bytes:,} B stored in more than "
+        f"one file ({len(every.shared)} contents of --min-bytes {_min_bytes(options):,} or "
+        "more, what share stores once)"
+    )
 
 
 def _add_prune_parser(commands) -> argparse.ArgumentParser:
@@ -234,17 +268,27 @@ def _add_prune_parser(commands) -> argparse.ArgumentParser:
         ),
     )
     prune.add_argument("pte", metavar="IN.pte", help="the program file to prune")
-    prune.add_argument("-o", "--output", required=True, metavar="OUT.pte",
-                       help="where to write the pruned program (not IN.pte)")
+    prune.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT.pte",
+        help="where to write the pruned program (not IN.pte)",
+    )
     _add_data_arguments(
-        prune, "--data needs --ptd-out; the .ptd beside IN.pte is written pruned beside "
+        prune,
+        "--data needs --ptd-out; the .ptd beside IN.pte is written pruned beside "
         "OUT.pte with its stem (or into --ptd-out)",
     )
-    prune.add_argument("--ptd-out", metavar="DIR",
-                       help="where to write the pruned .ptd files, under their input names")
+    prune.add_argument(
+        "--ptd-out",
+        metavar="DIR",
+        help="where to write the pruned .ptd files, under their input names",
+    )
     prune.add_argument("--json", action="store_true", help="print the report as JSON")
     prune.add_argument(
-        "--dedupe", action="store_true",
+        "--dedupe",
+        action="store_true",
         help="also store named data that repeats a constant once (dedupe_constants=True); "
         "the .ptd files are left as pruned",
     )
@@ -260,8 +304,11 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         return _usage_error("prune", "--data needs --ptd-out DIR")
     data = program_data(options.pte, options.data, beside=options.data_beside)
     # The .ptd beside IN.pte, pruned beside OUT.pte with its stem: where the rule finds it.
-    ptd_outputs = ([os.path.splitext(options.output)[0] + ".ptd"] * len(data)
-                   if data and not options.data and options.ptd_out is None else None)
+    ptd_outputs = (
+        [os.path.splitext(options.output)[0] + ".ptd"] * len(data)
+        if data and not options.data and options.ptd_out is None
+        else None
+    )
     verifier = _verifier(options, [(options.pte, data)])
     try:
         with _sigterm_unwinds():
@@ -273,19 +320,30 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
                 from emitter_filter.ondisk.prune import prune_file
 
                 report = prune_file(
-                    options.pte, options.output, data, options.ptd_out,
-                    progress=_progress_printer(), keep_constants=options.keep,
-                    names=options.names, dedupe=options.dedupe, early=early,
+                    options.pte,
+                    options.output,
+                    data,
+                    options.ptd_out,
+                    progress=_progress_printer(),
+                    keep_constants=options.keep,
+                    names=options.names,
+                    dedupe=options.dedupe,
+                    early=early,
                     ptd_outputs=ptd_outputs,
                 )
     except _Terminated:
         print("emitter-filter: terminated (SIGTERM); temporary files removed", file=sys.stderr)
         return EXIT_TERMINATED
-    verification = verifier and verifier.programs([
-        ((report.path, data), (report.output, [o for _, o in report.ptd_outputs if o]))])
+    verification = verifier and verifier.programs(
+        [((report.path, data), (report.output, [o for _, o in report.ptd_outputs if o]))]
+    )
     if options.json:
-        print(json.dumps(_with_verify(_paired(report.to_json(), [options.pte], [data]),
-                                      verification), indent=2))
+        print(
+            json.dumps(
+                _with_verify(_paired(report.to_json(), [options.pte], [data]), verification),
+                indent=2,
+            )
+        )
     else:
         print(report.summary())
         if report.dedupe is not None:

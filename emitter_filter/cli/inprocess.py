@@ -34,12 +34,17 @@ def _add_run_parser(commands) -> argparse.ArgumentParser:
         ),
     )
     run.add_argument(
-        "--keep", action="append", default=[], metavar="PATTERN",
+        "--keep",
+        action="append",
+        default=[],
+        metavar="PATTERN",
         help="keep the constants whose fully qualified name matches PATTERN (fnmatch; "
         "repeatable; before the script), as ExecutorchBackendConfig(keep_constants=...) does",
     )
     run.add_argument(
-        "target", nargs=argparse.REMAINDER, metavar="(-m MODULE | SCRIPT) [ARGS ...]",
+        "target",
+        nargs=argparse.REMAINDER,
+        metavar="(-m MODULE | SCRIPT) [ARGS ...]",
         help="-m MODULE to run a module as python -m does, or the path of a script; "
         "then its own arguments",
     )
@@ -51,7 +56,7 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     if not target or (target[0] == "-m" and len(target) < 2):
         return _usage_error("run", "give -m MODULE or SCRIPT")
     module, script = (target[1], None) if target[0] == "-m" else (None, target[0])
-    argv = [module or script, *target[(2 if module else 1):]]
+    argv = [module or script, *target[(2 if module else 1) :]]
     if script is not None and not os.path.isdir(script):
         # Read before the script runs, so that an unreadable one is ours to report, one line.
         try:

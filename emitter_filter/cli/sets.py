@@ -39,26 +39,40 @@ def _add_share_parser(commands) -> argparse.ArgumentParser:
         ),
     )
     share.add_argument("pte", nargs="+", metavar="IN.pte", help="the programs")
-    share.add_argument("--out", required=True, metavar="DIR",
-                       help="where to write the programs (under their names, or where several "
-                       "have one name, the tails of their paths that tell them apart: "
-                       "a/model.pte, b/model.pte) and the .ptd")
-    share.add_argument("--ptd-out", dest="ptd_name", default="shared.ptd", metavar="OUT.ptd",
-                       help="the shared .ptd's file name in DIR (default: shared.ptd)")
+    share.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="where to write the programs (under their names, or where several "
+        "have one name, the tails of their paths that tell them apart: "
+        "a/model.pte, b/model.pte) and the .ptd",
+    )
+    share.add_argument(
+        "--ptd-out",
+        dest="ptd_name",
+        default="shared.ptd",
+        metavar="OUT.ptd",
+        help="the shared .ptd's file name in DIR (default: shared.ptd)",
+    )
     share.add_argument("--ptd", action=_MovedOutput, help=argparse.SUPPRESS)
     _add_data_arguments(share, "its entries go into the shared .ptd", old_ptd=False)
     share.add_argument(
-        "--min-bytes", type=_byte_count, default=None, metavar="N",
+        "--min-bytes",
+        type=_byte_count,
+        default=None,
+        metavar="N",
         help="leave contents shorter than N bytes where they are (default: 1024, what "
         "audit and explain count as stored twice)",
     )
     share.add_argument(
-        "--prune", action="store_true",
+        "--prune",
+        action="store_true",
         help="first prune each program as prune does, with the .ptd beside it (not with "
         "--data), then share them",
     )
     share.add_argument(
-        "--dedupe", action="store_true",
+        "--dedupe",
+        action="store_true",
         help="also store what repeats within one program once, as prune --dedupe does "
         "(named data that repeats a constant: a tied embedding lowered to XNNPACK)",
     )
@@ -76,24 +90,37 @@ def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     if verifier and not verifier.runtime.takes_data:
         from emitter_filter.verify.runtimes import NO_DATA
 
-        raise VerifyError(f"share --verify: share's outputs load with a .ptd, and "
-                          f"{verifier.runtime.name} {NO_DATA}")
+        raise VerifyError(
+            f"share --verify: share's outputs load with a .ptd, and "
+            f"{verifier.runtime.name} {NO_DATA}"
+        )
     report = share_files(
-        options.pte, options.out, ptd_paths=options.data, ptd_name=options.ptd_name,
+        options.pte,
+        options.out,
+        ptd_paths=options.data,
+        ptd_name=options.ptd_name,
         min_bytes=DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes,
-        prune=options.prune, dedupe=options.dedupe, progress=_progress_printer(),
+        prune=options.prune,
+        dedupe=options.dedupe,
+        progress=_progress_printer(),
         data_beside=options.data_beside,
     )
     verification = None
     if verifier:
         # Each output loads with the shared .ptd, or, when nothing was shared, with the
         # copies of its own .ptd files.
-        outputs = [list(report.ptd_outputs) if report.shared_contents else
-                   [os.path.join(options.out, os.path.basename(d)) for d in data]
-                   for data in data_of]
-        verification = verifier.programs([
-            ((p.path, data), (p.output, ptds))
-            for p, data, ptds in zip(report.programs, data_of, outputs, strict=True)])
+        outputs = [
+            list(report.ptd_outputs)
+            if report.shared_contents
+            else [os.path.join(options.out, os.path.basename(d)) for d in data]
+            for data in data_of
+        ]
+        verification = verifier.programs(
+            [
+                ((p.path, data), (p.output, ptds))
+                for p, data, ptds in zip(report.programs, data_of, outputs, strict=True)
+            ]
+        )
     return _print_report(report, options.json, verification)
 
 
@@ -118,40 +145,62 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
             "what is not there, a file is malformed, or the output cannot be written."
         ),
     )
-    merge.add_argument("pte", nargs="+", metavar="IN.pte",
-                       help="the programs, in the order their methods take in OUT")
-    merge.add_argument("-o", "--output", required=True, metavar="OUT.pte",
-                       help="where to write the merged program (not an input)")
     merge.add_argument(
-        "--method", action="append", default=[], metavar="NEW=FILE:METHOD",
+        "pte",
+        nargs="+",
+        metavar="IN.pte",
+        help="the programs, in the order their methods take in OUT",
+    )
+    merge.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT.pte",
+        help="where to write the merged program (not an input)",
+    )
+    merge.add_argument(
+        "--method",
+        action="append",
+        default=[],
+        metavar="NEW=FILE:METHOD",
         help="name the method METHOD of input FILE NEW in OUT (repeatable), e.g. --method "
         "decode=decode.pte:forward; ExecuTorch's training methods of METHOD "
         "(__et_training_*_METHOD) follow it",
     )
     merge.add_argument(
-        "--prefix", action="append", default=[], metavar="PREFIX=FILE",
+        "--prefix",
+        action="append",
+        default=[],
+        metavar="PREFIX=FILE",
         help="name every method of input FILE that is not written once for several inputs "
         "PREFIX + its name (repeatable; PREFIX as given, no separator added: --prefix "
         "ft_=ft/model.pte gives ft_forward)",
     )
     merge.add_argument(
-        "--drop", action="append", default=[], metavar="FILE:METHOD",
+        "--drop",
+        action="append",
+        default=[],
+        metavar="FILE:METHOD",
         help="leave the method METHOD of input FILE out of OUT (repeatable), e.g. "
         "--drop decode.pte:enable_dynamic_shape to keep the first input's",
     )
     merge.add_argument(
-        "--dedupe", action="store_true",
+        "--dedupe",
+        action="store_true",
         help="also store once what repeats within OUT, as prune --dedupe does (named data "
         "that repeats a constant: a tied embedding lowered to XNNPACK)",
     )
-    _add_data_arguments(merge, "an input reading a .ptd needs --ptd-out or --inline",
-                        old_ptd=False)
+    _add_data_arguments(merge, "an input reading a .ptd needs --ptd-out or --inline", old_ptd=False)
     where = merge.add_mutually_exclusive_group()
-    where.add_argument("--ptd-out", metavar="OUT.ptd",
-                       help="write the merged program's one .ptd here: every live key once")
+    where.add_argument(
+        "--ptd-out",
+        metavar="OUT.ptd",
+        help="write the merged program's one .ptd here: every live key once",
+    )
     merge.add_argument("--ptd", action=_MovedOutput, help=argparse.SUPPRESS)
     where.add_argument(
-        "--inline", action="store_true",
+        "--inline",
+        action="store_true",
         help="move the .ptd data into OUT.pte instead (external tensors into its constant "
         "segment, named data into its own): OUT.pte then loads without a data file",
     )
@@ -169,13 +218,24 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
         ),
     )
     split.add_argument("pte", metavar="IN.pte", help="the multi-method program")
-    split.add_argument("--method", action="append", required=True, metavar="[NEW=]NAME",
-                       help="a method to keep (repeatable); NEW=NAME renames it as it is cut, "
-                       "e.g. --method forward=score for an app that calls forward")
-    split.add_argument("-o", "--output", required=True, metavar="OUT.pte",
-                       help="where to write the methods kept (not IN.pte)")
-    _add_data_arguments(split, "split keeps its keys: OUT.pte loads with the same .ptd",
-                        old_ptd=False)
+    split.add_argument(
+        "--method",
+        action="append",
+        required=True,
+        metavar="[NEW=]NAME",
+        help="a method to keep (repeatable); NEW=NAME renames it as it is cut, "
+        "e.g. --method forward=score for an app that calls forward",
+    )
+    split.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT.pte",
+        help="where to write the methods kept (not IN.pte)",
+    )
+    _add_data_arguments(
+        split, "split keeps its keys: OUT.pte loads with the same .ptd", old_ptd=False
+    )
     split.add_argument("--json", action="store_true", help="print the report as JSON")
     _add_verify_arguments(split)
     return merge, split
@@ -188,17 +248,28 @@ def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
     verifier = _verifier(options, list(zip(options.pte, data_of, strict=True)))
     with _sigterm_unwinds():
-        report = merge_files(options.pte, options.output, methods=options.method,
-                             prefixes=options.prefix, drops=options.drop, data=options.data,
-                             ptd_out=options.ptd_out, inline=options.inline,
-                             dedupe=options.dedupe, progress=_progress_printer(),
-                             data_beside=options.data_beside)
+        report = merge_files(
+            options.pte,
+            options.output,
+            methods=options.method,
+            prefixes=options.prefix,
+            drops=options.drop,
+            data=options.data,
+            ptd_out=options.ptd_out,
+            inline=options.inline,
+            dedupe=options.dedupe,
+            progress=_progress_printer(),
+            data_beside=options.data_beside,
+        )
     # Each method of the output against the method of the input it came from.
     out = (report.output, [report.ptd_output] if report.ptd_output else [])
     data_by_input = dict(zip(options.pte, data_of, strict=True))
-    verification = verifier and verifier.methods([
-        (out, method.name, (method.source, data_by_input[method.source]), method.source_method)
-        for method in report.methods])
+    verification = verifier and verifier.methods(
+        [
+            (out, method.name, (method.source, data_by_input[method.source]), method.source_method)
+            for method in report.methods
+        ]
+    )
     return _print_report(report, options.json, verification)
 
 
@@ -209,15 +280,21 @@ def _split(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     data = program_data(options.pte, options.data, beside=options.data_beside)
     verifier = _verifier(options, [(options.pte, data)])
     with _sigterm_unwinds():
-        report = split_file(options.pte, options.output, options.method,
-                            progress=_progress_printer(), data=data)
+        report = split_file(
+            options.pte, options.output, options.method, progress=_progress_printer(), data=data
+        )
     # NEW=NAME: the output's NEW computes what the input's NAME did.
     renamed = [(new, old or new) for new, _, old in (m.partition("=") for m in options.method)]
-    verification = verifier and verifier.methods([
-        ((report.output, data), new, (options.pte, data), old) for new, old in renamed])
+    verification = verifier and verifier.methods(
+        [((report.output, data), new, (options.pte, data), old) for new, old in renamed]
+    )
     if options.json:
-        print(json.dumps(_with_verify(_paired(report.to_json(), [options.pte], [data]),
-                                      verification), indent=2))
+        print(
+            json.dumps(
+                _with_verify(_paired(report.to_json(), [options.pte], [data]), verification),
+                indent=2,
+            )
+        )
     else:
         print(report.summary())
     return _verify_exit(verification, options.json)

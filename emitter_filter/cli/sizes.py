@@ -47,30 +47,49 @@ def _add_explain(commands) -> argparse.ArgumentParser:
         ),
     )
     explain.add_argument(
-        "pte", nargs="+", metavar="MODEL.pte",
+        "pte",
+        nargs="+",
+        metavar="MODEL.pte",
         help="the program file; several are explained as one set (each file's bytes once, "
         "what the set stores twice duplicated, each program's own in --json)",
     )
     _add_data_arguments(explain, "each program's pairing is in the header and --json")
-    explain.add_argument("--names", metavar="FILE",
-                         help="a torch.export .pt2 or an ETRecord of the same model: name "
-                         "constant and mutable entries by content (imports torch)")
+    explain.add_argument(
+        "--names",
+        metavar="FILE",
+        help="a torch.export .pt2 or an ETRecord of the same model: name "
+        "constant and mutable entries by content (imports torch)",
+    )
     explain.add_argument("--json", action="store_true", help="print the explanation as JSON")
     _add_min_bytes(explain)
-    explain.add_argument("--html", metavar="OUT.html",
-                         help="also write a self-contained page with a treemap of the bytes")
-    explain.add_argument("--top", type=_byte_count, default=None, metavar="N",
-                         help="the N largest parts (or groups) to list (default 10; --json: "
-                         "all parts unless given)")
-    explain.add_argument("--by", choices=GROUPINGS, default=None,
-                         help="group the bytes by this instead of listing parts")
     explain.add_argument(
-        "--node-data", metavar="OUT.json",
+        "--html",
+        metavar="OUT.html",
+        help="also write a self-contained page with a treemap of the bytes",
+    )
+    explain.add_argument(
+        "--top",
+        type=_byte_count,
+        default=None,
+        metavar="N",
+        help="the N largest parts (or groups) to list (default 10; --json: all parts unless given)",
+    )
+    explain.add_argument(
+        "--by",
+        choices=GROUPINGS,
+        default=None,
+        help="group the bytes by this instead of listing parts",
+    )
+    explain.add_argument(
+        "--node-data",
+        metavar="OUT.json",
         help="also write Model Explorer node data: the bytes each call reads, keyed by the "
         "node ids pte-adapter-model-explorer gives the file's graphs (load it beside the .pte)",
     )
     explain.add_argument(
-        "--value", choices=("bytes", "dead", "duplicated"), default=None,
+        "--value",
+        choices=("bytes", "dead", "duplicated"),
+        default=None,
         help="what --node-data sums per node: every byte read (default: bytes), the dead "
         "ones, or the duplicated ones",
     )
@@ -89,26 +108,46 @@ def _add_diff(commands) -> argparse.ArgumentParser:
             "OLD by more than --max-growth, 2 if a file is malformed."
         ),
     )
-    diff.add_argument("old", metavar="OLD.pte", help="the old program, or a directory of them "
-                      "(a set: programs matched by file name)")
+    diff.add_argument(
+        "old",
+        metavar="OLD.pte",
+        help="the old program, or a directory of them (a set: programs matched by file name)",
+    )
     diff.add_argument("new", metavar="NEW.pte", help="the new program, or a directory of them")
     for side in ("old", "new"):
-        diff.add_argument(f"--{side}-data", action="append", default=[], metavar="IN.ptd",
-                          help=f"a .ptd {side.upper()}.pte loads with (repeatable; default: "
-                          "the .ptd beside it with its stem, if any)")
-        diff.add_argument(f"--{side}-ptd", dest=f"{side}_data", action=_DeprecatedData,
-                          help=argparse.SUPPRESS)
-        diff.add_argument(f"--{side}-names", metavar="FILE",
-                          help=f"a .pt2 or ETRecord naming {side.upper()}.pte's entries "
-                          "(imports torch)")
+        diff.add_argument(
+            f"--{side}-data",
+            action="append",
+            default=[],
+            metavar="IN.ptd",
+            help=f"a .ptd {side.upper()}.pte loads with (repeatable; default: "
+            "the .ptd beside it with its stem, if any)",
+        )
+        diff.add_argument(
+            f"--{side}-ptd", dest=f"{side}_data", action=_DeprecatedData, help=argparse.SUPPRESS
+        )
+        diff.add_argument(
+            f"--{side}-names",
+            metavar="FILE",
+            help=f"a .pt2 or ETRecord naming {side.upper()}.pte's entries (imports torch)",
+        )
     _add_data_beside(diff)
     diff.add_argument("--json", action="store_true", help="print the diff as JSON")
-    diff.add_argument("--markdown", action="store_true",
-                      help="print tables ready for a pull request's comment")
-    diff.add_argument("--max-growth", metavar="BYTES|PCT%",
-                      help="exit 1 if NEW is larger than OLD by more than BYTES, or PCT%% of OLD")
-    diff.add_argument("--top", type=_byte_count, default=20, metavar="N",
-                      help="the N largest changes to list (default 20; --json: all)")
+    diff.add_argument(
+        "--markdown", action="store_true", help="print tables ready for a pull request's comment"
+    )
+    diff.add_argument(
+        "--max-growth",
+        metavar="BYTES|PCT%",
+        help="exit 1 if NEW is larger than OLD by more than BYTES, or PCT%% of OLD",
+    )
+    diff.add_argument(
+        "--top",
+        type=_byte_count,
+        default=20,
+        metavar="N",
+        help="the N largest changes to list (default 20; --json: all)",
+    )
     return diff
 
 
@@ -126,7 +165,8 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
     )
     actions = budget.add_subparsers(dest="budget_action", required=True, metavar="ACTION")
     write = actions.add_parser(
-        "write", help="record the files' sizes and entries",
+        "write",
+        help="record the files' sizes and entries",
         description=(
             "Explain each FILE.pte and record its bytes, its bytes per storage and status, and "
             "its parts (each tensor's sha256 too, to match it again by content) in "
@@ -135,10 +175,16 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
             "malformed or an output cannot be written."
         ),
     )
-    write.add_argument("-o", "--output", required=True, metavar="BUDGET.json",
-                       help="where to write the budget (replaced atomically; commit it)")
+    write.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="BUDGET.json",
+        help="where to write the budget (replaced atomically; commit it)",
+    )
     check = actions.add_parser(
-        "check", help="fail on growth past the recorded budget",
+        "check",
+        help="fail on growth past the recorded budget",
         description=(
             "Explain each FILE.pte again and compare it with its record in BUDGET.json: a "
             "file larger than its recorded bytes plus --tolerance percent, or with no record, "
@@ -147,18 +193,37 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
             "not follow its schema (docs/budget-schema.json)."
         ),
     )
-    check.add_argument("--budget", required=True, metavar="BUDGET.json",
-                       help="the budget that budget write recorded")
-    check.add_argument("--tolerance", type=_percent, default=0.0, metavar="PCT",
-                       help="allow this much growth, in percent of the recorded bytes")
-    check.add_argument("--markdown", action="store_true",
-                       help="print the diffs as tables for a pull request's comment")
+    check.add_argument(
+        "--budget",
+        required=True,
+        metavar="BUDGET.json",
+        help="the budget that budget write recorded",
+    )
+    check.add_argument(
+        "--tolerance",
+        type=_percent,
+        default=0.0,
+        metavar="PCT",
+        help="allow this much growth, in percent of the recorded bytes",
+    )
+    check.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the diffs as tables for a pull request's comment",
+    )
     for action in (write, check):
-        action.add_argument("pte", nargs="+", metavar="FILE.pte",
-                            help="the program files, named as the check will name them "
-                            "(relative to the repository, as pre-commit passes them)")
-        action.add_argument("--benchmark-json", metavar="OUT.json",
-                            help="also write the sizes as github-action-benchmark reads them")
+        action.add_argument(
+            "pte",
+            nargs="+",
+            metavar="FILE.pte",
+            help="the program files, named as the check will name them "
+            "(relative to the repository, as pre-commit passes them)",
+        )
+        action.add_argument(
+            "--benchmark-json",
+            metavar="OUT.json",
+            help="also write the sizes as github-action-benchmark reads them",
+        )
         _add_data_arguments(action, "each program's .ptd counts in its size", old_ptd=False)
     return [budget, write, check]
 
@@ -168,8 +233,9 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
     from emitter_filter.ondisk.output import check_outputs, write_files
 
     if options.value is not None and options.node_data is None:
-        return _usage_error("explain", "--value says what --node-data sums; give --node-data "
-                            "OUT.json with it")
+        return _usage_error(
+            "explain", "--value says what --node-data sums; give --node-data OUT.json with it"
+        )
     if len(options.pte) > 1 and (options.names is not None or options.node_data is not None):
         option = "--names" if options.names is not None else "--node-data"
         return _usage_error("explain", f"{option} takes one program, not a set")
@@ -181,14 +247,21 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
     if len(options.pte) > 1:
         from emitter_filter.ondisk.explain_set import explain_set
 
-        explanation = explain_set(options.pte, options.data, data_beside=options.data_beside,
-                                  min_bytes=_min_bytes(options))
+        explanation = explain_set(
+            options.pte,
+            options.data,
+            data_beside=options.data_beside,
+            min_bytes=_min_bytes(options),
+        )
     else:
         from emitter_filter.ondisk.explain import explain_file
 
         explanation = explain_file(options.pte[0], data_of[0], names=options.names)
-    refused = [line for line, _ in (_validity_lines(p, d) for p, d in zip(options.pte, data_of, strict=True))
-               if line]
+    refused = [
+        line
+        for line, _ in (_validity_lines(p, d) for p, d in zip(options.pte, data_of, strict=True))
+        if line
+    ]
     if refused:
         print("\n".join(refused), file=sys.stderr)
         return EXIT_USAGE
@@ -198,16 +271,19 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
 
         page = render_explain_page(explanation).encode("utf-8")
         files.append((options.html, page))
-        wrote.append(f"wrote {options.html} ({len(page):,} B): the treemap, offline; "
-                     "open it in a browser")
+        wrote.append(
+            f"wrote {options.html} ({len(page):,} B): the treemap, offline; open it in a browser"
+        )
     if options.node_data is not None:
         from emitter_filter.ondisk.node_data import node_data_file
 
         value = options.value or "bytes"
         document = node_data_file(options.pte[0], data_of[0], value, names=options.names)
         files.append((options.node_data, (json.dumps(document, indent=2) + "\n").encode()))
-        wrote.append(f"wrote {options.node_data}: Model Explorer node data ({value} per node "
-                     f"of {len(document)} graph(s))")
+        wrote.append(
+            f"wrote {options.node_data}: Model Explorer node data ({value} per node "
+            f"of {len(document)} graph(s))"
+        )
     write_files(files, inputs, "explain")
     # On stderr, so that `--json` output stays one document.
     for line in wrote:
@@ -229,16 +305,21 @@ def _diff(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     sets = [os.path.isdir(options.old), os.path.isdir(options.new)]
     if any(sets):
         if not all(sets):
-            directory, other = ((options.old, options.new) if sets[0]
-                                else (options.new, options.old))
+            directory, other = (options.old, options.new) if sets[0] else (options.new, options.old)
             what = "a file" if os.path.exists(other) else "not there"
-            return _usage_error("diff", f"{directory} is a directory but {other} is {what}: "
-                                "give two directories (sets of programs, each with its .ptd "
-                                "files beside it) or two .pte files")
+            return _usage_error(
+                "diff",
+                f"{directory} is a directory but {other} is {what}: "
+                "give two directories (sets of programs, each with its .ptd "
+                "files beside it) or two .pte files",
+            )
         if options.old_data or options.new_data or options.old_names or options.new_names:
-            return _usage_error("diff", "--old-data, --new-data and the --*-names options take "
-                                "two .pte files; two directories pair each program with the "
-                                ".ptd beside it")
+            return _usage_error(
+                "diff",
+                "--old-data, --new-data and the --*-names options take "
+                "two .pte files; two directories pair each program with the "
+                ".ptd beside it",
+            )
         from emitter_filter.ondisk.diff_set import diff_sets
 
         result = diff_sets(options.old, options.new, data_beside=options.data_beside)
@@ -250,10 +331,17 @@ def _diff(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
             old_data = program_data(options.old, options.old_data, beside=options.data_beside)
             new_data = program_data(options.new, options.new_data, beside=options.data_beside)
         else:  # one call: one warning for a .ptd beside both that cannot be read
-            old_data, new_data = data_files_for([options.old, options.new],
-                                                beside=options.data_beside)
-        result = diff_files(options.old, options.new, old_data, new_data,
-                            old_names=options.old_names, new_names=options.new_names)
+            old_data, new_data = data_files_for(
+                [options.old, options.new], beside=options.data_beside
+            )
+        result = diff_files(
+            options.old,
+            options.new,
+            old_data,
+            new_data,
+            old_names=options.old_names,
+            new_names=options.new_names,
+        )
         pairing = ([options.old, options.new], [old_data, new_data])
     if options.json:
         print(json.dumps(_paired(result.to_json(), *pairing), indent=2))
@@ -270,16 +358,22 @@ def _diff(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 def _print_growth(result, limit: str) -> None:
     """On stderr: the growth over `limit`, and the entries that account for it."""
     if hasattr(result, "programs"):  # a set: what each program grew by
-        print(f"emitter-filter: {result.new}: grew {result.delta:+,} bytes over {result.old}, "
-              f"more than {limit}; from:", file=sys.stderr)
+        print(
+            f"emitter-filter: {result.new}: grew {result.delta:+,} bytes over {result.old}, "
+            f"more than {limit}; from:",
+            file=sys.stderr,
+        )
         for name in result.added:
             print(f"  added {name}", file=sys.stderr)
         for name, diff in sorted(result.programs, key=lambda item: -item[1].delta):
             if diff.delta > 0:
                 print(f"  {diff.delta:+,} B  {name}", file=sys.stderr)
         return
-    print(f"emitter-filter: {result.new_path}: grew {result.delta:+,} bytes over {result.old_path}"
-          f", more than {limit}; from:", file=sys.stderr)
+    print(
+        f"emitter-filter: {result.new_path}: grew {result.delta:+,} bytes over {result.old_path}"
+        f", more than {limit}; from:",
+        file=sys.stderr,
+    )
     for change in result.growth():
         notes = f" ({'; '.join(change.notes)})" if change.notes else ""
         print(f"  {change.delta:+,} B  {change.kind} {change.label}{notes}", file=sys.stderr)
@@ -296,28 +390,38 @@ def _budget(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int
 
     writing = options.budget_action == "write"
     # Every output refused, or every one written: checked before any work.
-    outputs = [o for o in (options.output if writing else None, options.benchmark_json)
-               if o is not None]
+    outputs = [
+        o for o in (options.output if writing else None, options.benchmark_json) if o is not None
+    ]
     inputs = [*options.pte, *([] if writing else [options.budget])]
     check_outputs(inputs, outputs, f"budget {options.budget_action}")
     files = []
     if writing:
-        document, explanations = budget_document(options.pte, options.data,
-                                                  data_beside=options.data_beside)
+        document, explanations = budget_document(
+            options.pte, options.data, data_beside=options.data_beside
+        )
         files.append((options.output, (json.dumps(document, indent=2) + "\n").encode()))
         over = []
     else:
-        checks = check_budget(options.pte, read_budget(options.budget), options.tolerance,
-                              options.data, data_beside=options.data_beside)
+        checks = check_budget(
+            options.pte,
+            read_budget(options.budget),
+            options.tolerance,
+            options.data,
+            data_beside=options.data_beside,
+        )
         explanations = [c.explanation for c in checks]
         over = [c for c in checks if c.over]
     if options.benchmark_json is not None:
-        files.append((options.benchmark_json,
-                      json.dumps(benchmark_json(explanations), indent=2).encode()))
+        files.append(
+            (options.benchmark_json, json.dumps(benchmark_json(explanations), indent=2).encode())
+        )
     write_files(files, inputs, f"budget {options.budget_action}")
     if writing:
-        print(f"wrote {options.output}: " + ", ".join(
-            f"{e.path} {e.file_bytes:,} B" for e in explanations))
+        print(
+            f"wrote {options.output}: "
+            + ", ".join(f"{e.path} {e.file_bytes:,} B" for e in explanations)
+        )
         return EXIT_OK
     for check in checks:
         print(check.summary())

@@ -30,13 +30,17 @@ def _add_verify_parser(commands) -> argparse.ArgumentParser:
     verify.add_argument("old", metavar="OLD.pte", help="the program NEW was written from")
     verify.add_argument("new", metavar="NEW.pte", help="the program to verify")
     verify.add_argument(
-        "--method", action="append", default=[], metavar="NEW=OLD",
+        "--method",
+        action="append",
+        default=[],
+        metavar="NEW=OLD",
         help="compare NEW's method NEW with OLD's method OLD (repeatable); other methods "
         "with the method of their own name",
     )
     _add_data_arguments(verify, "FILE is OLD.pte or NEW.pte", old_ptd=False)
     verify.add_argument(
-        "--inputs", metavar="FILE.npz",
+        "--inputs",
+        metavar="FILE.npz",
         help="the inputs to run instead of seeded ones: arrays named METHOD/INDEX after NEW's "
         "method names, e.g. forward/0 (a method not named is seeded)",
     )
@@ -48,11 +52,15 @@ def _verify(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int
     from emitter_filter.ondisk.data_files import data_files_for
     from emitter_filter.verify.compare import Program, verify_programs
 
-    old_data, new_data = data_files_for([options.old, options.new], options.data,
-                                        beside=options.data_beside)
-    report = verify_programs(Program(options.old, tuple(old_data)),
-                             Program(options.new, tuple(new_data)),
-                             options.method, inputs=options.inputs)
+    old_data, new_data = data_files_for(
+        [options.old, options.new], options.data, beside=options.data_beside
+    )
+    report = verify_programs(
+        Program(options.old, tuple(old_data)),
+        Program(options.new, tuple(new_data)),
+        options.method,
+        inputs=options.inputs,
+    )
     if options.json:
         print(json.dumps(report.to_json(), indent=2))
     return _verify_exit(report, options.json)

@@ -119,8 +119,12 @@ def _skipped_report(emitter_output, reason: str, started: float, dedupe: bool):
 
     nbytes = space_nbytes(emitter_output)
     return PruneReport(
-        bytes_before=nbytes, bytes_after=nbytes, found=(), dropped_values=0,
-        seconds=time.perf_counter() - started, skipped=reason,
+        bytes_before=nbytes,
+        bytes_after=nbytes,
+        found=(),
+        dropped_values=0,
+        seconds=time.perf_counter() - started,
+        skipped=reason,
         dedupe_skipped=reason if dedupe else None,
     )
 
@@ -136,7 +140,10 @@ def _fail_safe(config, error, modes: str, written: str) -> None:
     logger.warning(
         "emitter_filter: not %s this program, written %s: %s (the filter cannot prove "
         "the program safe to transform; set %s=1 or prune_strict=True to raise instead)",
-        modes, written, error, ENV_STRICT,
+        modes,
+        written,
+        error,
+        ENV_STRICT,
     )
 
 
@@ -292,9 +299,7 @@ def install() -> None:
         if _original is not None:
             return
         original = module.serialize_for_executorch
-        wrapper = functools.wraps(original)(
-            functools.partial(_serialize_for_executorch, original)
-        )
+        wrapper = functools.wraps(original)(functools.partial(_serialize_for_executorch, original))
         # A marker on the wrapper (how `_upstream` finds what it wrapped): not an
         # attribute functools.wraps' type knows of.
         wrapper.__emitter_filter_original__ = original  # type: ignore[attr-defined]

@@ -152,9 +152,7 @@ def _processed_bytes(
     return program.backend_delegate_data[processed.index].data
 
 
-def find_named_data_use(
-    program: Program, named_data: NamedDataStoreOutput | None
-) -> NamedDataUse:
+def find_named_data_use(program: Program, named_data: NamedDataStoreOutput | None) -> NamedDataUse:
     """Finds which keys of the named data the program's delegates can reach.
 
     Args:
@@ -182,9 +180,7 @@ def find_named_data_use(
                     keys_of_blob[blob] = delegate_named_keys(delegate.id, processed)
                 except ProgramFormatError as e:
                     raise ProgramFormatError(f"plan {plan.name!r} delegate {index}: {e}") from e
-            delegate_keys.append(
-                (DelegateRef(plan.name, index, delegate.id), keys_of_blob[blob])
-            )
+            delegate_keys.append((DelegateRef(plan.name, index, delegate.id), keys_of_blob[blob]))
     return classify_named_keys(delegate_keys, (e.key for e in _store_entries(named_data)))
 
 
@@ -207,9 +203,7 @@ def drop_dead_named_data(
     dead = frozenset(use.dead)
     held = {entry.key for entry in _store_entries(named_data)}
     if not dead <= held:
-        raise InvariantError(
-            f"dead keys not in the named data: {sorted(dead - held)[:5]}"
-        )
+        raise InvariantError(f"dead keys not in the named data: {sorted(dead - held)[:5]}")
     external_data = {}
     for tag, entries in named_data.external_data.items():
         kept = {key: entry for key, entry in entries.items() if key not in dead}

@@ -57,6 +57,7 @@ __all__ = ["collect_plan_refs", "prune_emitter_output", "space_nbytes"]
 
 logger = logging.getLogger(__name__)
 
+
 def _tensor_data_ref(tensor: Tensor) -> DataRef | None:
     """Where a Tensor value's bytes live (see `reachability.classify_tensor_data`)."""
     return plan_indices.tensor_data_ref(EXIR_SCHEMA, tensor)
@@ -187,7 +188,8 @@ def _remap_data(
     program = emitter_output.program
     live_fqns: set[str] = set()
     for plan_refs, plan, live in zip(
-            plans, program.execution_plan, liveness.live_values, strict=True):
+        plans, program.execution_plan, liveness.live_values, strict=True
+    ):
         # plan.values is already compacted: kept value k was old value live[k].
         renumbered = plan_indices.remap_data_indices(EXIR_SCHEMA, plan, plan_refs, live, new_index)
         live_fqns.update(
@@ -208,9 +210,7 @@ def _remap_data(
     pruned_map: dict[str, dict[str, int]] = {}
     for tag, fqn_to_index in (emitter_output.external_constant_map or {}).items():
         kept = {
-            fqn: external_index[index]
-            for fqn, index in fqn_to_index.items()
-            if fqn in live_fqns
+            fqn: external_index[index] for fqn, index in fqn_to_index.items() if fqn in live_fqns
         }
         if kept:
             pruned_map[tag] = kept
@@ -247,17 +247,21 @@ def prune_emitter_output(
     program = emitter_output.program
     keep = KeepList(keep_constants)
     plans = [
-        collect_plan_refs(plan, _kept_values(plan, keep, names)) if keep
+        collect_plan_refs(plan, _kept_values(plan, keep, names))
+        if keep
         else collect_plan_refs(plan)
         for plan in program.execution_plan
     ]
     for pattern in keep.unmatched():
         delegated = () if names is None else names.delegated_state(pattern)
         if delegated:
-            logger.warning("emitter_filter: keep_constants pattern %r matched no constant of the "
-                           "program's values: %s, which holds its own copy (kept as the delegate's "
-                           "data, not readable by name)",
-                           pattern, "; ".join(delegated))
+            logger.warning(
+                "emitter_filter: keep_constants pattern %r matched no constant of the "
+                "program's values: %s, which holds its own copy (kept as the delegate's "
+                "data, not readable by name)",
+                pattern,
+                "; ".join(delegated),
+            )
         else:
             logger.warning("emitter_filter: keep_constants pattern %r matched no constant", pattern)
     liveness = find_live(plans)
@@ -271,7 +275,8 @@ def prune_emitter_output(
     if dropped or dropped_values:
         order = order_live_data(plans, liveness)
         for plan, refs, live in zip(
-                program.execution_plan, plans, liveness.live_values, strict=True):
+            program.execution_plan, plans, liveness.live_values, strict=True
+        ):
             if len(live) != len(plan.values):
                 plan_indices.remap_plan_values(EXIR_SCHEMA, plan, refs, live)
         _remap_data(emitter_output, plans, liveness, order)
@@ -279,7 +284,8 @@ def prune_emitter_output(
     # Given only when there are names to find (the report's default finds none).
     optional: dict[str, Any] = (
         {"find_names": functools.partial(name_entries, names, users)}
-        if names is not None and users else {}
+        if names is not None and users
+        else {}
     )
     report = PruneReport(
         bytes_before=bytes_before,

@@ -71,7 +71,8 @@ class PruneReport:
         names = self.find_names()
         return tuple(
             dataclasses.replace(d, names=names[(d.space, d.index)])
-            if (d.space, d.index) in names else d
+            if (d.space, d.index) in names
+            else d
             for d in self.found
         )
 

@@ -211,11 +211,14 @@ class _ImportTrigger:
         self._searching = True
         try:
             spec = next(
-                filter(None, (
-                    finder.find_spec(fullname, path, target)
-                    for finder in list(sys.meta_path)
-                    if finder is not self and hasattr(finder, "find_spec")
-                )),
+                filter(
+                    None,
+                    (
+                        finder.find_spec(fullname, path, target)
+                        for finder in list(sys.meta_path)
+                        if finder is not self and hasattr(finder, "find_spec")
+                    ),
+                ),
                 None,
             )
         finally:
@@ -278,4 +281,3 @@ def installed_pth_files() -> tuple[str, ...]:
         directories.append(site.getusersitepackages())
     paths = (os.path.join(d, PTH_NAME) for d in dict.fromkeys(directories))
     return tuple(p for p in paths if os.path.isfile(p))
-

@@ -343,8 +343,10 @@ def _live_references(
     for space in DataSpace:
         for index, entry in sorted(pte.entries[space].items()):
             if index in liveness.live_data[space] and not (space.has_placeholder and index == 0):
-                yield space.value, (entry.file, entry.offset) if entry.offset >= 0 else None, (
-                    entry.nbytes
+                yield (
+                    space.value,
+                    (entry.file, entry.offset) if entry.offset >= 0 else None,
+                    (entry.nbytes),
                 )
     # External constants' keys are tensor data: their entries above say whether they are read.
     external_fqns = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
@@ -467,13 +469,17 @@ def find_dead_entries(
     dead = _dead_tensor_data(pte, liveness)
     dead += _dead_named_data(pte, use)
     dead += [
-        (_bare("delegate", d.index, d.nbytes), (pte.path, d.offset) if d.location == "segment"
-         else None)
+        (
+            _bare("delegate", d.index, d.nbytes),
+            (pte.path, d.offset) if d.location == "segment" else None,
+        )
         for d in pte.delegates
         if not d.users
     ]
-    dead += [(_bare("segments", s.index, s.size), (pte.path, s.offset))
-             for s in pte.unreferenced_segments]
+    dead += [
+        (_bare("segments", s.index, s.size), (pte.path, s.offset))
+        for s in pte.unreferenced_segments
+    ]
     return _count_bytes(pte, liveness, use, dead)
 
 
@@ -547,8 +553,11 @@ class _DeadNamer:
         """A dead value's names: its FQN, else the state tensors with its shape and bytes."""
         if tensor.name is not None:
             known = self._state.name_of(tensor.name) if self._state else None
-            return (dataclasses.replace(known, plan=tensor.plan) if known else
-                    ConstantName(tensor.name, None, tensor.plan),)
+            return (
+                dataclasses.replace(known, plan=tensor.plan)
+                if known
+                else ConstantName(tensor.name, None, tensor.plan),
+            )
         entry = self._pte.entries[tensor.ref.space].get(tensor.ref.index)
         if self._state is None or entry is None or entry.offset < 0:
             return ()
@@ -580,11 +589,14 @@ def _keep_roots(
     for pattern in keep.unmatched():
         logger.warning(
             "%s: --keep %r matched no dead constant (constant-segment entries have "
-            "names only with --names)", pte.path, pattern,
+            "names only with --names)",
+            pte.path,
+            pattern,
         )
     plans = tuple(
         dataclasses.replace(plan, roots=[*plan.roots, *extra[plan.name]])
-        if plan.name in extra else plan
+        if plan.name in extra
+        else plan
         for plan in pte.plans
     )
     return dataclasses.replace(pte, plans=plans)
@@ -621,13 +633,14 @@ def analyse_file(
         users = _dead_users(pte, liveness)
         named = []
         for entry in dead:
-            ref = DataRef(DataSpace(entry.space), entry.index) if entry.space in (
-                "constant", "mutable", "external") else None
+            ref = (
+                DataRef(DataSpace(entry.space), entry.index)
+                if entry.space in ("constant", "mutable", "external")
+                else None
+            )
             found = {n.name: n for t in users.get(ref, ()) for n in namer.value_names(t)}
             named.append(
                 dataclasses.replace(entry, names=tuple(found.values())) if found else entry
             )
         dead = named
     return FileAnalysis(pte, shared, liveness, use, tuple(dead), count)
-
-

@@ -237,6 +237,9 @@ def audit_pte(
     )
     logger.debug(
         "%s: %d of %d constant bytes dead, %d duplicated",
-        pte.path, report.dead_bytes, report.constant_bytes, report.duplicated_bytes,
+        pte.path,
+        report.dead_bytes,
+        report.constant_bytes,
+        report.duplicated_bytes,
     )
     return report

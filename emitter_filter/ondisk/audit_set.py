@@ -96,17 +96,26 @@ class SetAuditReport:
         for content in self.shared:
             files = ", ".join(sorted({c.file for c in content.copies}))
             lines.append(f"  stored in {files}: {content.nbytes:,} B")
-        lines.append(f"key clashes: {len(self.key_clashes) or 'none'}"
-                     + (" (a weights cache shared by the programs would mix them up)"
-                        if self.key_clashes else ""))
+        lines.append(
+            f"key clashes: {len(self.key_clashes) or 'none'}"
+            + (
+                " (a weights cache shared by the programs would mix them up)"
+                if self.key_clashes
+                else ""
+            )
+        )
         lines += [f"  {clash.line()}" for clash in self.key_clashes]
         return lines
 
     def to_json(self) -> dict:
         return {
             "programs": [
-                {"path": p.path, "bytes": p.file_bytes, "ptd_bytes": p.ptd_bytes,
-                 "dead_bytes": p.dead_bytes}
+                {
+                    "path": p.path,
+                    "bytes": p.file_bytes,
+                    "ptd_bytes": p.ptd_bytes,
+                    "dead_bytes": p.dead_bytes,
+                }
                 for p in self.programs
             ],
             "ptd_files": [{"path": path, "bytes": size} for path, size in self.ptd_files],
@@ -114,8 +123,7 @@ class SetAuditReport:
             "dead_ptd_keys": [{"key": k, "bytes": n} for k, n in self.dead_ptd_keys],
             "duplicated_bytes": self.duplicated_bytes,
             "shared": [
-                {"bytes": c.nbytes, "sha256": c.sha256,
-                 "files": sorted({b.file for b in c.copies})}
+                {"bytes": c.nbytes, "sha256": c.sha256, "files": sorted({b.file for b in c.copies})}
                 for c in self.shared
             ],
             "data": [entry for p in self.programs for entry in p.report.to_json()["data"]],
@@ -157,7 +165,8 @@ def audit_set(
     # Per (file, key): one program's `head.weight` is not another's.
     segment_of = {
         (ptd.path, key): (ptd.path, entry.segment_index, entry.nbytes)
-        for ptd in ptd_files for key, entry in ptd.named_data.items()
+        for ptd in ptd_files
+        for key, entry in ptd.named_data.items()
     }
     read_by_any: set[tuple[str, str]] = set()
     members = []
@@ -169,7 +178,8 @@ def audit_set(
         reads = {(path, key) for path, key in segment_of if path in paths and key in keys}
         read_by_any |= reads
         own_dead = sum(
-            d.nbytes for d in report.dead
+            d.nbytes
+            for d in report.dead
             if not (d.space in ("named_data", "external") and d.name in own)
         )
         ptd_bytes = sum(n for _, _, n in {segment_of[k] for k in reads})

@@ -55,8 +55,12 @@ _SCHEMA_PAGE = "see docs/budget-schema.json"
 def _part_record(part: Part, digest) -> dict:
     content = digest(part) if part.storage in HAS_BYTES and part.nbytes else None
     return {
-        "storage": part.storage, "index": part.index, "tag": part.tag, "bytes": part.nbytes,
-        "status": part.status, "dtype": part.dtype,
+        "storage": part.storage,
+        "index": part.index,
+        "tag": part.tag,
+        "bytes": part.nbytes,
+        "status": part.status,
+        "dtype": part.dtype,
         "shape": None if part.shape is None else list(part.shape),
         "names": list(part.names),
         "readers": [[r.plan, r.op, r.arg, r.ordinal, r.key] for r in part.readers],
@@ -67,9 +71,16 @@ def _part_record(part: Part, digest) -> dict:
 def _part_from_record(file: str, record: Mapping) -> Part:
     shape = record.get("shape")
     return Part(
-        file, -1, int(record["bytes"]), record["storage"], record.get("index"),
-        record.get("tag"), record.get("status", "live"), record.get("dtype"),
-        None if shape is None else tuple(shape), tuple(record.get("names", ())),
+        file,
+        -1,
+        int(record["bytes"]),
+        record["storage"],
+        record.get("index"),
+        record.get("tag"),
+        record.get("status", "live"),
+        record.get("dtype"),
+        None if shape is None else tuple(shape),
+        tuple(record.get("names", ())),
         tuple(Reader(*reader) for reader in record.get("readers", ())),
     )
 
@@ -88,7 +99,10 @@ def record_explanation(explanation: Explanation, digest=None) -> dict:
 
 
 def budget_document(
-    paths: Sequence[str | os.PathLike], data: Sequence = (), *, data_beside: bool = True,
+    paths: Sequence[str | os.PathLike],
+    data: Sequence = (),
+    *,
+    data_beside: bool = True,
 ) -> tuple[dict, list[Explanation]]:
     """Explains each `.pte` with the `.ptd` files it reads: the budget file's document, and
     the explanations.
@@ -110,7 +124,10 @@ def budget_document(
 
 
 def write_budget(
-    paths: Sequence[str | os.PathLike], out: str | os.PathLike, data: Sequence = (), *,
+    paths: Sequence[str | os.PathLike],
+    out: str | os.PathLike,
+    data: Sequence = (),
+    *,
     data_beside: bool = True,
 ) -> tuple[dict, list[Explanation]]:
     """Explains each `.pte` and writes their records to `out` (atomically), as
@@ -172,13 +189,19 @@ class BudgetCheck:
         if self.diff is None:
             return f"{self.path}: no budget recorded (run emitter-filter budget write)"
         verdict = "over budget" if self.over else "within budget"
-        return (f"{self.path}: {self.diff.new_bytes:,} bytes, budget {self.budget_bytes:,} "
-                f"(allowed {self.allowed_bytes:,}): {verdict}")
+        return (
+            f"{self.path}: {self.diff.new_bytes:,} bytes, budget {self.budget_bytes:,} "
+            f"(allowed {self.allowed_bytes:,}): {verdict}"
+        )
 
 
 def check_budget(
-    paths: Sequence[str | os.PathLike], budget: Mapping, tolerance_percent: float = 0.0,
-    data: Sequence = (), *, data_beside: bool = True,
+    paths: Sequence[str | os.PathLike],
+    budget: Mapping,
+    tolerance_percent: float = 0.0,
+    data: Sequence = (),
+    *,
+    data_beside: bool = True,
 ) -> list[BudgetCheck]:
     """Compares each `.pte`, with the `.ptd` files it reads (`data_files.data_files_for`
     of `data`), with its record in `budget` (what `read_budget` returned).
@@ -198,8 +221,11 @@ def check_budget(
             checks.append(BudgetCheck(path, explanation, None, None, None))
             continue
         recorded = [_part_from_record(f"{path} (budget)", r) for r in record["parts"]]
-        digests = {id(p): bytes.fromhex(r["sha256"])
-                   for p, r in zip(recorded, record["parts"], strict=True) if r.get("sha256")}
+        digests = {
+            id(p): bytes.fromhex(r["sha256"])
+            for p, r in zip(recorded, record["parts"], strict=True)
+            if r.get("sha256")
+        }
         with contextlib.ExitStack() as stack:
             read = digest_parts(open_sources(stack, (path, *ptds)))
 
@@ -208,8 +234,13 @@ def check_budget(
 
             changes = tuple(diff_parts(recorded, explanation.parts, digest))
         diff = SizeDiff(
-            f"{path} (budget)", path, int(record["bytes"]), explanation.file_bytes,
-            record.get("totals", {}), totals_of(explanation.parts), changes,
+            f"{path} (budget)",
+            path,
+            int(record["bytes"]),
+            explanation.file_bytes,
+            record.get("totals", {}),
+            totals_of(explanation.parts),
+            changes,
         )
         # Exactly, as a fraction: a float product overflows for a huge tolerance.
         allowed = int(record["bytes"] * (1 + fractions.Fraction(tolerance_percent) / 100))
@@ -225,10 +256,10 @@ def benchmark_json(explanations: Sequence[Explanation]) -> list[dict]:
     """
     entries = []
     for explanation in explanations:
-        entries.append({"name": explanation.path, "unit": "bytes",
-                        "value": explanation.file_bytes})
+        entries.append({"name": explanation.path, "unit": "bytes", "value": explanation.file_bytes})
         for storage, nbytes in totals_of(explanation.parts).items():
             if not storage.startswith("status:"):
-                entries.append({"name": f"{explanation.path} {storage}", "unit": "bytes",
-                                "value": nbytes})
+                entries.append(
+                    {"name": f"{explanation.path} {storage}", "unit": "bytes", "value": nbytes}
+                )
     return entries

@@ -26,7 +26,7 @@ BUDGET_SCHEMA: dict = {
     "$id": "emitter-filter-budget/1",
     "title": "emitter-filter budget file",
     "description": "What `emitter-filter budget write` records and `budget check` reads: "
-                   "each .pte file's size, its bytes per storage and its parts.",
+    "each .pte file's size, its bytes per storage and its parts.",
     "type": "object",
     "required": ["schema", "files"],
     "properties": {

@@ -93,8 +93,7 @@ class ByteSource:
         if offset < 0 or size < 0 or offset + size > self.size:
             raise PteFormatError(
                 self.name,
-                f"truncated: {what} needs bytes {offset}..{offset + size}, "
-                f"file has {self.size}",
+                f"truncated: {what} needs bytes {offset}..{offset + size}, file has {self.size}",
                 offset,
             )
 
@@ -298,9 +297,7 @@ def read_root(source: ByteSource, schema: Schema, buffer: bytes, what: str) -> T
     """The root table of a flatbuffer (`flatbuffer_tables`); a corrupt one is a `PteFormatError`."""
     root = int.from_bytes(buffer[0:4], "little")
     if not 8 <= root < len(buffer):
-        raise PteFormatError(
-            source.name, f"{what}: root offset {root} outside 8..{len(buffer)}", 0
-        )
+        raise PteFormatError(source.name, f"{what}: root offset {root} outside 8..{len(buffer)}", 0)
     try:
         return schema.read(buffer)
     except FlatbufferError as error:

@@ -30,8 +30,16 @@ from emitter_filter.ondisk.byte_source import ByteSource
 from emitter_filter.ondisk.file_model import NamedData
 from emitter_filter.ondisk.read_ptd import read_ptd
 
-__all__ = ["input_of", "unique_tails", "data_files_of", "beside", "data_files_for",
-           "program_data", "sets_of", "pairing_json"]
+__all__ = [
+    "input_of",
+    "unique_tails",
+    "data_files_of",
+    "beside",
+    "data_files_for",
+    "program_data",
+    "sets_of",
+    "pairing_json",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +56,10 @@ def input_of(spec: str, inputs: Sequence[str]) -> int:
         number = int(spec[1:])
         if 1 <= number <= len(inputs):
             return number - 1
-        raise MethodSetError(f"{spec!r}: there {'is' if len(inputs) == 1 else 'are'} "
-                             f"{len(inputs)} input(s), #1 to #{len(inputs)}")
+        raise MethodSetError(
+            f"{spec!r}: there {'is' if len(inputs) == 1 else 'are'} "
+            f"{len(inputs)} input(s), #1 to #{len(inputs)}"
+        )
     for matches in (
         lambda given: given == spec,
         lambda given: _same_file(given, spec),
@@ -60,8 +70,10 @@ def input_of(spec: str, inputs: Sequence[str]) -> int:
             return named[0]
         if named:
             listed = ", ".join(f"#{i + 1} {inputs[i]}" for i in named)
-            raise MethodSetError(f"{spec!r} names {len(named)} inputs ({listed}): give a "
-                                 "longer tail of its path or #N (the Nth input, from 1)")
+            raise MethodSetError(
+                f"{spec!r} names {len(named)} inputs ({listed}): give a "
+                "longer tail of its path or #N (the Nth input, from 1)"
+            )
     raise MethodSetError(f"{spec!r} is none of the inputs ({', '.join(inputs)})")
 
 
@@ -80,7 +92,7 @@ def _path_ends_with(given: str, tail: str) -> bool:
     want = _path_parts(tail)
     if os.path.isabs(tail) or not want or ".." in want:
         return False
-    return _path_parts(given)[-len(want):] == want
+    return _path_parts(given)[-len(want) :] == want
 
 
 def unique_tails(paths: Sequence[str]) -> list[str]:
@@ -120,8 +132,8 @@ def _split_spec(spec, inputs: Sequence[str]) -> tuple[str, str]:
     spec = os.fspath(spec)
     start = spec.find("=")
     while start > 0:
-        if spec[start + 1:] and _names_input(spec[:start], inputs):
-            return spec[:start], spec[start + 1:]
+        if spec[start + 1 :] and _names_input(spec[:start], inputs):
+            return spec[:start], spec[start + 1 :]
         start = spec.find("=", start + 1)
     if "=" not in spec or os.path.isfile(spec):
         return "", spec
@@ -153,8 +165,10 @@ def data_files_of(inputs: Sequence[str], data) -> list[list[str]]:
             own[input_of(file, inputs)].append(ptd)
         else:
             every.append(ptd)
-    return [_without_copies(pte, _once([*every, *files])) for pte, files in zip(
-            inputs, own, strict=True)]
+    return [
+        _without_copies(pte, _once([*every, *files]))
+        for pte, files in zip(inputs, own, strict=True)
+    ]
 
 
 def _without_copies(pte: str, paths: list[str]) -> list[str]:
@@ -175,11 +189,16 @@ def _without_copies(pte: str, paths: list[str]) -> list[str]:
             first, entry = held[key], ptd.named_data[key]
             if not _equal_bytes(first, entry):
                 raise PteFormatError(
-                    ptd.path, f"named data {key!r} ({entry.nbytes:,} B) holds other bytes than "
-                    f"{key!r} in {first.file} ({first.nbytes:,} B), and {pte} loads with both")
+                    ptd.path,
+                    f"named data {key!r} ({entry.nbytes:,} B) holds other bytes than "
+                    f"{key!r} in {first.file} ({first.nbytes:,} B), and {pte} loads with both",
+                )
         if common and len(common) == len(ptd.named_data):
-            logger.info("%s: every key also in %s with equal bytes: read once",
-                        ptd.path, held[common[0]].file)
+            logger.info(
+                "%s: every key also in %s with equal bytes: read once",
+                ptd.path,
+                held[common[0]].file,
+            )
             continue
         kept.append(ptd.path)
         for key, entry in ptd.named_data.items():
@@ -192,8 +211,7 @@ def _equal_bytes(a: NamedData, b: NamedData) -> bool:
     if a.nbytes != b.nbytes:
         return False
     with ByteSource(a.file) as first, ByteSource(b.file) as second:
-        return (first.sha256(a.offset, a.nbytes, a.key)
-                == second.sha256(b.offset, b.nbytes, b.key))
+        return first.sha256(a.offset, a.nbytes, a.key) == second.sha256(b.offset, b.nbytes, b.key)
 
 
 def beside(pte: str) -> str | None:
@@ -213,8 +231,13 @@ def _readable_beside(pte: str, warned: set[str]) -> str | None:
     except (PteFormatError, OSError) as error:
         if ptd not in warned:
             warned.add(ptd)
-            logger.warning("%s: read as if it had no .ptd beside it: %s: %s "
-                           "(--no-data-beside: not looked for)", pte, ptd, _reason(error, ptd))
+            logger.warning(
+                "%s: read as if it had no .ptd beside it: %s: %s "
+                "(--no-data-beside: not looked for)",
+                pte,
+                ptd,
+                _reason(error, ptd),
+            )
         return None
     logger.info("%s: reading %s, the .ptd beside it", pte, ptd)
     return ptd
@@ -225,7 +248,7 @@ def _reason(error: Exception, path: str) -> str:
     if isinstance(error, OSError):
         return error.strerror or str(error)
     reason = str(error)
-    return reason[len(path) + 2:] if reason.startswith(path + ": ") else reason
+    return reason[len(path) + 2 :] if reason.startswith(path + ": ") else reason
 
 
 def data_files_for(ptes: Sequence[str], data=(), *, beside: bool = True) -> list[list[str]]:
@@ -235,8 +258,10 @@ def data_files_for(ptes: Sequence[str], data=(), *, beside: bool = True) -> list
     ptes = [os.fspath(p) for p in ptes]
     given = data_files_of(ptes, data)
     warned: set[str] = set()
-    return [files if files or not beside else _beside_list(pte, warned)
-            for pte, files in zip(ptes, given, strict=True)]
+    return [
+        files if files or not beside else _beside_list(pte, warned)
+        for pte, files in zip(ptes, given, strict=True)
+    ]
 
 
 def _beside_list(pte: str, warned: set[str]) -> list[str]:
@@ -251,8 +276,10 @@ def program_data(pte: str | os.PathLike, data=(), *, beside: bool = True) -> lis
 
 def pairing_json(ptes: Sequence[str], data_of: Sequence[Sequence[str]]) -> list[dict]:
     """Which data files each program was read with, as every `--json` shows it."""
-    return [{"program": os.fspath(p), "data": [os.fspath(f) for f in files]}
-            for p, files in zip(ptes, data_of, strict=True)]
+    return [
+        {"program": os.fspath(p), "data": [os.fspath(f) for f in files]}
+        for p, files in zip(ptes, data_of, strict=True)
+    ]
 
 
 def sets_of(data_of: Sequence[Sequence[str]]) -> list[list[int]]:

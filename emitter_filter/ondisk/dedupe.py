@@ -287,7 +287,8 @@ def _collect_aliases(pte: PteFile, source: ByteSource, compare_later: bool) -> _
     mutable = [index for index, target in alias.items() if target.space == "mutable"]
     if mutable:
         raise PteFormatError(
-            pte.path, "a segment aliases mutable data; dedupe never writes that",
+            pte.path,
+            "a segment aliases mutable data; dedupe never writes that",
             pte.segments[mutable[0]].offset,
         )
     existing = frozenset(alias)
@@ -355,7 +356,10 @@ def _place_segments(
     constant_at = offsets[kept.index(constant.index)]
     constant_offsets, runs, sizes[constant.index] = _constant_layout(
         vector_ints(program.constantSegment.offsets),
-        constant.size, constant_at, entry_alignment, pte.path,
+        constant.size,
+        constant_at,
+        entry_alignment,
+        pte.path,
     )
     offsets, end = place_segments([(sizes[i], own[i]) for i in kept], alignment)
     placed = {index: (at, sizes[index]) for index, at in zip(kept, offsets, strict=True)}
@@ -417,21 +421,25 @@ def _alias_repeated_named_data(
     copy, rewritten in place) is packed instead. `segment_alignment` is taken
     where the file allows it (`read_segment_layout`).
     """
-    segment_layout = read_segment_layout(
-        pte, aliases.existing, segment_alignment, required=True
-    )
+    segment_layout = read_segment_layout(pte, aliases.existing, segment_alignment, required=True)
     placement = _place_segments(pte, program, aliases, segment_layout)
     base = pte.segment_base_offset
     prefix = patch_program(
-        source.read(0, base, "program"), program, placement.placed,
-        placement.constant_offsets, placement.data_size,
+        source.read(0, base, "program"),
+        program,
+        placement.placed,
+        placement.constant_offsets,
+        placement.data_size,
     )
     if prefix is None:
         prefix, base = _packed_prefix(
             pte, program, program_data, aliases, placement, segment_alignment
         )
     logger.debug(
-        "%s: base %d -> %d, %d new aliases", pte.path, pte.segment_base_offset, base,
+        "%s: base %d -> %d, %d new aliases",
+        pte.path,
+        pte.segment_base_offset,
+        base,
         len(aliases.new),
     )
     return _Output(
@@ -553,7 +561,12 @@ def _dedupe_source(
     if aliases is None:
         return None
     output = _alias_repeated_named_data(
-        read.pte, read.program, read.program_data, source, aliases, output_name,
+        read.pte,
+        read.program,
+        read.program_data,
+        source,
+        aliases,
+        output_name,
         segment_alignment,
     )
     return _Deduplicated(_output_parts(source, output), output.shared, aliases.unconfirmed)
@@ -565,9 +578,7 @@ def _report(before: int, after: int, shared, started: float) -> DedupeReport:
     return report
 
 
-def dedupe_pte(
-    data: bytes, segment_alignment: int | None = None
-) -> tuple[bytes, DedupeReport]:
+def dedupe_pte(data: bytes, segment_alignment: int | None = None) -> tuple[bytes, DedupeReport]:
     """Stores each named-data blob that repeats a constant once, in a serialized `.pte`.
 
     Args:
@@ -664,9 +675,7 @@ def write_deduplicated(
     checks the outputs before they replace anything (`output.write_outputs`).
     """
     planned = outputs[0]
-    outputs[0], report = dedupe_output(
-        planned, segment_alignment, read=read, compare_later=True
-    )
+    outputs[0], report = dedupe_output(planned, segment_alignment, read=read, compare_later=True)
     try:
         return write_outputs(outputs, progress, early, validate=validate), report
     except UnconfirmedOutput:

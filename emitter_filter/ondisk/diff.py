@@ -39,8 +39,17 @@ from emitter_filter.scalar_types import dtype_label
 from emitter_filter.state_names import StateFile, state_file
 
 __all__ = [
-    "JSON_SCHEMA", "Change", "SizeDiff", "diff_parts", "diff_files", "diff_explanations",
-    "growth_limit", "totals_of", "digest_parts", "DigestFn", "HAS_BYTES",
+    "JSON_SCHEMA",
+    "Change",
+    "SizeDiff",
+    "diff_parts",
+    "diff_files",
+    "diff_explanations",
+    "growth_limit",
+    "totals_of",
+    "digest_parts",
+    "DigestFn",
+    "HAS_BYTES",
 ]
 
 #: The value of the "schema" key of `SizeDiff.to_json()`.
@@ -90,8 +99,11 @@ class Change:
         if part is None:
             raise TypeError("a change has an old part, a new one or both")
         names = ", ".join(shorten(n) for n in part.names if part.storage != "delegate")
-        place = part.label if not self.old or not self.new or self.old.label == self.new.label \
+        place = (
+            part.label
+            if not self.old or not self.new or self.old.label == self.new.label
             else f"{self.old.label} -> {self.new.label}"
+        )
         return f"{names} ({place})" if names else place
 
     def to_json(self) -> dict:
@@ -119,8 +131,11 @@ def _notes(old: Part, new: Part) -> tuple[str, ...]:
     if old.storage != new.storage:
         notes.append(f"moved {old.storage} -> {new.storage}")
     if old.status != new.status:
-        becomes = {"dead": "newly dead", "duplicated": "a new duplicate of " +
-                   ", ".join(new.copies), "shared": "now shared with " + ", ".join(new.copies)}
+        becomes = {
+            "dead": "newly dead",
+            "duplicated": "a new duplicate of " + ", ".join(new.copies),
+            "shared": "now shared with " + ", ".join(new.copies),
+        }
         notes.append(becomes.get(new.status, f"{old.status} -> {new.status}"))
     if old.storage in ("delegate", "delegate_inline") and new.nbytes != old.nbytes:
         notes.append(f"delegate blob {'grew' if new.nbytes > old.nbytes else 'shrank'}")
@@ -142,6 +157,7 @@ def _reader_key(part: Part) -> tuple:
 
 def _match_unique(olds: list[Part], news: list[Part], key: Callable[[Part], Hashable | None]):
     """Pairs of parts whose key is not None and unique on both sides; removes them from the lists."""
+
     def unique(parts):
         found: dict = {}
         for part in parts:
@@ -161,6 +177,7 @@ def _match_unique(olds: list[Part], news: list[Part], key: Callable[[Part], Hash
 
 def digest_parts(sources: Mapping[str, ByteSource]) -> DigestFn:
     """The sha256 of a part's bytes, read from its file among `sources` (by name)."""
+
     def digest(part: Part) -> bytes | None:
         source = sources.get(part.file)
         return None if source is None else source.sha256(part.offset, part.nbytes, part.label)
@@ -171,7 +188,8 @@ def digest_parts(sources: Mapping[str, ByteSource]) -> DigestFn:
 def _match_content(olds: list[Part], news: list[Part], digest: DigestFn):
     """Pairs of parts with identical bytes (the same size and sha256); removes them."""
     sizes = {p.nbytes for p in olds if p.storage in HAS_BYTES} & {
-        p.nbytes for p in news if p.storage in HAS_BYTES}
+        p.nbytes for p in news if p.storage in HAS_BYTES
+    }
 
     def by_content(parts: list[Part]) -> dict[tuple, list[Part]]:
         found: dict[tuple, list[Part]] = {}
@@ -183,8 +201,12 @@ def _match_content(olds: list[Part], news: list[Part], digest: DigestFn):
         return found
 
     old_side, new_side = by_content(olds), by_content(news)
-    pairs = [pair for k in old_side if k in new_side for pair in zip(
-            old_side[k], new_side[k], strict=True)]
+    pairs = [
+        pair
+        for k in old_side
+        if k in new_side
+        for pair in zip(old_side[k], new_side[k], strict=True)
+    ]
     matched = {id(p) for pair in pairs for p in pair}
     olds[:] = [p for p in olds if id(p) not in matched]
     news[:] = [p for p in news if id(p) not in matched]
@@ -221,8 +243,14 @@ def diff_parts(
     olds = [p for p in old if p.storage != "padding"]
     news = [p for p in new if p.storage != "padding"]
     steps: list[tuple[str, Callable]] = [
-        ("name", lambda p: tuple(sorted(p.names))
-         if p.names and p.storage not in ("delegate", "delegate_inline") else None),
+        (
+            "name",
+            lambda p: (
+                tuple(sorted(p.names))
+                if p.names and p.storage not in ("delegate", "delegate_inline")
+                else None
+            ),
+        ),
         ("readers", lambda p: (_reader_key(p), p.dtype, p.shape) if p.readers else None),
     ]
     pairs: list[tuple[str, Part, Part]] = []
@@ -230,16 +258,26 @@ def diff_parts(
         pairs += [(how, o, n) for o, n in _match_unique(olds, news, key)]
     if digest is not None:
         pairs += [("content", o, n) for o, n in _match_content(olds, news, digest)]
-    pairs += [("readers only", o, n) for o, n in
-              _match_unique(olds, news, lambda p: _reader_key(p) or None)]
+    pairs += [
+        ("readers only", o, n)
+        for o, n in _match_unique(olds, news, lambda p: _reader_key(p) or None)
+    ]
     # Named data is keyed by content: a weight that changed has a new key. Its
     # delegate and dims, and how many such came before it, still name it.
     ranks = {**_delegate_ranks(olds), **_delegate_ranks(news)}
-    pairs += [("delegate and dims", o, n)
-              for o, n in _match_unique(olds, news, lambda p: ranks.get(id(p)))]
+    pairs += [
+        ("delegate and dims", o, n)
+        for o, n in _match_unique(olds, news, lambda p: ranks.get(id(p)))
+    ]
     for how, key in (
-        ("place", lambda p: (p.storage, p.tag, p.index)
-         if p.storage in (*_STRUCTURE, "delegate", "delegate_inline") else None),
+        (
+            "place",
+            lambda p: (
+                (p.storage, p.tag, p.index)
+                if p.storage in (*_STRUCTURE, "delegate", "delegate_inline")
+                else None
+            ),
+        ),
     ):
         pairs += [(how, o, n) for o, n in _match_unique(olds, news, key)]
     changes = [Change(o, n, how, _notes(o, n)) for how, o, n in pairs]
@@ -257,7 +295,8 @@ def growth_limit(text: str) -> tuple[int | None, float | None]:
         parsed = float(number) if value.endswith("%") else int(number)
     except ValueError:
         raise ValueError(
-            f"--max-growth {text!r}: expected BYTES or PCT% (e.g. 4096 or 1.5%)") from None
+            f"--max-growth {text!r}: expected BYTES or PCT% (e.g. 4096 or 1.5%)"
+        ) from None
     if parsed < 0:
         raise ValueError(f"--max-growth {text!r}: must not be negative")
     return (None, float(parsed)) if value.endswith("%") else (int(parsed), None)
@@ -311,24 +350,36 @@ class SizeDiff:
 
     def rows(self) -> list[tuple[str, int, int]]:
         """(storage or status, old, new) for each with bytes in either file."""
-        keys = [k for k in (*STORAGES, *(f"status:{s}" for s in ("live", "dead", "duplicated",
-                                                                   "shared")))
-                if self.old_totals.get(k) or self.new_totals.get(k)]
+        keys = [
+            k
+            for k in (*STORAGES, *(f"status:{s}" for s in ("live", "dead", "duplicated", "shared")))
+            if self.old_totals.get(k) or self.new_totals.get(k)
+        ]
         return [(k, self.old_totals.get(k, 0), self.new_totals.get(k, 0)) for k in keys]
 
     def headline(self) -> str:
         if self.unchanged:
             return f"{self.old_path} -> {self.new_path}: no change ({self.new_bytes:,} bytes)"
         percent = f", {self.delta / self.old_bytes:+.1%}" if self.old_bytes else ""
-        return (f"{self.old_path} -> {self.new_path}: {self.old_bytes:,} -> {self.new_bytes:,} "
-                f"bytes ({self.delta:+,}{percent})")
+        return (
+            f"{self.old_path} -> {self.new_path}: {self.old_bytes:,} -> {self.new_bytes:,} "
+            f"bytes ({self.delta:+,}{percent})"
+        )
 
     def to_json(self) -> dict:
         """The stable JSON form; docs/explain.md documents it, `JSON_SCHEMA` versions it."""
         return {
             "schema": JSON_SCHEMA,
-            "old": {"path": self.old_path, "bytes": self.old_bytes, "totals": dict(self.old_totals)},
-            "new": {"path": self.new_path, "bytes": self.new_bytes, "totals": dict(self.new_totals)},
+            "old": {
+                "path": self.old_path,
+                "bytes": self.old_bytes,
+                "totals": dict(self.old_totals),
+            },
+            "new": {
+                "path": self.new_path,
+                "bytes": self.new_bytes,
+                "totals": dict(self.new_totals),
+            },
             "delta": self.delta,
             "unchanged": self.unchanged,
             "changes": [change.to_json() for change in self.changes],
@@ -354,17 +405,24 @@ class SizeDiff:
         percent = f", {self.delta / self.old_bytes:+.1%}" if self.old_bytes else ""
         lines = [
             f"**{os.path.basename(self.new_path)}**: {self.old_bytes:,} → {self.new_bytes:,} "
-            f"bytes ({self.delta:+,}{percent})", "",
-            "| | old | new | delta |", "|---|---:|---:|---:|",
+            f"bytes ({self.delta:+,}{percent})",
+            "",
+            "| | old | new | delta |",
+            "|---|---:|---:|---:|",
         ]
         lines += [f"| {k} | {o:,} | {n:,} | {n - o:+,} |" for k, o, n in self.rows()]
-        lines += ["", "| change | entry | old | new | delta | what changed |",
-                  "|---|---|---:|---:|---:|---|"]
+        lines += [
+            "",
+            "| change | entry | old | new | delta | what changed |",
+            "|---|---|---:|---:|---:|---|",
+        ]
         for change in self.changes[:top]:
             old = "" if change.old is None else f"{change.old.nbytes:,}"
             new = "" if change.new is None else f"{change.new.nbytes:,}"
-            lines.append(f"| {change.kind} | `{change.label}` | {old} | {new} | "
-                         f"{change.delta:+,} | {'; '.join(change.notes)} |")
+            lines.append(
+                f"| {change.kind} | `{change.label}` | {old} | {new} | "
+                f"{change.delta:+,} | {'; '.join(change.notes)} |"
+            )
         if len(self.changes) > top:
             lines.append(f"\n{len(self.changes) - top} more changes not shown.")
         return "\n".join(lines)
@@ -380,13 +438,20 @@ def totals_of(parts: Iterable[Part]) -> dict[str, int]:
     return totals
 
 
-def diff_explanations(old: Explanation, new: Explanation,
-                      sources: Mapping[str, ByteSource] | None = None) -> SizeDiff:
+def diff_explanations(
+    old: Explanation, new: Explanation, sources: Mapping[str, ByteSource] | None = None
+) -> SizeDiff:
     """`SizeDiff` of two explanations; their bytes read from `sources` to match by content."""
     digest = None if sources is None else digest_parts(sources)
-    return SizeDiff(old.path, new.path, old.file_bytes, new.file_bytes,
-                    totals_of(old.parts), totals_of(new.parts),
-                    tuple(diff_parts(old.parts, new.parts, digest)))
+    return SizeDiff(
+        old.path,
+        new.path,
+        old.file_bytes,
+        new.file_bytes,
+        totals_of(old.parts),
+        totals_of(new.parts),
+        tuple(diff_parts(old.parts, new.parts, digest)),
+    )
 
 
 def _explain_open(stack, path, ptd_paths, state) -> tuple[Explanation, dict[str, ByteSource]]:

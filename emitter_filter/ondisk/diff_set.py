@@ -34,8 +34,11 @@ def set_files(directory: str | os.PathLike, *, data_beside: bool = True) -> dict
 
 
 def _bytes(directory: str | os.PathLike) -> int:
-    return sum(p.stat().st_size for p in Path(directory).iterdir()
-               if p.suffix in (".pte", ".ptd") and p.is_file())
+    return sum(
+        p.stat().st_size
+        for p in Path(directory).iterdir()
+        if p.suffix in (".pte", ".ptd") and p.is_file()
+    )
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,11 @@ class SetDiff:
 
     def pairing(self) -> tuple[list[str], list[list[str]]]:
         """Each program of both sets and the `.ptd` files it was read with."""
-        pairs = [(os.path.join(getattr(self, side), name), files)
-                 for side in ("old", "new") for name, files in self.data.get(side, {}).items()]
+        pairs = [
+            (os.path.join(getattr(self, side), name), files)
+            for side in ("old", "new")
+            for name, files in self.data.get(side, {}).items()
+        ]
         return [p for p, _ in pairs], [f for _, f in pairs]
 
     @property
@@ -81,10 +87,15 @@ class SetDiff:
     def headline(self) -> str:
         percent = f", {self.delta / self.old_bytes:+.1%}" if self.old_bytes else ""
         counts = f"{len(self.programs)} program(s) in both"
-        counts += "".join(f", {len(names)} {what}" for what, names in
-                          (("added", self.added), ("removed", self.removed)) if names)
-        return (f"{self.old} -> {self.new}: {self.old_bytes:,} -> {self.new_bytes:,} bytes "
-                f"({self.delta:+,}{percent}); {counts}")
+        counts += "".join(
+            f", {len(names)} {what}"
+            for what, names in (("added", self.added), ("removed", self.removed))
+            if names
+        )
+        return (
+            f"{self.old} -> {self.new}: {self.old_bytes:,} -> {self.new_bytes:,} bytes "
+            f"({self.delta:+,}{percent}); {counts}"
+        )
 
     def to_text(self, top: int = 20) -> str:
         lines = [self.headline()]
@@ -114,8 +125,9 @@ class SetDiff:
         }
 
 
-def diff_sets(old: str | os.PathLike, new: str | os.PathLike, *,
-              data_beside: bool = True) -> SetDiff:
+def diff_sets(
+    old: str | os.PathLike, new: str | os.PathLike, *, data_beside: bool = True
+) -> SetDiff:
     """Diffs the sets of programs in two directories, matching programs by file name.
 
     Raises:
@@ -127,10 +139,14 @@ def diff_sets(old: str | os.PathLike, new: str | os.PathLike, *,
     root_old, root_new = Path(old), Path(new)
     programs = tuple(
         (name, diff_files(root_old / name, root_new / name, before[name], after[name]))
-        for name in before if name in after
+        for name in before
+        if name in after
     )
     return SetDiff(
-        old=os.fspath(old), new=os.fspath(new), old_bytes=_bytes(old), new_bytes=_bytes(new),
+        old=os.fspath(old),
+        new=os.fspath(new),
+        old_bytes=_bytes(old),
+        new_bytes=_bytes(new),
         programs=programs,
         data={"old": before, "new": after},
         added=tuple(name for name in after if name not in before),

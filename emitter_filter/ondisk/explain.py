@@ -260,18 +260,26 @@ class Explanation:
         """The summary by storage and status, then the largest parts (or groups)."""
         lines = [
             f"{self.path}: {self.file_bytes:,} bytes in {len(self.files)} file(s); "
-            + ", ".join(f"{status} {sum(row[status] for row in self.storage_status().values()):,}"
-                        for status in STATUSES),
-            *(f"{program} reads {', '.join(data) if data else 'no .ptd'}"
-              for program, data in self.pairing()),
+            + ", ".join(
+                f"{status} {sum(row[status] for row in self.storage_status().values()):,}"
+                for status in STATUSES
+            ),
+            *(
+                f"{program} reads {', '.join(data) if data else 'no .ptd'}"
+                for program, data in self.pairing()
+            ),
             f"{'storage':<16}{'bytes':>14}" + "".join(f"{s:>12}" for s in STATUSES),
         ]
         for storage, row in self.storage_status().items():
-            lines.append(f"{storage:<16}{sum(row.values()):>14,}"
-                         + "".join(f"{row[s]:>12,}" for s in STATUSES))
+            lines.append(
+                f"{storage:<16}{sum(row.values()):>14,}"
+                + "".join(f"{row[s]:>12,}" for s in STATUSES)
+            )
         if self.outside:
-            lines.append(f"not in these files (no .ptd given): {len(self.outside)} external "
-                         f"tensor(s), {sum(p.nbytes for p in self.outside):,} bytes")
+            lines.append(
+                f"not in these files (no .ptd given): {len(self.outside)} external "
+                f"tensor(s), {sum(p.nbytes for p in self.outside):,} bytes"
+            )
         if self.programs:
             lines.append(f"key clashes: {len(self.key_clashes) or 'none'}")
             lines += [f"  {clash.line()}" for clash in self.key_clashes]
@@ -292,7 +300,7 @@ def shorten(text: str, limit: int = 40) -> str:
 
     Package-internal: the text forms of `explain` and `diff`.
     """
-    return text if len(text) <= limit else ".." + text[-(limit - 2):]
+    return text if len(text) <= limit else ".." + text[-(limit - 2) :]
 
 
 # What a part no name or reader describes is, by storage.
@@ -311,12 +319,19 @@ _WHAT = {
 def _what(part: Part) -> str:
     """The last column: the part's names and readers, or what its storage holds."""
     names = ", ".join(shorten(name) for name in part.names)
-    readers = ", ".join(replace(r, key=r.key and shorten(r.key, 20)).describe()
-                        for r in part.readers[:2])
+    readers = ", ".join(
+        replace(r, key=r.key and shorten(r.key, 20)).describe() for r in part.readers[:2]
+    )
     more = len(part.readers) - 2
     readers += f" (+{more} more)" if more > 0 else ""
-    if not readers and part.storage in ("constant", "mutable", "external", "named_data",
-                                        "delegate", "delegate_inline"):
+    if not readers and part.storage in (
+        "constant",
+        "mutable",
+        "external",
+        "named_data",
+        "delegate",
+        "delegate_inline",
+    ):
         readers = "read by nothing live" if part.status == "dead" else ""
     what = "; ".join(filter(None, (names, readers))) or _WHAT.get(part.storage, "-")
     return what + (f"; copies: {', '.join(part.copies)}" if part.copies else "")
@@ -329,16 +344,22 @@ def _part_table(parts: Sequence[Part], by_file: bool = False) -> list[str]:
     for part in parts:
         label = f"{os.path.basename(part.file)}:{part.label}" if by_file else part.label
         shapes = [shape for _, shape in part.layouts] if len(part.layouts) > 1 else [part.shape]
-        shape = "-" if part.shape is None else " | ".join(
-            "[" + ", ".join(map(str, s)) + "]" for s in shapes)
-        rows.append((f"{part.nbytes:,}", label, part.status, dtype_label(part.dtype),
-                     shape, _what(part)))
+        shape = (
+            "-"
+            if part.shape is None
+            else " | ".join("[" + ", ".join(map(str, s)) + "]" for s in shapes)
+        )
+        rows.append(
+            (f"{part.nbytes:,}", label, part.status, dtype_label(part.dtype), shape, _what(part))
+        )
     head = ("bytes", "part", "status", "dtype", "shape", "names; readers")
     widths = [max(len(row[i]) for row in (head, *rows)) for i in range(len(head) - 1)]
     return [
-        "  ".join([row[0].rjust(max(widths[0], 14))]
-                  + [cell.ljust(width) for cell, width in zip(row[1:-1], widths[1:], strict=True)]
-                  + [row[-1]])
+        "  ".join(
+            [row[0].rjust(max(widths[0], 14))]
+            + [cell.ljust(width) for cell, width in zip(row[1:-1], widths[1:], strict=True)]
+            + [row[-1]]
+        )
         for row in (head, *rows)
     ]
 
@@ -349,26 +370,34 @@ def _part_table(parts: Sequence[Part], by_file: bool = False) -> list[str]:
 class _Attributor:
     """Builds the parts of one `.pte` and its `.ptd` files from what audit found."""
 
-    def __init__(self, pte: PteFile, program: Table, program_data: bytes,
-                 report: AuditReport, sources: Mapping[str, ByteSource],
-                 state: StateFile | None) -> None:
+    def __init__(
+        self,
+        pte: PteFile,
+        program: Table,
+        program_data: bytes,
+        report: AuditReport,
+        sources: Mapping[str, ByteSource],
+        state: StateFile | None,
+    ) -> None:
         self.pte, self.report, self.sources, self.state = pte, report, sources, state
         self.tensor_readers = find_tensor_readers(pte, program)
         self.named_readers = find_named_data_readers(pte)
         self.named_types = find_named_data_types(pte, program, program_data, sources[pte.path])
         analysis = report.analysis
         self.count = analysis.count
-        self.live = {(plan.name, value)
-                     for plan, values in zip(pte.plans, analysis.liveness.live_values, strict=True)
-                     for value in values}
+        self.live = {
+            (plan.name, value)
+            for plan, values in zip(pte.plans, analysis.liveness.live_values, strict=True)
+            for value in values
+        }
         self.users: dict[DataRef, list] = {}
         # Live values first: a part shows the layout its live readers read.
         for tensor in sorted(pte.tensors, key=self._dead_value):
             self.users.setdefault(tensor.ref, []).append(tensor)
-        self.dead = {(d.space, d.name if d.space == "named_data" else d.index)
-                     for d in report.dead}
-        self.tags = {ptd.path: os.path.splitext(os.path.basename(ptd.path))[0]
-                     for ptd in pte.ptd_files}
+        self.dead = {(d.space, d.name if d.space == "named_data" else d.index) for d in report.dead}
+        self.tags = {
+            ptd.path: os.path.splitext(os.path.basename(ptd.path))[0] for ptd in pte.ptd_files
+        }
 
     def _tensor_part(self, ref: DataRef, entry, storage: str, **fields) -> Part:
         users = self.users.get(ref, [])
@@ -376,16 +405,22 @@ class _Attributor:
         if self.state is not None and entry.offset >= 0 and users:
             source = self.sources[entry.file]
             found = self.state.match(
-                entry.nbytes, [t.shape for t in users],
+                entry.nbytes,
+                [t.shape for t in users],
                 lambda: source.read(entry.offset, entry.nbytes, "stored data"),
             )
             names += [n.name for n in found]
         first = users[0] if users else None
         return Part(
-            entry.file, entry.offset, entry.nbytes, storage,
-            dtype=first.dtype if first else None, shape=first.shape if first else None,
+            entry.file,
+            entry.offset,
+            entry.nbytes,
+            storage,
+            dtype=first.dtype if first else None,
+            shape=first.shape if first else None,
             layouts=tuple(dict.fromkeys((t.dtype, tuple(t.shape)) for t in users)),
-            names=tuple(dict.fromkeys(names)), readers=self.tensor_readers.get(ref, ()),
+            names=tuple(dict.fromkeys(names)),
+            readers=self.tensor_readers.get(ref, ()),
             **fields,
         )
 
@@ -404,20 +439,35 @@ class _Attributor:
         spans = inline_delegate_spans(program, program_data)
         for blob in pte.delegates:
             storage = "delegate" if blob.location == "segment" else "delegate_inline"
-            offset, nbytes = (blob.offset, blob.nbytes) if storage == "delegate" else spans[blob.index]
-            readers = tuple(Reader(u.plan, f"{u.backend_id} delegate {u.index}", -1)
-                            for u in blob.users)
-            live = blob.users or (storage == "delegate" and self._status(path, offset, nbytes)
-                                  == "live")
-            parts.append(Part(path, offset, nbytes, storage, blob.index,
-                              status="live" if live else "dead",
-                              names=tuple(dict.fromkeys(u.backend_id for u in blob.users)),
-                              readers=readers))
+            offset, nbytes = (
+                (blob.offset, blob.nbytes) if storage == "delegate" else spans[blob.index]
+            )
+            readers = tuple(
+                Reader(u.plan, f"{u.backend_id} delegate {u.index}", -1) for u in blob.users
+            )
+            live = blob.users or (
+                storage == "delegate" and self._status(path, offset, nbytes) == "live"
+            )
+            parts.append(
+                Part(
+                    path,
+                    offset,
+                    nbytes,
+                    storage,
+                    blob.index,
+                    status="live" if live else "dead",
+                    names=tuple(dict.fromkeys(u.backend_id for u in blob.users)),
+                    readers=readers,
+                )
+            )
         for space in (DataSpace.CONSTANT, DataSpace.MUTABLE):
             for index, entry in sorted(pte.entries[space].items()):
                 status = self._status(entry.file, entry.offset, entry.nbytes)
-                parts.append(self._tensor_part(DataRef(space, index), entry, space.value,
-                                               index=index, status=status))
+                parts.append(
+                    self._tensor_part(
+                        DataRef(space, index), entry, space.value, index=index, status=status
+                    )
+                )
         keys: dict[int, list] = {}
         for named in pte.named_data:
             if named.file == path:
@@ -425,20 +475,38 @@ class _Attributor:
         for index, entries in keys.items():
             parts.append(self._named_part(entries, "named_data", index, None))
         for segment in pte.unreferenced_segments:
-            parts.append(Part(path, segment.offset, segment.size, "segments", segment.index,
-                              status=self._status(path, segment.offset, segment.size)))
+            parts.append(
+                Part(
+                    path,
+                    segment.offset,
+                    segment.size,
+                    "segments",
+                    segment.index,
+                    status=self._status(path, segment.offset, segment.size),
+                )
+            )
         return parts
 
     def _named_part(self, entries, storage: str, index: int, tag: str | None) -> Part:
         keys = [e.key for e in entries]
         readers = tuple(dict.fromkeys(r for key in keys for r in self.named_readers.get(key, ())))
-        dtype, shape = next((self.named_types[k] for k in keys if k in self.named_types),
-                            (None, None))
+        dtype, shape = next(
+            (self.named_types[k] for k in keys if k in self.named_types), (None, None)
+        )
         first = entries[0]
-        return Part(first.file, first.offset, first.nbytes, storage, index, tag,
-                    status=self._status(first.file, first.offset, first.nbytes),
-                    dtype=dtype, shape=shape,
-                    names=tuple(keys), readers=readers)
+        return Part(
+            first.file,
+            first.offset,
+            first.nbytes,
+            storage,
+            index,
+            tag,
+            status=self._status(first.file, first.offset, first.nbytes),
+            dtype=dtype,
+            shape=shape,
+            names=tuple(keys),
+            readers=readers,
+        )
 
     def ptd_parts(self) -> list[Part]:
         by_fqn = {t.name: t for t in self.pte.tensors if t.ref.space is DataSpace.EXTERNAL}
@@ -455,28 +523,41 @@ class _Attributor:
                     continue
                 entry = self.pte.entries[DataSpace.EXTERNAL][tensors[0].ref.index]
                 status = self._status(entry.file, entry.offset, entry.nbytes)
-                part = self._tensor_part(tensors[0].ref, entry, "external", index=index, tag=tag,
-                                         status=status)
+                part = self._tensor_part(
+                    tensors[0].ref, entry, "external", index=index, tag=tag, status=status
+                )
                 # Each key of the segment is a layout of its bytes (`share` gives one key each).
                 users = [u for t in tensors for u in self.users.get(t.ref, ())]
                 users.sort(key=self._dead_value)
                 readers = [r for t in tensors for r in self.tensor_readers.get(t.ref, ())]
-                parts.append(replace(
-                    part, names=tuple(e.key for e in entries),
-                    dtype=users[0].dtype if users else part.dtype,
-                    shape=users[0].shape if users else part.shape,
-                    layouts=tuple(dict.fromkeys((u.dtype, tuple(u.shape)) for u in users)),
-                    readers=tuple(dict.fromkeys(readers))))
+                parts.append(
+                    replace(
+                        part,
+                        names=tuple(e.key for e in entries),
+                        dtype=users[0].dtype if users else part.dtype,
+                        shape=users[0].shape if users else part.shape,
+                        layouts=tuple(dict.fromkeys((u.dtype, tuple(u.shape)) for u in users)),
+                        readers=tuple(dict.fromkeys(readers)),
+                    )
+                )
             used = set(segments)
-            parts += [Part(ptd.path, s.offset, s.size, "segments", s.index, tag)
-                      for s in ptd.segments if s.index not in used]
+            parts += [
+                Part(ptd.path, s.offset, s.size, "segments", s.index, tag)
+                for s in ptd.segments
+                if s.index not in used
+            ]
         return parts
 
     def outside(self) -> list[Part]:
         """External entries of no file given: sized from their tensors' shapes."""
         return [
-            self._tensor_part(DataRef(DataSpace.EXTERNAL, index), entry, "external", index=index,
-                              status="dead" if ("external", index) in self.dead else "live")
+            self._tensor_part(
+                DataRef(DataSpace.EXTERNAL, index),
+                entry,
+                "external",
+                index=index,
+                status="dead" if ("external", index) in self.dead else "live",
+            )
             for index, entry in sorted(self.pte.entries[DataSpace.EXTERNAL].items())
             if entry.offset < 0
         ]
@@ -484,9 +565,11 @@ class _Attributor:
 
 def _mark_copies(parts: list[Part], report: AuditReport) -> list[Part]:
     """Audit's duplicates: every copy after the first `duplicated`, each naming the others."""
-    position = {(p.storage if p.tag is None else "external", p.tag, p.index): i
-                for i, p in enumerate(parts) if p.storage in ("constant", "mutable", "named_data",
-                                                              "external")}
+    position = {
+        (p.storage if p.tag is None else "external", p.tag, p.index): i
+        for i, p in enumerate(parts)
+        if p.storage in ("constant", "mutable", "named_data", "external")
+    }
     for group in report.duplicates:
         found = [position.get((c.space, c.tag, c.index)) for c in group.copies]
         if None in found:
@@ -519,14 +602,17 @@ def _merge_shared(parts: list[Part], report: AuditReport) -> list[Part]:
         status = first.status if first.status == "dead" else "shared"
         # Names stay the first reference's (a key is not the tensor's name); readers are all.
         merged[where] = replace(
-            first, status=status, copies=(*first.copies, part.label),
+            first,
+            status=status,
+            copies=(*first.copies, part.label),
             readers=tuple(dict.fromkeys((*first.readers, *part.readers))),
         )
     return list(merged.values())
 
 
-def _fill_gaps(file: str, size: int, structure_end: int, structure: str,
-               parts: Iterable[Part]) -> list[Part]:
+def _fill_gaps(
+    file: str, size: int, structure_end: int, structure: str, parts: Iterable[Part]
+) -> list[Part]:
     """`parts` of one file, by offset, with the bytes between them attributed.
 
     Bytes before `structure_end` no part claims are the file's flatbuffer
@@ -550,8 +636,10 @@ def _fill_gaps(file: str, size: int, structure_end: int, structure: str,
     for part in placed:
         if part.offset < cursor:
             raise PteFormatError(
-                file, f"{part.label} ({part.nbytes} bytes) overlaps the part before it, "
-                f"which ends at {cursor}", part.offset,
+                file,
+                f"{part.label} ({part.nbytes} bytes) overlaps the part before it, "
+                f"which ends at {cursor}",
+                part.offset,
             )
         gap(cursor, part.offset)
         out.append(part)
@@ -568,17 +656,20 @@ def _split_program(pte: PteFile, program_data: bytes, parts: list[Part]) -> list
     """`parts` with each plan's values, instructions and operators taken out of `program`."""
     sections = [
         Part(pte.path, 0, nbytes, section, tag=plan.name)
-        for plan, counts in zip(pte.plans, count_plan_sections(
-            program_data, pte.path, (8, pte.header_length)), strict=True)
-        for section, nbytes in counts.items() if nbytes
+        for plan, counts in zip(
+            pte.plans,
+            count_plan_sections(program_data, pte.path, (8, pte.header_length)),
+            strict=True,
+        )
+        for section, nbytes in counts.items()
+        if nbytes
     ]
     taken = sum(p.nbytes for p in sections)
     (position,) = [i for i, p in enumerate(parts) if p.storage == "program"] or [None]
     if position is None or parts[position].nbytes < taken:
         raise InvariantError(f"{pte.path}: plan sections of {taken} bytes exceed the program's")
     rest = replace(parts[position], nbytes=parts[position].nbytes - taken)
-    return [*parts[:position], *([rest] if rest.nbytes else []), *sections,
-            *parts[position + 1:]]
+    return [*parts[:position], *([rest] if rest.nbytes else []), *sections, *parts[position + 1 :]]
 
 
 def explain_pte(
@@ -598,24 +689,30 @@ def explain_pte(
     report = audit_pte(pte, sources, (), state)
     attributor = _Attributor(pte, program, program_data, report, sources, state)
     found = [
-        p for p in attributor.pte_parts(program, program_data) + attributor.ptd_parts()
-        if p.nbytes
+        p for p in attributor.pte_parts(program, program_data) + attributor.ptd_parts() if p.nbytes
     ]
     parts = _merge_shared(_mark_copies(found, report), report)
     by_file: dict[str, list[Part]] = {}
     for part in parts:
         by_file.setdefault(part.file, []).append(part)
-    placed = _split_program(pte, program_data, _fill_gaps(
-        pte.path, pte.file_bytes, pte.program_size, "program", by_file.get(pte.path, ())))
+    placed = _split_program(
+        pte,
+        program_data,
+        _fill_gaps(
+            pte.path, pte.file_bytes, pte.program_size, "program", by_file.get(pte.path, ())
+        ),
+    )
     for ptd in pte.ptd_files:
-        placed += _fill_gaps(ptd.path, ptd.file_bytes, ptd.flatbuffer_end, "ptd_header",
-                             by_file.get(ptd.path, ()))
+        placed += _fill_gaps(
+            ptd.path, ptd.file_bytes, ptd.flatbuffer_end, "ptd_header", by_file.get(ptd.path, ())
+        )
     files = tuple(report.files)
     explanation = Explanation(pte.path, files, tuple(placed), tuple(attributor.outside()), report)
     total = sum(p.nbytes for p in explanation.parts)
     if total != explanation.file_bytes:
-        raise InvariantError(f"{pte.path}: parts add up to {total}, files hold "
-                             f"{explanation.file_bytes}")
+        raise InvariantError(
+            f"{pte.path}: parts add up to {total}, files hold {explanation.file_bytes}"
+        )
     return explanation
 
 
@@ -640,5 +737,10 @@ def explain_file(
     state = state_file(names)
     read = read_pte_program(path, ptd_paths)
     with contextlib.ExitStack() as stack:
-        return explain_pte(read.pte, read.program, read.program_data,
-                           open_sources(stack, (path, *ptd_paths)), state)
+        return explain_pte(
+            read.pte,
+            read.program,
+            read.program_data,
+            open_sources(stack, (path, *ptd_paths)),
+            state,
+        )

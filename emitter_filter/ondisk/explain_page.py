@@ -25,8 +25,11 @@ __all__ = ["COLOURS", "render_explain_page", "write_explain_page"]
 
 #: The colour of each status on the page (colour-blind safe: Tableau 10).
 COLOURS = {
-    "live": "#4e79a7", "dead": "#e15759", "duplicated": "#f28e2b",
-    "shared": "#59a14f", "padding": "#bab0ac",
+    "live": "#4e79a7",
+    "dead": "#e15759",
+    "duplicated": "#f28e2b",
+    "shared": "#59a14f",
+    "padding": "#bab0ac",
 }
 
 _STYLE = """
@@ -163,10 +166,14 @@ def render_explain_page(explanation: Explanation) -> str:
     rows = []
     for storage, row in explanation.storage_status().items():
         cells = "".join(f"<td>{row[s]:,}</td>" for s in STATUSES)
-        rows.append(f"<tr><td>{html.escape(storage)}</td><td>{sum(row.values()):,}</td>{cells}</tr>")
+        rows.append(
+            f"<tr><td>{html.escape(storage)}</td><td>{sum(row.values()):,}</td>{cells}</tr>"
+        )
     totals = "".join(f"<td>{document['status'][s]:,}</td>" for s in STATUSES)
-    keys = "".join(f'<span class="entry"><span class="key" style="background:{COLOURS[s]}">'
-                   f'</span>{s}</span>' for s in STATUSES)
+    keys = "".join(
+        f'<span class="entry"><span class="key" style="background:{COLOURS[s]}"></span>{s}</span>'
+        for s in STATUSES
+    )
     files = ", ".join(f"{html.escape(os.path.basename(p))} ({n:,} B)" for p, n in explanation.files)
     head = "".join(f"<th>{s}</th>" for s in STATUSES)
     dtypes = {p.dtype: dtype_label(p.dtype) for p in explanation.parts if p.dtype}
@@ -181,7 +188,7 @@ def render_explain_page(explanation: Explanation) -> str:
 <div id="map"></div>
 <div id="details">Hover over a rectangle for its details; click to pin them.</div>
 <table id="summary"><tr><th>storage</th><th>bytes</th>{head}</tr>
-{''.join(rows)}
+{"".join(rows)}
 <tr><th>total</th><th>{explanation.file_bytes:,}</th>{totals}</tr></table>
 <script type="application/json" id="data">{_script_json(document)}</script>
 <script type="application/json" id="colours">{_script_json(COLOURS)}</script>

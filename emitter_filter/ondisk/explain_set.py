@@ -115,8 +115,9 @@ def explain_set(
     # A .ptd two programs read under two names: one file, read by both.
     named = {os.path.realpath(p): p for files in reversed(data_of) for p in files}
     data_of = [[named[os.path.realpath(p)] for p in files] for files in data_of]
-    programs = tuple(explain_file(pte, files)
-                     for pte, files in zip(pte_files, data_of, strict=True))
+    programs = tuple(
+        explain_file(pte, files) for pte, files in zip(pte_files, data_of, strict=True)
+    )
     parts: list[Part] = []
     ptd_parts: dict[tuple, list[Part]] = {}
     outside: list[Part] = []
@@ -132,17 +133,24 @@ def explain_set(
     parts += [_one_part(found) for found in ptd_parts.values()]
     files = tuple(dict.fromkeys(f for e in programs for f in e.files))
     ptds = list(dict.fromkeys(p for f in data_of for p in f))
-    found = find_set_shared(ProgramSet(
-        tuple(read_pte_program(pte, f) for pte, f in zip(pte_files, data_of, strict=True)),
-        tuple(read_ptd_flat_tensor(path) for path in ptds),
-    ), min_bytes)
+    found = find_set_shared(
+        ProgramSet(
+            tuple(read_pte_program(pte, f) for pte, f in zip(pte_files, data_of, strict=True)),
+            tuple(read_ptd_flat_tensor(path) for path in ptds),
+        ),
+        min_bytes,
+    )
     parts = _mark_set_copies(parts, found.shared)
     order = {path: number for number, (path, _) in enumerate(files)}
     parts.sort(key=lambda p: (order[p.file], p.offset))
     count = len(pte_files)
     return Explanation(
-        path=f"{count} program{'s' if count != 1 else ''}", files=files, parts=tuple(parts),
-        outside=tuple(outside), audit=programs[0].audit, programs=programs,
+        path=f"{count} program{'s' if count != 1 else ''}",
+        files=files,
+        parts=tuple(parts),
+        outside=tuple(outside),
+        audit=programs[0].audit,
+        programs=programs,
         key_clashes=_key_clashes(pte_files, data_of),
     )
 

@@ -12,8 +12,20 @@ __all__ = ["JSON_SCHEMA", "STORAGES", "STATUSES", "GROUPINGS"]
 JSON_SCHEMA = "emitter-filter-explain/1"
 #: Every `Part.storage`, in report order.
 STORAGES = (
-    "header", "program", "values", "instructions", "operators", "delegate_inline", "constant",
-    "mutable", "external", "named_data", "delegate", "segments", "ptd_header", "padding",
+    "header",
+    "program",
+    "values",
+    "instructions",
+    "operators",
+    "delegate_inline",
+    "constant",
+    "mutable",
+    "external",
+    "named_data",
+    "delegate",
+    "segments",
+    "ptd_header",
+    "padding",
 )
 #: Every `Part.status`.
 STATUSES = ("live", "dead", "duplicated", "shared", "padding")

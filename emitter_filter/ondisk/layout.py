@@ -199,9 +199,7 @@ def pack_program(program: Table, tensor_alignment: int, delegate_alignment: int)
     constant_buffer, inline = packed.constantBuffer, packed.backendDelegateData
     try:
         if constant_buffer:
-            packed.constantBuffer = [
-                _blob(b, "storage", tensor_alignment) for b in constant_buffer
-            ]
+            packed.constantBuffer = [_blob(b, "storage", tensor_alignment) for b in constant_buffer]
         if inline:
             packed.backendDelegateData = [_blob(d, "data", delegate_alignment) for d in inline]
         builder = flatbuffers.Builder(1024)
@@ -291,8 +289,7 @@ def _segment_own_alignments(
             result.append(1)
         else:
             fits = (
-                p for p in _POWERS_OF_TWO
-                if aligned(end, math.lcm(segment_alignment, p)) == offset
+                p for p in _POWERS_OF_TWO if aligned(end, math.lcm(segment_alignment, p)) == offset
             )
             result.append(next(fits, None))
         end = offset + size
@@ -352,9 +349,7 @@ def _other_alignments(base: int, header_end: int, offsets: Sequence[int]) -> lis
         if common % small == 0:
             divisors.update((small, common // small))
     gap = base - header_end
-    return sorted(
-        (d for d in divisors if gap < d <= _MAX_ALIGNMENT and d & (d - 1)), reverse=True
-    )
+    return sorted((d for d in divisors if gap < d <= _MAX_ALIGNMENT and d & (d - 1)), reverse=True)
 
 
 def _chosen(candidates: dict[int, tuple[int, ...]], preferred: int | None, count: int):
@@ -383,9 +378,13 @@ def _vector_positions(program: Table, program_data: bytes) -> tuple[list[int], l
 
 def _dividing(positions: Sequence[int]) -> list[int]:
     """The force_align values that put a vector at each of `positions`, the default first."""
-    return _preferring(
-        _SCHEMA_FORCE_ALIGN, [a for a in _POWERS_OF_TWO if not any(p % a for p in positions)]
-    ) if positions else [_SCHEMA_FORCE_ALIGN]
+    return (
+        _preferring(
+            _SCHEMA_FORCE_ALIGN, [a for a in _POWERS_OF_TWO if not any(p % a for p in positions)]
+        )
+        if positions
+        else [_SCHEMA_FORCE_ALIGN]
+    )
 
 
 def _header_padded_length(tensor_alignment: int, delegate_alignment: int) -> int:
@@ -422,18 +421,26 @@ def infer_pte_layout(
     ]
     storage, positions = _vector_positions(program, program_data)
     # Only inline vectors change the flatbuffer; try each alignment their positions allow.
-    packing = list(itertools.product(
-        [t for t in tensor_candidates if not any(p % t for p in storage)]
-        if storage else tensor_candidates[:1],
-        _dividing(positions),
-    ))
+    packing = list(
+        itertools.product(
+            [t for t in tensor_candidates if not any(p % t for p in storage)]
+            if storage
+            else tensor_candidates[:1],
+            _dividing(positions),
+        )
+    )
 
     # The header written: the 24-byte one of older releases where the input has it,
     # else the one this serializer writes (the fields of a longer one are unknown).
     written_length = EH_MINIMUM_LENGTH if 0 < header_length < _EH_LENGTH else _EH_LENGTH
     found = _reproducing_alignments(
-        program, program_data, header_length, packing, tensor_candidates,
-        bool(storage), bool(positions),
+        program,
+        program_data,
+        header_length,
+        packing,
+        tensor_candidates,
+        bool(storage),
+        bool(positions),
     )
     if found is None:
         tensor, delegate = packing[0] if packing else (tensor_candidates[0], _SCHEMA_FORCE_ALIGN)
@@ -443,9 +450,7 @@ def infer_pte_layout(
         )
         found = (tensor, delegate, _header_padded_length(tensor, delegate), False)
     tensor, delegate, padded, reproduced = found
-    return PteLayout(
-        segment_alignment, tensor, delegate, written_length, padded, own, reproduced
-    )
+    return PteLayout(segment_alignment, tensor, delegate, written_length, padded, own, reproduced)
 
 
 def _reproducing_alignments(
@@ -507,7 +512,9 @@ def pte_segment_alignments(
     named = {e.segment_index for e in pte.named_data if e.file == pte.path}
     owned = [s for s in pte.segments if s.index not in aliased]
     found = segment_alignments(
-        base, pte.program_size, [(s.offset - base, s.size) for s in owned],
+        base,
+        pte.program_size,
+        [(s.offset - base, s.size) for s in owned],
         [s.index not in named for s in owned],
     )
     result = {}
@@ -521,7 +528,9 @@ def ptd_segment_alignments(ptd: PtdFile) -> dict[int, tuple[int, ...]]:
     """`segment_alignments` of a `.ptd`'s segments (all named data)."""
     base = ptd.segment_base_offset
     return segment_alignments(
-        base, ptd.flatbuffer_end, [(s.offset - base, s.size) for s in ptd.segments],
+        base,
+        ptd.flatbuffer_end,
+        [(s.offset - base, s.size) for s in ptd.segments],
         [False] * len(ptd.segments),
     )
 
@@ -538,7 +547,8 @@ def shared_segment_alignment(pte: PteFile, aliased: Collection[int] = ()) -> int
         # No segment data: the `.pte` allows any alignment, its `.ptd` files tell.
         own_of_pte = {a: (1,) * len(pte.segments) for a in candidates[0]}
     allowed = [
-        (alignment, own) for alignment, own in own_of_pte.items()
+        (alignment, own)
+        for alignment, own in own_of_pte.items()
         if all(alignment in c for c in candidates)
     ]
     if not allowed:
@@ -547,8 +557,9 @@ def shared_segment_alignment(pte: PteFile, aliased: Collection[int] = ()) -> int
     # (then the `.pte`'s order).
     return min(
         allowed,
-        key=lambda item: sum(o > 1 for o in item[1])
-        + sum(o > 1 for c in candidates for o in c[item[0]]),
+        key=lambda item: (
+            sum(o > 1 for o in item[1]) + sum(o > 1 for c in candidates for o in c[item[0]])
+        ),
     )[0]
 
 

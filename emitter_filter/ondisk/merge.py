@@ -135,7 +135,12 @@ from emitter_filter.plan_indices import remap_data_indices, remap_plan_values
 from emitter_filter.reachability import DataSpace, new_data_indices, order_live_data
 
 __all__ = [
-    "JSON_SCHEMA", "MergedMethod", "MergeReport", "merge_files", "parse_method", "split_file",
+    "JSON_SCHEMA",
+    "MergedMethod",
+    "MergeReport",
+    "merge_files",
+    "parse_method",
+    "split_file",
 ]
 
 logger = logging.getLogger(__name__)
@@ -158,8 +163,12 @@ class MergedMethod:
     same_in: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        return {"name": self.name, "source": self.source, "source_method": self.source_method,
-                "same_in": list(self.same_in)}
+        return {
+            "name": self.name,
+            "source": self.source,
+            "source_method": self.source_method,
+            "same_in": list(self.same_in),
+        }
 
 
 @dataclass(frozen=True)
@@ -202,8 +211,9 @@ class MergeReport:
     def to_json(self) -> dict:
         return {
             "schema": JSON_SCHEMA,
-            "data": [{"program": p, "data": list(f)} for p, f in zip(
-                    self.inputs, self.data, strict=True)],
+            "data": [
+                {"program": p, "data": list(f)} for p, f in zip(self.inputs, self.data, strict=True)
+            ],
             "inputs": list(self.inputs),
             "output": self.output,
             "ptd_output": self.ptd_output,
@@ -226,66 +236,104 @@ class MergeReport:
         return (
             f"{count} program{'s' if count != 1 else ''} -> {written}: "
             f"{self.bytes_before:,} -> {self.bytes_after:,} B; methods {methods}"
-            + (f" ({len(once)} the same in several inputs, written once: {', '.join(once)})"
-               if once else "")
-            + (f"; dropped {', '.join(f'{f}:{m}' for f, m in self.dropped_methods)}"
-               if self.dropped_methods else "")
+            + (
+                f" ({len(once)} the same in several inputs, written once: {', '.join(once)})"
+                if once
+                else ""
+            )
+            + (
+                f"; dropped {', '.join(f'{f}:{m}' for f, m in self.dropped_methods)}"
+                if self.dropped_methods
+                else ""
+            )
             + f"; {self.stored_once:,} B stored once for several inputs, "
             f"{self.dropped:,} B dead not written"
-            + ("" if self.deduplicated_bytes is None else
-               f", {self.deduplicated_bytes:,} B stored once within the output (--dedupe)")
+            + (
+                ""
+                if self.deduplicated_bytes is None
+                else f", {self.deduplicated_bytes:,} B stored once within the output (--dedupe)"
+            )
             + f", in {self.seconds * 1000:.1f} ms"
-            + "".join(f"; {path} relied on the deprecated constant_buffer path: its "
-                      "constants are in the constant segment" for path in
-                      self.constant_buffer_inputs)
+            + "".join(
+                f"; {path} relied on the deprecated constant_buffer path: its "
+                "constants are in the constant segment"
+                for path in self.constant_buffer_inputs
+            )
         )
 
 
-def _choose(inputs: Sequence[str], reads: Sequence[PteProgram], renames, prefixes, drops,
-            command: Callable[[list[str]], str]) -> Choice:
+def _choose(
+    inputs: Sequence[str],
+    reads: Sequence[PteProgram],
+    renames,
+    prefixes,
+    drops,
+    command: Callable[[list[str]], str],
+) -> Choice:
     """`merge_names.choose_methods` over the inputs; where names clash, the message ends with
     `command` of the flags that resolve every clash (checked to resolve them)."""
     originals = [plan_names(read) for read in reads]
     with spans_open() as spans:
+
         def same(a, b):
             return same_method(reads[a[0]], a[1], reads[b[0]], b[1], spans)
 
         def choose(more_renames=(), more_drops=()):
             return choose_methods(
-                inputs, originals, renames=[*renames, *more_renames], prefixes=prefixes,
-                drops=[*drops, *more_drops], same=same,
-                constant=lambda m: is_constant_method(reads[m[0]], m[1]))
+                inputs,
+                originals,
+                renames=[*renames, *more_renames],
+                prefixes=prefixes,
+                drops=[*drops, *more_drops],
+                same=same,
+                constant=lambda m: is_constant_method(reads[m[0]], m[1]),
+            )
 
         try:
             return choose()
         except MethodClashes as clashes:
             given = [new for new, _, _ in renames] + [
-                prefix + name for prefix, path in prefixes
-                for name in originals[input_of(path, inputs)]]
+                prefix + name
+                for prefix, path in prefixes
+                for name in originals[input_of(path, inputs)]
+            ]
             flags = resolving_flags(inputs, originals, clashes.clashes, given)
             pairs = list(zip(flags[::2], flags[1::2], strict=True))
             try:
-                choose([parse_method(v) for f, v in pairs if f == "--method"],
-                       [parse_drop(v) for f, v in pairs if f == "--drop"])
+                choose(
+                    [parse_method(v) for f, v in pairs if f == "--method"],
+                    [parse_drop(v) for f, v in pairs if f == "--drop"],
+                )
             except MethodSetError as error:
-                raise InvariantError(f"merge: the flags offered do not resolve the clash: "
-                                     f"{error}") from error
-            ways = (["keep the first input's value of each constant method"]
-                    if "--drop" in flags else [])
+                raise InvariantError(
+                    f"merge: the flags offered do not resolve the clash: {error}"
+                ) from error
+            ways = (
+                ["keep the first input's value of each constant method"]
+                if "--drop" in flags
+                else []
+            )
             ways += ["name the other methods apart"] if "--method" in flags else []
-            raise MethodClashes(clashes.clashes, f"{clashes}; to {' and '.join(ways)}: "
-                                f"{command(flags)}") from None
+            raise MethodClashes(
+                clashes.clashes, f"{clashes}; to {' and '.join(ways)}: {command(flags)}"
+            ) from None
 
 
-def _read_without(read: PteProgram, methods: Sequence[str],
-                  files: Sequence[str]) -> tuple[PteProgram, PteLayout]:
+def _read_without(
+    read: PteProgram, methods: Sequence[str], files: Sequence[str]
+) -> tuple[PteProgram, PteLayout]:
     """`read` with only `methods`' plans, read from a view of its file as `split` prunes it
     (`_without_plans`), and the layout of the file itself, to write it with."""
     with ByteSource(read.pte.path) as source:
         analysis = analyse_file(read.pte, {read.pte.path: source})
         aliased = find_aliases(analysis.shared)
-        layout = read_pte_layout(read.pte, read.program, read.program_data, aliased,
-                                 shared_segment_alignment(read.pte, aliased))
+        layout = read_pte_layout(
+            read.pte,
+            read.program,
+            read.program_data,
+            aliased,
+            shared_segment_alignment(read.pte, aliased),
+        )
         view = _without_plans(read, methods, layout)
         return read_pte_program(view.source(source), files), layout
 
@@ -295,8 +343,10 @@ def _check_inputs(inputs: Sequence[str], reads: Sequence[PteProgram]) -> None:
     versions = {read.program.version for read in reads}
     if len(versions) > 1:
         listed = ", ".join(f"{p} {r.program.version}" for p, r in zip(inputs, reads, strict=True))
-        raise MethodSetError(f"the programs have different Program.version ({listed}): "
-                             "export them with one ExecuTorch release")
+        raise MethodSetError(
+            f"the programs have different Program.version ({listed}): "
+            "export them with one ExecuTorch release"
+        )
     for path, read in zip(inputs, reads, strict=True):
         missing = [e for e in read.pte.entries[DataSpace.EXTERNAL].values() if e.offset < 0]
         if missing:
@@ -330,11 +380,14 @@ class _Contents:
     def key(self, kind: str, fd: int, offset: int, size: int) -> tuple:
         if kind not in self._keys:
             places = list(self._places.get(kind, ()))
-            copies = [(StoredCopy(kind, None, number, ()), StoredSpan(self.sources[fd], at, n))
-                      for number, (fd, at, n) in enumerate(places)]
+            copies = [
+                (StoredCopy(kind, None, number, ()), StoredSpan(self.sources[fd], at, n))
+                for number, (fd, at, n) in enumerate(places)
+            ]
             self._keys[kind] = {
                 places[copy.index]: (kind, places[group.copies[0].index])
-                for group in group_duplicates(copies, digests=False) for copy in group.copies
+                for group in group_duplicates(copies, digests=False)
+                for copy in group.copies
             }
         place = (fd, offset, size)
         return self._keys[kind].get(place, (kind, place))
@@ -366,8 +419,11 @@ class _Input:
 
     def entries(self, space: DataSpace) -> list[StoredEntry]:
         """The entries of its constant or mutable segment, by index."""
-        subsegment = (self.program.constantSegment if space is DataSpace.CONSTANT
-                      else (self.program.mutableDataSegments or [None])[0])
+        subsegment = (
+            self.program.constantSegment
+            if space is DataSpace.CONSTANT
+            else (self.program.mutableDataSegments or [None])[0]
+        )
         if subsegment is None or not vector_ints(subsegment.offsets):
             return []
         alignment = self.layout.tensor_alignment if space is DataSpace.CONSTANT else 1
@@ -376,12 +432,19 @@ class _Input:
     def external(self, index: int) -> StoredEntry:
         """External entry `index` (in a `.ptd`), as a constant entry would be copied."""
         entry = self.read.pte.entries[DataSpace.EXTERNAL][index]
-        return StoredEntry(self.fds[entry.file], entry.offset, entry.nbytes, entry.nbytes,
-                           True, self.layout.tensor_alignment)
+        return StoredEntry(
+            self.fds[entry.file],
+            entry.offset,
+            entry.nbytes,
+            entry.nbytes,
+            True,
+            self.layout.tensor_alignment,
+        )
 
     def external_names(self) -> dict[int, str]:
-        return {t.ref.index: t.name for t in self.read.pte.tensors
-                if t.ref.space is DataSpace.EXTERNAL}
+        return {
+            t.ref.index: t.name for t in self.read.pte.tensors if t.ref.space is DataSpace.EXTERNAL
+        }
 
     def mutable_external(self) -> frozenset[int]:
         """The external entries mutable tensors read (`allocation_info` set: training
@@ -398,8 +461,11 @@ class _Input:
         both = mutable & constant
         if both:
             name = self.external_names().get(min(both))
-            raise PteFormatError(self.path, f"external tensor {name!r} is read both as a "
-                                 "mutable and as a constant tensor; merge cannot inline it")
+            raise PteFormatError(
+                self.path,
+                f"external tensor {name!r} is read both as a "
+                "mutable and as a constant tensor; merge cannot inline it",
+            )
         return frozenset(mutable)
 
 
@@ -416,9 +482,13 @@ def _merged_layout(layouts: Sequence[PteLayout]) -> PteLayout:
     )
 
 
-def _data_entries(inputs: Sequence[_Input], contents: _Contents, new_index: list,
-                  inline: bool, mutable_external: Sequence[frozenset[int]],
-                  ) -> tuple[list[StoredEntry], list[StoredEntry]]:
+def _data_entries(
+    inputs: Sequence[_Input],
+    contents: _Contents,
+    new_index: list,
+    inline: bool,
+    mutable_external: Sequence[frozenset[int]],
+) -> tuple[list[StoredEntry], list[StoredEntry]]:
     """The output's constant and mutable entries (with `inline`, the external tensors'
     among them: `mutable_external`'s, per input, among the mutable ones); fills each
     input's data index map."""
@@ -426,8 +496,9 @@ def _data_entries(inputs: Sequence[_Input], contents: _Contents, new_index: list
         entries = item.entries(DataSpace.CONSTANT)
         places = [entries[old] for old in item.order[DataSpace.CONSTANT]]
         if inline:
-            places += [item.external(old) for old in item.order[DataSpace.EXTERNAL]
-                       if old not in mutable]
+            places += [
+                item.external(old) for old in item.order[DataSpace.EXTERNAL] if old not in mutable
+            ]
         for entry in places:
             contents.expect("constant", entry.fd, entry.offset, entry.nbytes)
     constants: list[StoredEntry] = []
@@ -439,14 +510,18 @@ def _data_entries(inputs: Sequence[_Input], contents: _Contents, new_index: list
         entries = item.entries(DataSpace.CONSTANT)
         stored = [(DataSpace.CONSTANT, old, entries[old]) for old in item.order[DataSpace.CONSTANT]]
         if inline:
-            stored += [(DataSpace.EXTERNAL, old, item.external(old))
-                       for old in item.order[DataSpace.EXTERNAL] if old not in mutable]
+            stored += [
+                (DataSpace.EXTERNAL, old, item.external(old))
+                for old in item.order[DataSpace.EXTERNAL]
+                if old not in mutable
+            ]
         else:
             # One index per key over all inputs, in first-reference order, as one export numbers them.
             names = item.external_names()
             for old in item.order[DataSpace.EXTERNAL]:
                 index[DataSpace.EXTERNAL][old] = external_index.setdefault(
-                    names[old], len(external_index))
+                    names[old], len(external_index)
+                )
         if (entries or stored) and not constants:
             # The placeholder, once, as prune keeps it: the input's own, or none of its bytes.
             constants.append(entries[0] if entries else StoredEntry(item.fd, 0, 0, 0, True, 1))
@@ -460,8 +535,11 @@ def _data_entries(inputs: Sequence[_Input], contents: _Contents, new_index: list
         stored = [(DataSpace.MUTABLE, old, entries[old]) for old in item.order[DataSpace.MUTABLE]]
         # Inline, a mutable external tensor's initial bytes are mutable data, as an export
         # without `external_mutable_weights` writes them: each input's own, never shared.
-        stored += [(DataSpace.EXTERNAL, old, item.external(old))
-                   for old in item.order[DataSpace.EXTERNAL] if old in mutable]
+        stored += [
+            (DataSpace.EXTERNAL, old, item.external(old))
+            for old in item.order[DataSpace.EXTERNAL]
+            if old in mutable
+        ]
         if stored and not mutables:
             # The placeholder, once: the input's own, or none of its bytes.
             mutables.append(entries[0] if entries else StoredEntry(item.fd, 0, 0, 0, True, 1))
@@ -504,9 +582,12 @@ class _NamedData:
         content = self.contents.key(self.kind, fd, segment.offset, segment.size)
         if key in self.first:
             if self.first[key][1] != content:
-                raise PteFormatError(file, f"named data {key!r} holds other bytes than {key!r} "
-                                     f"in {self.first[key][0]}: one file cannot hold both"
-                                     + ("" if file.endswith(".pte") else "; merge with --inline"))
+                raise PteFormatError(
+                    file,
+                    f"named data {key!r} holds other bytes than {key!r} "
+                    f"in {self.first[key][0]}: one file cannot hold both"
+                    + ("" if file.endswith(".pte") else "; merge with --inline"),
+                )
             return None
         self.first[key] = (file, content)
         return self.table.add(content, Piece(fd, segment.offset, segment.size), alignment)
@@ -524,8 +605,9 @@ def _program_named_data(inputs: Sequence[_Input], store: _NamedData, inline: boo
             if key in dead:
                 continue
             segment = pte.segments[entry.segmentIndex]
-            index = store.add(key, pte.path, segment, item.layout.segment_alignments[segment.index],
-                              item.fd)
+            index = store.add(
+                key, pte.path, segment, item.layout.segment_alignments[segment.index], item.fd
+            )
             if index is not None:
                 entry.segmentIndex = index
                 named.append(entry)
@@ -536,15 +618,21 @@ def _program_named_data(inputs: Sequence[_Input], store: _NamedData, inline: boo
             for key, entry in ptd.named_data.items():
                 if key in tensors or not item.keep_ptd_key(key):
                     continue
-                index = store.add(key, ptd.path, ptd.segments[entry.segment_index], 1,
-                                  item.fds[ptd.path])
+                index = store.add(
+                    key, ptd.path, ptd.segments[entry.segment_index], 1, item.fds[ptd.path]
+                )
                 if index is not None:
                     named.append(PROGRAM.NamedData(key=key, segmentIndex=index))
     return named
 
 
-def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
-                contents: _Contents, output: str, inline: bool) -> tuple[OutputFile, int]:
+def _merged_pte(
+    inputs: Sequence[_Input],
+    names: Sequence[Sequence[str]],
+    contents: _Contents,
+    output: str,
+    inline: bool,
+) -> tuple[OutputFile, int]:
     """Every byte of the merged `.pte`, and the bytes stored once for several inputs."""
     layout = _merged_layout([item.layout for item in inputs])
     new_index = [new_data_indices(item.order) for item in inputs]
@@ -556,7 +644,8 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
     # it; never `constant_buffer` beside it (the runtime refuses a program using both),
     # nor instead of it (the deprecated path, off in ExecuTorch 1.5's wheels).
     segment, offsets = constant_segment(
-        constants or [StoredEntry(inputs[0].fd, 0, 0, 0, True, 1)], layout.tensor_alignment)
+        constants or [StoredEntry(inputs[0].fd, 0, 0, 0, True, 1)], layout.tensor_alignment
+    )
     program.constantSegment = PROGRAM.SubsegmentOffsets(segmentIndex=0, offsets=offsets)
     out.append(segment)
     if program.constantBuffer:
@@ -564,7 +653,8 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
     mutable = mutable_segment(mutables) if mutables else None
     if mutable is not None:
         program.mutableDataSegments = [
-            PROGRAM.SubsegmentOffsets(segmentIndex=len(out), offsets=mutable[1])]
+            PROGRAM.SubsegmentOffsets(segmentIndex=len(out), offsets=mutable[1])
+        ]
         out.append(mutable[0])
     elif program.mutableDataSegments:
         program.mutableDataSegments = None  # As prune leaves a segment with no data.
@@ -590,8 +680,9 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
     plans = []
     for item, index, methods in zip(inputs, new_index, names, strict=True):
         pte, live_values = item.read.pte, item.analysis.liveness.live_values
-        for plan, refs, live, name in zip(item.program.executionPlan or (), pte.plans,
-                                          live_values, methods, strict=True):
+        for plan, refs, live, name in zip(
+            item.program.executionPlan or (), pte.plans, live_values, methods, strict=True
+        ):
             remap_plan_values(GENERATED, plan, refs, live)
             for ref, tensor in remap_data_indices(GENERATED, plan, refs, live, index):
                 if inline and ref.space is DataSpace.EXTERNAL:
@@ -603,22 +694,29 @@ def _merged_pte(inputs: Sequence[_Input], names: Sequence[Sequence[str]],
         program.backendDelegateData = blobs
     if named or program.namedData is not None:
         program.namedData = named
-    offsets, data_size = place_segments([(s.size, s.alignment) for s in out],
-                                        layout.segment_alignment)
+    offsets, data_size = place_segments(
+        [(s.size, s.alignment) for s in out], layout.segment_alignment
+    )
     if out or program.segments is not None:
         program.segments = [
-            PROGRAM.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out, strict=True)]
+            PROGRAM.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out, strict=True)
+        ]
     flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
     prefix, base = program_prefix(flatbuffer, layout, data_size)
     result = OutputFile(output, inputs[0].fd, prefix)
     if data_size:
         result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out, strict=True)]
-    written = (sum(entry.nbytes for entry in constants[1:])
-               + sum(item.external(old).nbytes for item, mutable in zip(
-                       inputs, mutable_external, strict=True)
-                     for old in item.order[DataSpace.EXTERNAL] if old in mutable)
-               + sum(s.size for s in out[blobs_from:])
-               + sum(len(bytes(blob.data or b"")) for blob in blobs))
+    written = (
+        sum(entry.nbytes for entry in constants[1:])
+        + sum(
+            item.external(old).nbytes
+            for item, mutable in zip(inputs, mutable_external, strict=True)
+            for old in item.order[DataSpace.EXTERNAL]
+            if old in mutable
+        )
+        + sum(s.size for s in out[blobs_from:])
+        + sum(len(bytes(blob.data or b"")) for blob in blobs)
+    )
     return result, written
 
 
@@ -633,8 +731,9 @@ def _merged_ptd(inputs: Sequence[_Input], contents: _Contents, output: str) -> O
         for ptd in item.read.pte.ptd_files:
             if ptd.path not in flat_tensors:
                 flat_tensor = read_ptd_flat_tensor(ptd.path)[1]
-                layout = infer_ptd_layout(ptd_segment_alignments(ptd), None,
-                                          len(flat_tensor.segments or ()))
+                layout = infer_ptd_layout(
+                    ptd_segment_alignments(ptd), None, len(flat_tensor.segments or ())
+                )
                 flat_tensors[ptd.path] = (flat_tensor, layout)
                 for entry in ptd.named_data.values():
                     contents.expect("ptd", item.fds[ptd.path], entry.offset, entry.nbytes)
@@ -647,8 +746,9 @@ def _merged_ptd(inputs: Sequence[_Input], contents: _Contents, output: str) -> O
                 if not item.keep_ptd_key(key):
                     continue
                 segment = ptd.segments[entry.segmentIndex]
-                index = store.add(key, ptd.path, segment,
-                                  layout.segment_alignments[entry.segmentIndex], fd)
+                index = store.add(
+                    key, ptd.path, segment, layout.segment_alignments[entry.segmentIndex], fd
+                )
                 if index is not None:
                     entry.segmentIndex = index
                     entries.append(entry)
@@ -656,35 +756,43 @@ def _merged_ptd(inputs: Sequence[_Input], contents: _Contents, output: str) -> O
         return None
     offsets, data_size = place_segments([(s.size, s.alignment) for s in out], alignment)
     flat_tensor = FLAT_TENSOR.FlatTensor(
-        segments=[FLAT_TENSOR.DataSegment(offset=o, size=s.size) for o, s in zip(
-                offsets, out, strict=True)],
+        segments=[
+            FLAT_TENSOR.DataSegment(offset=o, size=s.size)
+            for o, s in zip(offsets, out, strict=True)
+        ],
         namedData=entries,
     )
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), PtdLayout(alignment, ()), data_size)
-    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(
-            offsets, out, strict=True)])
+    return OutputFile(
+        output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out, strict=True)]
+    )
 
 
-def _read_inputs(inputs, reads, stack, opened,
-                 layouts=()) -> tuple[list[_Input], dict[int, ByteSource]]:
+def _read_inputs(
+    inputs, reads, stack, opened, layouts=()
+) -> tuple[list[_Input], dict[int, ByteSource]]:
     """Analyses each input as `prune` does; opens its files (into `opened`), and a
     `ByteSource` of each by its descriptor. A layout given (`layouts`, or None) is the
     input's file's, where `reads` has the input without some methods (`_read_without`)."""
     fds: dict[str, int] = {}
     sources: dict[str, ByteSource] = {}
     items = []
-    for path, read, given in itertools.zip_longest(inputs, reads, layouts[:len(inputs)]):
+    for path, read, given in itertools.zip_longest(inputs, reads, layouts[: len(inputs)]):
         for file in [path, *(ptd.path for ptd in read.pte.ptd_files)]:
             if file not in fds:
                 fds[file] = open_input(file, opened)
                 sources[file] = stack.enter_context(ByteSource(file))
         analysis = analyse_file(read.pte, {f: sources[f] for f in fds})
         aliased = find_aliases(analysis.shared)
-        layout = given or read_pte_layout(read.pte, read.program, read.program_data, aliased,
-                                          shared_segment_alignment(read.pte, aliased))
+        layout = given or read_pte_layout(
+            read.pte,
+            read.program,
+            read.program_data,
+            aliased,
+            shared_segment_alignment(read.pte, aliased),
+        )
         order = order_live_data(read.pte.plans, analysis.liveness)
-        keep = keep_ptd_key(read.pte, read.program, analysis.liveness,
-                            frozenset(analysis.use.dead))
+        keep = keep_ptd_key(read.pte, read.program, analysis.liveness, frozenset(analysis.use.dead))
         files = {path: fds[path], **{p.path: fds[p.path] for p in read.pte.ptd_files}}
         items.append(_Input(path, read, analysis, layout, files, order, keep))
     return items, {fds[file]: source for file, source in sources.items()}
@@ -712,24 +820,38 @@ def _check_data_keys(items: Sequence[_Input], contents: _Contents) -> None:
         for entry in entries[1:]:
             if contents.key("given", item.fds[entry.file], entry.offset, entry.nbytes) != want:
                 raise PteFormatError(
-                    entry.file, f"{key!r} holds other bytes than {key!r} in {first.file}, "
+                    entry.file,
+                    f"{key!r} holds other bytes than {key!r} in {first.file}, "
                     f"and {item.path} loads with both: give each program its own, "
-                    "--data FILE=IN.ptd")
+                    "--data FILE=IN.ptd",
+                )
 
 
 def _dropped_bytes(items: Sequence[_Input]) -> int:
     """The inputs' dead bytes, but a `.ptd` key one input leaves and another reads."""
-    kept = {key for item in items for ptd in item.read.pte.ptd_files
-            for key in ptd.named_data if item.keep_ptd_key(key)}
-    return sum(d.nbytes for item in items for d in item.analysis.dead
-               if not (d.space == "named_data" and d.name in kept))
+    kept = {
+        key
+        for item in items
+        for ptd in item.read.pte.ptd_files
+        for key in ptd.named_data
+        if item.keep_ptd_key(key)
+    }
+    return sum(
+        d.nbytes
+        for item in items
+        for d in item.analysis.dead
+        if not (d.space == "named_data" and d.name in kept)
+    )
 
 
 def _command(inputs, output, renames, prefixes, drops, data, ptd_out, inline, dedupe):
     """The command line of a merge, as the CLI takes it, with more flags at the end."""
+
     def line(more: list[str]) -> str:
         words = ["emitter-filter", "merge", *inputs, "-o", output]
-        words += [w for new, path, method in renames for w in ("--method", f"{new}={path}:{method}")]
+        words += [
+            w for new, path, method in renames for w in ("--method", f"{new}={path}:{method}")
+        ]
         words += [w for prefix, path in prefixes for w in ("--prefix", f"{prefix}={path}")]
         words += [w for path, method in drops for w in ("--drop", f"{path}:{method}")]
         for spec in data:
@@ -741,13 +863,17 @@ def _command(inputs, output, renames, prefixes, drops, data, ptd_out, inline, de
         return shlex.join([*words, *more])
 
     return line
+
+
 def _where_data_goes(inputs, data, data_of) -> str:
     """The message for data files read with neither `--ptd-out` nor `--inline`."""
     if data:
         return "merge: with --data, give --ptd-out OUT.ptd or --inline (one of them)"
     pte, files = next((p, f) for p, f in zip(inputs, data_of, strict=True) if f)
-    return (f"merge: {pte} reads {files[0]}, the .ptd beside it: give --ptd-out OUT.ptd or "
-            "--inline for its data, or --no-data-beside to read it without")
+    return (
+        f"merge: {pte} reads {files[0]}, the .ptd beside it: give --ptd-out OUT.ptd or "
+        "--inline for its data, or --no-data-beside to read it without"
+    )
 
 
 def merge_files(
@@ -820,16 +946,20 @@ def merge_files(
     if any(data_of) and (ptd_path is None) == (not inline):
         raise MethodSetError(_where_data_goes(input_files, data, data_of))
     data_files = list(dict.fromkeys(p for files in data_of for p in files))
-    check_outputs([*input_files, *data_files],
-                  [output_path, *([ptd_path] if ptd_path else [])], "merge")
-    reads = [read_pte_program(path, files)
-             for path, files in zip(input_files, data_of, strict=True)]
+    check_outputs(
+        [*input_files, *data_files], [output_path, *([ptd_path] if ptd_path else [])], "merge"
+    )
+    reads = [
+        read_pte_program(path, files) for path, files in zip(input_files, data_of, strict=True)
+    ]
     _check_inputs(input_files, reads)
-    command = _command(input_files, output_path, renames, prefixes, drops, data, ptd_path,
-                       inline, dedupe)
+    command = _command(
+        input_files, output_path, renames, prefixes, drops, data, ptd_path, inline, dedupe
+    )
     choice = _choose(input_files, reads, renames, prefixes, drops, command)
     bytes_before = sum(read.pte.file_bytes for read in reads) + sum(
-        os.path.getsize(p) for p in data_files)
+        os.path.getsize(p) for p in data_files
+    )
     written_from = [n for n, names in enumerate(choice.names) if any(names)]
     if not written_from:
         raise MethodSetError("merge: every method is dropped: nothing to write")
@@ -841,8 +971,9 @@ def merge_files(
         read, new = reads[number], choice.names[number]
         names.append([name for name in new if name is not None])
         if None in new:
-            kept = [m for m, name in zip(
-                    choice.originals[number], new, strict=True) if name is not None]
+            kept = [
+                m for m, name in zip(choice.originals[number], new, strict=True) if name is not None
+            ]
             read, layout = _read_without(read, kept, data_of[number])
             kept_reads.append(read)
             layouts.append(layout)
@@ -850,8 +981,9 @@ def merge_files(
             kept_reads.append(read)
             layouts.append(None)
     kept_inputs = [input_files[n] for n in written_from]
-    changed = (renames or prefixes or data_files or len(kept_inputs) != len(input_files)
-               or any(layouts))
+    changed = (
+        renames or prefixes or data_files or len(kept_inputs) != len(input_files) or any(layouts)
+    )
     opened: list[int] = []
     try:
         with contextlib.ExitStack() as stack:
@@ -859,8 +991,11 @@ def merge_files(
             contents = _Contents(sources)
             _check_data_keys(items, contents)
             dropped = _dropped_bytes(items)
-            live = sum(item.analysis.count.live[space] for item in items
-                       for space in ("constant", "named_data", "delegate", "external"))
+            live = sum(
+                item.analysis.count.live[space]
+                for item in items
+                for space in ("constant", "named_data", "delegate", "external")
+            )
             ptd = None if inline or ptd_path is None else _merged_ptd(items, contents, ptd_path)
             if len(items) == 1 and not changed and not changes_pte(items[0].analysis):
                 # One program with nothing to change is its own merge, as it is its own prune.
@@ -881,24 +1016,31 @@ def merge_files(
         for fd in opened:
             os.close(fd)
     report = MergeReport(
-        inputs=tuple(input_files), output=output_path, ptd_output=ptd_path if ptd else None,
+        inputs=tuple(input_files),
+        output=output_path,
+        ptd_output=ptd_path if ptd else None,
         methods=_merged_methods(input_files, choice),
         bytes_before=bytes_before,
         bytes_after=bytes_after,
         # What the inputs' live references read, against what the output holds for them.
-        stored_once=max(live - written, 0), dropped=dropped,
+        stored_once=max(live - written, 0),
+        dropped=dropped,
         seconds=time.perf_counter() - started,
         dropped_methods=tuple(
             (input_files[number], method)
-            for number, (methods, names) in enumerate(zip(
-                    choice.originals, choice.names, strict=True))
+            for number, (methods, names) in enumerate(
+                zip(choice.originals, choice.names, strict=True)
+            )
             for position, (method, name) in enumerate(zip(methods, names, strict=True))
-            if name is None and (number, position) not in choice.same_as),
+            if name is None and (number, position) not in choice.same_as
+        ),
         deduplicated_bytes=None if deduplicated is None else deduplicated.saved_bytes,
         data=tuple(tuple(files) for files in data_of),
         constant_buffer_inputs=tuple(
-            path for path, read in zip(
-                    input_files, reads, strict=True) if relies_on_constant_buffer(read.pte)),
+            path
+            for path, read in zip(input_files, reads, strict=True)
+            if relies_on_constant_buffer(read.pte)
+        ),
     )
     logger.info("%s", report.summary())
     return report
@@ -912,16 +1054,20 @@ def _merged_methods(inputs: Sequence[str], choice: Choice) -> tuple[MergedMethod
     return tuple(
         MergedMethod(name, inputs[number], method, tuple(also.get((number, position), ())))
         for number, (methods, names) in enumerate(zip(choice.originals, choice.names, strict=True))
-        for position, (method, name) in enumerate(zip(
-                methods, names, strict=True)) if name is not None
+        for position, (method, name) in enumerate(zip(methods, names, strict=True))
+        if name is not None
     )
 
 
 # --- split -------------------------------------------------------------------------
 
 
-def _without_plans(read: PteProgram, methods: Sequence[str], layout: PteLayout,
-                   renames: Mapping[str, str] | None = None) -> ProgramView:
+def _without_plans(
+    read: PteProgram,
+    methods: Sequence[str],
+    layout: PteLayout,
+    renames: Mapping[str, str] | None = None,
+) -> ProgramView:
     """A view of the file `read` is (`prune_file`'s `view`), whose program has only
     `methods`' plans (named as `renames` says) and the inline blobs they read, and whose
     segments are the input's bytes where the input has them: `prune` of it is the split."""
@@ -951,14 +1097,24 @@ def _without_plans(read: PteProgram, methods: Sequence[str], layout: PteLayout,
             return ByteSource([flatbuffer], name=source.name)
         # Aligned to the input's segment base itself: a program no larger than the input's
         # puts its segment data where the input's is.
-        prefix, at = extended_header_prefix(flatbuffer, layout.header_padded_length, base,
-                                            pte.file_bytes - base, layout.header_length)
+        prefix, at = extended_header_prefix(
+            flatbuffer,
+            layout.header_padded_length,
+            base,
+            pte.file_bytes - base,
+            layout.header_length,
+        )
         if at != base:
-            raise PteFormatError(pte.path, "split: the program without the other methods "
-                                 f"does not end before the segment data at {base}")
+            raise PteFormatError(
+                pte.path,
+                "split: the program without the other methods "
+                f"does not end before the segment data at {base}",
+            )
         whole = source.parts[0]
-        return ByteSource([prefix.ljust(base, b"\0"), Piece(whole.fd, base, pte.file_bytes - base)],
-                          name=source.name)
+        return ByteSource(
+            [prefix.ljust(base, b"\0"), Piece(whole.fd, base, pte.file_bytes - base)],
+            name=source.name,
+        )
 
     return ProgramView(view, layout)
 
@@ -975,8 +1131,9 @@ def _split_names(src: str, present: Sequence[str], specs: Sequence[str]) -> dict
         if old not in present:
             raise MethodSetError(f"{src} has no method {old!r} (it has {', '.join(present)})")
         if old in chosen:
-            raise MethodSetError(f"method {old!r} of {src} is named twice: "
-                                 f"{chosen[old]!r} and {new!r}")
+            raise MethodSetError(
+                f"method {old!r} of {src} is named twice: {chosen[old]!r} and {new!r}"
+            )
         chosen[old] = new
     for name in present:
         if name.startswith(TRAINING_PREFIX) and name not in chosen:
@@ -986,8 +1143,9 @@ def _split_names(src: str, present: Sequence[str], specs: Sequence[str]) -> dict
     seen: dict[str, str] = {}
     for old, new in chosen.items():
         if new in seen:
-            raise MethodSetError(f"{src}: methods {seen[new]!r} and {old!r} would both be "
-                                 f"named {new!r}")
+            raise MethodSetError(
+                f"{src}: methods {seen[new]!r} and {old!r} would both be named {new!r}"
+            )
         seen[new] = old
     return chosen
 
@@ -1025,12 +1183,19 @@ def split_file(
     external = len(read.pte.entries[DataSpace.EXTERNAL])
     if external:
         given = f" ({', '.join(data_files)})" if data_files else ""
-        raise MethodSetError(f"{src}: reads {external} tensor(s) from a .ptd{given}; split takes a "
-                             "program whose data is in the .pte (merge --inline makes one)")
+        raise MethodSetError(
+            f"{src}: reads {external} tensor(s) from a .ptd{given}; split takes a "
+            "program whose data is in the .pte (merge --inline makes one)"
+        )
     with ByteSource(src) as source:
         analysis = analyse_file(read.pte, {read.pte.path: source})
     aliased = find_aliases(analysis.shared)
-    layout = read_pte_layout(read.pte, read.program, read.program_data, aliased,
-                             shared_segment_alignment(read.pte, aliased))
+    layout = read_pte_layout(
+        read.pte,
+        read.program,
+        read.program_data,
+        aliased,
+        shared_segment_alignment(read.pte, aliased),
+    )
     view = _without_plans(read, [m for m in present if m in chosen], layout, chosen)
     return prune_file(src, dst, progress=progress, view=view)

@@ -47,9 +47,19 @@ from emitter_filter.ondisk.data_files import input_of, unique_tails
 from emitter_filter.ondisk.read_pte import PteProgram
 
 __all__ = [
-    "Choice", "Clash", "MethodClashes", "TRAINING_PREFIX", "choose_methods", "parse_drop",
-    "is_constant_method", "parse_method", "parse_prefix", "plan_names", "resolving_flags",
-    "same_method", "spans_open",
+    "Choice",
+    "Clash",
+    "MethodClashes",
+    "TRAINING_PREFIX",
+    "choose_methods",
+    "parse_drop",
+    "is_constant_method",
+    "parse_method",
+    "parse_prefix",
+    "plan_names",
+    "resolving_flags",
+    "same_method",
+    "spans_open",
 ]
 
 # ExecuTorch's training export adds, per method M, methods named `__et_training_*_M`
@@ -63,8 +73,9 @@ def parse_method(spec: str) -> tuple[str, str, str]:
     new, equals, source = spec.partition("=")
     path, colon, method = source.rpartition(":")
     if not (equals and colon and new and path and method):
-        raise MethodSetError(f"--method {spec!r}: expected NEW=FILE:METHOD, e.g. "
-                             "decode=decode.pte:forward")
+        raise MethodSetError(
+            f"--method {spec!r}: expected NEW=FILE:METHOD, e.g. decode=decode.pte:forward"
+        )
     try:
         new.encode("utf-8")  # a flatbuffer string; bytes that are not text came from argv
     except UnicodeEncodeError:
@@ -84,8 +95,9 @@ def parse_drop(spec: str) -> tuple[str, str]:
     """`FILE:METHOD` as (file, method)."""
     path, colon, method = spec.rpartition(":")
     if not (colon and path and method):
-        raise MethodSetError(f"--drop {spec!r}: expected FILE:METHOD, e.g. "
-                             "decode.pte:enable_dynamic_shape")
+        raise MethodSetError(
+            f"--drop {spec!r}: expected FILE:METHOD, e.g. decode.pte:enable_dynamic_shape"
+        )
     return path, method
 
 
@@ -151,8 +163,9 @@ def _delegate_blob(read: PteProgram, delegate) -> tuple[tuple[str, int, int], fr
     for blob in read.pte.delegates:
         if blob.location == location and blob.index == delegate.processed.index:
             return (read.pte.path, blob.offset, blob.nbytes), blob.named_keys
-    raise MethodSetError(f"{read.pte.path}: a delegate's blob {delegate.processed.index} "
-                         "is not in the file")
+    raise MethodSetError(
+        f"{read.pte.path}: a delegate's blob {delegate.processed.index} is not in the file"
+    )
 
 
 def _named(read: PteProgram) -> dict[str, tuple[str, int, int]]:
@@ -168,7 +181,8 @@ def same_method(a: PteProgram, i: int, b: PteProgram, j: int, spans: _Spans) -> 
     refs_a, refs_b = a.pte.plans[i], b.pte.plans[j]
     for attribute in pa._attributes:
         if attribute not in ("name", "values", "delegates") and (
-                getattr(pa, attribute) != getattr(pb, attribute)):
+            getattr(pa, attribute) != getattr(pb, attribute)
+        ):
             return False
     values_a, values_b = pa.values or [], pb.values or []
     if len(values_a) != len(values_b) or set(refs_a.data_refs) != set(refs_b.data_refs):
@@ -191,7 +205,10 @@ def same_method(a: PteProgram, i: int, b: PteProgram, j: int, spans: _Spans) -> 
     keys_b: set[str] = set()
     for da, db in zip(delegates_a, delegates_b, strict=True):
         if (da.id, da.compileSpecs, da.processed.location) != (
-                db.id, db.compileSpecs, db.processed.location):
+            db.id,
+            db.compileSpecs,
+            db.processed.location,
+        ):
             return False
         (blob_a, used_a), (blob_b, used_b) = _delegate_blob(a, da), _delegate_blob(b, db)
         data.append((blob_a, blob_b))
@@ -277,11 +294,15 @@ def _resolve_flags(inputs, originals, renames, prefixes, drops) -> _Flags:
 
     def claim(index: int, method: str, spelled: str) -> None:
         if method not in originals[index]:
-            raise MethodSetError(f"{spelled}: {inputs[index]} has no method {method!r} "
-                                 f"(it has {', '.join(originals[index])})")
+            raise MethodSetError(
+                f"{spelled}: {inputs[index]} has no method {method!r} "
+                f"(it has {', '.join(originals[index])})"
+            )
         if (index, method) in named:
-            raise MethodSetError(f"method {method!r} of {inputs[index]} is named twice: "
-                                 f"by {named[index, method]} and {spelled}")
+            raise MethodSetError(
+                f"method {method!r} of {inputs[index]} is named twice: "
+                f"by {named[index, method]} and {spelled}"
+            )
         named[index, method] = spelled
 
     for new, path, method in renames:
@@ -298,12 +319,14 @@ def _resolve_flags(inputs, originals, renames, prefixes, drops) -> _Flags:
         spelled = f"--prefix {prefix}={path}"
         index = input_of(path, inputs)
         if index in flags.prefixes:
-            raise MethodSetError(f"{inputs[index]} is named twice: by "
-                                 f"{flags.prefixes[index][1]} and {spelled}")
+            raise MethodSetError(
+                f"{inputs[index]} is named twice: by {flags.prefixes[index][1]} and {spelled}"
+            )
         renamed = [s for (i, _), s in named.items() if i == index and s.startswith("--method")]
         if renamed:
-            raise MethodSetError(f"a method of {inputs[index]} is named twice: by {spelled} "
-                                 f"and {renamed[0]}")
+            raise MethodSetError(
+                f"a method of {inputs[index]} is named twice: by {spelled} and {renamed[0]}"
+            )
         flags.prefixes[index] = (prefix, spelled)
     return flags
 
@@ -342,14 +365,20 @@ def choose_methods(
         prefix = flags.prefixes.get(index)
         for position, method in enumerate(methods):
             owner = owners[method]
-            if owner is not None and (index, method) not in flags.renames and (
-                    index, method) not in flags.drops:
+            if (
+                owner is not None
+                and (index, method) not in flags.renames
+                and (index, method) not in flags.drops
+            ):
                 continue  # named with its method, below
             _place(choice, flags, under, clashes, inputs, index, position, method, prefix, same)
             new = choice.names[index][position]
             for follower, its_owner in owners.items():
-                if its_owner != method or (index, follower) in flags.renames or (
-                        index, follower) in flags.drops:
+                if (
+                    its_owner != method
+                    or (index, follower) in flags.renames
+                    or (index, follower) in flags.drops
+                ):
                     continue
                 at = methods.index(follower)
                 if new is None and (index, position) not in choice.same_as:
@@ -364,12 +393,17 @@ def choose_methods(
                 else:
                     name = _followed(follower, method, new)
                 asked = flags.renames.get((index, method), (None, None))[1] or (
-                    prefix[1] if prefix and new != method else None)
+                    prefix[1] if prefix and new != method else None
+                )
                 _claim_name(choice, under, clashes, inputs, index, at, name, asked, same)
     if clashes:
         found = [
-            Clash(name, tuple(m for m, _ in under[name]),
-                  tuple(constant(m) for m, _ in under[name]), tuple(equals))
+            Clash(
+                name,
+                tuple(m for m, _ in under[name]),
+                tuple(constant(m) for m, _ in under[name]),
+                tuple(equals),
+            )
             for name, equals in clashes.items()
         ]
         raise MethodClashes(found, _clash_message(inputs, originals, found))
@@ -390,8 +424,9 @@ def _place(choice, flags, under, clashes, inputs, index, position, method, prefi
             if other[0] != index and same(other, (index, position)):
                 choice.same_as[index, position] = other
                 return
-        _claim_name(choice, under, clashes, inputs, index, position, prefix[0] + method,
-                    prefix[1], same)
+        _claim_name(
+            choice, under, clashes, inputs, index, position, prefix[0] + method, prefix[1], same
+        )
         return
     _claim_name(choice, under, clashes, inputs, index, position, method, None, same)
 
@@ -413,14 +448,13 @@ def _claim_name(choice, under, clashes, inputs, index, position, name, asked, sa
     if holders:
         first, first_asked = holders[0]
         if first[0] == index:
-            raise MethodSetError(f"{asked or first_asked}: {inputs[index]} has a method "
-                                 f"{name!r} already")
+            raise MethodSetError(
+                f"{asked or first_asked}: {inputs[index]} has a method {name!r} already"
+            )
         if asked:
-            raise MethodSetError(f"{asked}: {inputs[first[0]]} has a different method "
-                                 f"{name!r}")
+            raise MethodSetError(f"{asked}: {inputs[first[0]]} has a different method {name!r}")
         if first_asked:
-            raise MethodSetError(f"{first_asked}: {inputs[index]} has a different method "
-                                 f"{name!r}")
+            raise MethodSetError(f"{first_asked}: {inputs[index]} has a different method {name!r}")
         holders.append((here, asked))
         clashes.setdefault(name, []).append(None)
         return
@@ -439,8 +473,12 @@ def _tag(path: str, tails: Mapping[str, str]) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "_", "_".join(words)).strip("_") or "input"
 
 
-def resolving_flags(inputs: Sequence[str], originals: Sequence[Sequence[str]],
-                    clashes: Sequence[Clash], taken: Iterable[str] = ()) -> list[str]:
+def resolving_flags(
+    inputs: Sequence[str],
+    originals: Sequence[Sequence[str]],
+    clashes: Sequence[Clash],
+    taken: Iterable[str] = (),
+) -> list[str]:
     """The flags that resolve every clash: the later inputs' constant methods dropped
     (the first's value is kept), their other methods renamed NAME_TAG (TAG: the
     shortest tail of the input's path that no other input has, as a name; never a
@@ -452,7 +490,8 @@ def resolving_flags(inputs: Sequence[str], originals: Sequence[Sequence[str]],
     for clash in clashes:
         given: list[str | None] = [clash.name]
         for (index, position), is_constant, equal in zip(
-                clash.methods[1:], clash.constant[1:], clash.equals, strict=True):
+            clash.methods[1:], clash.constant[1:], clash.equals, strict=True
+        ):
             path, method = inputs[index], originals[index][position]
             # A training method is renamed with its method: the fix renames that.
             method = _owner(method, originals[index]) or method
@@ -475,11 +514,15 @@ def resolving_flags(inputs: Sequence[str], originals: Sequence[Sequence[str]],
     return [word for flag in flags.values() for word in flag]
 
 
-def _clash_message(inputs: Sequence[str], originals: Sequence[Sequence[str]],
-                  clashes: Sequence[Clash]) -> str:
+def _clash_message(
+    inputs: Sequence[str], originals: Sequence[Sequence[str]], clashes: Sequence[Clash]
+) -> str:
     listed = "; ".join(
         f"{clash.name!r} in {', '.join(dict.fromkeys(inputs[i] for i, _ in clash.methods))}"
-        for clash in clashes)
+        for clash in clashes
+    )
     count = len(clashes)
-    return (f"{count} method name{'s' if count != 1 else ''} with different methods "
-            f"behind {'them' if count != 1 else 'it'}: {listed}")
+    return (
+        f"{count} method name{'s' if count != 1 else ''} with different methods "
+        f"behind {'them' if count != 1 else 'it'}: {listed}"
+    )

@@ -35,7 +35,12 @@ from emitter_filter.ondisk.readers import Reader, plan_calls, xnnpack_graphs
 from emitter_filter.state_names import state_file
 
 __all__ = [
-    "NODE_VALUES", "INPUTS_NODE", "OUTPUTS_NODE", "graph_ids", "node_data", "node_data_file",
+    "NODE_VALUES",
+    "INPUTS_NODE",
+    "OUTPUTS_NODE",
+    "graph_ids",
+    "node_data",
+    "node_data_file",
 ]
 
 #: What `--value` sums per node: every byte read, the dead ones, the duplicated ones.
@@ -45,14 +50,26 @@ INPUTS_NODE, OUTPUTS_NODE = "GraphInputs", "GraphOutputs"
 # Model Explorer's colour scale, from few bytes (light) to the most (dark red).
 _GRADIENT = ({"stop": 0, "bgColor": "#fff5f0"}, {"stop": 1, "bgColor": "#cb181d"})
 # Parts of the file's structure: bytes no call reads, and that no prune frees.
-_STRUCTURE = frozenset({"header", "program", "values", "instructions", "operators", "padding",
-                        "ptd_header", "segments"})
+_STRUCTURE = frozenset(
+    {
+        "header",
+        "program",
+        "values",
+        "instructions",
+        "operators",
+        "padding",
+        "ptd_header",
+        "segments",
+    }
+)
 
 
 def graph_ids(program) -> list[str]:
     """The adapter's id of each plan's graph."""
-    return [table_text(plan.name) or f"ExecutionPlan_{number}"
-            for number, plan in enumerate(program.executionPlan or ())]
+    return [
+        table_text(plan.name) or f"ExecutionPlan_{number}"
+        for number, plan in enumerate(program.executionPlan or ())
+    ]
 
 
 def _call_nodes(program) -> dict[tuple[str, str], list[str]]:
@@ -62,7 +79,8 @@ def _call_nodes(program) -> dict[tuple[str, str], list[str]]:
         plan_name = table_text(plan.name) or ""
         for call in plan_calls(plan):
             nodes.setdefault((plan_name, call.op), []).append(
-                f"{graph}_{call.chain}_{call.instruction}")
+                f"{graph}_{call.chain}_{call.instruction}"
+            )
     return nodes
 
 
@@ -84,7 +102,9 @@ def _reader_nodes(reader: Reader, calls) -> list[str]:
 
 
 def _xnnpack_node_values(
-    explanation: Explanation, program, value: str,
+    explanation: Explanation,
+    program,
+    value: str,
     xnnpack_nodes: Mapping[tuple[str, int], Sequence[Sequence[str]]],
 ) -> dict[str, dict[str, int]]:
     """The adapter's graph of each XNNPACK call (`{file}::{call's node id}`) and its nodes'
@@ -99,8 +119,7 @@ def _xnnpack_node_values(
     for plan, graph in zip(program.executionPlan or (), graph_ids(program), strict=True):
         plan_name = table_text(plan.name) or ""
         for call in plan_calls(plan):
-            nodes = (None if call.delegate is None
-                     else xnnpack_nodes.get((plan_name, call.delegate)))
+            nodes = None if call.delegate is None else xnnpack_nodes.get((plan_name, call.delegate))
             if nodes is None:  # a kernel call, or a delegate of another backend
                 continue
             values = {}
@@ -113,7 +132,9 @@ def _xnnpack_node_values(
 
 
 def node_data(
-    explanation: Explanation, program, value: str = "bytes",
+    explanation: Explanation,
+    program,
+    value: str = "bytes",
     xnnpack_nodes: Mapping[tuple[str, int], Sequence[Sequence[str]]] | None = None,
 ) -> dict:
     """The node data of `explanation` (of `program`), each node valued by `value`.
@@ -130,14 +151,20 @@ def node_data(
         raise ValueError(f"unknown value {value!r}; expected one of {', '.join(NODE_VALUES)}")
     calls = _call_nodes(program)
     graphs = graph_ids(program)
-    graph_of = {table_text(plan.name) or "": graph
-                for plan, graph in zip(program.executionPlan or (), graphs, strict=True)}
+    graph_of = {
+        table_text(plan.name) or "": graph
+        for plan, graph in zip(program.executionPlan or (), graphs, strict=True)
+    }
     results: dict[str, dict[str, int]] = {graph: {} for graph in graphs}
     for part in explanation.parts:
         if not _counted(part, value):
             continue
-        places = {(graph_of[r.plan], node) for r in part.readers if r.plan in graph_of
-                  for node in _reader_nodes(r, calls)}
+        places = {
+            (graph_of[r.plan], node)
+            for r in part.readers
+            if r.plan in graph_of
+            for node in _reader_nodes(r, calls)
+        }
         if not places and graphs:
             places = {(graphs[0], INPUTS_NODE)}  # dead: read by nothing
         for graph, node in places:
@@ -150,12 +177,15 @@ def node_data(
             "results": {node: {"value": values[node]} for node in sorted(values)},
             "gradient": [dict(item) for item in _GRADIENT],
         }
-        for graph, values in results.items() if values
+        for graph, values in results.items()
+        if values
     }
 
 
 def node_data_file(
-    path: str | os.PathLike, ptd_paths: Sequence[str | os.PathLike] = (), value: str = "bytes",
+    path: str | os.PathLike,
+    ptd_paths: Sequence[str | os.PathLike] = (),
+    value: str = "bytes",
     names=None,
 ) -> dict:
     """Reads a `.pte` (and its `.ptd` files) and gives its node data (`node_data`); `names`
@@ -165,15 +195,18 @@ def node_data_file(
     read = read_pte_program(path, ptd_paths)
     with contextlib.ExitStack() as stack:
         sources = open_sources(stack, (os.fspath(path), *(os.fspath(p) for p in ptd_paths)))
-        explanation = explain_pte(read.pte, read.program, read.program_data, sources,
-                                  state_file(names))
+        explanation = explain_pte(
+            read.pte, read.program, read.program_data, sources, state_file(names)
+        )
         xnnpack_nodes = {}
-        for blob, graph in xnnpack_graphs(read.pte, read.program, read.program_data,
-                                          sources[read.pte.path]):
+        for blob, graph in xnnpack_graphs(
+            read.pte, read.program, read.program_data, sources[read.pte.path]
+        ):
             try:
                 keys = xnnpack_node_keys(graph)
             except ProgramFormatError as error:
-                raise PteFormatError(read.pte.path, f"XNNPACK blob: {error}",
-                                     blob.offset) from error
+                raise PteFormatError(
+                    read.pte.path, f"XNNPACK blob: {error}", blob.offset
+                ) from error
             xnnpack_nodes.update({(user.plan, user.index): keys for user in blob.users})
     return node_data(explanation, read.program, value, xnnpack_nodes)

@@ -30,14 +30,23 @@ SECTIONS = {"values": 2, "instructions": 5, "operators": 6}  # field slots in Ex
 # Field kinds: None (a scalar), "string", ("vector", element size), ("tables", table),
 # ("table", table), ("union", {type: table}) in the slot after its type's.
 _KERNEL_TYPES = {
-    KernelTypes.Null: "Empty", KernelTypes.Int: "Scalars", KernelTypes.Bool: "Scalars",
-    KernelTypes.Double: "Scalars", KernelTypes.Tensor: "Tensor", KernelTypes.String: "String",
-    KernelTypes.IntList: "List8", KernelTypes.DoubleList: "List8", KernelTypes.BoolList: "List1",
-    KernelTypes.TensorList: "List4", KernelTypes.OptionalTensorList: "List4",
+    KernelTypes.Null: "Empty",
+    KernelTypes.Int: "Scalars",
+    KernelTypes.Bool: "Scalars",
+    KernelTypes.Double: "Scalars",
+    KernelTypes.Tensor: "Tensor",
+    KernelTypes.String: "String",
+    KernelTypes.IntList: "List8",
+    KernelTypes.DoubleList: "List8",
+    KernelTypes.BoolList: "List1",
+    KernelTypes.TensorList: "List4",
+    KernelTypes.OptionalTensorList: "List4",
 }
 _INSTRUCTIONS = {
-    InstructionArguments.KernelCall: "Call", InstructionArguments.DelegateCall: "Call",
-    InstructionArguments.MoveCall: "Scalars", InstructionArguments.JumpFalseCall: "Scalars",
+    InstructionArguments.KernelCall: "Call",
+    InstructionArguments.DelegateCall: "Call",
+    InstructionArguments.MoveCall: "Scalars",
+    InstructionArguments.JumpFalseCall: "Scalars",
     InstructionArguments.FreeCall: "Scalars",
 }
 _SCHEMA: Mapping[str, tuple] = {
@@ -48,8 +57,18 @@ _SCHEMA: Mapping[str, tuple] = {
     "List4": (("vector", 4),),
     "List8": (("vector", 8),),
     "EValue": (None, ("union", _KERNEL_TYPES)),
-    "Tensor": (None, None, ("vector", 4), ("vector", 1), None, None,
-               ("table", "Scalars"), None, None, ("table", "ExtraTensorInfo")),
+    "Tensor": (
+        None,
+        None,
+        ("vector", 4),
+        ("vector", 1),
+        None,
+        None,
+        ("table", "Scalars"),
+        None,
+        None,
+        ("table", "ExtraTensorInfo"),
+    ),
     "ExtraTensorInfo": (None, "string"),
     "Operator": ("string", "string"),
     "Instruction": (None, ("union", _INSTRUCTIONS)),
@@ -58,8 +77,11 @@ _SCHEMA: Mapping[str, tuple] = {
     "FrameList": (("tables", "Frame"),),
     "Frame": ("string", None, "string", "string"),
 }
-_ROOTS = {"values": ("tables", "EValue"), "instructions": ("tables", "Chain"),
-          "operators": ("tables", "Operator")}
+_ROOTS = {
+    "values": ("tables", "EValue"),
+    "instructions": ("tables", "Chain"),
+    "operators": ("tables", "Operator"),
+}
 
 
 class _Walker:
@@ -113,7 +135,8 @@ class _Walker:
         hit = next((s for s, e in spans if s < start + size and start < e), None)
         if size and hit is not None:
             raise PteFormatError(
-                self.name, f"program flatbuffer: an object at {hit} overlaps the header", hit)
+                self.name, f"program flatbuffer: an object at {hit} overlaps the header", hit
+            )
 
     def field(self, kind, at: int, union_type: int | None = None) -> None:
         """The object a field at absolute `at` refers to (an offset relative to `at`)."""
@@ -136,8 +159,9 @@ class _Walker:
                 self.table(table, target)
 
     def table(self, name: str, at: int) -> None:
-        vtable = at - struct.unpack_from("<i", self.data, at)[0] if 0 <= at <= len(
-            self.data) - 4 else -1
+        vtable = (
+            at - struct.unpack_from("<i", self.data, at)[0] if 0 <= at <= len(self.data) - 4 else -1
+        )
         vtable_size, table_size = self._u16(vtable), self._u16(vtable + 2)
         self._claim(vtable, vtable_size)
         if not self._claim(at, table_size):
@@ -155,8 +179,9 @@ class _Walker:
                 self.field(kind, at + offset, union_type)
 
 
-def count_plan_sections(data: bytes, name: str, header: tuple[int, int] = (8, 0)
-                        ) -> list[dict[str, int]]:
+def count_plan_sections(
+    data: bytes, name: str, header: tuple[int, int] = (8, 0)
+) -> list[dict[str, int]]:
     """Bytes of each plan's `values`, `instructions` (its chains) and `operators`, by plan.
 
     Args:

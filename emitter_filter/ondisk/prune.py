@@ -96,10 +96,22 @@ if TYPE_CHECKING:
 
 # Besides `prune_file`, `share` and `merge` build on the rewrite's parts.
 __all__ = [
-    "JSON_SCHEMA", "FilePruneReport", "prune_file", "read_layout",
-    "pruned_pte", "OutSegment", "verbatim", "StoredEntry", "stored_entries",
-    "constant_segment", "mutable_segment", "SegmentTable", "delegate_segments",
-    "ProgramView", "changes_pte", "relies_on_constant_buffer",
+    "JSON_SCHEMA",
+    "FilePruneReport",
+    "prune_file",
+    "read_layout",
+    "pruned_pte",
+    "OutSegment",
+    "verbatim",
+    "StoredEntry",
+    "stored_entries",
+    "constant_segment",
+    "mutable_segment",
+    "SegmentTable",
+    "delegate_segments",
+    "ProgramView",
+    "changes_pte",
+    "relies_on_constant_buffer",
 ]
 
 logger = logging.getLogger(__name__)
@@ -238,13 +250,21 @@ def stored_entries(
     spans = _subsegment_spans(offsets, segment.size)
     entries = pte.entries[space]
     return [
-        StoredEntry(fd, segment.offset + offset, entries[index].nbytes, spans[index],
-                    index == len(offsets) - 1, alignment)
+        StoredEntry(
+            fd,
+            segment.offset + offset,
+            entries[index].nbytes,
+            spans[index],
+            index == len(offsets) - 1,
+            alignment,
+        )
         for index, offset in enumerate(offsets)
     ]
 
 
-def constant_segment(entries: Sequence[StoredEntry], alignment: int) -> tuple[OutSegment, list[int]]:
+def constant_segment(
+    entries: Sequence[StoredEntry], alignment: int
+) -> tuple[OutSegment, list[int]]:
     """The new constant segment holding `entries` in order, and its offsets
     (`_extract_constant_segment`): each but the last padded to `alignment`."""
     pieces, new_offsets, at = [], [], 0
@@ -309,26 +329,39 @@ def read_layout(
     read = read_pte_program(src, ptd_paths)
     aliased = find_aliases(find_shared_ranges(read.pte))
     return read_pte_layout(
-        read.pte, read.program, read.program_data, aliased,
+        read.pte,
+        read.program,
+        read.program_data,
+        aliased,
         shared_segment_alignment(read.pte, aliased),
     )
 
 
 def _tensor_data_segments(
-    pte: PteFile, program, fd: int, order, layout: PteLayout, out: list[OutSegment],
+    pte: PteFile,
+    program,
+    fd: int,
+    order,
+    layout: PteLayout,
+    out: list[OutSegment],
     extra_constants: Sequence[StoredEntry] = (),
     extra_mutables: Sequence[StoredEntry] = (),
 ) -> None:
     """Appends the new constant and mutable data segments to `out`; rewrites `program`'s
     `constant_segment` and `mutable_data_segments` to them. `extra_constants` and
     `extra_mutables` follow the input's entries (after its placeholder, where it has none)."""
-    has_constants = (program.constantSegment is not None
-                     and vector_ints(program.constantSegment.offsets))
+    has_constants = program.constantSegment is not None and vector_ints(
+        program.constantSegment.offsets
+    )
     # Always a constant segment, with its placeholder at least, as the serializer writes
     # it: without one the runtime takes the deprecated `constant_buffer` path.
-    entries = stored_entries(pte, program.constantSegment, fd, DataSpace.CONSTANT,
-                             layout.tensor_alignment) if has_constants else [
-        StoredEntry(fd, 0, 0, 0, True, 1)]
+    entries = (
+        stored_entries(
+            pte, program.constantSegment, fd, DataSpace.CONSTANT, layout.tensor_alignment
+        )
+        if has_constants
+        else [StoredEntry(fd, 0, 0, 0, True, 1)]
+    )
     entries += extra_constants
     constant, offsets = constant_segment(
         [entries[i] for i in [0, *order[DataSpace.CONSTANT]]], layout.tensor_alignment
@@ -339,12 +372,14 @@ def _tensor_data_segments(
         program.constantBuffer = []  # Its placeholder now the segment's: only one is used.
     if program.mutableDataSegments or extra_mutables:
         # No offsets, not even the placeholder: no tensor can refer to mutable data.
-        entries = stored_entries(pte, program.mutableDataSegments[0], fd, DataSpace.MUTABLE
-                                 ) if program.mutableDataSegments else []
+        entries = (
+            stored_entries(pte, program.mutableDataSegments[0], fd, DataSpace.MUTABLE)
+            if program.mutableDataSegments
+            else []
+        )
         if extra_mutables:
             entries = [*(entries or [StoredEntry(fd, 0, 0, 0, True, 1)]), *extra_mutables]
-        mutable = entries and mutable_segment(
-            [entries[i] for i in [0, *order[DataSpace.MUTABLE]]])
+        mutable = entries and mutable_segment([entries[i] for i in [0, *order[DataSpace.MUTABLE]]])
         if not mutable:
             program.mutableDataSegments = None
         else:
@@ -364,11 +399,17 @@ def delegate_segments(pte: PteFile, program, fd: int, table: SegmentTable, key) 
                 continue
             source = pte.segments[delegate.processed.index]
             delegate.processed.index = table.add(
-                key(source.index), Piece(fd, source.offset, source.size))
+                key(source.index), Piece(fd, source.offset, source.size)
+            )
 
 
 def _named_data_segments(
-    pte: PteFile, program, fd: int, table: SegmentTable, key, alignments: Sequence[int],
+    pte: PteFile,
+    program,
+    fd: int,
+    table: SegmentTable,
+    key,
+    alignments: Sequence[int],
     dead_keys: frozenset[str] = frozenset(),
 ) -> list:
     """Adds the segments of `named_data` but `dead_keys` to `table` (`_extract_named_data`,
@@ -379,8 +420,9 @@ def _named_data_segments(
         if table_text(entry.key) in dead_keys:
             continue
         source = pte.segments[entry.segmentIndex]
-        entry.segmentIndex = table.add(key(source.index), Piece(fd, source.offset, source.size),
-                                       alignments[source.index])
+        entry.segmentIndex = table.add(
+            key(source.index), Piece(fd, source.offset, source.size), alignments[source.index]
+        )
         kept.append(entry)
     return kept
 
@@ -412,16 +454,25 @@ def pruned_pte(
     _tensor_data_segments(pte, program, fd, order, layout, out, extra_constants, extra_mutables)
     table = SegmentTable(out)
     delegate_segments(pte, program, fd, table, key=lambda index: ("delegate", index))
-    named = _named_data_segments(pte, program, fd, table, lambda index: ("named", index),
-                                layout.segment_alignments, dead_keys)
+    named = _named_data_segments(
+        pte,
+        program,
+        fd,
+        table,
+        lambda index: ("named", index),
+        layout.segment_alignments,
+        dead_keys,
+    )
     for key, piece, alignment in extra_named:
-        named.append(PROGRAM.NamedData(key=key, segmentIndex=table.add(("extra", key), piece,
-                                                                      alignment)))
+        named.append(
+            PROGRAM.NamedData(key=key, segmentIndex=table.add(("extra", key), piece, alignment))
+        )
     if program.namedData is not None or extra_named:
         program.namedData = named
     data_index = new_data_indices(order)
     for plan, refs, live in zip(
-            program.executionPlan or (), pte.plans, liveness.live_values, strict=True):
+        program.executionPlan or (), pte.plans, liveness.live_values, strict=True
+    ):
         remap_plan_values(GENERATED, plan, refs, live)
         remap_data_indices(GENERATED, plan, refs, live, data_index)
 
@@ -469,8 +520,9 @@ def _pruned_ptd(
         FLAT_TENSOR.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out, strict=True)
     ]
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), layout, data_size)
-    return OutputFile(output, fd, prefix, [(base + o, s.pieces) for o, s in zip(
-            offsets, out, strict=True)])
+    return OutputFile(
+        output, fd, prefix, [(base + o, s.pieces) for o, s in zip(offsets, out, strict=True)]
+    )
 
 
 def verbatim(path: str, fd: int, size: int) -> OutputFile:
@@ -522,7 +574,8 @@ def _decide_outputs(
     fd = open_input(src, opened)
     if layout is not None or changes_pte(analysis):
         layout = layout or read_pte_layout(
-            pte, program, read.program_data, aliased, segment_alignment)
+            pte, program, read.program_data, aliased, segment_alignment
+        )
         outputs = [pruned_pte(pte, program, liveness, dead_keys, layout, fd, dst)]
     else:
         outputs = [verbatim(dst, fd, pte.file_bytes)]
@@ -614,11 +667,13 @@ def prune_file(
             raise ValueError(f"{len(ptd_targets)} .ptd outputs for {len(ptd_files)} inputs")
     elif ptd_files and ptd_out is None:
         raise OutputFileError(
-            f"{dst_path}: .ptd inputs given without a directory for their outputs")
+            f"{dst_path}: .ptd inputs given without a directory for their outputs"
+        )
     else:
         ptd_targets = [os.path.join(ptd_dir, os.path.basename(p)) for p in ptd_files]
-    check_outputs([src_path, *ptd_files], [dst_path, *ptd_targets],
-                  created=[ptd_dir] if ptd_dir else [])
+    check_outputs(
+        [src_path, *ptd_files], [dst_path, *ptd_targets], created=[ptd_dir] if ptd_dir else []
+    )
 
     # Read, then decide every output byte, then write; the kernel copies the .pte
     # meanwhile, where most of the output will be its input at the same offsets.
@@ -636,20 +691,40 @@ def prune_file(
         # into the constant segment would be written out again. Deduplicating again keeps it.
         dedupe = dedupe or _undoes_sharing(analysis, view is not None)
         return _write_pruned(
-            src_path, dst_path, read, analysis, ptd_files, ptd_targets, progress, started, early,
-            dedupe=dedupe, layout=None if view is None else view.layout,
+            src_path,
+            dst_path,
+            read,
+            analysis,
+            ptd_files,
+            ptd_targets,
+            progress,
+            started,
+            early,
+            dedupe=dedupe,
+            layout=None if view is None else view.layout,
         )
 
 
 def _undoes_sharing(analysis: FileAnalysis, rewrite: bool = False) -> bool:
     """Whether pruning would write out again a segment that reads a constant's range."""
     aliased = find_aliases(analysis.shared)
-    return ((rewrite or changes_pte(analysis))
-            and any(a.space == "constant" for a in aliased.values()))
+    return (rewrite or changes_pte(analysis)) and any(
+        a.space == "constant" for a in aliased.values()
+    )
 
 
 def _write_pruned(
-    src, dst, read, analysis, ptd_paths, ptd_outputs, progress, started, early, *, dedupe: bool,
+    src,
+    dst,
+    read,
+    analysis,
+    ptd_paths,
+    ptd_outputs,
+    progress,
+    started,
+    early,
+    *,
+    dedupe: bool,
     layout: PteLayout | None = None,
 ) -> FilePruneReport:
     """The prune itself, once the file is read and analysed: decide, deduplicate if asked,
@@ -668,9 +743,11 @@ def _write_pruned(
         # Read before the rewrite: the alignment the input shows (the pruned file alone
         # may allow others), and its reading where the .pte is its own output.
         aliased = find_aliases(analysis.shared)
-        alignment, _ = read_segment_layout(
-            read.pte, aliased, shared_segment_alignment(read.pte, aliased)
-        ) if layout is None else (layout.segment_alignment, ())
+        alignment, _ = (
+            read_segment_layout(read.pte, aliased, shared_segment_alignment(read.pte, aliased))
+            if layout is None
+            else (layout.segment_alignment, ())
+        )
         verbatim_read = None if layout is not None or changes_pte(analysis) else read
     dedupe_report = None
     opened: list[int] = []
@@ -684,7 +761,11 @@ def _write_pruned(
         with output_directory(directory) if directory else contextlib.nullcontext():
             if dedupe:
                 bytes_after, dedupe_report = write_deduplicated(
-                    outputs, alignment, read=verbatim_read, progress=progress, early=early,
+                    outputs,
+                    alignment,
+                    read=verbatim_read,
+                    progress=progress,
+                    early=early,
                     validate=validate_outputs,
                 )
             else:

@@ -187,9 +187,7 @@ def pack_flat_tensor(flat_tensor) -> bytes:
         The flatbuffer, file identifier included, without the `.ptd` header.
     """
     builder = _FlatcBuilder()
-    segments = builder.offsets(
-        [_pack_segment(builder, s) for s in flat_tensor.segments or ()]
-    )
+    segments = builder.offsets([_pack_segment(builder, s) for s in flat_tensor.segments or ()])
     named_data = builder.offsets(
         [_pack_named_data(builder, e) for e in flat_tensor.namedData or ()]
     )

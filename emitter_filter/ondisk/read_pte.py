@@ -63,15 +63,30 @@ __all__ = ["PteProgram", "read_pte", "read_pte_program", "tensor_nbytes"]
 
 # Bytes per element for each ScalarType, as the runtime's elementSize() has them.
 _ELEMENT_SIZE = {
-    ScalarType.BYTE: 1, ScalarType.CHAR: 1, ScalarType.SHORT: 2, ScalarType.INT: 4,
-    ScalarType.LONG: 8, ScalarType.HALF: 2, ScalarType.FLOAT: 4, ScalarType.DOUBLE: 8,
-    ScalarType.BOOL: 1, ScalarType.QINT8: 1, ScalarType.QUINT8: 1, ScalarType.QINT32: 4,
-    ScalarType.BFLOAT16: 2, ScalarType.QUINT4X2: 1, ScalarType.QUINT2X4: 1,
-    ScalarType.BITS16: 2, ScalarType.FLOAT8E5M2: 1, ScalarType.FLOAT8E4M3FN: 1,
-    ScalarType.FLOAT8E5M2FNUZ: 1, ScalarType.FLOAT8E4M3FNUZ: 1, ScalarType.UINT16: 2,
-    ScalarType.UINT32: 4, ScalarType.UINT64: 8,
+    ScalarType.BYTE: 1,
+    ScalarType.CHAR: 1,
+    ScalarType.SHORT: 2,
+    ScalarType.INT: 4,
+    ScalarType.LONG: 8,
+    ScalarType.HALF: 2,
+    ScalarType.FLOAT: 4,
+    ScalarType.DOUBLE: 8,
+    ScalarType.BOOL: 1,
+    ScalarType.QINT8: 1,
+    ScalarType.QUINT8: 1,
+    ScalarType.QINT32: 4,
+    ScalarType.BFLOAT16: 2,
+    ScalarType.QUINT4X2: 1,
+    ScalarType.QUINT2X4: 1,
+    ScalarType.BITS16: 2,
+    ScalarType.FLOAT8E5M2: 1,
+    ScalarType.FLOAT8E4M3FN: 1,
+    ScalarType.FLOAT8E5M2FNUZ: 1,
+    ScalarType.FLOAT8E4M3FNUZ: 1,
+    ScalarType.UINT16: 2,
+    ScalarType.UINT32: 4,
+    ScalarType.UINT64: 8,
 }
-
 
 
 @dataclass(frozen=True)
@@ -371,8 +386,12 @@ def _tensor_data_entries(
     constant_segment = mutable_segment = None
     if program.constantSegment is not None and vector_ints(program.constantSegment.offsets):
         constant_segment, entries[DataSpace.CONSTANT] = _subsegment(
-            reader, segments, program.constantSegment, DataSpace.CONSTANT,
-            "constant_segment", tensors,
+            reader,
+            segments,
+            program.constantSegment,
+            DataSpace.CONSTANT,
+            "constant_segment",
+            tensors,
         )
     elif any(len(vector_ints(b.storage)) for b in program.constantBuffer or ()):
         # Only the empty placeholder entry is a program without constants: accepted.
@@ -384,8 +403,12 @@ def _tensor_data_entries(
         )
     if program.mutableDataSegments:
         mutable_segment, entries[DataSpace.MUTABLE] = _subsegment(
-            reader, segments, program.mutableDataSegments[0], DataSpace.MUTABLE,
-            "mutable_data_segments[0]", tensors,
+            reader,
+            segments,
+            program.mutableDataSegments[0],
+            DataSpace.MUTABLE,
+            "mutable_data_segments[0]",
+            tensors,
         )
     return entries, constant_segment, mutable_segment
 

@@ -116,8 +116,15 @@ def plan_calls(plan) -> list[PlanCall]:
                 op = delegates[number] if 0 <= number < len(delegates) else "?"
             else:
                 continue
-            calls.append(PlanCall(op, tuple(vector_ints(args.args)), chain_index, index,
-                                  args.delegateIndex if kind == "DelegateCall" else None))
+            calls.append(
+                PlanCall(
+                    op,
+                    tuple(vector_ints(args.args)),
+                    chain_index,
+                    index,
+                    args.delegateIndex if kind == "DelegateCall" else None,
+                )
+            )
     return calls
 
 
@@ -138,9 +145,7 @@ def find_tensor_readers(pte: PteFile, program: Table) -> dict[DataRef, tuple[Rea
                 for item in (value, *refs.list_items.get(value, ())):
                     ref = refs.data_refs.get(item)
                     if ref is not None:
-                        readers.setdefault(ref, []).append(
-                            Reader(refs.name, op, position, ordinal)
-                        )
+                        readers.setdefault(ref, []).append(Reader(refs.name, op, position, ordinal))
         for position, value in enumerate(vector_ints(plan.outputs)):
             ref = refs.data_refs.get(value)
             if ref is not None:
@@ -185,6 +190,7 @@ def xnnpack_graphs(
         if not blob.users or any(u.backend_id != XNNPACK_BACKEND_ID for u in blob.users):
             continue
         if blob.location == "segment":
+
             def read(start, count, offset=blob.offset):
                 return source.read(offset + start, count, "XNNPACK blob")
         else:
@@ -192,6 +198,7 @@ def xnnpack_graphs(
 
             def read(start, count, span=spans[blob.index]):
                 return program_data[span[0] + start : span[0] + min(start + count, span[1])]
+
         try:
             head = read(0, min(XNN_HEADER_SIZE, blob.nbytes))
             offset, size = xnnpack_flatbuffer_span(head, blob.nbytes)

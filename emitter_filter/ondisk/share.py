@@ -92,7 +92,6 @@ __all__ = ["DEFAULT_MIN_BYTES", "SharedProgram", "ShareReport", "share_files"]
 logger = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class SharedProgram:
     """One program of the set: what was written for it.
@@ -156,19 +155,33 @@ class ShareReport:
 
     def summary(self) -> str:
         """One line, for the log and the CLI."""
-        stored = (f"{self.shared_contents} contents ({self.shared_bytes:,} B) stored once in "
-                  + ", ".join(self.ptd_outputs) if self.ptd_outputs else "nothing stored once")
+        stored = (
+            f"{self.shared_contents} contents ({self.shared_bytes:,} B) stored once in "
+            + ", ".join(self.ptd_outputs)
+            if self.ptd_outputs
+            else "nothing stored once"
+        )
         programs = "1 program" if len(self.programs) == 1 else f"{len(self.programs)} programs"
         own = sum(len(p.own_keys) for p in self.programs)
         return (
             f"{programs}: {self.bytes_before:,} -> {self.bytes_after:,} B "
             f"({self.saved_bytes:,} saved); {stored} in {self.seconds * 1e3:.1f} ms"
-            + (f"; {own} key(s) with other bytes in another program kept in each program's "
-               ".pte" if own else "")
-            + (f"; {self.deduplicated_bytes:,} B stored once within programs (--dedupe)"
-               if self.deduplicated_bytes else "")
-            + (f"; {self.dead_bytes:,} B no program reads left in place (prune them, or "
-               "share --prune)" if self.dead_bytes else "")
+            + (
+                f"; {own} key(s) with other bytes in another program kept in each program's .pte"
+                if own
+                else ""
+            )
+            + (
+                f"; {self.deduplicated_bytes:,} B stored once within programs (--dedupe)"
+                if self.deduplicated_bytes
+                else ""
+            )
+            + (
+                f"; {self.dead_bytes:,} B no program reads left in place (prune them, or "
+                "share --prune)"
+                if self.dead_bytes
+                else ""
+            )
         )
 
     def to_json(self) -> dict:
@@ -186,9 +199,7 @@ class ShareReport:
 
 def _external_info(tensor, key: str) -> Table:
     """The tensor's `extra_tensor_info`, now EXTERNAL under `key` (other fields kept)."""
-    info = PROGRAM.ExtraTensorInfo(
-        fullyQualifiedName=key, location=TensorDataLocation.EXTERNAL
-    )
+    info = PROGRAM.ExtraTensorInfo(fullyQualifiedName=key, location=TensorDataLocation.EXTERNAL)
     old = tensor.extraTensorInfo
     if old is not None:
         info.mutableDataSegmentsIdx = old.mutableDataSegmentsIdx
@@ -231,8 +242,14 @@ def _entry_count(subsegment) -> int:
     return max(len(vector_ints(subsegment.offsets)) if subsegment is not None else 0, 1)
 
 
-def _keep_own(read: PteProgram, plans, own: frozenset[str], fds: dict[str, int],
-              layout: PteLayout, alignments: dict[str, Sequence[int]]):
+def _keep_own(
+    read: PteProgram,
+    plans,
+    own: frozenset[str],
+    fds: dict[str, int],
+    layout: PteLayout,
+    alignments: dict[str, Sequence[int]],
+):
     """Brings the program's own keys (`SharedSet.own_keys`) from its `.ptd` into its `.pte`.
 
     A tensor reading one becomes a constant of the `.pte` (location SEGMENT, its
@@ -253,8 +270,11 @@ def _keep_own(read: PteProgram, plans, own: frozenset[str], fds: dict[str, int],
         data_refs = dict(refs.data_refs)
         for value_index, ref in refs.data_refs.items():
             tensor = plan.values[value_index].val
-            name = (table_text(tensor.extraTensorInfo.fullyQualifiedName)
-                    if tensor.extraTensorInfo is not None else None)
+            name = (
+                table_text(tensor.extraTensorInfo.fullyQualifiedName)
+                if tensor.extraTensorInfo is not None
+                else None
+            )
             if ref.space is not DataSpace.EXTERNAL or name not in own:
                 continue
             space = DataSpace.CONSTANT if tensor.allocationInfo is None else DataSpace.MUTABLE
@@ -262,17 +282,31 @@ def _keep_own(read: PteProgram, plans, own: frozenset[str], fds: dict[str, int],
                 entry = pte.entries[DataSpace.EXTERNAL][ref.index]
                 first, entries = spaces[space]
                 index_of[name] = DataRef(space, first + len(entries))
-                entries.append(StoredEntry(fds[entry.file], entry.offset, entry.nbytes,
-                                           entry.nbytes, True, layout.tensor_alignment))
+                entries.append(
+                    StoredEntry(
+                        fds[entry.file],
+                        entry.offset,
+                        entry.nbytes,
+                        entry.nbytes,
+                        True,
+                        layout.tensor_alignment,
+                    )
+                )
             if index_of[name].space is not space:
-                raise PteFormatError(pte.path, f"external tensor {name!r} is read both as a "
-                                     "mutable and as a constant tensor: share cannot keep it")
+                raise PteFormatError(
+                    pte.path,
+                    f"external tensor {name!r} is read both as a "
+                    "mutable and as a constant tensor: share cannot keep it",
+                )
             tensor.extraTensorInfo.location = TensorDataLocation.SEGMENT
             data_refs[value_index] = index_of[name]
         new_plans.append(dataclasses.replace(refs, data_refs=data_refs))
     named = [
-        (entry.key, Piece(fds[entry.file], entry.offset, entry.nbytes),
-         alignments[entry.file][entry.segment_index])
+        (
+            entry.key,
+            Piece(fds[entry.file], entry.offset, entry.nbytes),
+            alignments[entry.file][entry.segment_index],
+        )
         for entry in pte.named_data
         if entry.file != pte.path and entry.key in own and entry.key not in index_of
     ]
@@ -295,8 +329,13 @@ def _every_value(plans) -> Liveness:
 
 
 def _shared_pte(
-    number: int, read: PteProgram, layout: PteLayout, found: SharedSet, fds: dict[str, int],
-    alignments: dict[str, Sequence[int]], output: str,
+    number: int,
+    read: PteProgram,
+    layout: PteLayout,
+    found: SharedSet,
+    fds: dict[str, int],
+    alignments: dict[str, Sequence[int]],
+    output: str,
 ) -> OutputFile:
     """The program's output: itself when nothing of it moves, else rewritten."""
     fd = fds[read.pte.path]
@@ -306,10 +345,18 @@ def _shared_pte(
     if not keys and not moved_keys and not own and not relies_on_constant_buffer(read.pte):
         return verbatim(output, fd, read.pte.file_bytes)
     plans, constants, mutables, named = _keep_own(
-        read, _externalize(read, keys), own, fds, layout, alignments)
+        read, _externalize(read, keys), own, fds, layout, alignments
+    )
     return pruned_pte(
-        dataclasses.replace(read.pte, plans=plans), read.program, _every_value(plans),
-        moved_keys, layout, fd, output, extra_constants=constants, extra_mutables=mutables,
+        dataclasses.replace(read.pte, plans=plans),
+        read.program,
+        _every_value(plans),
+        moved_keys,
+        layout,
+        fd,
+        output,
+        extra_constants=constants,
+        extra_mutables=mutables,
         extra_named=named,
     )
 
@@ -325,7 +372,8 @@ def _tensor_layout(layout: TensorLayoutKey) -> Table:
 
 def _named(key: str, segment: int, layout: TensorLayoutKey | None = None) -> Table:
     return FLAT_TENSOR.NamedData(
-        key=key, segmentIndex=segment,
+        key=key,
+        segmentIndex=segment,
         tensorLayout=None if layout is None else _tensor_layout(layout),
     )
 
@@ -370,9 +418,13 @@ def _shared_ptd(
             index = builder.segment(blob, own[entry.segmentIndex], piece)
             layout = entry.tensorLayout
             builder.add(
-                key, index,
-                None if layout is None else TensorLayoutKey(
-                    int(layout.scalarType), tuple(vector_ints(layout.sizes)),
+                key,
+                index,
+                None
+                if layout is None
+                else TensorLayoutKey(
+                    int(layout.scalarType),
+                    tuple(vector_ints(layout.sizes)),
                     tuple(vector_ints(layout.dimOrder)),
                 ),
             )
@@ -399,8 +451,10 @@ def _shared_ptd(
     prefix, base = ptd_prefix(pack_flat_tensor(flat_tensor), PtdLayout(alignment, ()), data_size)
     first_fd = next(iter(fds.values()))
     return OutputFile(
-        output, first_fd, prefix, [(base + o, s.pieces) for o, s in zip(
-                offsets, builder.segments, strict=True)]
+        output,
+        first_fd,
+        prefix,
+        [(base + o, s.pieces) for o, s in zip(offsets, builder.segments, strict=True)],
     )
 
 
@@ -425,10 +479,15 @@ def _with_layouts(programs: ProgramSet) -> ProgramSet:
     layouts = []
     for read in programs.reads:
         aliased = find_aliases(find_shared_ranges(read.pte))
-        layouts.append(read_pte_layout(
-            read.pte, read.program, read.program_data, aliased,
-            shared_segment_alignment(read.pte, aliased),
-        ))
+        layouts.append(
+            read_pte_layout(
+                read.pte,
+                read.program,
+                read.program_data,
+                aliased,
+                shared_segment_alignment(read.pte, aliased),
+            )
+        )
     own = tuple(
         infer_ptd_layout(ptd_segment_alignments(ptd), None, len(ptd.segments)).segment_alignments
         for ptd, _ in programs.ptds
@@ -487,8 +546,15 @@ def share_files(
     _check_inputs(pte_files, out_path, ptd_name)
     if prune:
         return _prune_then_share(
-            pte_files, out_path, list(ptd_paths), started, data_beside,
-            ptd_name=ptd_name, min_bytes=min_bytes, progress=progress, dedupe=dedupe,
+            pte_files,
+            out_path,
+            list(ptd_paths),
+            started,
+            data_beside,
+            ptd_name=ptd_name,
+            min_bytes=min_bytes,
+            progress=progress,
+            dedupe=dedupe,
         )
     data_of = data_files_for(pte_files, ptd_paths, beside=data_beside)
     ptd_files = list(dict.fromkeys(p for files in data_of for p in files))
@@ -520,7 +586,14 @@ def share_files(
         for fd in opened:
             os.close(fd)
     report = _report(
-        programs.reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started,
+        programs.reads,
+        ptds,
+        found,
+        pte_outputs,
+        ptd_outputs,
+        sizes,
+        bytes_after,
+        started,
         data_of,
     )
     return dataclasses.replace(report, deduplicated_bytes=deduplicated) if dedupe else report
@@ -578,14 +651,19 @@ def _prune_then_share(ptes, out_dir, ptd_paths, started, data_beside, **options)
         data_of = data_files_for(ptes, (), beside=data_beside)
         for source, target, files in zip(ptes, pruned, data_of, strict=True):
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            prune_file(source, target, files,
-                       ptd_outputs=[os.path.splitext(target)[0] + ".ptd" for _ in files])
+            prune_file(
+                source,
+                target,
+                files,
+                ptd_outputs=[os.path.splitext(target)[0] + ".ptd" for _ in files],
+            )
         report = share_files(pruned, out_dir, **options)
     return dataclasses.replace(
         report,
         programs=tuple(
-            dataclasses.replace(p, path=source, data=tuple(files),
-                                bytes_before=os.path.getsize(source))
+            dataclasses.replace(
+                p, path=source, data=tuple(files), bytes_before=os.path.getsize(source)
+            )
             for p, source, files in zip(report.programs, ptes, data_of, strict=True)
         ),
         ptd_inputs=tuple(f for files in data_of for f in files),
@@ -597,13 +675,10 @@ def _prune_then_share(ptes, out_dir, ptd_paths, started, data_beside, **options)
 
 def _ptd_blobs_by_place(found: SharedSet) -> dict:
     """Every `.ptd` segment that is a copy of some grouped content, by (file, segment)."""
-    return {
-        (b.file, b.index): b for b in found.content_of if b.kind == "external"
-    }
+    return {(b.file, b.index): b for b in found.content_of if b.kind == "external"}
 
 
-def _report(reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started,
-            data_of):
+def _report(reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started, data_of):
     programs = tuple(
         SharedProgram(
             path=read.pte.path,
@@ -617,7 +692,8 @@ def _report(reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, st
         )
         # `sizes` lists the programs' outputs first, then the `.ptd` outputs.
         for number, (read, output, size) in enumerate(
-            zip(reads, pte_outputs, sizes[:len(pte_outputs)], strict=True))
+            zip(reads, pte_outputs, sizes[: len(pte_outputs)], strict=True)
+        )
     )
     report = ShareReport(
         programs=programs,

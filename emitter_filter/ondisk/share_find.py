@@ -72,6 +72,7 @@ __all__ = [
 #: `share`'s default, and what `audit` and `explain` of a set count as stored twice.
 DEFAULT_MIN_BYTES = 1024
 
+
 @dataclass(frozen=True)
 class StoredBlob:
     """One place an input stores some bytes.
@@ -182,7 +183,8 @@ class ProgramSet:
 
 
 def read_set(
-    ptes: Sequence[str], ptd_paths: Sequence[str],
+    ptes: Sequence[str],
+    ptd_paths: Sequence[str],
     data_of: Sequence[Sequence[str]] | None = None,
 ) -> ProgramSet:
     """Reads every program and every `.ptd`; refuses external tensors without a `.ptd`.
@@ -211,9 +213,11 @@ def find_set_shared(programs: ProgramSet, min_bytes: int) -> SharedSet:
     with contextlib.ExitStack() as stack:
         sources = open_sources(stack, paths)
         return find_shared(
-            programs.reads, programs.layouts,
-            [(ptd, own) for (ptd, _), own in zip(
-                    programs.ptds, alignments, strict=True)], sources, min_bytes,
+            programs.reads,
+            programs.layouts,
+            [(ptd, own) for (ptd, _), own in zip(programs.ptds, alignments, strict=True)],
+            sources,
+            min_bytes,
         )
 
 
@@ -240,8 +244,10 @@ class KeyClash:
         return f"key {self.key!r} holds other bytes in {held}"
 
     def to_json(self) -> dict:
-        return {"key": self.key,
-                "copies": [{"file": path, "bytes": nbytes} for path, nbytes in self.copies]}
+        return {
+            "key": self.key,
+            "copies": [{"file": path, "bytes": nbytes} for path, nbytes in self.copies],
+        }
 
 
 def key_clashes(programs: ProgramSet, found: SharedSet) -> tuple[KeyClash, ...]:
@@ -255,8 +261,10 @@ def key_clashes(programs: ProgramSet, found: SharedSet) -> tuple[KeyClash, ...]:
     """
     copies: dict[str, dict[str, int]] = {}
     for read in programs.reads:
-        held = [*read.pte.named_data,
-                *(named for ptd in read.pte.ptd_files for named in ptd.named_data.values())]
+        held = [
+            *read.pte.named_data,
+            *(named for ptd in read.pte.ptd_files for named in ptd.named_data.values()),
+        ]
         for named in held:
             if named.key in found.clashing:
                 copies.setdefault(named.key, {})[named.file] = named.nbytes
@@ -302,7 +310,13 @@ def _program_blobs(
     for index, entry in sorted(pte.entries[DataSpace.CONSTANT].items()):
         if index and entry.nbytes and index in read_data:
             yield StoredBlob(
-                "constant", pte.path, index, entry.offset, entry.nbytes, (), number,
+                "constant",
+                pte.path,
+                index,
+                entry.offset,
+                entry.nbytes,
+                (),
+                number,
                 1 if layout is None else layout.tensor_alignment,
             )
     keys: dict[int, list[str]] = {}
@@ -313,11 +327,16 @@ def _program_blobs(
     for index, names in keys.items():
         segment = pte.segments[index]
         unread = all(name in dead_keys for name in names)
-        if segment.size and not unread and index not in (pte.constant_segment,
-                                                          pte.mutable_segment):
+        if segment.size and not unread and index not in (pte.constant_segment, pte.mutable_segment):
             yield StoredBlob(
-                "named_data", pte.path, index, segment.offset, segment.size, tuple(names),
-                number, 1 if layout is None else layout.segment_alignments[index],
+                "named_data",
+                pte.path,
+                index,
+                segment.offset,
+                segment.size,
+                tuple(names),
+                number,
+                1 if layout is None else layout.segment_alignments[index],
             )
 
 
@@ -329,16 +348,20 @@ def _ptd_blobs(ptd: PtdFile, alignments: Sequence[int] | None) -> Iterator[Store
         segment = ptd.segments[index]
         if segment.size:
             yield StoredBlob(
-                "external", ptd.path, index, segment.offset, segment.size, tuple(names),
-                None, 1 if alignments is None else alignments[index],
+                "external",
+                ptd.path,
+                index,
+                segment.offset,
+                segment.size,
+                tuple(names),
+                None,
+                1 if alignments is None else alignments[index],
             )
 
 
 def _group(blobs: Sequence[StoredBlob], sources: Mapping[str, ByteSource]):
     """Groups the blobs by content: (nbytes, sha256 hex, blobs) per content stored twice or more."""
-    by_copy = {
-        StoredCopy(b.kind, b.file, b.index, b.keys): b for b in blobs
-    }
+    by_copy = {StoredCopy(b.kind, b.file, b.index, b.keys): b for b in blobs}
     groups = group_duplicates(
         (copy, StoredSpan(sources[b.file], b.offset, b.nbytes)) for copy, b in by_copy.items()
     )
@@ -401,11 +424,20 @@ def find_shared(
         # Below `min_bytes`, moving a copy costs about what it saves; but the shared `.ptd`
         # holds what several `.ptd` files hold once, whatever its size. What no program
         # reads is dead, not shared (it too is stored once, but `prune` drops it).
-        movable = [b for b in members if nbytes >= min_bytes and _movable(b, tensor_layouts)
-                   and not clashing.intersection(b.keys)]
-        in_ptds = [b for b in members if b.kind == "external"
-                   and not clashing.issuperset(b.keys)
-                   and _read_by_some(b, reads, ptd_keys_read)]
+        movable = [
+            b
+            for b in members
+            if nbytes >= min_bytes
+            and _movable(b, tensor_layouts)
+            and not clashing.intersection(b.keys)
+        ]
+        in_ptds = [
+            b
+            for b in members
+            if b.kind == "external"
+            and not clashing.issuperset(b.keys)
+            and _read_by_some(b, reads, ptd_keys_read)
+        ]
         if not movable and len({b.file for b in in_ptds}) < 2:
             continue
         shared.append(SharedContent(nbytes, sha256, tuple(members if movable else in_ptds)))
@@ -442,15 +474,16 @@ def _ptd_keys_read(
     """Per program, the keys of its `.ptd` files it reads (`analysis.keep_ptd_key`)."""
     read_keys = []
     for read, analysis in zip(reads, analyses, strict=True):
-        keep = keep_ptd_key(read.pte, read.program, analysis.liveness,
-                            frozenset(analysis.use.dead))
-        read_keys.append(frozenset(
-            key for ptd in read.pte.ptd_files for key in ptd.named_data if keep(key)))
+        keep = keep_ptd_key(read.pte, read.program, analysis.liveness, frozenset(analysis.use.dead))
+        read_keys.append(
+            frozenset(key for ptd in read.pte.ptd_files for key in ptd.named_data if keep(key))
+        )
     return read_keys
 
 
-def _read_by_some(blob: StoredBlob, reads: Sequence[PteProgram],
-                  ptd_keys_read: Sequence[frozenset[str]]) -> bool:
+def _read_by_some(
+    blob: StoredBlob, reads: Sequence[PteProgram], ptd_keys_read: Sequence[frozenset[str]]
+) -> bool:
     """Whether a program that loads with the blob's `.ptd` reads one of its keys."""
     return any(
         ptd_keys_read[number].intersection(blob.keys)
@@ -460,8 +493,10 @@ def _read_by_some(blob: StoredBlob, reads: Sequence[PteProgram],
 
 
 def _resolve_keys(
-    reads: Sequence[PteProgram], blobs: Sequence[StoredBlob],
-    content_of: Mapping[StoredBlob, int], ptd_keys_read: Sequence[frozenset[str]],
+    reads: Sequence[PteProgram],
+    blobs: Sequence[StoredBlob],
+    content_of: Mapping[StoredBlob, int],
+    ptd_keys_read: Sequence[frozenset[str]],
 ) -> tuple[frozenset[str], dict[int, frozenset[str]]]:
     """The keys with other bytes for other programs, and per program those of them its
     `.ptd` files hold and it reads (what it keeps in its `.pte`).

@@ -112,9 +112,7 @@ class Validity:
         }
 
 
-def validate_file(
-    pte: str | os.PathLike, data_files: Sequence[str | os.PathLike] = ()
-) -> Validity:
+def validate_file(pte: str | os.PathLike, data_files: Sequence[str | os.PathLike] = ()) -> Validity:
     """Checks a `.pte` file (with the `.ptd` files it loads with) as ExecuTorch's runtime
     does when it loads the program and each of its methods. Nothing is modified.
 
@@ -202,7 +200,9 @@ def _validate(source: str | bytes, data_files: Sequence[str | os.PathLike]) -> V
     except (ProgramFormatError, FlatbufferError) as error:
         problems.add(str(error))  # A table the reader decoded lazily, corrupt.
     return Validity(
-        tuple(problems.lines), tuple(sorted(operators)), tuple(sorted(backends)),
+        tuple(problems.lines),
+        tuple(sorted(operators)),
+        tuple(sorted(backends)),
         tuple(sorted(data.missing)),
     )
 
@@ -264,7 +264,9 @@ class _DataMaps:
     """
 
     def __init__(
-        self, pte: PteFile, ptds: Sequence[tuple[PtdFile, Table]],
+        self,
+        pte: PteFile,
+        ptds: Sequence[tuple[PtdFile, Table]],
         data_files: Sequence[str | os.PathLike],
     ) -> None:
         self.given = bool(data_files)
@@ -276,8 +278,12 @@ class _DataMaps:
                 layout = entry.tensorLayout
                 self.layouts.setdefault(
                     table_text(entry.key) or "",
-                    None if layout is None else (
-                        layout.scalarType, vector_ints(layout.sizes), vector_ints(layout.dimOrder)
+                    None
+                    if layout is None
+                    else (
+                        layout.scalarType,
+                        vector_ints(layout.sizes),
+                        vector_ints(layout.dimOrder),
                     ),
                 )
         self.names = ", ".join(os.fspath(p) for p in data_files)
@@ -288,7 +294,9 @@ class _DataMaps:
         if key in self.layouts:
             layout = self.layouts[key]
             if layout is None:
-                problems.add(f"{where}: external tensor {key!r} has no tensor_layout in {self.names}")
+                problems.add(
+                    f"{where}: external tensor {key!r} has no tensor_layout in {self.names}"
+                )
             return layout
         self.missing.add(key)
         if self.given:
@@ -308,11 +316,20 @@ class _Method:
     """What `Program::load_method` checks of one plan (method.cpp, tensor_parser*.cpp)."""
 
     def __init__(
-        self, number: int, plan: Table, program: Table, pte: PteFile, data: _DataMaps,
+        self,
+        number: int,
+        plan: Table,
+        program: Table,
+        pte: PteFile,
+        data: _DataMaps,
         problems: _Problems,
     ) -> None:
         self.plan, self.program, self.pte, self.data, self.problems = (
-            plan, program, pte, data, problems
+            plan,
+            program,
+            pte,
+            data,
+            problems,
         )
         name = table_text(plan.name)
         self.where = f"plan {name!r}" if name is not None else f"plan {number}"
@@ -325,8 +342,10 @@ class _Method:
     def check(self, operators: set[str], backends: set[str]) -> None:
         self._check_meta()
         dynamic_inputs = {
-            i for i in vector_ints(self.plan.inputs)
-            if 0 <= i < len(self.values) and self._tensor(i) is not None
+            i
+            for i in vector_ints(self.plan.inputs)
+            if 0 <= i < len(self.values)
+            and self._tensor(i) is not None
             and self._tensor(i).shapeDynamism != TensorShapeDynamism.STATIC
         }
         for index, evalue in enumerate(self.values):
@@ -346,8 +365,11 @@ class _Method:
         # program.cpp: Program::method_meta; program_validation.cpp: validate_program.
         plan = self.plan
         for field, value in (
-            ("name", plan.name), ("values", plan.values), ("inputs", plan.inputs),
-            ("outputs", plan.outputs), ("non_const_buffer_sizes", plan.nonConstBufferSizes),
+            ("name", plan.name),
+            ("values", plan.values),
+            ("inputs", plan.inputs),
+            ("outputs", plan.outputs),
+            ("non_const_buffer_sizes", plan.nonConstBufferSizes),
             ("delegates", plan.delegates),
         ):
             if value is None:
@@ -411,11 +433,17 @@ class _Method:
         if rank > _TENSOR_DIMENSION_LIMIT:
             self.add(f"{where}: rank {rank} > {_TENSOR_DIMENSION_LIMIT}")
         if tensor.dimOrder is None or len(tensor.dimOrder) != rank:
-            got = "no dim_order" if tensor.dimOrder is None else f"dim_order of {len(tensor.dimOrder)}"
+            got = (
+                "no dim_order"
+                if tensor.dimOrder is None
+                else f"dim_order of {len(tensor.dimOrder)}"
+            )
             self.add(f"{where}: {got} for {rank} sizes")
         elif sorted(tensor.dimOrder) != list(range(rank)):
             # dim_order_util.h: dim_order_to_stride validates the permutation.
-            self.add(f"{where}: dim_order {list(tensor.dimOrder)} is no permutation of 0..{rank - 1}")
+            self.add(
+                f"{where}: dim_order {list(tensor.dimOrder)} is no permutation of 0..{rank - 1}"
+            )
         if sizes is None or any(size < 0 for size in sizes):
             return
         nbytes = tensor_nbytes(tensor, where) or 0
@@ -491,8 +519,10 @@ class _Method:
                 backends.add(backend)
             location = delegate.processed.location
             if location == DataLocation.SEGMENT and self.pte.segment_base_offset == 0:
-                self.add(f"{where}: data in segment {delegate.processed.index} of a file "
-                         "without an extended header")
+                self.add(
+                    f"{where}: data in segment {delegate.processed.index} of a file "
+                    "without an extended header"
+                )
             kind = "segment" if location == DataLocation.SEGMENT else "inline"
             blob = blobs.get((kind, delegate.processed.index))
             if backend == XNNPACK_BACKEND_ID and blob is not None and blob.named_keys:
@@ -522,7 +552,10 @@ class _Method:
                     if args.args is None:
                         self.add(f"{where}: call without args")
                     indices = vector_ints(args.args)
-                    if kind == InstructionArguments.KernelCall and not 0 <= args.opIndex < operators:
+                    if (
+                        kind == InstructionArguments.KernelCall
+                        and not 0 <= args.opIndex < operators
+                    ):
                         self.add(f"{where}: op_index {args.opIndex} >= len(operators) {operators}")
                     if kind == InstructionArguments.DelegateCall and not (
                         0 <= args.delegateIndex < delegates
@@ -551,8 +584,10 @@ class _Method:
             return None
         full = f"{name}.{overload}" if overload else name
         if len(full) >= _OPERATOR_NAME_LIMIT:
-            self.add(f"operator {number}: name {full!r} is {len(full)} characters, the runtime "
-                     f"takes {_OPERATOR_NAME_LIMIT - 1}")
+            self.add(
+                f"operator {number}: name {full!r} is {len(full)} characters, the runtime "
+                f"takes {_OPERATOR_NAME_LIMIT - 1}"
+            )
         return full
 
 

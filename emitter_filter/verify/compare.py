@@ -22,8 +22,15 @@ from emitter_filter.verify.inputs import InputFile, seeded_inputs
 from emitter_filter.verify.runtimes import RuntimeFailure, find_runtime
 
 __all__ = [
-    "JSON_SCHEMA", "Program", "MethodPair", "Difference", "VerifyReport", "pairs_by_name",
-    "verify_pairs", "verify_programs", "Verifier",
+    "JSON_SCHEMA",
+    "Program",
+    "MethodPair",
+    "Difference",
+    "VerifyReport",
+    "pairs_by_name",
+    "verify_pairs",
+    "verify_programs",
+    "Verifier",
 ]
 
 logger = logging.getLogger(__name__)
@@ -42,8 +49,10 @@ class Program:
     def data_file(self) -> str | None:
         """The one `.ptd` a runtime's Python API takes, or None."""
         if len(self.data) > 1:
-            raise VerifyError(f"{self.pte} loads with {len(self.data)} .ptd files "
-                              f"({', '.join(self.data)}); the runtimes' Python APIs load one")
+            raise VerifyError(
+                f"{self.pte} loads with {len(self.data)} .ptd files "
+                f"({', '.join(self.data)}); the runtimes' Python APIs load one"
+            )
         return self.data[0] if self.data else None
 
 
@@ -57,8 +66,10 @@ class MethodPair:
     old_method: str
 
     def describe(self) -> str:
-        return (f"{self.new.pte} method {self.new_method!r} (from {self.old.pte} method "
-                f"{self.old_method!r})")
+        return (
+            f"{self.new.pte} method {self.new_method!r} (from {self.old.pte} method "
+            f"{self.old_method!r})"
+        )
 
 
 @dataclass(frozen=True)
@@ -109,17 +120,25 @@ class VerifyReport:
             return f"verify failed in {self.runtime}: {self.difference.line()}"
         count = len(self.verified)
         given = count - self.seeded
-        return (f"verified in {self.runtime}: {count} method{'s' if count != 1 else ''}, "
-                f"outputs bit-identical ("
-                + (f"{self.seeded} on seeded inputs" if self.seeded else "")
-                + (", " if self.seeded and given else "")
-                + (f"{given} on --inputs" if given else "")
-                + f") in {self.seconds:.2f} s")
+        return (
+            f"verified in {self.runtime}: {count} method{'s' if count != 1 else ''}, "
+            f"outputs bit-identical ("
+            + (f"{self.seeded} on seeded inputs" if self.seeded else "")
+            + (", " if self.seeded and given else "")
+            + (f"{given} on --inputs" if given else "")
+            + f") in {self.seconds:.2f} s"
+        )
 
     def to_json(self) -> dict:
         def pair(p: MethodPair) -> dict:
-            return {"new": p.new.pte, "new_method": p.new_method, "new_data": list(p.new.data),
-                    "old": p.old.pte, "old_method": p.old_method, "old_data": list(p.old.data)}
+            return {
+                "new": p.new.pte,
+                "new_method": p.new_method,
+                "new_data": list(p.new.data),
+                "old": p.old.pte,
+                "old_method": p.old_method,
+                "old_data": list(p.old.data),
+            }
 
         difference = self.difference
         return {
@@ -127,9 +146,13 @@ class VerifyReport:
             "runtime": self.runtime,
             "ok": self.ok,
             "verified": [pair(p) for p in self.verified],
-            "difference": None if difference is None else {
-                **pair(difference.pair), "output": difference.output,
-                "reason": difference.reason},
+            "difference": None
+            if difference is None
+            else {
+                **pair(difference.pair),
+                "output": difference.output,
+                "reason": difference.reason,
+            },
             "seeded": self.seeded,
             "seconds": self.seconds,
         }
@@ -146,8 +169,9 @@ def _renames(specs: Sequence[str]) -> dict[str, str]:
     return renames
 
 
-def pairs_by_name(old: Program, new: Program, methods: Sequence[str] = (),
-                  runtime=None) -> list[MethodPair]:
+def pairs_by_name(
+    old: Program, new: Program, methods: Sequence[str] = (), runtime=None
+) -> list[MethodPair]:
     """Every method of `new` with the method of `old` of its name, or the one `methods`
     (`NEW=OLD`) gives it.
 
@@ -161,15 +185,19 @@ def pairs_by_name(old: Program, new: Program, methods: Sequence[str] = (),
     old_methods = _method_names(runtime, old)
     for new_name, old_name in renames.items():
         if new_name not in new_methods:
-            raise VerifyError(f"--method {new_name}={old_name}: {new.pte} has no method "
-                              f"{new_name!r} (it has {', '.join(new_methods)})")
+            raise VerifyError(
+                f"--method {new_name}={old_name}: {new.pte} has no method "
+                f"{new_name!r} (it has {', '.join(new_methods)})"
+            )
     pairs = []
     for name in new_methods:
         old_name = renames.get(name, name)
         if old_name not in old_methods:
-            raise VerifyError(f"{new.pte} method {name!r}: {old.pte} has no method "
-                              f"{old_name!r} (it has {', '.join(old_methods)}); pair them "
-                              f"with --method {name}=OLD")
+            raise VerifyError(
+                f"{new.pte} method {name!r}: {old.pte} has no method "
+                f"{old_name!r} (it has {', '.join(old_methods)}); pair them "
+                f"with --method {name}=OLD"
+            )
         pairs.append(MethodPair(new, name, old, old_name))
     return pairs
 
@@ -181,9 +209,12 @@ def _method_names(runtime, program: Program) -> list[str]:
         raise VerifyError(f"{program.pte} does not load in {runtime.name}: {failure}") from None
 
 
-def verify_pairs(pairs: Sequence[MethodPair], *,
-                 inputs: str | os.PathLike | InputFile | None = None,
-                 runtime=None) -> VerifyReport:
+def verify_pairs(
+    pairs: Sequence[MethodPair],
+    *,
+    inputs: str | os.PathLike | InputFile | None = None,
+    runtime=None,
+) -> VerifyReport:
     """Runs each pair's methods on the same inputs and compares their outputs bit for bit.
 
     Args:
@@ -216,27 +247,29 @@ def verify_pairs(pairs: Sequence[MethodPair], *,
     return _report(runtime, verified, None, seeded, started)
 
 
-def _verify_pair(runtime, pair: MethodPair, given: InputFile | None
-                 ) -> tuple[Difference | None, bool]:
+def _verify_pair(
+    runtime, pair: MethodPair, given: InputFile | None
+) -> tuple[Difference | None, bool]:
     """Both methods of `pair` on the same inputs: (what differs or None, whether seeded)."""
     old_data, new_data = pair.old.data_file(), pair.new.data_file()
     runtime.check_data(pair.old.pte, old_data)
     runtime.check_data(pair.new.pte, new_data)
-    specs = _old(runtime, pair, lambda: runtime.input_specs(pair.old.pte, old_data,
-                                                            pair.old_method))
+    specs = _old(
+        runtime, pair, lambda: runtime.input_specs(pair.old.pte, old_data, pair.old_method)
+    )
     try:
         new_specs = runtime.input_specs(pair.new.pte, new_data, pair.new_method)
     except RuntimeFailure as failure:
         return Difference(pair, None, f"does not load: {failure}"), False
     if new_specs != specs:
-        return Difference(pair, None, f"takes inputs {_specs(new_specs)}, the old method "
-                          f"{_specs(specs)}"), False
+        return Difference(
+            pair, None, f"takes inputs {_specs(new_specs)}, the old method {_specs(specs)}"
+        ), False
     values = None if given is None else given.inputs_for(pair.new_method, specs)
     seeded = values is None
     if seeded:
         values = seeded_inputs(pair.new_method, specs)
-    want = _old(runtime, pair, lambda: runtime.run(pair.old.pte, old_data, pair.old_method,
-                                                   values))
+    want = _old(runtime, pair, lambda: runtime.run(pair.old.pte, old_data, pair.old_method, values))
     try:
         got = runtime.run(pair.new.pte, new_data, pair.new_method, values)
     except RuntimeFailure as failure:
@@ -244,12 +277,17 @@ def _verify_pair(runtime, pair: MethodPair, given: InputFile | None
     return _compare(pair, want, got), seeded
 
 
-def verify_programs(old: Program, new: Program, methods: Sequence[str] = (), *,
-                    inputs: str | os.PathLike | None = None, runtime=None) -> VerifyReport:
+def verify_programs(
+    old: Program,
+    new: Program,
+    methods: Sequence[str] = (),
+    *,
+    inputs: str | os.PathLike | None = None,
+    runtime=None,
+) -> VerifyReport:
     """`verify_pairs` of every method of `new` with its method of `old` (`pairs_by_name`)."""
     runtime = runtime or find_runtime()
-    return verify_pairs(pairs_by_name(old, new, methods, runtime), inputs=inputs,
-                        runtime=runtime)
+    return verify_pairs(pairs_by_name(old, new, methods, runtime), inputs=inputs, runtime=runtime)
 
 
 class Verifier:
@@ -260,8 +298,12 @@ class Verifier:
     Programs are given as (pte, .ptd files) pairs, as the commands hold them.
     """
 
-    def __init__(self, inputs: Sequence[tuple[str, Sequence[str]]],
-                 input_file: str | os.PathLike | None = None, runtime=None) -> None:
+    def __init__(
+        self,
+        inputs: Sequence[tuple[str, Sequence[str]]],
+        input_file: str | os.PathLike | None = None,
+        runtime=None,
+    ) -> None:
         self.runtime = runtime or find_runtime()
         self.inputs = None if input_file is None else InputFile(input_file)
         for pte, data in inputs:
@@ -269,18 +311,30 @@ class Verifier:
             self.runtime.check_data(program.pte, program.data_file())
             _method_names(self.runtime, program)
 
-    def programs(self, pairs: Sequence[tuple[tuple[str, Sequence[str]], tuple[str, Sequence[str]]]]
-                 ) -> VerifyReport:
+    def programs(
+        self, pairs: Sequence[tuple[tuple[str, Sequence[str]], tuple[str, Sequence[str]]]]
+    ) -> VerifyReport:
         """Every method of each new program against the old one's of its name."""
-        found = [p for (old, new) in pairs for p in pairs_by_name(
-            Program(old[0], tuple(old[1])), Program(new[0], tuple(new[1])), (), self.runtime)]
+        found = [
+            p
+            for (old, new) in pairs
+            for p in pairs_by_name(
+                Program(old[0], tuple(old[1])), Program(new[0], tuple(new[1])), (), self.runtime
+            )
+        ]
         return verify_pairs(found, inputs=self.inputs, runtime=self.runtime)
 
     def methods(self, pairs: Sequence[tuple]) -> VerifyReport:
         """(new, new method, old, old method) each, programs as (pte, .ptd files)."""
-        found = [MethodPair(Program(new[0], tuple(new[1])), new_method,
-                            Program(old[0], tuple(old[1])), old_method)
-                 for new, new_method, old, old_method in pairs]
+        found = [
+            MethodPair(
+                Program(new[0], tuple(new[1])),
+                new_method,
+                Program(old[0], tuple(old[1])),
+                old_method,
+            )
+            for new, new_method, old, old_method in pairs
+        ]
         return verify_pairs(found, inputs=self.inputs, runtime=self.runtime)
 
 
@@ -290,14 +344,19 @@ def _old(runtime, pair: MethodPair, call):
         return call()
     except RuntimeFailure as failure:
         limits = f"; {runtime.limits}" if runtime.limits else ""
-        raise VerifyError(f"{pair.old.pte} method {pair.old_method!r} does not run in "
-                          f"{runtime.name}, so nothing can be verified against it: "
-                          f"{failure}{limits}") from None
+        raise VerifyError(
+            f"{pair.old.pte} method {pair.old_method!r} does not run in "
+            f"{runtime.name}, so nothing can be verified against it: "
+            f"{failure}{limits}"
+        ) from None
 
 
 def _specs(specs) -> str:
-    return "(" + ", ".join("value" if s.dtype is None else f"{s.dtype} {list(s.shape)}"
-                           for s in specs) + ")"
+    return (
+        "("
+        + ", ".join("value" if s.dtype is None else f"{s.dtype} {list(s.shape)}" for s in specs)
+        + ")"
+    )
 
 
 def _compare(pair: MethodPair, want: Sequence, got: Sequence) -> Difference | None:
@@ -306,8 +365,11 @@ def _compare(pair: MethodPair, want: Sequence, got: Sequence) -> Difference | No
         return Difference(pair, None, f"{len(got)} outputs, the old method {len(want)}")
     for index, (a, b) in enumerate(zip(want, got, strict=True)):
         if a.dtype != b.dtype or a.shape != b.shape:
-            return Difference(pair, index, f"{b.dtype} {list(b.shape)}, the old method's "
-                              f"{a.dtype} {list(a.shape)}")
+            return Difference(
+                pair,
+                index,
+                f"{b.dtype} {list(b.shape)}, the old method's {a.dtype} {list(a.shape)}",
+            )
         if a.tobytes() != b.tobytes():
             return Difference(pair, index, _how_far(a, b))
     return None
@@ -328,5 +390,6 @@ def _how_far(want, got) -> str:
 
 
 def _report(runtime, verified, difference, seeded, started) -> VerifyReport:
-    return VerifyReport(runtime.name, tuple(verified), difference, seeded,
-                        time.perf_counter() - started)
+    return VerifyReport(
+        runtime.name, tuple(verified), difference, seeded, time.perf_counter() - started
+    )

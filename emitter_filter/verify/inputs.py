@@ -31,8 +31,16 @@ SMALL_INTEGERS = 2
 # numpy's dtype of each ScalarType an input can be given in; bfloat16 travels as float32
 # values that the runtime rounds (`runtimes.py`).
 _FLOATS = {"HALF": "float16", "FLOAT": "float32", "DOUBLE": "float64", "BFLOAT16": "float32"}
-_INTEGERS = {"BYTE": "uint8", "CHAR": "int8", "SHORT": "int16", "INT": "int32", "LONG": "int64",
-             "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64"}
+_INTEGERS = {
+    "BYTE": "uint8",
+    "CHAR": "int8",
+    "SHORT": "int16",
+    "INT": "int32",
+    "LONG": "int64",
+    "UINT16": "uint16",
+    "UINT32": "uint32",
+    "UINT64": "uint64",
+}
 _NUMPY = {**_FLOATS, **_INTEGERS, "BOOL": "bool"}
 
 
@@ -57,8 +65,10 @@ def seeded_inputs(method: str, specs: Sequence[InputSpec], seed: int = SEED) -> 
             array = generator.random(spec.shape) < 0.5
         else:
             kind = "not a tensor" if spec.dtype is None else f"a {spec.dtype} tensor"
-            raise VerifyError(f"method {method!r} input {index} is {kind}: give it with "
-                              f"--inputs FILE.npz (an array named {method}/{index})")
+            raise VerifyError(
+                f"method {method!r} input {index} is {kind}: give it with "
+                f"--inputs FILE.npz (an array named {method}/{index})"
+            )
         inputs.append((spec, array.astype(_NUMPY[spec.dtype])))
     return inputs
 
@@ -79,16 +89,19 @@ class InputFile:
         for key, array in named.items():
             method, slash, index = key.rpartition("/")
             if not (slash and method and index.isdigit()):
-                raise VerifyError(f"{self.path}: array {key!r}: name each array METHOD/INDEX, "
-                                  "e.g. forward/0")
+                raise VerifyError(
+                    f"{self.path}: array {key!r}: name each array METHOD/INDEX, e.g. forward/0"
+                )
             self.methods.setdefault(method, {})[int(index)] = array
 
     def check_methods(self, methods: Sequence[str]) -> None:
         """Refuses a file that names a method the new program does not have."""
         unknown = [m for m in self.methods if m not in methods]
         if unknown:
-            raise VerifyError(f"{self.path}: names method {unknown[0]!r}, which the new "
-                              f"program does not have (it has {', '.join(methods)})")
+            raise VerifyError(
+                f"{self.path}: names method {unknown[0]!r}, which the new "
+                f"program does not have (it has {', '.join(methods)})"
+            )
 
     def inputs_for(self, method: str, specs: Sequence[InputSpec]) -> list | None:
         """(spec, array) for each input of `method`, or None if the file names none."""
@@ -97,16 +110,20 @@ class InputFile:
             return None
         if sorted(given) != list(range(len(specs))):
             listed = ", ".join(f"{method}/{i}" for i in sorted(given))
-            raise VerifyError(f"{self.path}: method {method!r} takes {len(specs)} input(s); "
-                              f"the file gives {listed}")
+            raise VerifyError(
+                f"{self.path}: method {method!r} takes {len(specs)} input(s); "
+                f"the file gives {listed}"
+            )
         inputs = []
         for index, spec in enumerate(specs):
             array = given[index]
             if spec.dtype is not None:
                 want = _NUMPY.get(spec.dtype)
                 if want is None or not _castable(array, want):
-                    raise VerifyError(f"{self.path}: {method}/{index} is {array.dtype}; the "
-                                      f"method takes {spec.dtype}")
+                    raise VerifyError(
+                        f"{self.path}: {method}/{index} is {array.dtype}; the "
+                        f"method takes {spec.dtype}"
+                    )
                 array = array.astype(want)
             inputs.append((spec, array))
         return inputs

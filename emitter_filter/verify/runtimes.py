@@ -83,8 +83,13 @@ _LOGGED = re.compile(r"\.(?:cpp|h):\d+\] (?P<text>.+)$")
 def _reason(error: BaseException, log: Sequence[str]) -> str:
     """The error in one line, with the last thing the runtime logged before it."""
     text = " ".join(str(error).split()) or type(error).__name__
-    logged = [m["text"].strip() for line in log if not line.startswith(("I ", "D "))
-              for m in [_LOGGED.search(line)] if m]
+    logged = [
+        m["text"].strip()
+        for line in log
+        if not line.startswith(("I ", "D "))
+        for m in [_LOGGED.search(line)]
+        if m
+    ]
     if logged:
         text += f" ({logged[-1]})"
     return text
@@ -170,8 +175,12 @@ class _PyBindings(_Runtime):
             except IndexError:  # "Cannot get input tensor meta": not a tensor
                 specs.append(InputSpec(None))
                 continue
-            specs.append(InputSpec(SCALAR_TYPE_NAMES.get(tensor.dtype(), str(tensor.dtype())),
-                                   tuple(tensor.sizes())))
+            specs.append(
+                InputSpec(
+                    SCALAR_TYPE_NAMES.get(tensor.dtype(), str(tensor.dtype())),
+                    tuple(tensor.sizes()),
+                )
+            )
         return specs
 
     def _run(self, pte: str, data: str | None, method: str, inputs: Sequence) -> list:
@@ -207,8 +216,10 @@ class _NumpyRuntime(_Runtime):
 
     name = "executorch-numpy-runtime"
     takes_data = False
-    limits = ("executorch-numpy-runtime runs CPU kernels and XNNPACK; it loads no .ptd and "
-              "no custom op (install executorch for its pybindings)")
+    limits = (
+        "executorch-numpy-runtime runs CPU kernels and XNNPACK; it loads no .ptd and "
+        "no custom op (install executorch for its pybindings)"
+    )
 
     def __init__(self, module) -> None:
         self._en = module
@@ -228,8 +239,11 @@ class _NumpyRuntime(_Runtime):
     def _input_specs(self, pte: str, data: str | None, method: str) -> list[InputSpec]:
         meta = self._program(pte, data).load_method(method).metadata
         return [
-            InputSpec(SCALAR_TYPE_NAMES.get(i["scalar_type"], str(i["scalar_type"])),
-                      tuple(i["shape"])) if "scalar_type" in i else InputSpec(None)
+            InputSpec(
+                SCALAR_TYPE_NAMES.get(i["scalar_type"], str(i["scalar_type"])), tuple(i["shape"])
+            )
+            if "scalar_type" in i
+            else InputSpec(None)
             for i in meta["inputs"]
         ]
 

@@ -61,10 +61,13 @@ def test_run_of_a_script_that_never_exports_loads_neither_torch_nor_executorch(t
     import subprocess
 
     script = tmp_path / "hello.py"
-    script.write_text("import sys\nprint(sorted(m for m in sys.modules "
-                      "if m.split('.')[0] in ('torch', 'executorch')))\n")
-    result = subprocess.run([sys.executable, "-m", "emitter_filter", "run", str(script)],
-                            capture_output=True, text=True)
+    script.write_text(
+        "import sys\nprint(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('torch', 'executorch')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "emitter_filter", "run", str(script)], capture_output=True, text=True
+    )
     assert (result.returncode, result.stdout) == (0, "[]\n"), result.stderr
 
 

@@ -114,7 +114,11 @@ def _build(name: str, directory: Path) -> Exported:
         paths[kind].write_bytes(data)
     weight = model.embedding.weight
     return Exported(
-        plain, deduped.buffer, both.buffer, weight.numel() * weight.element_size(), paths,
+        plain,
+        deduped.buffer,
+        both.buffer,
+        weight.numel() * weight.element_size(),
+        paths,
         emitter_filter.report(both),
     )
 
@@ -297,8 +301,9 @@ def compare_while_writing(monkeypatch):
     return outcomes
 
 
-def test_a_repeat_compared_while_writing_gives_the_same_files(build, tmp_path, capsys,
-                                                              compare_while_writing):
+def test_a_repeat_compared_while_writing_gives_the_same_files(
+    build, tmp_path, capsys, compare_while_writing
+):
     built = build("fp32")
     out, alone = tmp_path / "out.pte", tmp_path / "alone.pte"
     assert main(["prune", str(built.paths["plain"]), "-o", str(out), "--dedupe"]) == 0
@@ -308,8 +313,9 @@ def test_a_repeat_compared_while_writing_gives_the_same_files(build, tmp_path, c
     assert alone.read_bytes() == built.deduped
 
 
-def test_a_look_alike_found_different_while_writing_is_not_aliased(tmp_path, capsys,
-                                                                   compare_while_writing):
+def test_a_look_alike_found_different_while_writing_is_not_aliased(
+    tmp_path, capsys, compare_while_writing
+):
     # Same length, first and last bytes: only the compare made during the write sees
     # the difference; the file is then decided again and written as it is.
     torch.manual_seed(0)
@@ -378,7 +384,9 @@ def _with_a_second_segment_over(data: bytes, index: int) -> bytes:
     copy.offset, copy.size = program.segments[index].offset, program.segments[index].size
     program.segments.append(copy)
     prefix, base = extended_header_prefix(
-        pack_program(program, 16, 16), padded_header_length(program_data), 128,
+        pack_program(program, 16, 16),
+        padded_header_length(program_data),
+        128,
         len(data) - pte.segment_base_offset,
     )
     return prefix + bytes(base - len(prefix)) + data[pte.segment_base_offset :]
@@ -453,7 +461,10 @@ def test_the_environment_variable_deduplicates_every_program(tmp_path):
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, emitter_filter.ENV_DEDUPE: "1"}
     result = subprocess.run(
-        [sys.executable, "-c", script, root], capture_output=True, text=True, env=env,
+        [sys.executable, "-c", script, root],
+        capture_output=True,
+        text=True,
+        env=env,
         check=True,
     )
     size = int(result.stdout.split()[-1])
@@ -475,7 +486,11 @@ def test_the_public_api_is_what_we_mean_it_to_be():
     from emitter_filter.ondisk import analysis, dedupe
 
     assert set(dedupe.__all__) == {
-        "DedupeReport", "dedupe_pte", "dedupe_pieces", "dedupe_output", "write_deduplicated",
+        "DedupeReport",
+        "dedupe_pte",
+        "dedupe_pieces",
+        "dedupe_output",
+        "write_deduplicated",
         "dedupe_file",
     }
     assert {"SharedRange", "find_shared_ranges"} <= set(analysis.__all__)

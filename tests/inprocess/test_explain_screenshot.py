@@ -57,13 +57,20 @@ def test_the_docs_treemap_shows_the_whole_page(tmp_path, monkeypatch):
     assert main(["explain", "model.pte", "--names", "model.pt2", "--html", "model.html"]) == 0
     measured = tmp_path / "measured.html"
     measured.write_text(page.read_text().replace("</body>", _MEASURE + "</body>"))
-    dom = run_chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom",
-                       url=measured.as_uri(), window=WINDOW).stdout
+    dom = run_chromium(
+        tmp_path, "--virtual-time-budget=5000", "--dump-dom", url=measured.as_uri(), window=WINDOW
+    ).stdout
     sizes = json.loads(html.unescape(re.search(r'data-measure="([^"]*)"', dom)[1]))
     assert sizes["page"] <= sizes["window"] and sizes["table"] <= sizes["window"], sizes
     shot = tmp_path / "explain-treemap.png"
-    run_chromium(tmp_path, "--virtual-time-budget=5000", "--hide-scrollbars",
-                 f"--screenshot={shot}", url=page.as_uri(), window=WINDOW)
+    run_chromium(
+        tmp_path,
+        "--virtual-time-budget=5000",
+        "--hide-scrollbars",
+        f"--screenshot={shot}",
+        url=page.as_uri(),
+        window=WINDOW,
+    )
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if os.environ.get("EMITTER_FILTER_SCREENSHOTS"):
         shutil.copyfile(shot, os.path.join(os.environ["EMITTER_FILTER_SCREENSHOTS"], shot.name))

@@ -123,8 +123,9 @@ def test_a_named_data_inconsistency_also_leaves_the_program_as_executorch_writes
 
     monkeypatch.setattr(emitter_filter.inprocess.named_data, "find_named_data_use", unreadable)
     with caplog.at_level(logging.WARNING, logger="emitter_filter"):
-        manager = case.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(
-            prune_constants=True))
+        manager = case.build(
+            dead=True, config=emitter_filter.ExecutorchBackendConfig(prune_constants=True)
+        )
     assert manager.buffer == plain
     assert emitter_filter.report(manager).skipped.endswith("XNNPACK blob: bad header")
     assert len([r for r in caplog.records if r.name.startswith("emitter_filter")]) == 1
@@ -135,8 +136,10 @@ def test_a_named_data_inconsistency_also_leaves_the_program_as_executorch_writes
 MODES = {
     "prune": ({"prune_constants": True}, "not pruning this program"),
     "dedupe": ({"dedupe_constants": True}, "not deduplicating this program"),
-    "both": ({"prune_constants": True, "dedupe_constants": True},
-             "not pruning nor deduplicating this program"),
+    "both": (
+        {"prune_constants": True, "dedupe_constants": True},
+        "not pruning nor deduplicating this program",
+    ),
 }
 
 
@@ -184,8 +187,9 @@ def test_a_dedupe_that_fails_after_a_prune_writes_the_pruned_program(monkeypatch
     from tests.builders import CASES
 
     case = next(c for c in CASES if c.name == "unused_buffer_xnnpack")
-    pruned = case.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(
-        prune_constants=True)).buffer
+    pruned = case.build(
+        dead=True, config=emitter_filter.ExecutorchBackendConfig(prune_constants=True)
+    ).buffer
 
     def unreadable(*args):
         raise ProgramFormatError("<bytes>: segment offsets fit no segment alignment")
@@ -194,12 +198,17 @@ def test_a_dedupe_that_fails_after_a_prune_writes_the_pruned_program(monkeypatch
     monkeypatch.setattr(emitter_filter.ondisk.dedupe, "dedupe_pte", unreadable)
     monkeypatch.setattr(emitter_filter.ondisk.dedupe, "dedupe_pieces", unreadable)
     with caplog.at_level(logging.WARNING, logger="emitter_filter"):
-        manager = case.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(
-            prune_constants=True, dedupe_constants=True))
+        manager = case.build(
+            dead=True,
+            config=emitter_filter.ExecutorchBackendConfig(
+                prune_constants=True, dedupe_constants=True
+            ),
+        )
     assert manager.buffer == pruned
     [warning] = [r.getMessage() for r in caplog.records if r.name.startswith("emitter_filter")]
     assert "not deduplicating this program, written pruned only: " in warning
     report = emitter_filter.report(manager)
     assert report.dropped and report.skipped is None
     assert report.summary().endswith(
-        "; deduplication skipped: <bytes>: segment offsets fit no segment alignment")
+        "; deduplication skipped: <bytes>: segment offsets fit no segment alignment"
+    )

@@ -52,7 +52,11 @@ def test_outside_a_pruning_block_nothing_is_pruned(expected):
 def test_each_prune_logs_one_info_line(caplog):
     with caplog.at_level(logging.INFO, logger="emitter_filter"):
         CASE.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(prune_constants=True))
-    lines = [r for r in caplog.records if r.name.startswith("emitter_filter") and r.levelno == logging.INFO]
+    lines = [
+        r
+        for r in caplog.records
+        if r.name.startswith("emitter_filter") and r.levelno == logging.INFO
+    ]
     assert len(lines) == 1
     assert "dropped 1 constants (16,384 B)" in lines[0].getMessage()
 
@@ -178,8 +182,11 @@ def test_a_missing_executorch_is_an_error_saying_what_to_install(monkeypatch):
     monkeypatch.setattr(_upstream, "installed_executorch_version", lambda: None)
     # From a checkout: the README's command with its constraints file (issue 33), not the
     # `emitter_filter[executorch]` that no index serves.
-    with pytest.raises(UnsupportedExecutorchError, match=r"pip install .*\[executorch\]' -c .*"
-                       r"constraints/executorch-1\.5\.1\.txt"):
+    with pytest.raises(
+        UnsupportedExecutorchError,
+        match=r"pip install .*\[executorch\]' -c .*"
+        r"constraints/executorch-1\.5\.1\.txt",
+    ):
         check_executorch_version()
 
 
@@ -239,7 +246,10 @@ def _run_python(args, tmp_path, env_extra=None, preamble=""):
     env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
     result = subprocess.run(
         [sys.executable, *[str(script) if a == "SCRIPT" else a for a in args]],
-        capture_output=True, text=True, env=env, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     return result
@@ -249,8 +259,12 @@ def _run_python(args, tmp_path, env_extra=None, preamble=""):
 def test_pruning_without_editing_the_export_script(how, tmp_path, expected):
     out = tmp_path / "model.pte"
     if how == "environment":
-        result = _run_python(["SCRIPT", str(out)], tmp_path, {emitter_filter.ENV_PRUNE: "1"},
-                             preamble="import emitter_filter")
+        result = _run_python(
+            ["SCRIPT", str(out)],
+            tmp_path,
+            {emitter_filter.ENV_PRUNE: "1"},
+            preamble="import emitter_filter",
+        )
     else:
         result = _run_python(["-m", "emitter_filter", "run", "SCRIPT", str(out)], tmp_path)
         assert "dropped 1 constants (16,384 B)" in result.stderr
@@ -261,8 +275,12 @@ def test_an_unknown_environment_value_warns_at_the_export_and_leaves_it_unpruned
     tmp_path, expected
 ):
     out = tmp_path / "model.pte"
-    result = _run_python(["SCRIPT", str(out)], tmp_path, {emitter_filter.ENV_PRUNE: "maybe"},
-                         preamble="import emitter_filter")
+    result = _run_python(
+        ["SCRIPT", str(out)],
+        tmp_path,
+        {emitter_filter.ENV_PRUNE: "maybe"},
+        preamble="import emitter_filter",
+    )
     warnings = [line for line in result.stderr.splitlines() if "EMITTER_FILTER" in line]
     assert warnings == [
         "emitter_filter: EMITTER_FILTER_PRUNE='maybe': expected 1 or 0 "

@@ -105,8 +105,9 @@ def test_a_constant_the_program_does_not_name_is_kept_by_its_state_name():
 def test_a_pattern_that_matches_nothing_is_warned_about(caplog):
     case = next(c for c in CASES if c.name == "unused_buffer_portable")
     with caplog.at_level(logging.WARNING, logger="emitter_filter"):
-        manager = case.build(dead=True, config=PRUNE(prune_constants=True,
-                                                     keep_constants=["unsued"]))
+        manager = case.build(
+            dead=True, config=PRUNE(prune_constants=True, keep_constants=["unsued"])
+        )
     assert [r.getMessage() for r in caplog.records if r.name.startswith("emitter_filter")] == [
         "emitter_filter: keep_constants pattern 'unsued' matched no constant"
     ]
@@ -140,8 +141,20 @@ def test_keep_on_disk_writes_the_bytes_keep_constants_writes(tmp_path, capsys):
     [ptd] = [p for name, p in dirty.items() if name.endswith(".ptd")]
     out = tmp_path / "out"
     out.mkdir()
-    code = main(["prune", str(dirty["model.pte"]), "-o", str(out / "model.pte"),
-                 "--data", str(ptd), "--ptd-out", str(out), "--keep", "unused"])
+    code = main(
+        [
+            "prune",
+            str(dirty["model.pte"]),
+            "-o",
+            str(out / "model.pte"),
+            "--data",
+            str(ptd),
+            "--ptd-out",
+            str(out),
+            "--keep",
+            "unused",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     assert _contents({p.name: p for p in sorted(out.iterdir())}) == _contents(kept)
     assert _contents(kept) != _contents(dirty)  # `odd` is still dropped
@@ -157,10 +170,15 @@ def test_keep_on_disk_makes_a_matching_constant_live_for_audit(built, capsys):
 
 @pytest.mark.parametrize(
     "keep, message",
-    [([123], "keep_constants=[123]: expected a sequence of str patterns; item 0 is int 123"),
-     (["a", None], "keep_constants=['a', None]: expected a sequence of str patterns; "
-                   "item 1 is NoneType None"),
-     (7, "keep_constants=7: expected a sequence of str patterns, not int")],
+    [
+        ([123], "keep_constants=[123]: expected a sequence of str patterns; item 0 is int 123"),
+        (
+            ["a", None],
+            "keep_constants=['a', None]: expected a sequence of str patterns; "
+            "item 1 is NoneType None",
+        ),
+        (7, "keep_constants=7: expected a sequence of str patterns, not int"),
+    ],
     ids=["int item", "None item", "not a sequence"],
 )
 def test_patterns_that_are_not_strings_are_a_type_error_naming_the_argument(keep, message):
@@ -176,8 +194,10 @@ def test_patterns_that_are_not_strings_are_a_type_error_naming_the_argument(keep
 @pytest.mark.parametrize("keep", [[123], 7], ids=["int item", "not a sequence"])
 def test_the_file_tools_check_the_patterns_alike(keep, built, tmp_path):
     pte = built["plain"].pte
-    for call in (lambda: emitter_filter.audit_file(pte, keep_constants=keep),
-                 lambda: emitter_filter.prune_file(pte, tmp_path / "out.pte", keep_constants=keep)):
+    for call in (
+        lambda: emitter_filter.audit_file(pte, keep_constants=keep),
+        lambda: emitter_filter.prune_file(pte, tmp_path / "out.pte", keep_constants=keep),
+    ):
         with pytest.raises(TypeError, match=r"^keep_constants=.*: expected a sequence of str"):
             call()
     assert not (tmp_path / "out.pte").exists()

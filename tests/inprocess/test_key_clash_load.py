@@ -31,11 +31,21 @@ _REPO = Path(__file__).resolve().parents[2]
 
 def _run_side_by_side(programs: list[tuple[Path, Path | None, dict]], cache: bool) -> dict:
     """Each method's output digest, every program loaded in one fresh process."""
-    spec = {"loader": "pybind", "cache": cache, "features": INPUT[0].shape[1],
-            "programs": [{"pte": str(pte), "ptd": None if ptd is None else str(ptd),
-                          "methods": methods} for pte, ptd, methods in programs]}
-    done = subprocess.run([sys.executable, str(_REPO / "bench" / "bench_ram.py"), "--child",
-                           json.dumps(spec)], capture_output=True, text=True, cwd=_REPO)
+    spec = {
+        "loader": "pybind",
+        "cache": cache,
+        "features": INPUT[0].shape[1],
+        "programs": [
+            {"pte": str(pte), "ptd": None if ptd is None else str(ptd), "methods": methods}
+            for pte, ptd, methods in programs
+        ],
+    }
+    done = subprocess.run(
+        [sys.executable, str(_REPO / "bench" / "bench_ram.py"), "--child", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        cwd=_REPO,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.splitlines()[-1])["outputs"]
 
@@ -75,16 +85,25 @@ def test_a_key_with_other_bytes_computes_with_the_first_programs_weights(heads, 
 
 def test_share_and_merge_outputs_compute_as_the_originals_side_by_side(heads, tmp_path):
     a, b = heads
-    alone = _run_side_by_side([(a, None, {"a": "forward"}), (b, None, {"b": "forward"})],
-                              cache=False)
+    alone = _run_side_by_side(
+        [(a, None, {"a": "forward"}), (b, None, {"b": "forward"})], cache=False
+    )
     share_files([a, b], tmp_path / "share")
     shared = tmp_path / "share" / "shared.ptd"
     merge_files([a, b], tmp_path / "merged.pte", methods=["a=a.pte:forward", "b=b.pte:forward"])
     # All four programs in one process, one cache: every key they share has equal bytes.
     cached = _run_side_by_side(
-        [(tmp_path / "share" / "a.pte", shared, {"shared a": "forward"}),
-         (tmp_path / "share" / "b.pte", shared, {"shared b": "forward"}),
-         (tmp_path / "merged.pte", None, {"merged a": "a", "merged b": "b"})], cache=True)
-    assert cached == {"shared a": alone["a"], "shared b": alone["b"],
-                      "merged a": alone["a"], "merged b": alone["b"]}
+        [
+            (tmp_path / "share" / "a.pte", shared, {"shared a": "forward"}),
+            (tmp_path / "share" / "b.pte", shared, {"shared b": "forward"}),
+            (tmp_path / "merged.pte", None, {"merged a": "a", "merged b": "b"}),
+        ],
+        cache=True,
+    )
+    assert cached == {
+        "shared a": alone["a"],
+        "shared b": alone["b"],
+        "merged a": alone["a"],
+        "merged b": alone["b"],
+    }
     assert main(["audit", str(a), str(b), "--fail-on-key-clash"]) == 0

@@ -76,7 +76,8 @@ def _want(pte: Path, method: str, calls) -> list:
 def _same(got: list, want: list) -> bool:
     return len(got) == len(want) and all(
         torch.equal(g, w) if isinstance(w, torch.Tensor) else (type(g), g) == (type(w), w)
-        for g, w in zip(got, want, strict=True))
+        for g, w in zip(got, want, strict=True)
+    )
 
 
 def _check_methods(out: Path, sources: dict[str, tuple[Path, str]], calls: dict) -> None:
@@ -94,33 +95,54 @@ def _plans(path) -> list[str]:
 def test_a_base_and_a_fine_tune_merge_with_two_method_flags(optimum, tmp_path, capsys):
     base, ft = optimum[:2]
     out = tmp_path / "merged.pte"
-    assert main(["merge", str(base), str(ft), "-o", str(out),
-                 "--method", "base=base/model.pte:forward", "--method", "ft=#2:forward"]) == 0
+    assert (
+        main(
+            [
+                "merge",
+                str(base),
+                str(ft),
+                "-o",
+                str(out),
+                "--method",
+                "base=base/model.pte:forward",
+                "--method",
+                "ft=#2:forward",
+            ]
+        )
+        == 0
+    )
     methods = list(optimum_methods())
     assert _plans(out) == ["base", *methods, "ft"]
     assert "12 the same in several inputs, written once" in capsys.readouterr().out
     calls = {"forward": [TOKENS]}
-    _check_methods(out, {"base": (base, "forward"), "ft": (ft, "forward"),
-                         **{m: (ft, m) for m in methods}}, calls)
+    _check_methods(
+        out,
+        {"base": (base, "forward"), "ft": (ft, "forward"), **{m: (ft, m) for m in methods}},
+        calls,
+    )
     assert audit_file(out).dead_bytes == 0
 
 
 def test_three_inputs_named_model_pte_merge_and_share_by_number_or_tail(optimum, tmp_path):
     out = tmp_path / "merged.pte"
-    merge_files(optimum, out, methods=["base=#1:forward", "ft=ft/model.pte:forward",
-                                       "ft2=#3:forward"])
+    merge_files(
+        optimum, out, methods=["base=#1:forward", "ft=ft/model.pte:forward", "ft2=#3:forward"]
+    )
     assert _plans(out) == ["base", *optimum_methods(), "ft", "ft2"]
-    _check_methods(out, {n: (p, "forward") for n, p in zip(FOLDERS, optimum, strict=True)},
-                   {"forward": [TOKENS]})
+    _check_methods(
+        out,
+        {n: (p, "forward") for n, p in zip(FOLDERS, optimum, strict=True)},
+        {"forward": [TOKENS]},
+    )
     shared = tmp_path / "shared"
     report = share_files(optimum, shared)
-    assert [p.output for p in report.programs] == [
-        str(shared / f / "model.pte") for f in FOLDERS]
+    assert [p.output for p in report.programs] == [str(shared / f / "model.pte") for f in FOLDERS]
     runtime = Runtime.get()
     for folder, original in zip(FOLDERS, optimum, strict=True):
         want = _want(original, "forward", [TOKENS])[0]
-        program = runtime.load_program(str(shared / folder / "model.pte"),
-                                       data_path=str(shared / "shared.ptd"))
+        program = runtime.load_program(
+            str(shared / folder / "model.pte"), data_path=str(shared / "shared.ptd")
+        )
         assert _same(program.load_method("forward").execute(list(TOKENS)), want)
 
 
@@ -137,12 +159,12 @@ def test_merge_dedupe_of_a_base_and_fine_tune_is_no_larger_than_share(optimum, t
     assert deduplicated.stat().st_size <= plain.stat().st_size - embedding
     assert deduplicated.stat().st_size <= shared.bytes_after
     assert audit_file(deduplicated).dead_bytes == 0
-    _check_methods(deduplicated, {"base": (base, "forward"), "ft": (ft, "forward")},
-                   {"forward": [TOKENS]})
+    _check_methods(
+        deduplicated, {"base": (base, "forward"), "ft": (ft, "forward")}, {"forward": [TOKENS]}
+    )
 
 
-def test_split_renames_a_merged_method_to_forward_for_an_app_that_calls_forward(optimum,
-                                                                                tmp_path):
+def test_split_renames_a_merged_method_to_forward_for_an_app_that_calls_forward(optimum, tmp_path):
     base, ft = optimum[:2]
     merged = tmp_path / "merged.pte"
     merge_files([base, ft], merged, methods=["base=#1:forward", "ft=#2:forward"])
@@ -165,14 +187,16 @@ def prefill_and_decode(tmp_path_factory) -> list[Path]:
     paths = []
     for step, dynamic in (("prefill", True), ("decode", False)):
         paths.append(root / f"{step}.pte")
-        paths[-1].write_bytes(export_with_methods(model, "portable", STEPS[step],
-                                                  llama_methods(dynamic=dynamic)))
+        paths[-1].write_bytes(
+            export_with_methods(model, "portable", STEPS[step], llama_methods(dynamic=dynamic))
+        )
     return paths
 
 
 @pytest.mark.slow
 def test_a_prefill_and_decode_merge_and_compute_as_before_over_several_steps(
-        prefill_and_decode, tmp_path, capsys):
+    prefill_and_decode, tmp_path, capsys
+):
     prefill, decode = prefill_and_decode
     out = tmp_path / "llama.pte"
     names = ["--method", f"prefill={prefill}:forward", "--method", f"decode={decode}:forward"]
@@ -187,7 +211,7 @@ def test_a_prefill_and_decode_merge_and_compute_as_before_over_several_steps(
     tokens = torch.randint(0, 256, (1, 8), generator=torch.Generator().manual_seed(9))
     calls = {
         "prefill": [(tokens, torch.tensor([0])), (tokens, torch.tensor([8]))],
-        "decode": [(tokens[:, i:i + 1], torch.tensor([16 + i])) for i in range(3)],
+        "decode": [(tokens[:, i : i + 1], torch.tensor([16 + i])) for i in range(3)],
     }
     sources = {"prefill": (prefill, "forward"), "decode": (decode, "forward")}
     for name, (pte, method) in sources.items():

@@ -95,7 +95,7 @@ def _distinct_contents(paths) -> int:
         ranges += [(b.offset, b.nbytes) for b in pte.delegates]
         ranges += [(e.offset, e.nbytes) for e in pte.named_data]
         for offset, nbytes in ranges:
-            seen[hashlib.sha256(data[offset:offset + nbytes]).digest()] = nbytes
+            seen[hashlib.sha256(data[offset : offset + nbytes]).digest()] = nbytes
     return sum(seen.values())
 
 
@@ -103,10 +103,16 @@ def test_the_merged_file_holds_each_content_once(merged):
     inputs, out, report = merged
     reads = [read_pte(p) for p in inputs]
     # Every program table, and per stored piece at most one alignment of padding.
-    pieces = sum(len(r.entries[DataSpace.CONSTANT]) + len(r.delegates) + len(r.named_data)
-                 + len(r.segments) for r in reads)
-    bound = (_distinct_contents(inputs) + sum(aligned(r.program_size, 16) for r in reads)
-             + pieces * 128 + 4096)
+    pieces = sum(
+        len(r.entries[DataSpace.CONSTANT]) + len(r.delegates) + len(r.named_data) + len(r.segments)
+        for r in reads
+    )
+    bound = (
+        _distinct_contents(inputs)
+        + sum(aligned(r.program_size, 16) for r in reads)
+        + pieces * 128
+        + 4096
+    )
     assert out.stat().st_size <= bound
     assert report.stored_once > 0 and report.bytes_after < report.bytes_before
     # The backbone's weights are in every input once and in the merged file once.
@@ -174,7 +180,8 @@ def _export_external(model, directory) -> tuple:
 
     directory.mkdir()
     manager = to_edge(torch.export.export(model.eval(), INPUT)).to_executorch(
-        ExecutorchBackendConfig(external_constants=True))
+        ExecutorchBackendConfig(external_constants=True)
+    )
     (directory / "model.pte").write_bytes(manager.buffer)
     manager.write_tensor_data_to_file(str(directory))
     return directory / "model.pte", [*directory.glob("*.ptd")]
@@ -189,8 +196,9 @@ def test_inputs_with_ptd_files_inline_into_one_file_that_loads_alone(tmp_path):
     renames = [f"m{i}={p}:forward" for i, p in enumerate(inputs)]
     # Both heads name their weight `head.weight`: one .ptd cannot hold both.
     with pytest.raises(PteFormatError, match="'head.weight' holds other bytes.*--inline"):
-        merge_files(inputs, tmp_path / "out.pte", methods=renames, data=data,
-                    ptd_out=tmp_path / "out.ptd")
+        merge_files(
+            inputs, tmp_path / "out.pte", methods=renames, data=data, ptd_out=tmp_path / "out.ptd"
+        )
     out = tmp_path / "inline.pte"
     merge_files(inputs, out, methods=renames, data=data, inline=True)
     assert not read_pte(out).entries[DataSpace.EXTERNAL] and audit_file(out).dead_bytes == 0
@@ -225,8 +233,10 @@ def test_shares_outputs_merge_with_their_ptd_and_inline(backend, tmp_path):
         for got in _run_every_loader(inline, f"m{number}", INPUT):
             assert torch.equal(got, want), original.name
         program, weights = out.read_bytes(), out_ptd.read_bytes()  # alive while they run
-        modules = [_load_for_executorch(str(out), str(out_ptd)),
-                   _load_for_executorch_from_buffer(program, weights)]
+        modules = [
+            _load_for_executorch(str(out), str(out_ptd)),
+            _load_for_executorch_from_buffer(program, weights),
+        ]
         got = [module.run_method(f"m{number}", INPUT)[0] for module in modules]
         if _RUNTIME_TAKES_DATA:
             loaded = runtime.load_program(str(out), data_path=str(out_ptd))
@@ -242,19 +252,41 @@ def twins(tmp_path) -> list[tuple[Path, Path]]:
     for number, model in enumerate(twin_heads()):
         pte, (ptd,) = _export_external(model, tmp_path / f"in{number}")
         # Named apart: `share` writes each program under its file name.
-        pairs.append((pte.rename(pte.with_name(f"head{number}.pte")),
-                      ptd.rename(ptd.with_name(f"head{number}.ptd"))))
+        pairs.append(
+            (
+                pte.rename(pte.with_name(f"head{number}.pte")),
+                ptd.rename(ptd.with_name(f"head{number}.ptd")),
+            )
+        )
     return pairs
 
 
 @pytest.mark.parametrize("mode", ["--inline", "--ptd"])
-def test_a_key_two_data_files_give_with_other_bytes_is_refused_naming_it(twins, mode, tmp_path,
-                                                                        capsys):
+def test_a_key_two_data_files_give_with_other_bytes_is_refused_naming_it(
+    twins, mode, tmp_path, capsys
+):
     (a, a_ptd), (c, c_ptd) = twins
     out = tmp_path / "every.pte"
     written = ["--inline"] if mode == "--inline" else ["--ptd", str(tmp_path / "every.ptd")]
-    assert main(["merge", str(a), str(c), "-o", str(out), "--method", f"c={c}:forward",
-                 "--data", str(a_ptd), "--data", str(c_ptd), *written]) == 2
+    assert (
+        main(
+            [
+                "merge",
+                str(a),
+                str(c),
+                "-o",
+                str(out),
+                "--method",
+                f"c={c}:forward",
+                "--data",
+                str(a_ptd),
+                "--data",
+                str(c_ptd),
+                *written,
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "'head.weight'" in err and str(a_ptd) in err and str(c_ptd) in err
     assert not out.exists() and not (tmp_path / "every.ptd").exists()
@@ -262,8 +294,22 @@ def test_a_key_two_data_files_give_with_other_bytes_is_refused_naming_it(twins, 
 
 def test_share_refuses_a_key_two_data_files_give_with_other_bytes(twins, tmp_path, capsys):
     (a, a_ptd), (c, c_ptd) = twins
-    assert main(["share", str(a), str(c), "--out", str(tmp_path / "shared"),
-                 "--data", str(a_ptd), "--data", str(c_ptd)]) == 2
+    assert (
+        main(
+            [
+                "share",
+                str(a),
+                str(c),
+                "--out",
+                str(tmp_path / "shared"),
+                "--data",
+                str(a_ptd),
+                "--data",
+                str(c_ptd),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "'head.weight'" in err and str(a_ptd) in err and str(c_ptd) in err
     assert not any((tmp_path / "shared").glob("*"))
@@ -272,8 +318,13 @@ def test_share_refuses_a_key_two_data_files_give_with_other_bytes(twins, tmp_pat
 def test_each_program_given_its_own_data_file_computes_with_its_own_weights(twins, tmp_path):
     out = tmp_path / "own.pte"
     data = [f"{pte}={ptd}" for pte, ptd in twins]
-    merge_files([pte for pte, _ in twins], out, data=data, inline=True,
-                methods=[f"m{i}={pte}:forward" for i, (pte, _) in enumerate(twins)])
+    merge_files(
+        [pte for pte, _ in twins],
+        out,
+        data=data,
+        inline=True,
+        methods=[f"m{i}={pte}:forward" for i, (pte, _) in enumerate(twins)],
+    )
     for number, (pte, ptd) in enumerate(twins):
         program, weights = pte.read_bytes(), ptd.read_bytes()  # alive while the module runs
         want = _load_for_executorch_from_buffer(program, weights).forward(INPUT)[0]
@@ -303,8 +354,10 @@ class _Xor(torch.nn.Module):
         return self.loss(pred, label), pred.detach().argmax(dim=1)
 
 
-XOR_INPUTS = (torch.randn(1, 2, generator=torch.Generator().manual_seed(7)),
-              torch.ones(1, dtype=torch.int64))
+XOR_INPUTS = (
+    torch.randn(1, 2, generator=torch.Generator().manual_seed(7)),
+    torch.ones(1, dtype=torch.int64),
+)
 
 
 def _export_training(model: torch.nn.Module, directory: Path) -> tuple[Path, Path]:
@@ -316,7 +369,8 @@ def _export_training(model: torch.nn.Module, directory: Path) -> tuple[Path, Pat
 
     exported = _export_forward_backward(torch.export.export(model, XOR_INPUTS, strict=True))
     manager = to_edge(exported).to_executorch(
-        ExecutorchBackendConfig(external_mutable_weights=True))
+        ExecutorchBackendConfig(external_mutable_weights=True)
+    )
     directory.mkdir()
     pte = directory / f"{directory.name}.pte"
     pte.write_bytes(manager.buffer)
@@ -339,8 +393,9 @@ def _check_trains_as_before(inputs, out, methods) -> list:
         want = _load_for_executorch_from_buffer(program, weights).forward(XOR_INPUTS)
         wants.append(want)
         for got in _run_every_loader_all(out, method, XOR_INPUTS):
-            assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(
-                    got, want, strict=True))
+            assert len(got) == len(want) and all(
+                torch.equal(g, w) for g, w in zip(got, want, strict=True)
+            )
     return wants
 
 
@@ -349,9 +404,13 @@ def test_mutable_weights_in_a_ptd_inline_as_mutable_data_and_train_as_before(tmp
     assert any(t.ref.space is DataSpace.EXTERNAL for t in read_pte(inputs[0][0]).tensors)
     out = tmp_path / "inline.pte"
     # Both name their weights `linear.weight`...: each input its own .ptd.
-    merge_files([pte for pte, _ in inputs], out, inline=True,
-                data=[f"{pte}={ptd}" for pte, ptd in inputs],
-                methods=[f"m{i}={pte}:forward" for i, (pte, _) in enumerate(inputs)])
+    merge_files(
+        [pte for pte, _ in inputs],
+        out,
+        inline=True,
+        data=[f"{pte}={ptd}" for pte, ptd in inputs],
+        methods=[f"m{i}={pte}:forward" for i, (pte, _) in enumerate(inputs)],
+    )
     merged = read_pte(out)
     assert not merged.entries[DataSpace.EXTERNAL] and audit_file(out).dead_bytes == 0
     # The initial weights are mutable data: the runtime copies them into the arena.
@@ -368,8 +427,12 @@ def test_share_keeps_a_training_weight_of_its_own_as_mutable_data(tmp_path):
     with torch.no_grad():
         second.linear2.bias.add_(1.0)  # one weight of other bytes under the same name
     inputs = [_export_training(m, tmp_path / n) for m, n in ((first, "a"), (second, "b"))]
-    share_files([pte for pte, _ in inputs], tmp_path / "shared", min_bytes=1,
-                ptd_paths=[f"{pte}={ptd}" for pte, ptd in inputs])
+    share_files(
+        [pte for pte, _ in inputs],
+        tmp_path / "shared",
+        min_bytes=1,
+        ptd_paths=[f"{pte}={ptd}" for pte, ptd in inputs],
+    )
     shared_ptd = tmp_path / "shared" / "shared.ptd"
     for pte, ptd in inputs:
         out = tmp_path / "shared" / pte.name
@@ -377,7 +440,11 @@ def test_share_keeps_a_training_weight_of_its_own_as_mutable_data(tmp_path):
         assert read_pte(out).entries[DataSpace.MUTABLE]
         # The bytes alive while their modules run.
         program, weights, old, old_weights = (
-            out.read_bytes(), shared_ptd.read_bytes(), pte.read_bytes(), ptd.read_bytes())
+            out.read_bytes(),
+            shared_ptd.read_bytes(),
+            pte.read_bytes(),
+            ptd.read_bytes(),
+        )
         got = _load_for_executorch_from_buffer(program, weights).forward(XOR_INPUTS)
         want = _load_for_executorch_from_buffer(old, old_weights).forward(XOR_INPUTS)
         assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
@@ -387,8 +454,10 @@ def _run_every_loader_all(pte, method: str, inputs) -> list[list[torch.Tensor]]:
     """`_run_every_loader`, every output of the method."""
     data = pte.read_bytes()  # kept alive, with each program, while its method runs
     runtime = Runtime.get()
-    outputs = [program.load_method(method).execute(list(inputs))
-               for program in (runtime.load_program(str(pte)), runtime.load_program(data))]
+    outputs = [
+        program.load_method(method).execute(list(inputs))
+        for program in (runtime.load_program(str(pte)), runtime.load_program(data))
+    ]
     for module in (_load_for_executorch(str(pte)), _load_for_executorch_from_buffer(data)):
         outputs.append(module.run_method(method, tuple(inputs)))
     return outputs
@@ -401,8 +470,10 @@ class _Add(torch.nn.Module):
         return x + y
 
 
-ADD_INPUTS = (torch.randn(2, 64, generator=torch.Generator().manual_seed(5)),
-              torch.randn(2, 64, generator=torch.Generator().manual_seed(6)))
+ADD_INPUTS = (
+    torch.randn(2, 64, generator=torch.Generator().manual_seed(5)),
+    torch.randn(2, 64, generator=torch.Generator().manual_seed(6)),
+)
 
 
 def _in_constant_buffer_layout(pte: bytes) -> bytes:
@@ -433,8 +504,10 @@ def test_an_input_in_the_constant_buffer_layout_merges_into_a_program_that_loads
     assert "constant_buffer" in report.summary() and report.to_json()["constant_buffer_inputs"]
     fresh = tmp_path / "fresh.pte"
     fresh.write_bytes(add)  # the same program as ExecuTorch 1.5 writes it
-    for method, inputs, want in (("add", ADD_INPUTS, _want(fresh, ADD_INPUTS)),
-                                 ("head", INPUT, _want(head, INPUT))):
+    for method, inputs, want in (
+        ("add", ADD_INPUTS, _want(fresh, ADD_INPUTS)),
+        ("head", INPUT, _want(head, INPUT)),
+    ):
         for got in _run_every_loader(out, method, inputs):
             assert torch.equal(got, want), method
     # prune, split and share of it write the layout the runtime accepts too.
@@ -444,7 +517,10 @@ def test_an_input_in_the_constant_buffer_layout_merges_into_a_program_that_loads
     prune_file(old, tmp_path / "pruned.pte")
     split_file(out, tmp_path / "split.pte", ["add"])
     share_files([old, head], tmp_path / "shared")
-    for path, method in ((tmp_path / "pruned.pte", "forward"), (tmp_path / "split.pte", "add"),
-                         (tmp_path / "shared" / "add.pte", "forward")):
+    for path, method in (
+        (tmp_path / "pruned.pte", "forward"),
+        (tmp_path / "split.pte", "add"),
+        (tmp_path / "shared" / "add.pte", "forward"),
+    ):
         for got in _run_every_loader(path, method, ADD_INPUTS):
             assert torch.equal(got, _want(fresh, ADD_INPUTS)), path.name

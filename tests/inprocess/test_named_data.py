@@ -48,6 +48,7 @@ from emitter_filter.ondisk.audit import audit_file
 PRUNE = dict(prune_constants=True)
 INPUTS = (torch.randn(2, 32, generator=torch.Generator().manual_seed(7)),)
 
+
 def _report(manager) -> named_data.NamedDataReport:
     return emitter_filter.report(manager).named_data
 
@@ -85,7 +86,8 @@ def _lowered_module(graph_module, call):
 
 def _xnnpack_calls(graph_module):
     return [
-        node for node in graph_module.graph.nodes
+        node
+        for node in graph_module.graph.nodes
         if node.target is executorch_call_delegate
         and _lowered_module(graph_module, node).backend_id == XNNPACK_BACKEND_ID
     ]
@@ -296,12 +298,15 @@ def test_a_delegate_entry_nobody_calls_keeps_its_named_data(removed_delegate):
     graph_module = edge.exported_program().graph_module
     lowered = _lowered_module(graph_module, _xnnpack_calls(graph_module)[-1])
     program.backend_delegate_data.append(BackendDelegateInlineData(lowered.processed_bytes))
-    plan.delegates.append(BackendDelegate(
-        id=XNNPACK_BACKEND_ID,
-        processed=BackendDelegateDataReference(
-            DataLocation.INLINE, len(program.backend_delegate_data) - 1),
-        compile_specs=[],
-    ))
+    plan.delegates.append(
+        BackendDelegate(
+            id=XNNPACK_BACKEND_ID,
+            processed=BackendDelegateDataReference(
+                DataLocation.INLINE, len(program.backend_delegate_data) - 1
+            ),
+            compile_specs=[],
+        )
+    )
     use = find_named_data_use(program, manager._named_data)
     assert use.dead == ()
     assert removed_delegate["removed_keys"] <= set(use.live)
@@ -405,10 +410,12 @@ def test_audit_shows_the_tied_embeddings_duplicated_bytes_as_the_report_does(tie
     report = _report(tied["manager"])
     assert audit.duplicated_bytes == report.duplicated_bytes > 0
     assert [(g.nbytes, g.sha256) for g in audit.duplicates] == [
-        (g.nbytes, g.sha256) for g in report.duplicates]
+        (g.nbytes, g.sha256) for g in report.duplicates
+    ]
     # In a file, named data is located by segment, not by buffer index.
     assert [[(c.space, c.names) for c in g.copies] for g in audit.duplicates] == [
-        [(c.space, c.names) for c in g.copies] for g in report.duplicates]
+        [(c.space, c.names) for c in g.copies] for g in report.duplicates
+    ]
     form = audit.to_json()
     assert form["duplicated_bytes"] == report.duplicated_bytes
     assert [c["space"] for c in form["duplicates"][0]["copies"]] == ["constant", "named_data"]
@@ -473,7 +480,8 @@ def _emitted(constants: list[bytes], external: dict[str, dict[str, bytes]]):
         mutable_data=None,
         external_constant_buffer=external_constant_buffer,
         external_constant_map={
-            tag: {fqn: next(indices) for fqn in fqns} for tag, fqns in external.items()},
+            tag: {fqn: next(indices) for fqn in fqns} for tag, fqns in external.items()
+        },
     )
 
 
@@ -484,13 +492,17 @@ def test_same_length_and_prefix_but_other_bytes_are_not_duplicates():
 
 def test_identical_bytes_count_once_per_ptd_and_once_more_per_other_file():
     data = bytes(range(100))
-    store = NamedDataStoreOutput([data], {"k": DataEntry(0, 1, None)},
-                                 {"w": {"k2": DataEntry(0, 1, None)}})
+    store = NamedDataStoreOutput(
+        [data], {"k": DataEntry(0, 1, None)}, {"w": {"k2": DataEntry(0, 1, None)}}
+    )
     emitted = _emitted([data], {"w": {"fqn": data}, "v": {"fqn2": data}})
     (group,) = duplicates.find_duplicate_data(emitted, store)
     assert [(c.space, c.tag, c.names) for c in group.copies] == [
-        ("constant", None, ()), ("named_data", None, ("k",)),
-        ("external", "w", ("fqn", "k2")), ("external", "v", ("fqn2",))]
+        ("constant", None, ()),
+        ("named_data", None, ("k",)),
+        ("external", "w", ("fqn", "k2")),
+        ("external", "v", ("fqn2",)),
+    ]
     assert group.duplicated_bytes == 300
 
 
@@ -511,10 +523,13 @@ def test_xnnpack_keys_are_exactly_what_the_store_holds_for_that_delegate(
 
 
 def test_xnnpack_blob_without_header_is_read_as_a_bare_flatbuffer(xnnpack_blob):
-    offset, size = int.from_bytes(xnnpack_blob[10:14], "little"), int.from_bytes(
-        xnnpack_blob[14:18], "little")
-    assert xnnpack_named_keys(xnnpack_blob[offset:offset + size]) == xnnpack_named_keys(
-        xnnpack_blob)
+    offset, size = (
+        int.from_bytes(xnnpack_blob[10:14], "little"),
+        int.from_bytes(xnnpack_blob[14:18], "little"),
+    )
+    assert xnnpack_named_keys(xnnpack_blob[offset : offset + size]) == xnnpack_named_keys(
+        xnnpack_blob
+    )
 
 
 @pytest.mark.parametrize(
@@ -537,11 +552,25 @@ def test_other_backends_are_opaque():
 
 def test_public_api_is_what_we_meant():
     assert set(delegates.__all__) == {
-        "XNNPACK_BACKEND_ID", "XNN_HEADER_SIZE", "delegate_named_keys", "xnnpack_named_keys",
-        "xnnpack_flatbuffer_span", "xnnpack_constant_types", "xnnpack_node_keys"}
+        "XNNPACK_BACKEND_ID",
+        "XNN_HEADER_SIZE",
+        "delegate_named_keys",
+        "xnnpack_named_keys",
+        "xnnpack_flatbuffer_span",
+        "xnnpack_constant_types",
+        "xnnpack_node_keys",
+    }
     assert set(named_keys.__all__) == {"DelegateRef", "NamedDataUse", "classify_named_keys"}
     assert set(named_data.__all__) == {
-        "NamedDataEntry", "NamedDataReport",
-        "find_named_data_use", "drop_dead_named_data", "prune_named_data"}
+        "NamedDataEntry",
+        "NamedDataReport",
+        "find_named_data_use",
+        "drop_dead_named_data",
+        "prune_named_data",
+    }
     assert set(duplicates.__all__) == {
-        "StoredCopy", "DuplicateGroup", "find_duplicate_data", "group_duplicates"}
+        "StoredCopy",
+        "DuplicateGroup",
+        "find_duplicate_data",
+        "group_duplicates",
+    }

@@ -67,17 +67,20 @@ def _builder_case(name):
 
 NAMED = {
     "parameter_orphaned_by_a_pass": (
-        _builder_case("orphaned_by_transform"), [[("gate", "parameter", "forward")]]),
-    "unused_buffer": (
-        _builder_case("unused_buffer_portable"), [[("unused", "buffer", "forward")]]),
+        _builder_case("orphaned_by_transform"),
+        [[("gate", "parameter", "forward")]],
+    ),
+    "unused_buffer": (_builder_case("unused_buffer_portable"), [[("unused", "buffer", "forward")]]),
     "lifted_constant": (_lifted_constant, [[("table", "constant", "forward")]]),
     "two_fqns_share_one_entry": (
-        _twins, [[("first", "buffer", "forward"), ("second", "buffer", "forward")]]),
+        _twins,
+        [[("first", "buffer", "forward"), ("second", "buffer", "forward")]],
+    ),
     "multi_method_program": (
         _builder_case("two_methods_and_constant_method"),
-        [[("shared.unused", "buffer", "forward")]]),
-    "external_constant": (
-        _builder_case("external_constants"), [[("unused", "buffer", "forward")]]),
+        [[("shared.unused", "buffer", "forward")]],
+    ),
+    "external_constant": (_builder_case("external_constants"), [[("unused", "buffer", "forward")]]),
 }
 
 
@@ -96,8 +99,9 @@ def test_two_fqns_sharing_an_entry_drop_one_entry_and_two_values():
 
 
 def test_the_summary_names_the_dropped_entries_and_marks_those_read_by_name():
-    summary = emitter_filter.report(_builder_case("external_constants")(
-        PRUNE(prune_constants=True))).summary()
+    summary = emitter_filter.report(
+        _builder_case("external_constants")(PRUNE(prune_constants=True))
+    ).summary()
     assert summary.endswith("; dropped: unused (buffer, 16,384 B, was readable by name)")
     summary = emitter_filter.report(_twins(PRUNE(prune_constants=True))).summary()
     assert summary.endswith("; dropped: first = second (buffer, 256 B)")
@@ -147,8 +151,10 @@ def test_a_mutable_buffers_initial_state_is_named_as_one():
     manager, emitter_output = _counter_program()
     plan = emitter_output.program.execution_plan[0]
     [count] = [
-        i for i, v in enumerate(plan.values)
-        if hasattr(v.val, "data_buffer_idx") and tensor_data_ref(EXIR_SCHEMA, v.val) is not None
+        i
+        for i, v in enumerate(plan.values)
+        if hasattr(v.val, "data_buffer_idx")
+        and tensor_data_ref(EXIR_SCHEMA, v.val) is not None
         and tensor_data_ref(EXIR_SCHEMA, v.val).space.value == "mutable"
     ]
     # Make nothing read `count` (its instructions read value 0 instead): its initial
@@ -171,7 +177,8 @@ def test_a_value_that_does_not_match_its_placeholder_is_an_invariant_error():
     values = manager.executorch_program.execution_plan[0].values
     named = {
         i: names.name_value("forward", i, v.val.sizes)
-        for i, v in enumerate(values) if hasattr(v.val, "sizes")
+        for i, v in enumerate(values)
+        if hasattr(v.val, "sizes")
     }
     [index] = [i for i, name in named.items() if name and name.name == "unused"]
     assert named[index] == ConstantName("unused", "buffer", "forward")
@@ -181,8 +188,9 @@ def test_a_value_that_does_not_match_its_placeholder_is_an_invariant_error():
 
 def test_a_mutable_buffer_with_initial_state_in_a_live_program_is_never_dropped():
     config = PRUNE(prune_constants=True, passes=[InitializedMutableBufferPass(["count"])])
-    report = emitter_filter.report(_case("mutable_data_and_dead_constant").build(
-        dead=True, config=config))
+    report = emitter_filter.report(
+        _case("mutable_data_and_dead_constant").build(dead=True, config=config)
+    )
     assert [d.space for d in report.dropped] == ["constant"]
     assert report.bytes_after["mutable"] == report.bytes_before["mutable"] > 0
 
@@ -195,8 +203,9 @@ def test_the_report_does_not_keep_the_manager_or_its_programs_alive():
 
     manager = _builder_case("unused_buffer_portable")(PRUNE(prune_constants=True))
     assert emitter_filter.report(manager).dropped[0].names
-    emitter_output, program = weakref.ref(manager._emitter_output), weakref.ref(
-        manager.exported_program()
+    emitter_output, program = (
+        weakref.ref(manager._emitter_output),
+        weakref.ref(manager.exported_program()),
     )
     key = id(manager._emitter_output)
     del manager

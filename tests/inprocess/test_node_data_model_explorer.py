@@ -80,15 +80,19 @@ def test_every_node_is_one_the_adapter_draws_and_model_explorer_reads_it(program
 
 
 def test_the_largest_node_reads_the_largest_constant_and_dead_bytes_are_on_the_inputs(
-    program, tmp_path,
+    program,
+    tmp_path,
 ):
     explanation = explain_file(program)
     out = tmp_path / "node-data.json"
     assert main(["explain", str(program), "--node-data", str(out)]) == 0
     graph, data = "forward", json.loads(out.read_text())["forward"]
     values = {node: r["value"] for node, r in data["results"].items()}
-    read = [p for p in explanation.parts if p.readers and p.status == "live"
-            and p.storage in ("constant", "named_data")]
+    read = [
+        p
+        for p in explanation.parts
+        if p.readers and p.status == "live" and p.storage in ("constant", "named_data")
+    ]
     largest = max(read, key=lambda p: p.nbytes)
     calls = [node for node in values if node != INPUTS_NODE]
     ranked = sorted(calls, key=values.get, reverse=True)
@@ -98,9 +102,13 @@ def test_the_largest_node_reads_the_largest_constant_and_dead_bytes_are_on_the_i
     dead = sum(p.nbytes for p in explanation.parts if p.status == "dead")
     assert dead == 32 * 32 * 4 and values[INPUTS_NODE] == dead
     assert main(["explain", str(program), "--node-data", str(out), "--value", "dead"]) == 0
-    assert json.loads(out.read_text()) == {graph: {
-        "name": f"dead ({program.name})", "results": {INPUTS_NODE: {"value": dead}},
-        "gradient": data["gradient"]}}
+    assert json.loads(out.read_text()) == {
+        graph: {
+            "name": f"dead ({program.name})",
+            "results": {INPUTS_NODE: {"value": dead}},
+            "gradient": data["gradient"],
+        }
+    }
 
 
 def test_xnnpack_nodes_carry_the_named_data_their_inputs_hold(tmp_path):
@@ -134,8 +142,10 @@ def test_model_explorer_shows_the_bytes_on_the_adapters_nodes(program, tmp_path)
     values = {node: result["value"] for node, result in data["results"].items()}
     graphs = adapter_graphs(program)
     labels = graphs[graph]
-    with serve(program, out, tmp_path / "server.log") as address, \
-            DevToolsPage(tmp_path, window=WINDOW) as page:
+    with (
+        serve(program, out, tmp_path / "server.log") as address,
+        DevToolsPage(tmp_path, window=WINDOW) as page,
+    ):
         page.open(address)
         rows = page.wait_for(NODE_DATA_ROWS)
         root = page.wait_for(ROOT_STATS_ROWS)
@@ -145,8 +155,9 @@ def test_model_explorer_shows_the_bytes_on_the_adapters_nodes(program, tmp_path)
                 page.evaluate(_CLICK % icon)
                 time.sleep(2)  # the graph's layout and colours
             # The pointer away from the toolbar, so that no button's tooltip shows.
-            page.call("Input.dispatchMouseEvent", type="mouseMoved", x=WINDOW[0] - 420,
-                      y=WINDOW[1] - 40)
+            page.call(
+                "Input.dispatchMouseEvent", type="mouseMoved", x=WINDOW[0] - 420, y=WINDOW[1] - 40
+            )
             page.evaluate("document.activeElement && document.activeElement.blur()")
             # The help bubbles the clicks opened (the app's own popovers), out of the picture.
             page.evaluate("document.querySelectorAll('bubble-container').forEach(b => b.remove())")
@@ -158,31 +169,39 @@ def test_model_explorer_shows_the_bytes_on_the_adapters_nodes(program, tmp_path)
             page.wait_for(f"!!{_OPTION % subgraph}")
             page.evaluate(f"{_OPTION % subgraph}.click()")
             # Once the table lists the subgraph's nodes (the adapter's labels, in its order).
-            nodes = [graphs[subgraph][node] for node in graphs[subgraph]
-                     if node not in (INPUTS_NODE, OUTPUTS_NODE)]
+            nodes = [
+                graphs[subgraph][node]
+                for node in graphs[subgraph]
+                if node not in (INPUTS_NODE, OUTPUTS_NODE)
+            ]
             delegate_rows[subgraph] = page.wait_for(
                 f"(rows => rows && JSON.stringify(rows.map(row => row[0])) === "
                 f"{json.dumps(json.dumps(nodes, separators=(',', ':')))} && rows)"
-                f"({NODE_DATA_ROWS})")
+                f"({NODE_DATA_ROWS})"
+            )
     # The app's "Node data" table lists the graph's operator nodes in the adapter's order,
     # with the value the file gives each ("-" for none): an id it did not match would be
     # missing there. The inputs and outputs nodes are not in that table (their
     # ids are checked against the adapter's own in the tests above).
     calls = [node for node in labels if node not in (INPUTS_NODE, OUTPUTS_NODE)]
     assert set(values) <= {*calls, INPUTS_NODE}
-    shown = [(label, None if value == "-" else float(value.replace(",", "")))
-             for label, value in rows]
+    shown = [
+        (label, None if value == "-" else float(value.replace(",", ""))) for label, value in rows
+    ]
     assert shown == [(labels[node], values.get(node)) for node in calls]
     # The node it shows largest is the file's largest: the reader of the largest constant
     # (`test_the_largest_node_reads_the_largest_constant_and_dead_bytes_are_on_the_inputs`).
     largest = max((node for node in values if node != INPUTS_NODE), key=values.get)
     assert max((row for row in shown if row[1] is not None), key=lambda row: row[1]) == (
-        labels[largest], values[largest])
+        labels[largest],
+        values[largest],
+    )
     # The dead bytes, on the inputs node, show beside the plan in the root-level stats, as a
     # share of what the plan's calls read.
     calls_sum = sum(value for node, value in values.items() if node != INPUTS_NODE)
     assert float(root["Graph Inputs"]) == pytest.approx(
-        100 * values[INPUTS_NODE] / calls_sum, abs=0.05)
+        100 * values[INPUTS_NODE] / calls_sum, abs=0.05
+    )
     # The graph of an XNNPACK call: the app shows each of its nodes with the file's value.
     assert bool(delegate_rows) == (program.stem == "xnnpack")
     for subgraph, rows in delegate_rows.items():
@@ -190,4 +209,5 @@ def test_model_explorer_shows_the_bytes_on_the_adapters_nodes(program, tmp_path)
         nodes = [node for node in graphs[subgraph] if node not in (INPUTS_NODE, OUTPUTS_NODE)]
         assert [(label, None if value == "-" else float(value)) for label, value in rows] == [
             (graphs[subgraph][node], results[node]["value"] if node in results else None)
-            for node in nodes]
+            for node in nodes
+        ]

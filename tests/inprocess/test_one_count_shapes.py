@@ -55,8 +55,11 @@ def _programs(root) -> list:
 def _forward(pte, ptd=None):
     program = pte.read_bytes()
     data = None if ptd is None else ptd.read_bytes()  # both kept alive while the module runs
-    module = (_load_for_executorch_from_buffer(program) if data is None
-              else _load_for_executorch_from_buffer(program, data))
+    module = (
+        _load_for_executorch_from_buffer(program)
+        if data is None
+        else _load_for_executorch_from_buffer(program, data)
+    )
     return module.forward(INPUT)[0]
 
 

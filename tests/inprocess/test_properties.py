@@ -46,11 +46,16 @@ from emitter_filter.inprocess.prune_emitted import collect_plan_refs, prune_emit
 from emitter_filter.reachability import find_live
 
 settings.register_profile(
-    "ci", derandomize=True, deadline=None, max_examples=100,
+    "ci",
+    derandomize=True,
+    deadline=None,
+    max_examples=100,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.register_profile(
-    "long", deadline=None, max_examples=2000,
+    "long",
+    deadline=None,
+    max_examples=2000,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
@@ -63,11 +68,19 @@ MODEL_EXAMPLES = {"ci": 100, "long": 1000}[PROFILE]
 
 
 def _tensor(data_buffer_idx: int) -> EValue:
-    return EValue(Tensor(
-        scalar_type=ScalarType.FLOAT, storage_offset=0, sizes=[1], dim_order=[0],
-        requires_grad=False, layout=0, data_buffer_idx=data_buffer_idx,
-        allocation_info=None, shape_dynamism=TensorShapeDynamism.STATIC,
-    ))
+    return EValue(
+        Tensor(
+            scalar_type=ScalarType.FLOAT,
+            storage_offset=0,
+            sizes=[1],
+            dim_order=[0],
+            requires_grad=False,
+            layout=0,
+            data_buffer_idx=data_buffer_idx,
+            allocation_info=None,
+            shape_dynamism=TensorShapeDynamism.STATIC,
+        )
+    )
 
 
 @st.composite
@@ -91,10 +104,15 @@ def _plan(draw, name: str, num_buffers: int) -> ExecutionPlan:
         for _ in range(draw(st.integers(0, 4)))
     ]
     return ExecutionPlan(
-        name=name, container_meta_type=ContainerMetadata("", ""), values=values,
-        inputs=draw(st.lists(indices, max_size=2)), outputs=draw(st.lists(indices, max_size=2)),
+        name=name,
+        container_meta_type=ContainerMetadata("", ""),
+        values=values,
+        inputs=draw(st.lists(indices, max_size=2)),
+        outputs=draw(st.lists(indices, max_size=2)),
         chains=[Chain(inputs=[], outputs=[], instructions=instructions, stacktrace=None)],
-        operators=[], delegates=[], non_const_buffer_sizes=[0],
+        operators=[],
+        delegates=[],
+        non_const_buffer_sizes=[0],
     )
 
 
@@ -105,13 +123,21 @@ def emitted_programs(draw) -> EmitterOutput:
     buffers = [Buffer(b"")] + [Buffer(draw(payloads)) for _ in range(draw(st.integers(0, 6)))]
     plans = [draw(_plan(f"m{i}", len(buffers))) for i in range(draw(st.integers(1, 3)))]
     program = Program(
-        version=0, execution_plan=plans, constant_buffer=buffers, backend_delegate_data=[],
-        segments=[], constant_segment=SubsegmentOffsets(0, []),
+        version=0,
+        execution_plan=plans,
+        constant_buffer=buffers,
+        backend_delegate_data=[],
+        segments=[],
+        constant_segment=SubsegmentOffsets(0, []),
     )
     return EmitterOutput(
-        program=program, debug_handle_map={}, method_to_delegate_debug_id_map={},
-        instruction_id_to_num_outs_map={}, mutable_data=None,
-        external_constant_buffer=[], external_constant_map=None,
+        program=program,
+        debug_handle_map={},
+        method_to_delegate_debug_id_map={},
+        instruction_id_to_num_outs_map={},
+        mutable_data=None,
+        external_constant_buffer=[],
+        external_constant_map=None,
     )
 
 
@@ -129,7 +155,8 @@ def test_pruning_keeps_every_used_value_with_its_bytes(emitter_output):
     original_buffers = list(emitter_output.program.constant_buffer)
     prune_report = prune_emitter_output(emitter_output)
     for old, new in zip(
-            before.program.execution_plan, emitter_output.program.execution_plan, strict=True):
+        before.program.execution_plan, emitter_output.program.execution_plan, strict=True
+    ):
         # Every index still resolves; list items still come before their lists.
         for index in _used_indices(new):
             assert 0 <= index < len(new.values)
@@ -162,8 +189,9 @@ def test_pruning_twice_changes_nothing_and_nothing_dead_remains(emitter_output):
     assert emitter_output == once
     plans = [collect_plan_refs(plan) for plan in emitter_output.program.execution_plan]
     liveness = find_live(plans)
-    assert all(len(live) == p.num_values for p, live in zip(
-            plans, liveness.live_values, strict=True))
+    assert all(
+        len(live) == p.num_values for p, live in zip(plans, liveness.live_values, strict=True)
+    )
 
 
 # --- random real models, run in ExecuTorch's runtime ---------------------------------------
@@ -270,7 +298,8 @@ def test_random_models_compute_the_same_after_pruning(model_and_flow):
     config = emitter_filter.ExecutorchBackendConfig()
     pruned, _ = serialize_for_executorch(pruned_output, config, manager._data_serializer, None)
     for want, got in zip(
-            _outputs(manager.buffer, inputs), _outputs(bytes(pruned), inputs), strict=True):
+        _outputs(manager.buffer, inputs), _outputs(bytes(pruned), inputs), strict=True
+    ):
         assert all(torch.equal(w, g) for w, g in zip(want, got, strict=True))
     again = prune_emitter_output(pruned_output)
     assert not again.dropped and again.dropped_values == 0

@@ -40,7 +40,9 @@ def _ptd_bytes(files: dict[str, bytes]) -> bytes | None:
 def _run(case: Case, files: dict[str, bytes]) -> list[list[torch.Tensor]]:
     pte = next(data for name, data in files.items() if name.endswith(".pte"))
     ptd = _ptd_bytes(files)
-    module = _load_for_executorch_from_buffer(pte, ptd) if ptd else _load_for_executorch_from_buffer(pte)
+    module = (
+        _load_for_executorch_from_buffer(pte, ptd) if ptd else _load_for_executorch_from_buffer(pte)
+    )
     return [list(module.run_method(method, inputs)) for method, inputs in case.runs]
 
 
@@ -103,7 +105,9 @@ def test_nothing_dead_remains(built):
     assert len(liveness.live_data[DataSpace.CONSTANT]) == len(program.constant_buffer) - 1
     mutable = emitter_output.mutable_data or [None]
     assert len(liveness.live_data[DataSpace.MUTABLE]) == len(mutable) - 1
-    assert len(liveness.live_data[DataSpace.EXTERNAL]) == len(emitter_output.external_constant_buffer)
+    assert len(liveness.live_data[DataSpace.EXTERNAL]) == len(
+        emitter_output.external_constant_buffer
+    )
 
 
 def test_report_matches_the_bytes_saved(built):
@@ -124,20 +128,28 @@ def test_manager_outputs_agree_with_the_pruned_program(built, tmp_path):
     assert next(d for n, d in built["pruned"].items() if n.endswith(".pte")) == manager.buffer
     round_trip = deserialize_pte_binary(manager.buffer).program
     for ours, theirs in zip(
-            manager.executorch_program.execution_plan, round_trip.execution_plan, strict=True):
+        manager.executorch_program.execution_plan, round_trip.execution_plan, strict=True
+    ):
         assert ours.values == theirs.values
         assert ours.inputs == theirs.inputs and ours.outputs == theirs.outputs
 
 
 @pytest.mark.parametrize(
-    "case", [c for c in CASES if c.name in ("unused_buffer_portable", "unused_buffer_xnnpack",
-                                              "two_methods_and_constant_method")],
+    "case",
+    [
+        c
+        for c in CASES
+        if c.name
+        in ("unused_buffer_portable", "unused_buffer_xnnpack", "two_methods_and_constant_method")
+    ],
     ids=lambda case: case.name,
 )
 def test_program_with_nothing_dead_is_left_byte_identical(case, tmp_path):
     plain = _files(case.build(dead=False, config=UpstreamConfig()), tmp_path / "plain")
-    pruned = _files(case.build(dead=False, config=emitter_filter.ExecutorchBackendConfig(**PRUNE)),
-                    tmp_path / "pruned")
+    pruned = _files(
+        case.build(dead=False, config=emitter_filter.ExecutorchBackendConfig(**PRUNE)),
+        tmp_path / "pruned",
+    )
     assert pruned == plain
 
 
@@ -145,6 +157,7 @@ def test_prune_constants_false_is_byte_identical_to_plain_executorch(tmp_path):
     case = next(c for c in CASES if c.name == "unused_buffer_portable")
     emitter_filter.install()
     plain = _files(case.build(dead=True, config=UpstreamConfig()), tmp_path / "plain")
-    off = _files(case.build(dead=True, config=emitter_filter.ExecutorchBackendConfig()),
-                 tmp_path / "off")
+    off = _files(
+        case.build(dead=True, config=emitter_filter.ExecutorchBackendConfig()), tmp_path / "off"
+    )
     assert off == plain

@@ -25,6 +25,7 @@ pytestmark = [
     ),
 ]
 
+
 @pytest.mark.parametrize("backend", ["portable", "xnnpack"])
 def test_prefill_and_decode_share_their_weights_and_compute_as_before(backend, tmp_path):
     model = tiny_llama()

@@ -26,8 +26,11 @@ from emitter_filter.reachability import DataSpace
 from tests.model_sets import INPUT, SETS, export
 
 
-@pytest.fixture(scope="module", params=[(s, b) for s in SETS for b in ("portable", "xnnpack")],
-                ids=lambda p: f"{p[0]}-{p[1]}")
+@pytest.fixture(
+    scope="module",
+    params=[(s, b) for s in SETS for b in ("portable", "xnnpack")],
+    ids=lambda p: f"{p[0]}-{p[1]}",
+)
 def shared_set(request, tmp_path_factory):
     """The set's originals, and `share`'s output for them."""
     name, backend = request.param
@@ -95,9 +98,7 @@ def test_the_audit_of_the_set_is_clean(shared_set):
 
 def test_share_again_on_its_output_changes_nothing(shared_set, tmp_path):
     originals, out, _, _ = shared_set
-    again = share_files(
-        [out / p.name for p in originals], tmp_path, ptd_paths=[out / "shared.ptd"]
-    )
+    again = share_files([out / p.name for p in originals], tmp_path, ptd_paths=[out / "shared.ptd"])
     assert again.shared_contents == 0
     for path in [*(out / p.name for p in originals), out / "shared.ptd"]:
         assert (tmp_path / path.name).read_bytes() == path.read_bytes()
@@ -117,8 +118,12 @@ def test_explain_of_the_set_shows_what_share_stores_once(shared_set):
     before = explain_set(originals)
     # Exactly the contents share moves (at least --min-bytes, 1,024, long), stored again in
     # another file: the one count explain, audit and share give.
-    twice = sum(p.nbytes for p in before.parts if p.status == "duplicated"
-                and any(not c.startswith(p.file.rsplit("/", 1)[-1] + ":") for c in p.copies))
+    twice = sum(
+        p.nbytes
+        for p in before.parts
+        if p.status == "duplicated"
+        and any(not c.startswith(p.file.rsplit("/", 1)[-1] + ":") for c in p.copies)
+    )
     assert twice == audit_set(originals, []).duplicated_bytes == report.shared_bytes
     assert twice > 64 * 128 * 4
     after = explain_set([out / p.name for p in originals], [out / "shared.ptd"])
@@ -146,8 +151,7 @@ class _KeywordSpotting(torch.nn.Module):
         return self.classify(x.mean(dim=(2, 3)))
 
 
-def test_explain_audit_and_share_count_the_same_bytes_on_a_keyword_spotting_pair(tmp_path,
-                                                                                  capsys):
+def test_explain_audit_and_share_count_the_same_bytes_on_a_keyword_spotting_pair(tmp_path, capsys):
     """Two versions of a keyword spotter with one feature extractor: explain and audit count
     as stored twice exactly what share stores once, and 0 on share's output."""
     from emitter_filter.cli import main
@@ -178,7 +182,8 @@ def _export_with_ptd(model, root, name) -> tuple:
     from executorch.exir import ExecutorchBackendConfig, to_edge
 
     manager = to_edge(torch.export.export(model.eval(), INPUT)).to_executorch(
-        ExecutorchBackendConfig(external_constants=True))
+        ExecutorchBackendConfig(external_constants=True)
+    )
     pte = root / f"{name}.pte"
     pte.write_bytes(manager.buffer)
     (root / name).mkdir()
@@ -218,15 +223,19 @@ def test_programs_with_their_own_ptd_share_what_is_equal_and_keep_what_differs(
         kept = read_pte(tmp_path / pte.name, [tmp_path / "shared.ptd"])
         names = {t.name for t in kept.tensors if t.ref.space is DataSpace.CONSTANT}
         assert names == {"head.weight", "head.bias"}
-    audit = audit_set([tmp_path / pte.name for pte, _ in heads_with_their_ptd],
-                      [tmp_path / "shared.ptd"])
+    audit = audit_set(
+        [tmp_path / pte.name for pte, _ in heads_with_their_ptd], [tmp_path / "shared.ptd"]
+    )
     assert audit.dead_bytes == 0 and audit.shared == ()
 
 
 def test_the_ptd_beside_each_program_is_its_own(heads_with_their_ptd, tmp_path):
     paired = tmp_path / "paired"
-    share_files([pte for pte, _ in heads_with_their_ptd], paired,
-                ptd_paths=[f"{pte}={ptd}" for pte, ptd in heads_with_their_ptd])
+    share_files(
+        [pte for pte, _ in heads_with_their_ptd],
+        paired,
+        ptd_paths=[f"{pte}={ptd}" for pte, ptd in heads_with_their_ptd],
+    )
     beside = []
     for pte, ptd in heads_with_their_ptd:
         (tmp_path / pte.name).write_bytes(pte.read_bytes())
@@ -249,12 +258,15 @@ def test_explain_and_audit_of_such_a_set_count_what_share_stores_once(
     report = share_files(ptes, tmp_path / "out", ptd_paths=data)
     twice = sum(p.nbytes for p in before.parts if p.status == "duplicated")
     assert twice == audit.duplicated_bytes == report.shared_bytes > 64 * 128 * 4
-    assert sum(p.nbytes for p in before.parts) == before.file_bytes == sum(
-        path.stat().st_size for pair in heads_with_their_ptd for path in pair)
+    assert (
+        sum(p.nbytes for p in before.parts)
+        == before.file_bytes
+        == sum(path.stat().st_size for pair in heads_with_their_ptd for path in pair)
+    )
     # Each program reads all of its own .ptd: `head.weight` of one is not the other's.
     assert [p.ptd_bytes for p in audit.programs] == [
-        sum(e.nbytes for e in read_ptd(ptd).named_data.values())
-        for _, ptd in heads_with_their_ptd]
+        sum(e.nbytes for e in read_ptd(ptd).named_data.values()) for _, ptd in heads_with_their_ptd
+    ]
     assert audit.dead_bytes == 0
     for pte, ptd in heads_with_their_ptd:
         (tmp_path / pte.name).write_bytes(pte.read_bytes())
@@ -305,13 +317,15 @@ def test_share_dedupe_also_stores_what_repeats_within_a_program_once(tmp_path):
         want = _load_for_executorch_from_buffer(data).forward(tokens)[0]
         pte, ptd = tmp_path / "out" / original.name, tmp_path / "out" / "shared.ptd"
         program_bytes, data_bytes = pte.read_bytes(), ptd.read_bytes()
-        got = [_load_for_executorch(str(pte), str(ptd)).forward(tokens)[0],
-               _load_for_executorch_from_buffer(program_bytes, data_bytes).forward(tokens)[0]]
+        got = [
+            _load_for_executorch(str(pte), str(ptd)).forward(tokens)[0],
+            _load_for_executorch_from_buffer(program_bytes, data_bytes).forward(tokens)[0],
+        ]
         if _RUNTIME_TAKES_DATA:
-            method = Runtime.get().load_program(str(pte), data_path=str(ptd)).load_method(
-                "forward")
+            method = Runtime.get().load_program(str(pte), data_path=str(ptd)).load_method("forward")
             got.append(method.execute(list(tokens))[0])
         assert all(torch.equal(g, want) for g in got), original.name
-    audit = audit_set([tmp_path / "out" / p.name for p in originals],
-                      [tmp_path / "out" / "shared.ptd"])
+    audit = audit_set(
+        [tmp_path / "out" / p.name for p in originals], [tmp_path / "out" / "shared.ptd"]
+    )
     assert audit.dead_bytes == 0 and audit.duplicated_bytes == 0

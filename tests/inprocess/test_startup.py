@@ -91,7 +91,10 @@ def _run_exporter(python: Path, directory: Path, value: str | None):
         env[environment.ENV_PRUNE] = value
     result = subprocess.run(
         [str(python), str(script), *map(str, outputs)],
-        capture_output=True, text=True, env=env, cwd=directory,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=directory,
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout), result.stderr.splitlines(), outputs
@@ -105,9 +108,15 @@ def _check_the_variable_prunes_in_an_exporter(python: Path, tmp_path: Path) -> s
     """The three runs, side by side; returns where the pruning run imported emitter_filter from."""
     values = {"on": "1", "unset": None, "bad": "2"}
     with ThreadPoolExecutor(len(values)) as pool:
-        runs = dict(zip(values, pool.map(
-            lambda item: _run_exporter(python, tmp_path / item[0], item[1]), values.items()
-        ), strict=True))
+        runs = dict(
+            zip(
+                values,
+                pool.map(
+                    lambda item: _run_exporter(python, tmp_path / item[0], item[1]), values.items()
+                ),
+                strict=True,
+            )
+        )
 
     seen, stderr, pruned = runs["on"]
     assert _dead_bytes(pruned) == [0, 0]
@@ -118,7 +127,9 @@ def _check_the_variable_prunes_in_an_exporter(python: Path, tmp_path: Path) -> s
     assert _dead_bytes(dirty) == [DEAD_BYTES, DEAD_BYTES]
     # Pruned: the file of the same model without the buffer, byte for byte.
     assert [p.read_bytes() for p in pruned] == [clean.read_bytes()] * 2
-    assert seen["emitter_filter"] is None, "the hook imported emitter_filter with the variable unset"
+    assert seen["emitter_filter"] is None, (
+        "the hook imported emitter_filter with the variable unset"
+    )
     assert not [line for line in stderr if line.startswith("emitter_filter") or PRUNE_LOG in line]
 
     seen, stderr, dirty = runs["bad"]
@@ -137,8 +148,17 @@ def _check_the_variable_prunes_in_an_exporter(python: Path, tmp_path: Path) -> s
 
 @pytest.mark.parametrize(
     "value, expected",
-    [(None, False), ("", False), ("0", False), (" off ", False), ("No", False),
-     ("1", True), ("true", True), (" YES", True), ("on", True)],
+    [
+        (None, False),
+        ("", False),
+        ("0", False),
+        (" off ", False),
+        ("No", False),
+        ("1", True),
+        ("true", True),
+        (" YES", True),
+        ("on", True),
+    ],
     ids=repr,
 )
 def test_the_variable_reads_true_and_false_values(value, expected):
@@ -159,8 +179,13 @@ def test_a_bad_value_is_an_emitter_filter_error_naming_the_accepted_values(value
 
 def test_importing_emitter_filter_with_a_bad_value_neither_raises_nor_warns():
     env = {**os.environ, environment.ENV_PRUNE: "2", environment.ENV_DEDUPE: "yes_please"}
-    result = subprocess.run([sys.executable, "-c", "import emitter_filter"],
-                            capture_output=True, text=True, env=env, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-c", "import emitter_filter"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     assert (result.returncode, result.stderr) == (0, "")
 
 
@@ -179,9 +204,11 @@ def environment_applied(monkeypatch):
 
 @pytest.mark.parametrize(
     "prune, dedupe, enabled, refused",
-    [("1", "2", (True, False), "EMITTER_FILTER_DEDUPE='2'"),
-     ("maybe", "on", (False, True), "EMITTER_FILTER_PRUNE='maybe'"),
-     ("1", "1", (True, True), None)],
+    [
+        ("1", "2", (True, False), "EMITTER_FILTER_DEDUPE='2'"),
+        ("maybe", "on", (False, True), "EMITTER_FILTER_PRUNE='maybe'"),
+        ("1", "1", (True, True), None),
+    ],
     ids=["bad dedupe", "bad prune", "both good"],
 )
 def test_each_variable_counts_on_its_own_and_a_refused_one_warns_once(
@@ -193,20 +220,31 @@ def test_each_variable_counts_on_its_own_and_a_refused_one_warns_once(
         _startup.apply_environment(environ)
     assert (hook.is_enabled(), hook._dedupe_process_wide) == enabled
     mode = "pruning" if "PRUNE" in (refused or "") else "deduplicating"
-    expected = [] if refused is None else [
-        f"emitter_filter: {refused}: expected 1 or 0 "
-        f"(or true/yes/on and false/no/off; unset or empty means 0); not {mode}"
-    ]
+    expected = (
+        []
+        if refused is None
+        else [
+            f"emitter_filter: {refused}: expected 1 or 0 "
+            f"(or true/yes/on and false/no/off; unset or empty means 0); not {mode}"
+        ]
+    )
     assert caplog.messages == expected
 
 
 def test_the_command_line_ignores_variables_it_does_not_read(built):
     """A typo in the environment changes neither `audit`'s exit code nor its output."""
     env = {**os.environ, environment.ENV_PRUNE: "2", environment.ENV_DEDUPE: "yes_please"}
-    for argv, code in (([str(built["clean"].pte), "--max-dead-bytes", "0"], 0),
-                       ([str(built["plain"].pte), "--max-dead-bytes", "0"], 1)):
-        result = subprocess.run([sys.executable, "-m", "emitter_filter", "audit", *argv],
-                                capture_output=True, text=True, env=env, cwd=REPO)
+    for argv, code in (
+        ([str(built["clean"].pte), "--max-dead-bytes", "0"], 0),
+        ([str(built["plain"].pte), "--max-dead-bytes", "0"], 1),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "emitter_filter", "audit", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )
         assert result.returncode == code, result.stderr
         assert "EMITTER_FILTER" not in result.stderr and "Traceback" not in result.stderr
 
@@ -331,9 +369,14 @@ def package_logger():
     logger.handlers[:] = saved[1]
 
 
-@pytest.mark.parametrize("level, expected", [(logging.NOTSET, logging.INFO),
-                                             (logging.ERROR, logging.ERROR)], ids=["unset", "set"])
-def test_pruning_by_the_variable_logs_at_info_unless_told_otherwise(level, expected, package_logger):
+@pytest.mark.parametrize(
+    "level, expected",
+    [(logging.NOTSET, logging.INFO), (logging.ERROR, logging.ERROR)],
+    ids=["unset", "set"],
+)
+def test_pruning_by_the_variable_logs_at_info_unless_told_otherwise(
+    level, expected, package_logger
+):
     package_logger.setLevel(level)
     _startup._show_prune_lines()
     _startup._show_prune_lines()
@@ -363,21 +406,29 @@ def _run_pth(tmp_path: Path, values: dict[str, str], *, importable: bool = True,
     (site_dir / _startup.PTH_NAME).write_bytes((REPO / _startup.PTH_NAME).read_bytes())
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMITTER_FILTER_")}
     env.update(values, PYTHONPATH=str(REPO) if importable else "")
-    code = (f"import site, sys\nfor _ in range({runs}): site.addsitedir({str(site_dir)!r})\n"
-            "print('emitter_filter' in sys.modules)")
-    result = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
-                            env=env, cwd=tmp_path)
+    code = (
+        f"import site, sys\nfor _ in range({runs}): site.addsitedir({str(site_dir)!r})\n"
+        "print('emitter_filter' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout.strip() == "True", result.stderr
 
 
 @pytest.mark.parametrize(
     "values, imports",
-    [({}, False), ({"EMITTER_FILTER_PRUNE": "0"}, False),
-     ({"EMITTER_FILTER_PRUNE": " Off", "EMITTER_FILTER_DEDUPE": "false"}, False),
-     ({"EMITTER_FILTER_DEDUPE": "no"}, False), ({"EMITTER_FILTER_PRUNE": ""}, False),
-     ({"EMITTER_FILTER_PRUNE": "1"}, True), ({"EMITTER_FILTER_DEDUPE": "1"}, True),
-     ({"EMITTER_FILTER_PRUNE": "2"}, True)],
+    [
+        ({}, False),
+        ({"EMITTER_FILTER_PRUNE": "0"}, False),
+        ({"EMITTER_FILTER_PRUNE": " Off", "EMITTER_FILTER_DEDUPE": "false"}, False),
+        ({"EMITTER_FILTER_DEDUPE": "no"}, False),
+        ({"EMITTER_FILTER_PRUNE": ""}, False),
+        ({"EMITTER_FILTER_PRUNE": "1"}, True),
+        ({"EMITTER_FILTER_DEDUPE": "1"}, True),
+        ({"EMITTER_FILTER_PRUNE": "2"}, True),
+    ],
     ids=["unset", "0", "off and false", "dedupe no", "empty", "1", "dedupe 1", "bad"],
 )
 def test_a_value_meaning_off_costs_what_unset_costs(tmp_path, values, imports):
@@ -385,8 +436,11 @@ def test_a_value_meaning_off_costs_what_unset_costs(tmp_path, values, imports):
 
 
 def test_the_pth_knows_the_off_values_the_package_reads():
-    (code,) = [line for line in (REPO / _startup.PTH_NAME).read_text().splitlines()
-               if not line.startswith("#")]
+    (code,) = [
+        line
+        for line in (REPO / _startup.PTH_NAME).read_text().splitlines()
+        if not line.startswith("#")
+    ]
     assert f"not in {environment._FALSE!r}" in code
     assert all(f'"{name}"' in code for name, _ in _startup._VARIABLES)
 
@@ -427,8 +481,20 @@ def test_a_wheel_built_from_the_tree_installs_the_hook(tmp_path):
     imported_from = _check_the_variable_prunes_in_an_exporter(python, tmp_path / "runs")
     assert Path(imported_from).is_relative_to(site_packages), imported_from
 
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "uninstall", "-y", "-q",
-                    "emitter_filter"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "uninstall",
+            "-y",
+            "-q",
+            "emitter_filter",
+        ],
+        check=True,
+    )
     assert not installed.exists()
 
 
@@ -457,7 +523,9 @@ def _env_output(capsys, monkeypatch, value: str | None, **others: str) -> list[s
     ids=["unset", "off", "bad", "on"],
 )
 def test_env_says_whether_the_hook_would_prune_and_why(value, answer, capsys, monkeypatch):
-    monkeypatch.setattr(_startup, "installed_pth_files", lambda: ("/site/emitter_filter_startup.pth",))
+    monkeypatch.setattr(
+        _startup, "installed_pth_files", lambda: ("/site/emitter_filter_startup.pth",)
+    )
     lines = _env_output(capsys, monkeypatch, value)
     assert lines[0].startswith(f"would prune: {answer}")
     assert lines[1] == "would deduplicate: no: EMITTER_FILTER_DEDUPE is not set"
@@ -471,7 +539,9 @@ def test_env_says_whether_the_hook_would_prune_and_why(value, answer, capsys, mo
 
 
 def test_env_says_what_the_dedupe_variable_does_on_its_own(capsys, monkeypatch):
-    monkeypatch.setattr(_startup, "installed_pth_files", lambda: ("/site/emitter_filter_startup.pth",))
+    monkeypatch.setattr(
+        _startup, "installed_pth_files", lambda: ("/site/emitter_filter_startup.pth",)
+    )
     lines = _env_output(capsys, monkeypatch, None, dedupe="1")
     assert lines[0] == "would prune: no: EMITTER_FILTER_PRUNE is not set"
     assert lines[1] == (
@@ -482,7 +552,9 @@ def test_env_says_what_the_dedupe_variable_does_on_its_own(capsys, monkeypatch):
 
 
 def test_env_explains_each_refused_value_and_what_it_leaves_on(capsys, monkeypatch):
-    monkeypatch.setattr(_startup, "installed_pth_files", lambda: ("/site/emitter_filter_startup.pth",))
+    monkeypatch.setattr(
+        _startup, "installed_pth_files", lambda: ("/site/emitter_filter_startup.pth",)
+    )
     lines = _env_output(capsys, monkeypatch, "1", dedupe="2", strict="perhaps")
     assert lines[0].startswith("would prune: yes: ")
     assert lines[1] == (
@@ -491,14 +563,21 @@ def test_env_explains_each_refused_value_and_what_it_leaves_on(capsys, monkeypat
         f"once it imports {_startup.EXPORTER_MODULE}"
     )
     assert lines[2].startswith("strict: EMITTER_FILTER_STRICT='perhaps': expected 1 or 0")
-    assert lines[5:7] == ["EMITTER_FILTER_DEDUPE: '2' (not accepted)",
-                          "EMITTER_FILTER_STRICT: 'perhaps' (not accepted)"]
+    assert lines[5:7] == [
+        "EMITTER_FILTER_DEDUPE: '2' (not accepted)",
+        "EMITTER_FILTER_STRICT: 'perhaps' (not accepted)",
+    ]
 
 
 def test_env_explains_a_bad_value_from_the_command_line():
     env = {**os.environ, environment.ENV_PRUNE: "2", environment.ENV_DEDUPE: "yes_please"}
-    result = subprocess.run([sys.executable, "-m", "emitter_filter", "env"],
-                            capture_output=True, text=True, env=env, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-m", "emitter_filter", "env"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout.startswith("would prune: no: EMITTER_FILTER_PRUNE='2': expected 1 or 0")
     assert "would deduplicate: no: EMITTER_FILTER_DEDUPE='yes_please'" in result.stdout

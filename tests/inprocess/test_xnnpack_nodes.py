@@ -44,11 +44,19 @@ class Layers(torch.nn.Module):
         return self.linear(self.prelu(self.conv(x)).flatten(1)) + self.offset
 
 
-@pytest.mark.parametrize("model, inputs", [
-    (Layers, (torch.randn(1, 3, 8, 8),)),
-    (lambda: torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(),
-                                 torch.nn.Linear(16, 4)), (torch.randn(2, 16),)),
-], ids=["conv-prelu-linear-add", "mlp"])
+@pytest.mark.parametrize(
+    "model, inputs",
+    [
+        (Layers, (torch.randn(1, 3, 8, 8),)),
+        (
+            lambda: torch.nn.Sequential(
+                torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)
+            ),
+            (torch.randn(2, 16),),
+        ),
+    ],
+    ids=["conv-prelu-linear-add", "mlp"],
+)
 def test_every_key_a_blob_names_is_read_by_one_of_its_nodes(model, inputs, tmp_path):
     torch.manual_seed(0)
     path = tmp_path / "model.pte"

@@ -128,15 +128,34 @@ def test_audit_reads_no_data_whose_size_no_other_entry_shares(built, monkeypatch
 def test_json_form_has_the_documented_keys(built):
     form = json.loads(json.dumps(audit_file(built["plain"].pte).to_json()))
     assert list(form) == [
-        "schema", "path", "files", "file_bytes", "constant_bytes", "dead_bytes",
-        "dead_values", "duplicated_bytes", "spaces", "dead", "kept_unprovable_named_data",
-        "duplicates", "shared_bytes", "shared", "data",
+        "schema",
+        "path",
+        "files",
+        "file_bytes",
+        "constant_bytes",
+        "dead_bytes",
+        "dead_values",
+        "duplicated_bytes",
+        "spaces",
+        "dead",
+        "kept_unprovable_named_data",
+        "duplicates",
+        "shared_bytes",
+        "shared",
+        "data",
     ]
     assert form["schema"] == JSON_SCHEMA
     assert list(form["spaces"]) == list(SPACES)
     assert form["dead"][0] == {
-        "space": "constant", "index": 3, "bytes": 128, "plan": "forward",
-        "value_index": 2, "dtype": "FLOAT", "shape": [32], "name": None, "names": [],
+        "space": "constant",
+        "index": 3,
+        "bytes": 128,
+        "plan": "forward",
+        "value_index": 2,
+        "dtype": "FLOAT",
+        "shape": [32],
+        "name": None,
+        "names": [],
         "readable_by_name": False,
     }
     assert all(isinstance(form[k], int) for k in ("file_bytes", "constant_bytes", "dead_bytes"))
@@ -147,7 +166,11 @@ def test_assert_no_dead_constants_lists_the_largest_dead_entries_first(built):
         assert_no_dead_constants(built["plain"].pte.read_bytes())
     lines = str(error.value).splitlines()
     assert "148 dead constant bytes > 0 allowed" in lines[0]
-    assert lines[1].strip().startswith("128 B  constant[3] plan 'forward' value 2 FLOAT (float32) [32]")
+    assert (
+        lines[1]
+        .strip()
+        .startswith("128 B  constant[3] plan 'forward' value 2 FLOAT (float32) [32]")
+    )
     assert lines[2].strip().startswith("20 B  constant[4]")
 
 

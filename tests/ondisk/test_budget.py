@@ -151,9 +151,7 @@ def _reader_renamed(pte: bytes) -> bytes:
     return with_program_changed(pte, rename)
 
 
-def test_an_unchanged_mutable_buffer_is_neither_removed_nor_added_as_in_diff(
-    tmp_path, monkeypatch
-):
+def test_an_unchanged_mutable_buffer_is_neither_removed_nor_added_as_in_diff(tmp_path, monkeypatch):
     from emitter_filter.ondisk.diff import diff_files
     from tests.files import GOLDEN
 
@@ -168,14 +166,14 @@ def test_an_unchanged_mutable_buffer_is_neither_removed_nor_added_as_in_diff(
     [check] = check_budget(["model.pte"], read_budget("pte-budget.json"))
 
     def mutable(changes):
-        return sorted((c.kind, c.label) for c in changes
-                      if "mutable" in (c.old or c.new).storage)
+        return sorted((c.kind, c.label) for c in changes if "mutable" in (c.old or c.new).storage)
 
     assert mutable(diff.changes) == []
     assert mutable(check.diff.changes) == mutable(diff.changes)
     # Both say the same of every tensor, the one matching function's answer.
     assert sorted((c.kind, c.label, c.matched_by) for c in check.diff.changes) == sorted(
-        (c.kind, c.label.replace("old.pte", "model.pte"), c.matched_by) for c in diff.changes)
+        (c.kind, c.label.replace("old.pte", "model.pte"), c.matched_by) for c in diff.changes
+    )
 
 
 def test_the_published_schema_is_the_one_budget_files_are_checked_against():
@@ -195,18 +193,32 @@ def test_the_published_schema_is_the_one_budget_files_are_checked_against():
     [
         (lambda d: d.pop("files"), "the document: missing 'files'"),
         (lambda d: d.update(files=[]), "['files']: expected object, got an array of 0"),
-        (lambda d: d["files"]["model.pte"].update(bytes=-1),
-         "['files']['model.pte']['bytes']: expected 0 or more, got -1"),
-        (lambda d: d["files"]["model.pte"]["parts"][0].update(bytes="12"),
-         "['files']['model.pte']['parts'][0]['bytes']: expected integer, got '12'"),
-        (lambda d: d["files"]["model.pte"]["parts"][0].update(readers=[["forward"]]),
-         "['files']['model.pte']['parts'][0]['readers'][0]: expected 5 items, got 1"),
-        (lambda d: d["files"]["model.pte"]["parts"][0].update(status="gone"),
-         "['files']['model.pte']['parts'][0]['status']: expected one of live, dead, "
-         "duplicated, shared, padding, got 'gone'"),
+        (
+            lambda d: d["files"]["model.pte"].update(bytes=-1),
+            "['files']['model.pte']['bytes']: expected 0 or more, got -1",
+        ),
+        (
+            lambda d: d["files"]["model.pte"]["parts"][0].update(bytes="12"),
+            "['files']['model.pte']['parts'][0]['bytes']: expected integer, got '12'",
+        ),
+        (
+            lambda d: d["files"]["model.pte"]["parts"][0].update(readers=[["forward"]]),
+            "['files']['model.pte']['parts'][0]['readers'][0]: expected 5 items, got 1",
+        ),
+        (
+            lambda d: d["files"]["model.pte"]["parts"][0].update(status="gone"),
+            "['files']['model.pte']['parts'][0]['status']: expected one of live, dead, "
+            "duplicated, shared, padding, got 'gone'",
+        ),
     ],
-    ids=["no files", "files a list", "negative bytes", "bytes as text", "short reader",
-         "unknown status"],
+    ids=[
+        "no files",
+        "files a list",
+        "negative bytes",
+        "bytes as text",
+        "short reader",
+        "unknown status",
+    ],
 )
 def test_a_budget_file_off_its_schema_is_one_line_naming_the_place(model, capsys, change, said):
     _, budget = model
@@ -216,8 +228,9 @@ def test_a_budget_file_off_its_schema_is_one_line_naming_the_place(model, capsys
     capsys.readouterr()
     assert main(["budget", "check", "model.pte", "--budget", str(budget)]) == 2
     err = capsys.readouterr().err
-    assert err == (f"emitter-filter: {budget}: not a budget file (see docs/budget-schema.json): "
-                   f"{said}\n")
+    assert err == (
+        f"emitter-filter: {budget}: not a budget file (see docs/budget-schema.json): {said}\n"
+    )
 
 
 @pytest.mark.parametrize("tolerance", ["nan", "inf", "-inf", "-1", "ten"])
@@ -240,10 +253,10 @@ def test_a_huge_tolerance_allows_any_growth(model, capsys):
 
 # JSON values a hand or a merge conflict may leave in a budget file.
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats()
-    | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
     max_leaves=6,
 )
 
@@ -251,8 +264,13 @@ _JSON = st.recursive(
 def _places(value, path=()):
     """The path of `value` and of everything inside it."""
     yield path
-    members = value.items() if isinstance(value, dict) else \
-        enumerate(value) if isinstance(value, list) else ()
+    members = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
     for key, member in members:
         yield from _places(member, (*path, key))
 

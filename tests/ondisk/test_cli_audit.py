@@ -24,7 +24,9 @@ def test_dirty_file_fails_the_gate_with_exit_1(built, capsys):
     code, out, err = _run(capsys, built["plain"].pte, "--max-dead-bytes", "0")
     assert code == 1
     assert "148 dead" in out
-    assert err.strip() == f"emitter-filter: {built['plain'].pte}: 148 dead bytes > --max-dead-bytes 0"
+    assert (
+        err.strip() == f"emitter-filter: {built['plain'].pte}: 148 dead bytes > --max-dead-bytes 0"
+    )
 
 
 @pytest.mark.parametrize("which", ["clean", "pruned"])
@@ -51,10 +53,23 @@ def test_table_lists_every_space_and_the_dead_entries(built, capsys):
     code, out, _ = _run(capsys, built["plain"].pte)
     lines = out.splitlines()
     assert [line.split()[0] for line in lines[2:8]] == [
-        "constant", "mutable", "external", "named_data", "delegate", "segments",
+        "constant",
+        "mutable",
+        "external",
+        "named_data",
+        "delegate",
+        "segments",
     ]
     assert lines[-2].split()[:8] == [
-        "128", "constant", "3", "forward", "2", "FLOAT", "(float32)", "[32]"]
+        "128",
+        "constant",
+        "3",
+        "forward",
+        "2",
+        "FLOAT",
+        "(float32)",
+        "[32]",
+    ]
 
 
 BAD = {
@@ -102,7 +117,9 @@ def test_verbose_keeps_exit_code_2_from_the_command_line(tmp_path):
     path.write_bytes(b"#!/bin/sh\n" * 8)
     for argv in (["-v", "audit", str(path)], ["audit", str(path), "-vv"]):
         result = subprocess.run(
-            [sys.executable, "-m", "emitter_filter", *argv], capture_output=True, text=True,
+            [sys.executable, "-m", "emitter_filter", *argv],
+            capture_output=True,
+            text=True,
         )
         assert result.returncode == 2, result.stderr
         assert "Traceback" in result.stderr and "not a PTE file" in result.stderr

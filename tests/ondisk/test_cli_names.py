@@ -93,8 +93,9 @@ def test_the_table_marks_an_external_constant_readable_by_name(built, capsys):
 
 def test_prune_json_shows_the_names(built, pt2, tmp_path, capsys):
     out = tmp_path / "model.pte"
-    code = main(["prune", str(built["plain"].pte), "-o", str(out), "--json",
-                 "--names", str(pt2["plain"])])
+    code = main(
+        ["prune", str(built["plain"].pte), "-o", str(out), "--json", "--names", str(pt2["plain"])]
+    )
     assert code == 0
     dropped = json.loads(capsys.readouterr().out)["dropped"]
     assert [[n["name"] for n in d["names"]] for d in dropped] == [["unused"], ["odd"]]
@@ -116,8 +117,7 @@ def test_a_plain_audit_from_the_command_line_does_not_import_torch(built):
         f"assert main(['audit', {str(built['plain'].pte)!r}]) == 0\n"
         "assert 'torch' not in sys.modules, 'audit imported torch'\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            cwd=REPO)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr
 
 
@@ -129,11 +129,25 @@ def test_keep_with_names_keeps_a_constant_segment_entry_as_in_process(built, pt2
 
     config = dataclasses.replace(
         _config("plain", emitter_filter.ExecutorchBackendConfig),
-        prune_constants=True, keep_constants=("unused",),
+        prune_constants=True,
+        keep_constants=("unused",),
     )
     kept = _lower(_model("plain"), "plain").to_executorch(config).buffer
     out = tmp_path / "model.pte"
-    assert main(["prune", str(built["plain"].pte), "-o", str(out), "--names", str(pt2["plain"]),
-                 "--keep", "unused"]) == 0
+    assert (
+        main(
+            [
+                "prune",
+                str(built["plain"].pte),
+                "-o",
+                str(out),
+                "--names",
+                str(pt2["plain"]),
+                "--keep",
+                "unused",
+            ]
+        )
+        == 0
+    )
     assert out.read_bytes() == kept
     assert kept not in (built["plain"].pte.read_bytes(), built["plain"].pruned_pte.read_bytes())

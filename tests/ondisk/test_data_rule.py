@@ -31,8 +31,13 @@ pytestmark = pytest.mark.filetools
 EXTERNAL_PTD = saved(GOLDEN / "external" / "dirty")[1][0]
 
 
-def _program(directory: Path, case: str = "external", name: str = "model",
-             ptd: Path | None = EXTERNAL_PTD, state: str = "dirty") -> Path:
+def _program(
+    directory: Path,
+    case: str = "external",
+    name: str = "model",
+    ptd: Path | None = EXTERNAL_PTD,
+    state: str = "dirty",
+) -> Path:
     """The golden `case` as `directory/name.pte`, with `ptd` beside it as `name.ptd`."""
     directory.mkdir(parents=True, exist_ok=True)
     pte = directory / f"{name}.pte"
@@ -72,7 +77,10 @@ def test_a_program_reads_what_is_given_else_the_ptd_beside_it_else_none(tmp_path
 
 def test_programs_form_a_set_only_where_they_read_a_common_data_file():
     assert data_files.sets_of([["x.ptd"], [], ["y.ptd"], ["x.ptd", "z.ptd"], ["z.ptd"]]) == [
-        [0, 3, 4], [1], [2]]
+        [0, 3, 4],
+        [1],
+        [2],
+    ]
 
 
 # --- one count, every command ------------------------------------------------------------
@@ -94,8 +102,9 @@ def test_audit_explain_and_prune_count_the_same_dead_bytes(tmp_path, capsys, cas
     assert audit["dead_bytes"] > 0
     # Read without its .ptd, explain sizes the external tensors from their shapes, outside the
     # files: dead there too.
-    dead = explain["status"]["dead"] + sum(p["bytes"] for p in explain["outside"]
-                                           if p["status"] == "dead")
+    dead = explain["status"]["dead"] + sum(
+        p["bytes"] for p in explain["outside"] if p["status"] == "dead"
+    )
     assert audit["dead_bytes"] == dead == pruned["dropped_bytes"]
     # The .ptd beside IN.pte is written pruned beside OUT.pte (none left live: none written),
     # so that the gate passes on what prune wrote.
@@ -126,7 +135,8 @@ EVERY_COMMAND = {
 @pytest.mark.parametrize("case", ["beside", "off", "stale"])
 @pytest.mark.parametrize("command", EVERY_COMMAND)
 def test_every_command_reads_the_ptd_beside_a_program_unless_told_not_to(
-        tmp_path, capsys, command, case):
+    tmp_path, capsys, command, case
+):
     pte, flags = _case(tmp_path, case)
     read = [] if case == "off" else [str(pte.with_suffix(".ptd"))]
     out = tmp_path / "out"
@@ -136,7 +146,8 @@ def test_every_command_reads_the_ptd_beside_a_program_unless_told_not_to(
     # The external program: split refuses its tensors in a .ptd; without its .ptd, the
     # writers that need the bytes refuse it. One line, naming the .ptd where one was read.
     if (command == "split" and case == "beside") or (
-            command in ("share", "merge", "split") and case == "off"):
+        command in ("share", "merge", "split") and case == "off"
+    ):
         assert code == 2 and captured.err.count("\n") == 1 and ".ptd" in captured.err
         assert all(part in captured.err for part in read)
         return
@@ -148,16 +159,20 @@ def test_every_command_reads_the_ptd_beside_a_program_unless_told_not_to(
     assert {(p["program"], tuple(p["data"])) for p in pairs} == {(str(pte), tuple(read))}
 
 
-@pytest.mark.parametrize("argv", [
-    ["audit", "{pte}"],
-    ["explain", "{pte}"],
-    ["diff", "{pte}", "{pte}"],
-    ["prune", "{pte}", "-o", "{out}/p.pte"],
-    ["budget", "write", "{pte}", "-o", "{out}/budget.json"],
-    ["share", "{pte}", "{other}", "--out", "{out}/s"],
-    ["merge", "{pte}", "-o", "{out}/m.pte"],
-    ["split", "{pte}", "--method", "forward", "-o", "{out}/x.pte"],
-], ids=lambda argv: " ".join(argv[:2]) if argv[0] == "budget" else argv[0])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["audit", "{pte}"],
+        ["explain", "{pte}"],
+        ["diff", "{pte}", "{pte}"],
+        ["prune", "{pte}", "-o", "{out}/p.pte"],
+        ["budget", "write", "{pte}", "-o", "{out}/budget.json"],
+        ["share", "{pte}", "{other}", "--out", "{out}/s"],
+        ["merge", "{pte}", "-o", "{out}/m.pte"],
+        ["split", "{pte}", "--method", "forward", "-o", "{out}/x.pte"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]) if argv[0] == "budget" else argv[0],
+)
 def test_an_unreadable_ptd_beside_a_program_is_one_warning(tmp_path, capsys, caplog, argv):
     pte = _program(tmp_path / "in", "plain", ptd=None)
     pte.with_suffix(".ptd").write_bytes(b"not a .ptd: a stray file of this name")
@@ -179,19 +194,28 @@ def test_the_warning_is_the_one_line_on_stderr(tmp_path):
     pte = _program(tmp_path, "plain", ptd=None)
     pte.with_suffix(".ptd").write_bytes(b"not a .ptd")
     for command in (["audit", pte], ["explain", pte], ["diff", pte, pte]):
-        run = subprocess.run([sys.executable, "-m", "emitter_filter", *map(str, command)],
-                             capture_output=True, text=True, check=False)
+        run = subprocess.run(
+            [sys.executable, "-m", "emitter_filter", *map(str, command)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert run.returncode == 0 and run.stderr.count("\n") == 1, run.stderr
-        assert run.stderr.startswith(f"WARNING emitter_filter.ondisk.data_files: {pte}: read as "
-                                     "if it had no .ptd beside it")
+        assert run.stderr.startswith(
+            f"WARNING emitter_filter.ondisk.data_files: {pte}: read as if it had no .ptd beside it"
+        )
 
 
-@pytest.mark.parametrize("argv", [
-    ["audit", "{pte}", "--data", "{ptd}"],
-    ["explain", "{pte}", "--data", "{ptd}"],
-    ["diff", "{pte}", "{pte}", "--old-data", "{ptd}"],
-    ["prune", "{pte}", "-o", "{out}/p.pte", "--data", "{ptd}", "--ptd-out", "{out}"],
-], ids=lambda argv: argv[0])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["audit", "{pte}", "--data", "{ptd}"],
+        ["explain", "{pte}", "--data", "{ptd}"],
+        ["diff", "{pte}", "{pte}", "--old-data", "{ptd}"],
+        ["prune", "{pte}", "-o", "{out}/p.pte", "--data", "{ptd}", "--ptd-out", "{out}"],
+    ],
+    ids=lambda argv: argv[0],
+)
 def test_an_unreadable_ptd_given_is_an_error_in_one_line(tmp_path, capsys, argv):
     pte = _program(tmp_path / "in", "plain", ptd=None)
     ptd = tmp_path / "in" / "model.ptd"
@@ -242,8 +266,9 @@ def test_explain_names_the_data_each_program_reads_in_its_header(tmp_path, capsy
 def test_a_program_is_judged_alone_whatever_batch_it_is_in(tmp_path, capsys):
     d1 = _program(tmp_path / "d1", "plain", ptd=None)
     d2 = _program(tmp_path / "d2", "plain", ptd=None)
-    x = _program(tmp_path / "x", "external", state="pruned",
-                 ptd=saved(GOLDEN / "external" / "pruned")[1][0])
+    x = _program(
+        tmp_path / "x", "external", state="pruned", ptd=saved(GOLDEN / "external" / "pruned")[1][0]
+    )
     _, alone, _ = _json(capsys, "audit", d1, "--json")
     limit = str(alone["dead_bytes"])
     for batch in ([d1, d2], [d1, d2, x], [x, d2, d1]):
@@ -262,8 +287,9 @@ def test_programs_that_read_a_common_ptd_are_judged_as_one_set(tmp_path, capsys)
     assert main(["share", str(a), str(b), "--out", str(tmp_path / "s"), "--min-bytes", "1"]) == 0
     capsys.readouterr()
     shared = [tmp_path / "s" / "a.pte", tmp_path / "s" / "b.pte"]
-    code, document, _ = _json(capsys, "audit", *shared, "--data", tmp_path / "s" / "shared.ptd",
-                              "--json")
+    code, document, _ = _json(
+        capsys, "audit", *shared, "--data", tmp_path / "s" / "shared.ptd", "--json"
+    )
     assert code == 0 and [p["path"] for p in document["programs"]] == list(map(str, shared))
     assert [d["data"] for d in document["data"]] == [[str(tmp_path / "s" / "shared.ptd")]] * 2
 
@@ -276,8 +302,11 @@ def test_diff_of_directories_charges_no_program_its_neighbours_ptd(tmp_path, cap
     assert code == 0
     b = document["programs"]["b.pte"]
     assert b["old"]["bytes"] == (tmp_path / "old" / "b.pte").stat().st_size
-    pairs = {Path(p["program"]).name: p["data"] for p in document["data"]
-             if Path(p["program"]).parent.name == "old"}
+    pairs = {
+        Path(p["program"]).name: p["data"]
+        for p in document["data"]
+        if Path(p["program"]).parent.name == "old"
+    }
     assert pairs["b.pte"] == [] and pairs["a.pte"] == [str(tmp_path / "old" / "a.ptd")]
 
 
@@ -297,15 +326,15 @@ def test_budget_and_diff_both_see_a_ptd_grow(tmp_path, capsys, monkeypatch):
     assert main(["budget", "check", "old/model.pte", "--budget", "budget.json"]) == 1
     assert "over budget" in capsys.readouterr().out
     _program(tmp_path / "was", "external", state="pruned", ptd=pruned_ptd)
-    assert main(["diff", str(tmp_path / "was" / "model.pte"), str(new),
-                 "--max-growth", "0"]) == 1
+    assert main(["diff", str(tmp_path / "was" / "model.pte"), str(new), "--max-growth", "0"]) == 1
 
 
 # --- paths and copies -------------------------------------------------------------------
 
 
 def test_a_ptd_under_a_directory_with_an_equals_sign_through_every_command(
-        tmp_path, capsys, monkeypatch):
+    tmp_path, capsys, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     run = Path("run=3")
     a = _program(run, name="a")
@@ -314,19 +343,51 @@ def test_a_ptd_under_a_directory_with_an_equals_sign_through_every_command(
     for argv in (
         ["audit", a, "--data", f"{a}={a.with_suffix('.ptd')}"],
         ["audit", a, "--data", a.with_suffix(".ptd")],
-        ["audit", a, b, "--data", f"{a}={a.with_suffix('.ptd')}",
-         "--data", f"{b}={b.with_suffix('.ptd')}"],
+        [
+            "audit",
+            a,
+            b,
+            "--data",
+            f"{a}={a.with_suffix('.ptd')}",
+            "--data",
+            f"{b}={b.with_suffix('.ptd')}",
+        ],
         ["explain", a, "--data", f"{a}={a.with_suffix('.ptd')}"],
         ["explain", a, b, "--data", f"{b}={b.with_suffix('.ptd')}"],
         ["prune", a, "-o", "pruned.pte", "--data", a.with_suffix(".ptd"), "--ptd-out", "out"],
         ["diff", a, b, "--old-data", a.with_suffix(".ptd"), "--new-data", b.with_suffix(".ptd")],
         ["budget", "write", a, "-o", "budget.json", "--data", f"{a}={a.with_suffix('.ptd')}"],
-        ["share", a, b, "--out", "shared", "--data", f"{a}={a.with_suffix('.ptd')}",
-         "--data", f"{b}={b.with_suffix('.ptd')}"],
-        ["merge", a, "-o", "merged.pte", "--data", f"{a}={a.with_suffix('.ptd')}",
-         "--ptd-out", "merged.ptd"],
-        ["split", p, "--method", "forward", "-o", "split.pte",
-         "--data", f"{p}={a.with_suffix('.ptd')}"],
+        [
+            "share",
+            a,
+            b,
+            "--out",
+            "shared",
+            "--data",
+            f"{a}={a.with_suffix('.ptd')}",
+            "--data",
+            f"{b}={b.with_suffix('.ptd')}",
+        ],
+        [
+            "merge",
+            a,
+            "-o",
+            "merged.pte",
+            "--data",
+            f"{a}={a.with_suffix('.ptd')}",
+            "--ptd-out",
+            "merged.ptd",
+        ],
+        [
+            "split",
+            p,
+            "--method",
+            "forward",
+            "-o",
+            "split.pte",
+            "--data",
+            f"{p}={a.with_suffix('.ptd')}",
+        ],
     ):
         assert main([str(x) for x in argv]) == 0, (argv, capsys.readouterr().err)
         assert capsys.readouterr().err == ""
@@ -340,17 +401,22 @@ def _flipped(ptd: Path, to: Path) -> Path:
     return to
 
 
-@pytest.mark.parametrize("argv", [
-    ["audit", "{pte}"],
-    ["explain", "{pte}"],
-    ["prune", "{pte}", "-o", "{out}/p.pte", "--ptd-out", "{out}"],
-    ["budget", "write", "{pte}", "-o", "{out}/b.json"],
-    ["share", "{pte}", "--out", "{out}/s"],
-    ["merge", "{pte}", "-o", "{out}/m.pte", "--ptd-out", "{out}/m.ptd"],
-    ["diff", "{pte}", "{pte}"],
-], ids=lambda argv: argv[0])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["audit", "{pte}"],
+        ["explain", "{pte}"],
+        ["prune", "{pte}", "-o", "{out}/p.pte", "--ptd-out", "{out}"],
+        ["budget", "write", "{pte}", "-o", "{out}/b.json"],
+        ["share", "{pte}", "--out", "{out}/s"],
+        ["merge", "{pte}", "-o", "{out}/m.pte", "--ptd-out", "{out}/m.ptd"],
+        ["diff", "{pte}", "{pte}"],
+    ],
+    ids=lambda argv: argv[0],
+)
 def test_a_ptd_given_twice_or_its_copy_is_read_once_and_other_bytes_are_refused(
-        tmp_path, capsys, argv):
+    tmp_path, capsys, argv
+):
     pte = _program(tmp_path / "in", ptd=None)
     ptd = tmp_path / "in" / "model.ptd"
     shutil.copyfile(EXTERNAL_PTD, ptd)
@@ -365,7 +431,9 @@ def test_a_ptd_given_twice_or_its_copy_is_read_once_and_other_bytes_are_refused(
         assert capsys.readouterr().err == ""
     out = tmp_path / "refused"
     out.mkdir()
-    assert main([a.format(pte=pte, out=out) for a in argv] + [data, str(ptd), data, str(other)]) == 2
+    assert (
+        main([a.format(pte=pte, out=out) for a in argv] + [data, str(ptd), data, str(other)]) == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds other bytes" in err
     assert list(out.iterdir()) == []
@@ -373,8 +441,17 @@ def test_a_ptd_given_twice_or_its_copy_is_read_once_and_other_bytes_are_refused(
 
 # --- one vocabulary ---------------------------------------------------------------------
 
-COMMANDS = [["audit"], ["explain"], ["prune"], ["diff"], ["budget", "write"],
-            ["budget", "check"], ["share"], ["merge"], ["split"]]
+COMMANDS = [
+    ["audit"],
+    ["explain"],
+    ["prune"],
+    ["diff"],
+    ["budget", "write"],
+    ["budget", "check"],
+    ["share"],
+    ["merge"],
+    ["split"],
+]
 _OPTION = re.compile(r"^\s+(-\S+(?:, -\S+)*)(?: (\S+))?")
 
 
@@ -409,8 +486,13 @@ def test_no_option_names_an_input_in_one_command_and_an_output_in_another(capsys
 @pytest.mark.parametrize("command", ["share", "merge"])
 def test_ptd_where_it_named_an_output_stops_with_a_hint(tmp_path, capsys, command):
     pte = _program(tmp_path, "plain", ptd=None)
-    argv = [command, str(pte), "--ptd", "x.ptd",
-            *(["--out", str(tmp_path / "o")] if command == "share" else ["-o", "o.pte"])]
+    argv = [
+        command,
+        str(pte),
+        "--ptd",
+        "x.ptd",
+        *(["--out", str(tmp_path / "o")] if command == "share" else ["-o", "o.pte"]),
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--ptd-out x.ptd" in err
@@ -430,14 +512,28 @@ def test_ptd_where_it_named_an_input_still_works_with_one_deprecation_line(tmp_p
 def test_share_prune_reads_and_prunes_the_ptd_beside_each_program(tmp_path, capsys):
     a = _program(tmp_path, name="a")
     b = _program(tmp_path, name="b")
-    code, report, err = _json(capsys, "share", "--prune", a, b, "--out", tmp_path / "s",
-                              "--min-bytes", "1", "--json")
+    code, report, err = _json(
+        capsys, "share", "--prune", a, b, "--out", tmp_path / "s", "--min-bytes", "1", "--json"
+    )
     assert code == 0, err
-    assert [p["data"] for p in report["programs"]] == [[str(a.with_suffix(".ptd"))],
-                                                       [str(b.with_suffix(".ptd"))]]
+    assert [p["data"] for p in report["programs"]] == [
+        [str(a.with_suffix(".ptd"))],
+        [str(b.with_suffix(".ptd"))],
+    ]
     outputs = [tmp_path / "s" / "a.pte", tmp_path / "s" / "b.pte"]
-    assert main(["audit", *map(str, outputs), "--data", str(tmp_path / "s" / "shared.ptd"),
-                 "--max-dead-bytes", "0"]) == 0
+    assert (
+        main(
+            [
+                "audit",
+                *map(str, outputs),
+                "--data",
+                str(tmp_path / "s" / "shared.ptd"),
+                "--max-dead-bytes",
+                "0",
+            ]
+        )
+        == 0
+    )
 
 
 def test_explain_audit_and_share_count_the_same_bytes_stored_twice(tmp_path, capsys):
@@ -446,11 +542,20 @@ def test_explain_audit_and_share_count_the_same_bytes_stored_twice(tmp_path, cap
     _, explained, _ = _json(capsys, "explain", a, b, "--min-bytes", "1", "--json")
     assert main(["audit", str(a), str(b), "--min-bytes", "1"]) == 0
     audit_line = capsys.readouterr().out.splitlines()[-1]
-    _, shared, _ = _json(capsys, "share", a, b, "--out", tmp_path / "s", "--min-bytes", "1",
-                         "--json")
+    _, shared, _ = _json(
+        capsys, "share", a, b, "--out", tmp_path / "s", "--min-bytes", "1", "--json"
+    )
     assert 0 < explained["status"]["duplicated"] == shared["shared_bytes"]
     assert f": {shared['shared_bytes']:,} B stored in more than one file" in audit_line
     outputs = [tmp_path / "s" / "a.pte", tmp_path / "s" / "b.pte"]
-    _, after, _ = _json(capsys, "explain", *outputs, "--data", tmp_path / "s" / "shared.ptd",
-                        "--min-bytes", "1", "--json")
+    _, after, _ = _json(
+        capsys,
+        "explain",
+        *outputs,
+        "--data",
+        tmp_path / "s" / "shared.ptd",
+        "--min-bytes",
+        "1",
+        "--json",
+    )
     assert after["status"]["duplicated"] == 0

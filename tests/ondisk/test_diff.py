@@ -21,8 +21,10 @@ pytestmark = pytest.mark.filetools
 
 def _constants(*sizes: int, seed: int = 1) -> list[bytes]:
     """Distinct, non-zero constants of these sizes (multiples of 4)."""
-    return [bytes((seed * 31 + i * 7 + j) % 251 + 1 for j in range(size))
-            for i, size in enumerate(sizes)]
+    return [
+        bytes((seed * 31 + i * 7 + j) % 251 + 1 for j in range(size))
+        for i, size in enumerate(sizes)
+    ]
 
 
 def _write(tmp_path, name, constants, dead=frozenset()):
@@ -102,7 +104,8 @@ def test_markdown_and_json_of_the_golden_pruned_and_dirty_files(capsys):
     assert document["schema"] == "emitter-filter-diff/1"
     assert document["delta"] == dirty.stat().st_size - pruned.stat().st_size
     assert document["delta"] == sum(c["delta"] for c in document["changes"]) + (
-        document["new"]["totals"].get("padding", 0) - document["old"]["totals"].get("padding", 0))
+        document["new"]["totals"].get("padding", 0) - document["old"]["totals"].get("padding", 0)
+    )
 
 
 @pytest.mark.skipif(not HAVE_EXECUTORCH, reason="builds models with torch and executorch")
@@ -111,8 +114,10 @@ def test_a_model_with_one_layer_widened_names_that_layers_tensors_first(tmp_path
     new = _export_mlp(tmp_path, "new", hidden=(32, 96))
     changes = diff_files(old[0], new[0], old[1], new[1]).changes
     assert [c.new.names for c in changes[:2]] == [("layers.1.weight",), ("layers.2.weight",)]
-    assert [c.notes for c in changes[:2]] == [("shape [32, 32] -> [96, 32]",),
-                                              ("shape [8, 32] -> [8, 96]",)]
+    assert [c.notes for c in changes[:2]] == [
+        ("shape [32, 32] -> [96, 32]",),
+        ("shape [8, 32] -> [8, 96]",),
+    ]
 
 
 @pytest.mark.skipif(not HAVE_EXECUTORCH, reason="builds models with torch and executorch")
@@ -186,6 +191,8 @@ def test_fp32_against_8da4w_names_the_dtype_changes_of_the_weights(tmp_path):
     changes = diff_files(paths["fp32"], paths["8da4w"]).changes
     weights = [c for c in changes if c.old and c.new and c.new.storage == "named_data"]
     assert [(c.old.shape, c.notes) for c in weights[:2]] == [
-        ((64, 64), ("dtype FLOAT (float32) -> QUINT4X2",)), ((8, 64), ("dtype FLOAT (float32) -> QUINT4X2",))]
+        ((64, 64), ("dtype FLOAT (float32) -> QUINT4X2",)),
+        ((8, 64), ("dtype FLOAT (float32) -> QUINT4X2",)),
+    ]
     assert weights[0].delta == 64 * 64 // 2 - 64 * 64 * 4
     assert {c.new.dtype for c in changes if c.kind == "added"} == {"scales"}

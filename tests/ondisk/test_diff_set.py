@@ -34,8 +34,9 @@ def test_programs_are_matched_by_file_name_with_their_shared_ptd(release, tmp_pa
     assert (result.old_bytes, result.new_bytes) == (files(release), files(tmp_path / "new"))
     # Each program now reads its weights from shared.ptd: the constants moved to it.
     for _, diff in result.programs:
-        assert diff.new_bytes > 0 and any("external" in c.new.storage for c in diff.changes
-                                          if c.new is not None)
+        assert diff.new_bytes > 0 and any(
+            "external" in c.new.storage for c in diff.changes if c.new is not None
+        )
 
 
 def test_added_and_removed_programs_and_the_growth_gate(release, tmp_path, capsys):
@@ -51,13 +52,15 @@ def test_added_and_removed_programs_and_the_growth_gate(release, tmp_path, capsy
     code = main(["diff", str(release), str(new), "--max-growth", "0"])
     assert code == (1 if grew else 0)
     assert main(["diff", str(release), str(new / "plain.pte")]) == 2
-    assert f"{release} is a directory but {new / 'plain.pte'} is a file" in \
-        capsys.readouterr().err
+    assert f"{release} is a directory but {new / 'plain.pte'} is a file" in capsys.readouterr().err
     assert main(["diff", str(tmp_path / "gone"), str(release)]) == 2
-    assert f"{release} is a directory but {tmp_path / 'gone'} is not there" in \
-        capsys.readouterr().err
+    assert (
+        f"{release} is a directory but {tmp_path / 'gone'} is not there" in capsys.readouterr().err
+    )
     assert main(["diff", str(release), str(new), "--old-data", "x.ptd"]) == 2
-    assert "--old-data, --new-data and the --*-names options take two .pte files" in \
-        capsys.readouterr().err
+    assert (
+        "--old-data, --new-data and the --*-names options take two .pte files"
+        in capsys.readouterr().err
+    )
     assert main(["diff", str(release), str(tmp_path)]) == 2
     assert "no .pte file" in capsys.readouterr().err

@@ -80,8 +80,10 @@ def test_equal_spans_of_two_files_are_compared_where_they_lie(tmp_path, hashed):
     (tmp_path / "x").write_bytes(b"head" + a)
     (tmp_path / "y").write_bytes(a + b"tail")
     with ByteSource(tmp_path / "x") as x, ByteSource(tmp_path / "y") as y:
-        spans = [(StoredCopy("constant", None, 1, ()), StoredSpan(x, 4, len(a))),
-                 (StoredCopy("constant", None, 2, ()), StoredSpan(y, 0, len(a)))]
+        spans = [
+            (StoredCopy("constant", None, 1, ()), StoredSpan(x, 4, len(a))),
+            (StoredCopy("constant", None, 2, ()), StoredSpan(y, 0, len(a))),
+        ]
         assert StoredSpan(x, 4, len(a)).same_bytes(StoredSpan(y, 1, len(a))) is False
         (group,) = group_duplicates(spans, digests=False)
     assert len(group.copies) == 2 and hashed == []

@@ -38,8 +38,7 @@ def _check_attribution(explanation) -> None:
             if part.storage == "padding":
                 assert data[part.offset : part.end] == bytes(part.nbytes), part
         spread = ("program", "values", "instructions", "operators", "ptd_header")
-        placed = sorted((p for p in parts if p.storage not in spread),
-                        key=lambda p: p.offset)
+        placed = sorted((p for p in parts if p.storage not in spread), key=lambda p: p.offset)
         # Neighbouring pairs: one fewer than the items, so zip stops early on purpose.
         for before, after in zip(placed, placed[1:], strict=False):
             assert before.end <= after.offset, (before, after)
@@ -156,12 +155,15 @@ def test_explain_text_prints_labels_whole_and_every_row_says_what_it_is():
 
     # Two plans whose names differ only in the middle: cut there, both read the same.
     plans = ("decode_with_a_long_cache_forward", "prefill_with_a_long_cache_forward")
-    parts = tuple(Part("m.pte", 8 * i, 100 - i, "instructions", tag=plan)
-                  for i, plan in enumerate(plans))
-    parts += (Part("m.pte", 64, 10, "constant", 0, status="dead", dtype="CHAR", shape=(2, 5)),
-              Part("m.pte", 80, 8, "padding", status="padding"))
+    parts = tuple(
+        Part("m.pte", 8 * i, 100 - i, "instructions", tag=plan) for i, plan in enumerate(plans)
+    )
+    parts += (
+        Part("m.pte", 64, 10, "constant", 0, status="dead", dtype="CHAR", shape=(2, 5)),
+        Part("m.pte", 80, 8, "padding", status="padding"),
+    )
     text = Explanation("m.pte", (("m.pte", 98),), parts, (), None).to_text()
-    rows = text.splitlines()[-len(parts):]
+    rows = text.splitlines()[-len(parts) :]
     for plan in plans:
         assert sum(f"instructions:{plan} " in row for row in rows) == 1, text
     assert "CHAR (int8)" in rows[2] and "read by nothing live" in rows[2]

@@ -26,9 +26,11 @@ from tests.layouts import build_constants
 pytestmark = pytest.mark.filetools
 
 WINDOW = (1200, 900)
-CELL = re.compile(r'<div class="cell" data-bytes="(\d+)" data-label="([^"]*)" data-status="(\w+)"'
-                  r'[^>]*style="left: ([\d.]+)px; top: ([\d.]+)px; width: ([\d.]+)px; '
-                  r'height: ([\d.]+)px;')
+CELL = re.compile(
+    r'<div class="cell" data-bytes="(\d+)" data-label="([^"]*)" data-status="(\w+)"'
+    r'[^>]*style="left: ([\d.]+)px; top: ([\d.]+)px; width: ([\d.]+)px; '
+    r"height: ([\d.]+)px;"
+)
 
 
 @pytest.fixture
@@ -50,33 +52,48 @@ def test_the_page_is_one_file_with_nothing_to_fetch(page):
 
 
 def test_the_url_check_catches_a_page_that_would_fetch():
-    for bad in ('<script src="https://cdn.example/d3.js">', '<link href="//fonts.example/x">',
-                "<style>body { background: url(x.png) }</style>", "@import 'x.css';"):
+    for bad in (
+        '<script src="https://cdn.example/d3.js">',
+        '<link href="//fonts.example/x">',
+        "<style>body { background: url(x.png) }</style>",
+        "@import 'x.css';",
+    ):
         assert external_urls(bad), bad
 
 
 def test_a_name_cannot_end_the_pages_script_early(tmp_path):
     pte, ptds = saved(GOLDEN / "plain" / "dirty")
     explanation = explain_file(pte, ptds)
-    evil = explanation.parts[0].__class__(**{**explanation.parts[0].__dict__,
-                                             "names": ("</script><b>x",)})
-    page = render_explain_page(explanation.__class__(
-        explanation.path, explanation.files, (evil, *explanation.parts[1:]), (), explanation.audit))
+    evil = explanation.parts[0].__class__(
+        **{**explanation.parts[0].__dict__, "names": ("</script><b>x",)}
+    )
+    page = render_explain_page(
+        explanation.__class__(
+            explanation.path,
+            explanation.files,
+            (evil, *explanation.parts[1:]),
+            (),
+            explanation.audit,
+        )
+    )
     assert "</script><b>" not in page
 
 
 @needs_chromium
 def test_the_treemaps_areas_are_the_bytes_in_headless_chromium(page, tmp_path):
-    dom = run_chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom",
-                       url=page.as_uri(), window=WINDOW).stdout
+    dom = run_chromium(
+        tmp_path, "--virtual-time-budget=5000", "--dump-dom", url=page.as_uri(), window=WINDOW
+    ).stdout
     assert 'data-drawn="yes"' in dom, "the page's script did not draw"
     width = float(re.search(r'id="map" data-width="([\d.]+)"', dom)[1])
     height = float(re.search(r'data-height="([\d.]+)"', dom)[1])
-    cells = [(int(b), label, status, *map(float, box)) for b, label, status, *box
-             in CELL.findall(dom)]
+    cells = [
+        (int(b), label, status, *map(float, box)) for b, label, status, *box in CELL.findall(dom)
+    ]
     explanation = explain_file(page.with_suffix(".pte"))
     assert sorted((c[0], c[1]) for c in cells) == sorted(
-        (p.nbytes, p.label) for p in explanation.parts)
+        (p.nbytes, p.label) for p in explanation.parts
+    )
     assert {c[2] for c in cells} == {"live", "dead", "duplicated", "padding"}
     total = sum(c[0] for c in cells)
     for nbytes, label, _, left, top, w, h in cells:
@@ -118,7 +135,7 @@ def _png_pixels(data: bytes) -> tuple[int, int, Counter]:
         if kind == 2:  # "Up", most of Chromium's rows: bytewise sums of two big integers
             a, b = int.from_bytes(line, "big"), int.from_bytes(previous, "big")
             low = (a & _LOW7[stride]) + (b & _LOW7[stride])
-            line = bytearray(((low ^ ((a ^ b) & _HIGH1[stride]))).to_bytes(stride, "big"))
+            line = bytearray((low ^ ((a ^ b) & _HIGH1[stride])).to_bytes(stride, "big"))
             kind = 0
         for i in range(stride if kind else 0):
             left = line[i - step] if i >= step else 0
@@ -129,7 +146,9 @@ def _png_pixels(data: bytes) -> tuple[int, int, Counter]:
                 line[i] = (line[i] + (left + up) // 2) & 255
             elif kind == 4:
                 p = left + up - corner
-                near = min((abs(p - left), 0, left), (abs(p - up), 1, up), (abs(p - corner), 2, corner))
+                near = min(
+                    (abs(p - left), 0, left), (abs(p - up), 1, up), (abs(p - corner), 2, corner)
+                )
                 line[i] = (line[i] + near[2]) & 255
         colours.update(tuple(line[i : i + 3]) for i in range(0, stride, step * 4))
         previous = line
@@ -139,8 +158,13 @@ def _png_pixels(data: bytes) -> tuple[int, int, Counter]:
 @needs_chromium
 def test_the_screenshot_shows_each_status_colour(page, tmp_path):
     shot = tmp_path / "shot.png"
-    run_chromium(tmp_path, "--virtual-time-budget=5000", f"--screenshot={shot}",
-                 url=page.as_uri(), window=WINDOW)
+    run_chromium(
+        tmp_path,
+        "--virtual-time-budget=5000",
+        f"--screenshot={shot}",
+        url=page.as_uri(),
+        window=WINDOW,
+    )
     width, height, seen = _png_pixels(shot.read_bytes())
     assert (width, height) == WINDOW
     explanation = explain_file(page.with_suffix(".pte"))
@@ -148,7 +172,9 @@ def test_the_screenshot_shows_each_status_colour(page, tmp_path):
     # Half of a status's share of it must show its colour: the legend's swatches do not.
     samples = 560 * (WINDOW[0] - 40) / 4
     for status in ("live", "dead", "duplicated", "padding"):
-        share = sum(p.nbytes for p in explanation.parts if p.status == status) / explanation.file_bytes
+        share = (
+            sum(p.nbytes for p in explanation.parts if p.status == status) / explanation.file_bytes
+        )
         colour = COLOURS[status]
         rgb = tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
         assert seen[rgb] > share * samples / 2, f"{status} ({colour}): {seen[rgb]} pixels"
@@ -176,15 +202,17 @@ document.body.dataset.measure = JSON.stringify({
 @pytest.mark.parametrize("window", [(600, 900), (1600, 900)])
 def test_labels_fit_their_cells_and_the_header_fits_the_window(tmp_path, window):
     # Many parts of very different sizes, and a long file name, as real files have.
-    constants = [bytes((i + j) % 251 + 1 for j in range(16 * (1 + (i * 37) % 64)))
-                 for i in range(40)]
+    constants = [
+        bytes((i + j) % 251 + 1 for j in range(16 * (1 + (i * 37) % 64))) for i in range(40)
+    ]
     pte = tmp_path / ("a_long_model_name_from_a_real_project_quantized_int8_" * 2 + "final.pte")
     pte.write_bytes(build_constants(constants, frozenset(range(0, 40, 3))))
     out = tmp_path / "page.html"
     assert main(["explain", str(pte), "--html", str(out)]) == 0
     out.write_text(out.read_text().replace("</body>", _MEASURE + "</body>"))
-    dom = run_chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom",
-                       url=out.as_uri(), window=window).stdout
+    dom = run_chromium(
+        tmp_path, "--virtual-time-budget=5000", "--dump-dom", url=out.as_uri(), window=window
+    ).stdout
     measure = json.loads(html.unescape(re.search(r'data-measure="([^"]*)"', dom)[1]))
     assert measure["labelled"] > 0, "every label hidden"
     assert measure["clipped"] == []

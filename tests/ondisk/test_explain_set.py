@@ -35,26 +35,36 @@ def programs(tmp_path):
 def _between_files(explanation) -> int:
     """Bytes the set stores again in another file: its duplicated parts whose copies are in
     other files."""
-    return sum(p.nbytes for p in explanation.parts if p.status == "duplicated"
-               and any(not c.startswith(p.file.rsplit("/", 1)[-1] + ":") for c in p.copies))
+    return sum(
+        p.nbytes
+        for p in explanation.parts
+        if p.status == "duplicated"
+        and any(not c.startswith(p.file.rsplit("/", 1)[-1] + ":") for c in p.copies)
+    )
 
 
-def test_the_parts_add_up_to_the_files_and_what_share_stores_once_is_duplicated(programs,
-                                                                                tmp_path):
+def test_the_parts_add_up_to_the_files_and_what_share_stores_once_is_duplicated(programs, tmp_path):
     explanation = explain_set(programs, min_bytes=1)  # the golden programs' weights are small
     assert explanation.file_bytes == sum(p.stat().st_size for p in programs)
     assert sum(p.nbytes for p in explanation.parts) == explanation.file_bytes
     report = share_files(programs, tmp_path / "shared", min_bytes=1)
     assert report.shared_bytes > 0 and _between_files(explanation) == report.shared_bytes
-    after = explain_set([tmp_path / "shared" / p.name for p in programs],
-                        [tmp_path / "shared" / "shared.ptd"], min_bytes=1)
+    after = explain_set(
+        [tmp_path / "shared" / p.name for p in programs],
+        [tmp_path / "shared" / "shared.ptd"],
+        min_bytes=1,
+    )
     assert _between_files(after) == 0
-    assert sum(p.nbytes for p in after.parts) == after.file_bytes == sum(
-        f.stat().st_size for f in (tmp_path / "shared").iterdir())
+    assert (
+        sum(p.nbytes for p in after.parts)
+        == after.file_bytes
+        == sum(f.stat().st_size for f in (tmp_path / "shared").iterdir())
+    )
     # The shared .ptd's entries once, read by both programs.
     ptd = [p for p in after.parts if p.file.endswith("shared.ptd") and p.readers]
-    assert ptd and all({m.split(":")[0] for m in p.methods} == {"plain.pte", "clean.pte"}
-                       for p in ptd)
+    assert ptd and all(
+        {m.split(":")[0] for m in p.methods} == {"plain.pte", "clean.pte"} for p in ptd
+    )
 
 
 def test_the_cli_explains_a_set_as_text_json_and_a_page(programs, tmp_path, capsys):
@@ -80,11 +90,16 @@ def test_a_set_refuses_names_node_data_and_a_file_given_twice(programs, capsys):
 def test_the_page_of_a_set_has_a_level_per_program(programs, tmp_path):
     page = tmp_path / "set.html"
     page.write_text(render_explain_page(explain_set(programs)))
-    dom = run_chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom", url=page.as_uri()).stdout
+    dom = run_chromium(
+        tmp_path, "--virtual-time-budget=5000", "--dump-dom", url=page.as_uri()
+    ).stdout
     assert 'data-drawn="yes"' in dom
     # Each program's cells are one block: the boxes around each file's cells do not overlap.
-    cells = re.findall(r'data-file="([^"]*)"[^>]*style="left: ([\d.]+)px; top: ([\d.]+)px; '
-                       r'width: ([\d.]+)px; height: ([\d.]+)px;', dom)
+    cells = re.findall(
+        r'data-file="([^"]*)"[^>]*style="left: ([\d.]+)px; top: ([\d.]+)px; '
+        r"width: ([\d.]+)px; height: ([\d.]+)px;",
+        dom,
+    )
     assert len(cells) == len(explain_set(programs).parts)
     boxes = {}
     for file, *box in cells:
@@ -100,7 +115,9 @@ def test_the_page_of_a_set_has_a_level_per_program(programs, tmp_path):
 def test_the_page_of_a_set_names_each_programs_file_on_its_boxes(programs, tmp_path):
     page = tmp_path / "set.html"
     page.write_text(render_explain_page(explain_set(programs)))
-    dom = run_chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom", url=page.as_uri()).stdout
+    dom = run_chromium(
+        tmp_path, "--virtual-time-budget=5000", "--dump-dom", url=page.as_uri()
+    ).stdout
     labels = re.findall(r'class="cell"[^>]*>([^<]+)</div>', dom)
     for program in programs:
         assert any(label.startswith(f"{program.name}: ") for label in labels), labels

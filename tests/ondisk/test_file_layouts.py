@@ -128,7 +128,9 @@ def test_a_file_with_something_dead_is_the_clean_file_in_the_layout_read_back(
     layout = PRODUCERS[producer] or {}
     read = read_layout(dirty, dirty_ptds)
     read_back = dict(
-        layout, segment_alignment=read.segment_alignment, header_length=read.header_length,
+        layout,
+        segment_alignment=read.segment_alignment,
+        header_length=read.header_length,
         padded=read.header_padded_length,
     )
     if where != "placeholder":
@@ -165,21 +167,26 @@ def test_prune_of_its_own_output_changes_nothing(tmp_path, where, producer):
 
 programs = st.lists(
     st.binary(min_size=1, max_size=24).map(lambda b: b * 4), min_size=1, max_size=6
-).flatmap(lambda constants: st.tuples(
-    st.just(constants),
-    st.frozensets(st.integers(0, len(constants) - 1)),
-    st.fixed_dictionaries({
-        "tensor_alignment": st.sampled_from([1, 4, 16, 64]),
-        "segment_alignment": st.sampled_from([1, 8, 16, 128, 4096]),
-        "header_length": st.sampled_from([24, 32]),
-        "padded": st.sampled_from([32, 64]),
-        "force_defaults": st.booleans(),
-    }),
-))
+).flatmap(
+    lambda constants: st.tuples(
+        st.just(constants),
+        st.frozensets(st.integers(0, len(constants) - 1)),
+        st.fixed_dictionaries(
+            {
+                "tensor_alignment": st.sampled_from([1, 4, 16, 64]),
+                "segment_alignment": st.sampled_from([1, 8, 16, 128, 4096]),
+                "header_length": st.sampled_from([24, 32]),
+                "padded": st.sampled_from([32, 64]),
+                "force_defaults": st.booleans(),
+            }
+        ),
+    )
+)
 
 
-@settings(max_examples=200, derandomize=True, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=200, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(programs)
 def test_random_programs_in_random_layouts_prune_to_the_clean_program(tmp_path_factory, program):
     """Written by a producer (`build_constants`) with any layout, pruned: what it writes without
@@ -201,8 +208,11 @@ def test_random_programs_in_random_layouts_prune_to_the_clean_program(tmp_path_f
     elif dead:
         read = read_layout(dirty)
         read_back = dict(
-            clean, tensor_alignment=read.tensor_alignment, header_length=read.header_length,
-            segment_alignment=read.segment_alignment, padded=read.header_padded_length,
+            clean,
+            tensor_alignment=read.tensor_alignment,
+            header_length=read.header_length,
+            segment_alignment=read.segment_alignment,
+            padded=read.header_padded_length,
         )
         assert build_constants(constants, dead, **read_back) == dirty.read_bytes()
         expected = build_constants(without(constants, dead), frozenset(), **read_back)
@@ -296,7 +306,9 @@ sys.exit(code if not loaded else f"loaded {loaded}")
 
 def _without_torch(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", _WITHOUT_TORCH, *argv], capture_output=True, text=True,
+        [sys.executable, "-c", _WITHOUT_TORCH, *argv],
+        capture_output=True,
+        text=True,
         cwd=Path(__file__).resolve().parents[2],
     )
 
@@ -310,16 +322,19 @@ def test_audit_and_prune_with_a_ptd_need_neither_torch_nor_executorch(tmp_path):
     # The same report as where torch and executorch can be imported.
     full = subprocess.run(
         [sys.executable, "-m", "emitter_filter", "audit", str(dirty), *ptd_args, "--json"],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert _without_torch("audit", str(dirty), *ptd_args, "--json").stdout == full.stdout
     out = tmp_path / "out"
     out.mkdir()
-    prune = _without_torch("prune", str(dirty), "-o", str(out / "model.pte"), *ptd_args,
-                           "--ptd-out", str(out))
+    prune = _without_torch(
+        "prune", str(dirty), "-o", str(out / "model.pte"), *ptd_args, "--ptd-out", str(out)
+    )
     assert prune.returncode == 0, prune.stderr
     clean = build_program(dead=False, where="external")
     assert _bytes(out / "model.pte", out / "weights.ptd") == [clean.pte, clean.ptd]
-    gate = _without_torch("audit", str(out / "model.pte"), "--data", str(out / "weights.ptd"),
-                          "--max-dead-bytes", "0")
+    gate = _without_torch(
+        "audit", str(out / "model.pte"), "--data", str(out / "weights.ptd"), "--max-dead-bytes", "0"
+    )
     assert gate.returncode == 0, gate.stderr

@@ -139,7 +139,10 @@ def test_a_fifo_as_input_is_refused_without_blocking(tmp_path, command):
     # A subprocess, so that a read that blocks fails the test instead of hanging it.
     result = subprocess.run(
         [sys.executable, "-m", "emitter_filter", *map(str, argv)],
-        capture_output=True, text=True, timeout=20, cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=20,
+        cwd=REPO,
     )
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
@@ -181,9 +184,21 @@ def test_sigterm_while_writing_leaves_no_temporary_file(good, tmp_path, mode, bl
     out.mkdir()
     marker = tmp_path / "writing"
     process = subprocess.Popen(
-        [sys.executable, "-c", BLOCKED_WRITE, str(marker), str(blocked),
-         *MODES[mode], str(good), "-o", str(out / "model.pte")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        [
+            sys.executable,
+            "-c",
+            BLOCKED_WRITE,
+            str(marker),
+            str(blocked),
+            *MODES[mode],
+            str(good),
+            "-o",
+            str(out / "model.pte"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
     )
     try:
         deadline = time.monotonic() + 60

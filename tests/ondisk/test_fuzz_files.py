@@ -20,8 +20,10 @@ CI_CASES = 1000
 
 @pytest.fixture(scope="module")
 def seeds(built) -> list[Seed]:
-    return [Seed(name, built[name].pte, built[name].ptds)
-            for name in ("plain", "external", "xnnpack", "mutated")]
+    return [
+        Seed(name, built[name].pte, built[name].ptds)
+        for name in ("plain", "external", "xnnpack", "mutated")
+    ]
 
 
 def test_every_fuzzed_file_is_accepted_or_rejected_cleanly(seeds, tmp_path):

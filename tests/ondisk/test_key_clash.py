@@ -70,13 +70,14 @@ def test_the_gate_fails_on_the_clash_and_passes_on_shares_output(tmp_path, capsy
     assert main(["audit", *programs, "--fail-on-key-clash"]) == 1
     captured = capsys.readouterr()
     assert f"key {KEY!r} holds other bytes in" in captured.out
-    assert captured.err.strip() == (f"emitter-filter: --fail-on-key-clash: {KEY!r} held with "
-                                    "different bytes by programs of the set")
+    assert captured.err.strip() == (
+        f"emitter-filter: --fail-on-key-clash: {KEY!r} held with "
+        "different bytes by programs of the set"
+    )
     out = tmp_path / "out"
     share_files(programs, out, min_bytes=1)
     shared = [str(out / "a.pte"), str(out / "b.pte")]
-    assert main(["audit", *shared, "--data", str(out / "shared.ptd"),
-                 "--fail-on-key-clash"]) == 0
+    assert main(["audit", *shared, "--data", str(out / "shared.ptd"), "--fail-on-key-clash"]) == 0
     assert "key clashes: none" in capsys.readouterr().out
     assert not audit_set(shared, [str(out / "shared.ptd")]).key_clashes
 
@@ -110,8 +111,9 @@ def test_share_writes_no_clash_into_one_file_and_hides_none(tmp_path):
     assert key not in read_ptd(out / "shared.ptd").named_data
     written = [out / "a.pte", out / "b.pte"]
     for path in written:
-        assert [e.key for e in read_pte(path, [out / "shared.ptd"]).named_data
-                if e.file == str(path)] == [key]
+        assert [
+            e.key for e in read_pte(path, [out / "shared.ptd"]).named_data if e.file == str(path)
+        ] == [key]
     (clash,) = audit_set(written, [out / "shared.ptd"]).key_clashes
     assert clash.key == key
 
@@ -120,8 +122,11 @@ def test_merge_refuses_a_clash_it_would_write_into_its_ptd(tmp_path, capsys):
     a, b = _external_pair(tmp_path)
     out = tmp_path / "merged.pte"
     with pytest.raises(PteFormatError, match=f"'{KEY}'"):
-        merge_files([a, b], out, data=[(str(a), str(tmp_path / "a.ptd")),
-                                       (str(b), str(tmp_path / "b.ptd"))],
-                    ptd_out=tmp_path / "merged.ptd",
-                    methods=["b=b.pte:forward"])
+        merge_files(
+            [a, b],
+            out,
+            data=[(str(a), str(tmp_path / "a.ptd")), (str(b), str(tmp_path / "b.ptd"))],
+            ptd_out=tmp_path / "merged.ptd",
+            methods=["b=b.pte:forward"],
+        )
     assert not out.exists() and not (tmp_path / "merged.ptd").exists()

@@ -50,8 +50,11 @@ def _plans(path) -> list[str]:
 
 def _constants(path) -> list[bytes]:
     data, pte = Path(path).read_bytes(), read_pte(path)
-    return [data[e.offset:e.offset + e.nbytes]
-            for i, e in sorted(pte.entries[DataSpace.CONSTANT].items()) if i]
+    return [
+        data[e.offset : e.offset + e.nbytes]
+        for i, e in sorted(pte.entries[DataSpace.CONSTANT].items())
+        if i
+    ]
 
 
 def test_the_merged_file_has_every_method_and_each_constant_once(pair, tmp_path):
@@ -97,11 +100,14 @@ def test_method_renames_by_file_name_and_training_methods_follow(tmp_path):
         merge_files([b, trained], tmp_path / "clash.pte")
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("x=nothere.pte:forward", "'nothere.pte' is none of the inputs"),
-    ("x=a.pte:nothere", "has no method 'nothere'"),
-    ("x:a.pte", "expected NEW=FILE:METHOD"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("x=nothere.pte:forward", "'nothere.pte' is none of the inputs"),
+        ("x=a.pte:nothere", "has no method 'nothere'"),
+        ("x:a.pte", "expected NEW=FILE:METHOD"),
+    ],
+)
 def test_a_rename_of_what_is_not_there_is_refused(pair, tmp_path, spec, message, capsys):
     out = tmp_path / "out.pte"
     assert main(["merge", *map(str, pair), "-o", str(out), "--method", spec]) == 2
@@ -214,8 +220,9 @@ def test_golden_programs_merged_split_and_merged_again(tmp_path):
 def test_an_input_whose_ptd_is_not_given_is_refused(tmp_path, capsys):
     pte, _ = saved(GOLDEN / "external" / "dirty")
     assert main(["merge", str(pte), "-o", str(tmp_path / "out.pte")]) == 2
-    assert re.search(r"reads \d+ tensor\(s\) from a .ptd: give the .ptd files",
-                     capsys.readouterr().err)
+    assert re.search(
+        r"reads \d+ tensor\(s\) from a .ptd: give the .ptd files", capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize("specs", [["{ptd}"], ["a.pte={ptd}", "b.pte={ptd}"]])
@@ -238,7 +245,7 @@ def test_inputs_with_a_ptd_merge_into_one_ptd_or_inline(tmp_path, specs):
     assert not merged.entries[DataSpace.EXTERNAL] and audit_file(inline).dead_bytes == 0
     # The tensors the .ptd held are now constants, once for both methods, byte for byte.
     weights = (tmp_path / "pruned" / ptd.name).read_bytes()
-    held = [weights[e.offset:e.offset + e.nbytes] for e in pruned.named_data.values()]
+    held = [weights[e.offset : e.offset + e.nbytes] for e in pruned.named_data.values()]
     assert all(_constants(inline).count(blob) == 1 for blob in held)
 
 
@@ -247,13 +254,26 @@ def test_data_needs_one_place_to_go(tmp_path, capsys):
     out = tmp_path / "out.pte"
     assert main(["merge", str(pte), "--data", str(ptd), "-o", str(out)]) == 2
     assert "give --ptd-out OUT.ptd or --inline" in capsys.readouterr().err
-    assert main(["merge", str(pte), "--data", str(ptd), "-o", str(out), "--inline", "--ptd-out",
-                 str(tmp_path / "x.ptd")]) == 2
+    assert (
+        main(
+            [
+                "merge",
+                str(pte),
+                "--data",
+                str(ptd),
+                "-o",
+                str(out),
+                "--inline",
+                "--ptd-out",
+                str(tmp_path / "x.ptd"),
+            ]
+        )
+        == 2
+    )
     assert not out.exists()
 
 
-def test_split_refuses_a_method_that_is_not_there_and_a_program_with_a_ptd(pair, tmp_path,
-                                                                           capsys):
+def test_split_refuses_a_method_that_is_not_there_and_a_program_with_a_ptd(pair, tmp_path, capsys):
     assert main(["split", str(pair[0]), "--method", "nope", "-o", str(tmp_path / "o.pte")]) == 2
     assert "has no method 'nope' (it has forward)" in capsys.readouterr().err
     external, _ = saved(GOLDEN / "external" / "dirty")
@@ -267,7 +287,9 @@ def test_merge_json_lists_each_method_and_its_source(pair, tmp_path, capsys):
     document = json.loads(capsys.readouterr().out)
     assert document["schema"] == "emitter-filter-merge/1"
     assert [(m["name"], m["source"]) for m in document["methods"]] == [
-        ("forward", str(pair[0])), ("b", str(pair[1]))]
+        ("forward", str(pair[0])),
+        ("b", str(pair[1])),
+    ]
 
 
 def test_parse_method():
@@ -280,8 +302,11 @@ def test_explain_names_the_methods_that_read_each_constant(pair, tmp_path, capsy
     out = tmp_path / "out.pte"
     merge_files(pair, out)
     data = out.read_bytes()
-    methods = {data[p.offset:p.offset + p.nbytes]: p.methods
-               for p in explain_file(out).parts if p.storage == "constant" and p.nbytes}
+    methods = {
+        data[p.offset : p.offset + p.nbytes]: p.methods
+        for p in explain_file(out).parts
+        if p.storage == "constant" and p.nbytes
+    }
     assert methods == {W: ("forward", "b"), A: ("forward",), B: ("b",)}
     assert main(["explain", str(out), "--by", "method"]) == 0
     groups = capsys.readouterr().out.split("by method")[1]
@@ -289,7 +314,9 @@ def test_explain_names_the_methods_that_read_each_constant(pair, tmp_path, capsy
     assert main(["explain", str(out), "--json"]) == 0
     parts = json.loads(capsys.readouterr().out)["parts"]
     assert {tuple(p["methods"]) for p in parts if p["storage"] == "values"} == {
-        ("forward",), ("b",)}
+        ("forward",),
+        ("b",),
+    }
 
 
 def test_diff_of_two_merges_in_other_orders_matches_methods_by_name(pair, tmp_path):
@@ -318,15 +345,18 @@ def test_constants_inline_in_constant_buffer_are_refused_by_name(pair, tmp_path,
     old = tmp_path / "old.pte"
     old.write_bytes(pack(program))
     out = tmp_path / "out.pte"
-    assert main(["merge", str(old), str(pair[0]), "-o", str(out),
-                 "--method", f"old={old}:forward"]) == 2
+    assert (
+        main(["merge", str(old), str(pair[0]), "-o", str(out), "--method", f"old={old}:forward"])
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(old) in err and "constant_buffer" in err
     assert not out.exists()
 
 
 def test_a_placeholder_only_constant_buffer_input_comes_out_with_one_constant_segment(
-        pair, tmp_path):
+    pair, tmp_path
+):
     from emitter_filter.ondisk.read_pte import read_pte_program
     from tests.layouts import build_program
 

@@ -32,6 +32,7 @@ W, A, B = bytes(range(256)), bytes(range(1, 129)), bytes(range(2, 130))
 def _one(path: Path, name: str, constants: list[bytes], *, constant: bool = False) -> Path:
     """A program of one method `name`: adding `constants` to its input, or (`constant`)
     returning the first of them as it is, as ExecuTorch writes a constant method."""
+
     def change(program):
         plan = program.executionPlan[0]
         plan.name = name
@@ -49,8 +50,7 @@ def _export(directory: Path, weights: list[bytes], dynamic: int, n_layers: int =
     parts = [
         _one(directory / "f.part", "forward", weights),
         _one(directory / "n.part", "get_n_layers", [bytes(16 * [n_layers])], constant=True),
-        _one(directory / "d.part", "enable_dynamic_shape", [bytes(16 * [dynamic])],
-             constant=True),
+        _one(directory / "d.part", "enable_dynamic_shape", [bytes(16 * [dynamic])], constant=True),
     ]
     out = directory / "model.pte"
     merge_files(parts, out)
@@ -74,13 +74,19 @@ def pair(tmp_path) -> list[Path]:
 
 def test_equal_methods_are_written_once_and_the_report_says_so(pair, tmp_path, capsys):
     out = tmp_path / "out.pte"
-    report = merge_files(pair, out, methods=["prefill=prefill.pte:forward",
-                                             "decode=decode.pte:forward"],
-                         drops=["decode.pte:enable_dynamic_shape"])
+    report = merge_files(
+        pair,
+        out,
+        methods=["prefill=prefill.pte:forward", "decode=decode.pte:forward"],
+        drops=["decode.pte:enable_dynamic_shape"],
+    )
     assert _plans(out) == ["prefill", "get_n_layers", "enable_dynamic_shape", "decode"]
     assert [(m.name, m.same_in) for m in report.methods] == [
-        ("prefill", ()), ("get_n_layers", (str(pair[1]),)), ("enable_dynamic_shape", ()),
-        ("decode", ())]
+        ("prefill", ()),
+        ("get_n_layers", (str(pair[1]),)),
+        ("enable_dynamic_shape", ()),
+        ("decode", ()),
+    ]
     assert report.dropped_methods == ((str(pair[1]), "enable_dynamic_shape"),)
     assert "the same in several inputs, written once: get_n_layers" in report.summary()
     assert audit_file(out).dead_bytes == 0
@@ -99,8 +105,7 @@ def test_every_clash_is_in_one_line_whose_command_runs_as_printed(pair, tmp_path
     assert _plans(out) == ["forward", "get_n_layers", "enable_dynamic_shape", "forward_decode"]
 
 
-def test_a_prefill_and_decode_merge_with_their_two_names_and_one_flag_more(pair, tmp_path,
-                                                                           capsys):
+def test_a_prefill_and_decode_merge_with_their_two_names_and_one_flag_more(pair, tmp_path, capsys):
     out = tmp_path / "out.pte"
     names = ["--method", "prefill=prefill.pte:forward", "--method", "decode=decode.pte:forward"]
     assert main(["merge", *map(str, pair), "-o", str(out), *names]) == 2
@@ -111,13 +116,17 @@ def test_a_prefill_and_decode_merge_with_their_two_names_and_one_flag_more(pair,
 
 @pytest.mark.parametrize("spell", ["#{n}", "{folder}/model.pte", "{path}"])
 def test_inputs_of_one_name_are_named_by_number_or_by_tail(tmp_path, spell):
-    inputs = [_export(tmp_path / folder, [W, blob], 1)
-              for folder, blob in (("base", A), ("ft", B), ("ft2", bytes(range(3, 131))))]
-    spelled = [spell.format(n=n, folder=p.parent.name, path=p) for n, p in
-               enumerate(inputs, 1)]
+    inputs = [
+        _export(tmp_path / folder, [W, blob], 1)
+        for folder, blob in (("base", A), ("ft", B), ("ft2", bytes(range(3, 131))))
+    ]
+    spelled = [spell.format(n=n, folder=p.parent.name, path=p) for n, p in enumerate(inputs, 1)]
     out = tmp_path / "out.pte"
-    report = merge_files(inputs, out, methods=[f"{p.parent.name}={s}:forward"
-                                               for p, s in zip(inputs, spelled, strict=True)])
+    report = merge_files(
+        inputs,
+        out,
+        methods=[f"{p.parent.name}={s}:forward" for p, s in zip(inputs, spelled, strict=True)],
+    )
     assert _plans(out) == ["base", "get_n_layers", "enable_dynamic_shape", "ft", "ft2"]
     assert report.methods[1].same_in == (str(inputs[1]), str(inputs[2]))
 
@@ -125,8 +134,13 @@ def test_inputs_of_one_name_are_named_by_number_or_by_tail(tmp_path, spell):
 def test_a_prefix_names_every_method_not_written_once(pair, tmp_path):
     out = tmp_path / "out.pte"
     merge_files(pair, out, prefixes=["decode_=#2"])
-    assert _plans(out) == ["forward", "get_n_layers", "enable_dynamic_shape",
-                           "decode_forward", "decode_enable_dynamic_shape"]
+    assert _plans(out) == [
+        "forward",
+        "get_n_layers",
+        "enable_dynamic_shape",
+        "decode_forward",
+        "decode_enable_dynamic_shape",
+    ]
 
 
 def test_one_file_given_twice_is_one_method_or_named_apart_by_number(pair, tmp_path):
@@ -138,30 +152,54 @@ def test_one_file_given_twice_is_one_method_or_named_apart_by_number(pair, tmp_p
     assert _plans(twice) == [*_plans(pair[0]), "again"]
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["--method", "one=prefill.pte:forward", "--method", "two=prefill.pte:forward"],
-     "method 'forward' of {prefill} is named twice: by --method one=prefill.pte:forward and "
-     "--method two=prefill.pte:forward"),
-    (["--method", "x=#1:forward", "--drop", "prefill.pte:forward"], "is named twice"),
-    (["--prefix", "p_=#2", "--method", "decode=decode.pte:forward"],
-     "a method of {decode} is named twice: by --prefix p_=#2 and --method decode="),
-    (["--prefix", "p_=#2", "--prefix", "q_=decode.pte"], "{decode} is named twice"),
-    (["--method", "get_n_layers=#1:forward"],
-     "--method get_n_layers=#1:forward: {prefill} has a method 'get_n_layers' already"),
-    (["--method", "enable_dynamic_shape=#2:forward"],
-     "--method enable_dynamic_shape=#2:forward: {prefill} has a different method "
-     "'enable_dynamic_shape'"),
-    (["--method", "x=nothere.pte:forward"], "'nothere.pte' is none of the inputs"),
-    (["--drop", "#3:forward"], "'#3': there are 2 input(s), #1 to #2"),
-    (["--method", "x=#1:nothere"], "{prefill} has no method 'nothere' (it has forward, "),
-    (["--drop", "#1:nothere"], "--drop #1:nothere: {prefill} has no method 'nothere'"),
-    (["--prefix", "p_"], "expected PREFIX=FILE"),
-    (["--drop", "forward"], "expected FILE:METHOD"),
-], ids=["method-twice", "method-and-drop", "prefix-and-method", "prefix-twice",
-        "onto-its-own-input", "onto-another-input", "no-file", "no-number", "no-method",
-        "drop-no-method", "bad-prefix", "bad-drop"])
-def test_what_a_flag_cannot_mean_is_one_line_exit_2_nothing_written(pair, tmp_path, capsys,
-                                                                    flags, message):
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--method", "one=prefill.pte:forward", "--method", "two=prefill.pte:forward"],
+            "method 'forward' of {prefill} is named twice: by --method one=prefill.pte:forward and "
+            "--method two=prefill.pte:forward",
+        ),
+        (["--method", "x=#1:forward", "--drop", "prefill.pte:forward"], "is named twice"),
+        (
+            ["--prefix", "p_=#2", "--method", "decode=decode.pte:forward"],
+            "a method of {decode} is named twice: by --prefix p_=#2 and --method decode=",
+        ),
+        (["--prefix", "p_=#2", "--prefix", "q_=decode.pte"], "{decode} is named twice"),
+        (
+            ["--method", "get_n_layers=#1:forward"],
+            "--method get_n_layers=#1:forward: {prefill} has a method 'get_n_layers' already",
+        ),
+        (
+            ["--method", "enable_dynamic_shape=#2:forward"],
+            "--method enable_dynamic_shape=#2:forward: {prefill} has a different method "
+            "'enable_dynamic_shape'",
+        ),
+        (["--method", "x=nothere.pte:forward"], "'nothere.pte' is none of the inputs"),
+        (["--drop", "#3:forward"], "'#3': there are 2 input(s), #1 to #2"),
+        (["--method", "x=#1:nothere"], "{prefill} has no method 'nothere' (it has forward, "),
+        (["--drop", "#1:nothere"], "--drop #1:nothere: {prefill} has no method 'nothere'"),
+        (["--prefix", "p_"], "expected PREFIX=FILE"),
+        (["--drop", "forward"], "expected FILE:METHOD"),
+    ],
+    ids=[
+        "method-twice",
+        "method-and-drop",
+        "prefix-and-method",
+        "prefix-twice",
+        "onto-its-own-input",
+        "onto-another-input",
+        "no-file",
+        "no-number",
+        "no-method",
+        "drop-no-method",
+        "bad-prefix",
+        "bad-drop",
+    ],
+)
+def test_what_a_flag_cannot_mean_is_one_line_exit_2_nothing_written(
+    pair, tmp_path, capsys, flags, message
+):
     out = tmp_path / "out.pte"
     before = sorted(p.name for p in tmp_path.iterdir())
     assert main(["merge", *map(str, pair), "-o", str(out), *flags]) == 2
@@ -179,9 +217,18 @@ def test_a_tail_that_names_several_inputs_is_refused_naming_them(tmp_path):
 
 def test_input_of_reads_a_number_the_path_a_unique_tail():
     inputs = ["base/model.pte", "ft/model.pte", "/abs/ft2/model.pte", "x.pte"]
-    assert [input_of(s, inputs) for s in ("#1", "#4", "ft/model.pte", "ft2/model.pte",
-                                          "x.pte", "/abs/ft2/model.pte", "abs/ft2/model.pte")
-            ] == [0, 3, 1, 2, 3, 2, 2]
+    assert [
+        input_of(s, inputs)
+        for s in (
+            "#1",
+            "#4",
+            "ft/model.pte",
+            "ft2/model.pte",
+            "x.pte",
+            "/abs/ft2/model.pte",
+            "abs/ft2/model.pte",
+        )
+    ] == [0, 3, 1, 2, 3, 2, 2]
     for spec in ("model.pte", "#0", "#5", "t/model.pte", "../ft/model.pte"):
         with pytest.raises(MethodSetError):
             input_of(spec, inputs)
@@ -189,10 +236,14 @@ def test_input_of_reads_a_number_the_path_a_unique_tail():
 
 
 def _choose(originals, same=(), constant=(), **flags):
-    inputs = [f"{n}.pte" for n in "abc"[:len(originals)]]
+    inputs = [f"{n}.pte" for n in "abc"[: len(originals)]]
     return inputs, choose_methods(
-        inputs, originals, same=lambda x, y: frozenset((x, y)) in same,
-        constant=lambda m: m in constant, **flags)
+        inputs,
+        originals,
+        same=lambda x, y: frozenset((x, y)) in same,
+        constant=lambda m: m in constant,
+        **flags,
+    )
 
 
 def test_equal_later_methods_that_clash_are_given_the_name_of_the_one_they_equal():
@@ -204,14 +255,16 @@ def test_equal_later_methods_that_clash_are_given_the_name_of_the_one_they_equal
         _choose(originals, same)
     flags = resolving_flags(["a.pte", "b.pte", "c.pte"], originals, clash.value.clashes)
     assert flags == ["--method", "forward_b=b.pte:forward", "--method", "forward_b=c.pte:forward"]
-    _, choice = _choose(originals, same, renames=[(f.split("=")[0], *f.split("=")[1].split(":"))
-                                                  for f in flags[1::2]])
+    _, choice = _choose(
+        originals,
+        same,
+        renames=[(f.split("=")[0], *f.split("=")[1].split(":")) for f in flags[1::2]],
+    )
     assert choice.names[2] == [None] and choice.same_as[2, 0] == (1, 0)
 
 
 def test_training_methods_follow_their_method_when_prefixed_or_dropped():
-    originals = [["forward", "__et_training_fqn_forward"],
-                 ["forward", "__et_training_fqn_forward"]]
+    originals = [["forward", "__et_training_fqn_forward"], ["forward", "__et_training_fqn_forward"]]
     _, choice = _choose(originals, prefixes=[("ft_", "b.pte")])
     assert choice.names[1] == ["ft_forward", "__et_training_fqn_ft_forward"]
     _, choice = _choose(originals, drops=[("b.pte", "forward")])
@@ -222,8 +275,22 @@ def test_split_renames_as_it_cuts(pair, tmp_path, capsys):
     merged = tmp_path / "merged.pte"
     merge_files(pair, merged, prefixes=["decode_=#2"])
     out = tmp_path / "decode.pte"
-    assert main(["split", str(merged), "--method", "forward=decode_forward", "--method",
-                 "get_n_layers", "-o", str(out), "--json"]) == 0
+    assert (
+        main(
+            [
+                "split",
+                str(merged),
+                "--method",
+                "forward=decode_forward",
+                "--method",
+                "get_n_layers",
+                "-o",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     json.loads(capsys.readouterr().out)
     assert _plans(out) == ["get_n_layers", "forward"]
     # The cut method reads what decode's forward read, as decode.pte's forward does.
@@ -232,11 +299,14 @@ def test_split_renames_as_it_cuts(pair, tmp_path, capsys):
     assert out.stat().st_size == alone.stat().st_size
 
 
-@pytest.mark.parametrize(("methods", "message"), [
-    (["forward=decode_forward", "forward"], "would both be named 'forward'"),
-    (["a=forward", "b=forward"], "method 'forward' of {merged} is named twice"),
-    (["forward=nothere"], "has no method 'nothere'"),
-])
+@pytest.mark.parametrize(
+    ("methods", "message"),
+    [
+        (["forward=decode_forward", "forward"], "would both be named 'forward'"),
+        (["a=forward", "b=forward"], "method 'forward' of {merged} is named twice"),
+        (["forward=nothere"], "has no method 'nothere'"),
+    ],
+)
 def test_split_refuses_renames_that_clash(pair, tmp_path, capsys, methods, message):
     merged = tmp_path / "merged.pte"
     merge_files(pair, merged, prefixes=["decode_=#2"])
@@ -254,11 +324,20 @@ def test_the_fix_for_inputs_of_one_name_names_them_by_their_folders(tmp_path, ca
     out = tmp_path / "out.pte"
     assert main(["merge", *map(str, inputs), "-o", str(out)]) == 2
     command = shlex.split(capsys.readouterr().err.split(": emitter-filter ")[1])
-    assert command[-4:] == ["--method", f"forward_ft={inputs[1]}:forward",
-                            "--method", f"forward_ft2={inputs[2]}:forward"]
+    assert command[-4:] == [
+        "--method",
+        f"forward_ft={inputs[1]}:forward",
+        "--method",
+        f"forward_ft2={inputs[2]}:forward",
+    ]
     assert main(command) == 0
-    assert _plans(out) == ["forward", "get_n_layers", "enable_dynamic_shape", "forward_ft",
-                           "forward_ft2"]
+    assert _plans(out) == [
+        "forward",
+        "get_n_layers",
+        "enable_dynamic_shape",
+        "forward_ft",
+        "forward_ft2",
+    ]
 
 
 def test_a_delegate_reading_other_named_data_is_another_method(tmp_path):

@@ -58,6 +58,8 @@ def test_the_cli_writes_it_says_where_and_refuses_what_it_cannot(tmp_path, capsy
     assert main(["explain", str(pte), "--node-data", str(tmp_path / "no" / "dir" / "x.json")]) == 2
     capsys.readouterr()
     assert main(["explain", str(pte), "--value", "dead"]) == 2
-    assert capsys.readouterr().err == ("emitter-filter explain: --value says what --node-data "
-                                       "sums; give --node-data OUT.json with it "
-                                       "(see emitter-filter explain --help)\n")
+    assert capsys.readouterr().err == (
+        "emitter-filter explain: --value says what --node-data "
+        "sums; give --node-data OUT.json with it "
+        "(see emitter-filter explain --help)\n"
+    )

@@ -57,15 +57,18 @@ def test_one_count_on_prune_dedupe_outputs(case, tmp_path):
 def test_one_count_on_share_outputs_of_the_golden_files(tmp_path):
     # Programs without .ptd files that store equal constants (plain and clean are one
     # model, dirty and not): share them, then each output with the shared .ptd.
-    inputs = [_copied(case, state, tmp_path / "in")[0]
-              for case, state in [("plain", "dirty"), ("clean", "dirty"), ("plain", "pruned")]]
+    inputs = [
+        _copied(case, state, tmp_path / "in")[0]
+        for case, state in [("plain", "dirty"), ("clean", "dirty"), ("plain", "pruned")]
+    ]
     for min_bytes in (1, 1024):
         out = tmp_path / f"shared-{min_bytes}"
         report = share_files(inputs, out, min_bytes=min_bytes)
         assert report.shared_contents > 0 or min_bytes > 1
         for pte in inputs:
-            check_one_count(out / pte.name, [*out.glob("*.ptd")],
-                            tmp_path / f"pruned-{min_bytes}-{pte.stem}")
+            check_one_count(
+                out / pte.name, [*out.glob("*.ptd")], tmp_path / f"pruned-{min_bytes}-{pte.stem}"
+            )
         # What share left in place, the set's audit counts, and it is the inputs' dead bytes.
         outputs = [out / pte.name for pte in inputs]
         assert audit_set(outputs, [*out.glob("*.ptd")]).dead_bytes == report.dead_bytes
@@ -92,7 +95,9 @@ def test_one_count_on_share_outputs_of_the_real_files(tmp_path):
         report = share_files(inputs, out, prune=prune)
         for pte in inputs:
             # Alone, a program counts the keys only the others read dead: prune drops them.
-            check_one_count(out / pte.name, [*out.glob("*.ptd")], tmp_path / f"p-{prune}-{pte.stem}")
+            check_one_count(
+                out / pte.name, [*out.glob("*.ptd")], tmp_path / f"p-{prune}-{pte.stem}"
+            )
         outputs = [out / pte.name for pte in inputs]
         dead = audit_set(outputs, [*out.glob("*.ptd")]).dead_bytes
         assert dead == report.dead_bytes

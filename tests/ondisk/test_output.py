@@ -30,8 +30,10 @@ def _written(tmp_path, data: bytes, runs, monkeypatch) -> tuple[bytes, list[tupl
     monkeypatch.setattr(output._Writer, "_copy_chunk", spy)
     fd = os.open(src, os.O_RDONLY)
     try:
-        pieces = [(at, [Piece(fd, offset, size) if size else b"\0" * pad
-                        for offset, size, pad in parts]) for at, parts in runs]
+        pieces = [
+            (at, [Piece(fd, offset, size) if size else b"\0" * pad for offset, size, pad in parts])
+            for at, parts in runs
+        ]
         write_outputs([OutputFile(str(tmp_path / "out.bin"), fd, b"head", pieces)])
     finally:
         os.close(fd)
@@ -72,8 +74,9 @@ def _confirmed_output(tmp_path, confirm) -> OutputFile:
     src = tmp_path / "in.bin"
     src.write_bytes(b"x" * (3 << 20))
     fd = os.open(src, os.O_RDONLY)
-    return OutputFile(str(tmp_path / "out.bin"), fd, b"head", [(4, [Piece(fd, 0, 3 << 20)])],
-                      confirm)
+    return OutputFile(
+        str(tmp_path / "out.bin"), fd, b"head", [(4, [Piece(fd, 0, 3 << 20)])], confirm
+    )
 
 
 def test_an_output_whose_tests_pass_is_written(tmp_path):

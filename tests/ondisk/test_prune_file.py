@@ -57,8 +57,9 @@ def _builder_case(name: str, root: Path) -> Files:
     )
     pruned, pruned_ptds = _save(manager, root / name / "pruned")
     clean, _ = _save(case.build(dead=False), root / name / "clean")
-    return Files(dirty, dirty_ptds, pruned, pruned_ptds, clean, case.runs,
-                 emitter_filter.report(manager))
+    return Files(
+        dirty, dirty_ptds, pruned, pruned_ptds, clean, case.runs, emitter_filter.report(manager)
+    )
 
 
 def _named_data_case(name: str, root: Path) -> Files:
@@ -90,8 +91,15 @@ def _named_data_case(name: str, root: Path) -> Files:
         )
     )
     pruned, pruned_ptds = _save(manager, root / name / "pruned")
-    return Files(dirty, dirty_ptds, pruned, pruned_ptds, None, (("forward", INPUTS),),
-                 emitter_filter.report(manager))
+    return Files(
+        dirty,
+        dirty_ptds,
+        pruned,
+        pruned_ptds,
+        None,
+        (("forward", INPUTS),),
+        emitter_filter.report(manager),
+    )
 
 
 BUILDER_CASES = (
@@ -109,8 +117,9 @@ ALL_CASES = (*BUILT_CASES, *BUILDER_CASES, *NAMED_DATA_CASES)
 def cases(built, tmp_path_factory) -> dict[str, Files]:
     root = tmp_path_factory.mktemp("prune_file")
     result = {
-        name: Files(b.pte, b.ptds, b.pruned_pte, b.pruned_ptds, None,
-                    (("forward", b.inputs),), b.report)
+        name: Files(
+            b.pte, b.ptds, b.pruned_pte, b.pruned_ptds, None, (("forward", b.inputs),), b.report
+        )
         for name, b in built.items()
     }
     result.update({name: _builder_case(name, root) for name in BUILDER_CASES})
@@ -380,8 +389,16 @@ def test_an_unwritable_output_directory_exits_2_naming_the_output(cases, tmp_pat
 
 def test_cli_prune_writes_the_pruned_file_and_reports_it_as_json(cases, tmp_path, capsys):
     files = cases["external"]
-    argv = ["prune", str(files.dirty), "-o", str(tmp_path / "out.pte"), "--json",
-            *[a for p in files.dirty_ptds for a in ("--data", str(p))], "--ptd-out", str(tmp_path)]
+    argv = [
+        "prune",
+        str(files.dirty),
+        "-o",
+        str(tmp_path / "out.pte"),
+        "--json",
+        *[a for p in files.dirty_ptds for a in ("--data", str(p))],
+        "--ptd-out",
+        str(tmp_path),
+    ]
     assert main(argv) == 0
     out, err = capsys.readouterr()
     report = json.loads(out)
@@ -402,8 +419,16 @@ def test_cli_prune_prints_a_one_line_summary(cases, tmp_path, capsys):
 
 def test_cli_ptd_without_an_output_directory_is_a_usage_error(cases, tmp_path, capsys):
     files = cases["external"]
-    code = main(["prune", str(files.dirty), "-o", str(tmp_path / "o.pte"),
-                 "--data", str(files.dirty_ptds[0])])
+    code = main(
+        [
+            "prune",
+            str(files.dirty),
+            "-o",
+            str(tmp_path / "o.pte"),
+            "--data",
+            str(files.dirty_ptds[0]),
+        ]
+    )
     assert code == 2 and "--data needs --ptd-out" in capsys.readouterr().err
     assert _listing(tmp_path) == []
 

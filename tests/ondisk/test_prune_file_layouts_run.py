@@ -47,9 +47,11 @@ def _program(path: Path):
     pte = deserialize_pte_binary(path.read_bytes())
     pte.program.segments = []
     store = pte.named_data
-    named = {} if store is None else {
-        key: bytes(store.buffers[e.buffer_index]) for key, e in store.pte_data.items()
-    }
+    named = (
+        {}
+        if store is None
+        else {key: bytes(store.buffers[e.buffer_index]) for key, e in store.pte_data.items()}
+    )
     return pte.program, pte.mutable_data, named
 
 

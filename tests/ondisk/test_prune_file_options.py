@@ -97,8 +97,9 @@ AXES = {
     "external_constants": (False, True),
     "dedupe": (False, True),
 }
-ALL_OPTIONS = [Options(**dict(zip(
-        AXES, values, strict=True))) for values in itertools.product(*AXES.values())]
+ALL_OPTIONS = [
+    Options(**dict(zip(AXES, values, strict=True))) for values in itertools.product(*AXES.values())
+]
 # One option away from its default at a time (96 only with dedupe), and the
 # combinations issues 10 and 19 found failing.
 DEFAULT_OPTIONS = [
@@ -113,8 +114,13 @@ DEFAULT_OPTIONS = [
     Options(segment_alignment=48, dedupe=True, extract_delegate_segments=False),
     Options(extract_delegate_segments=False, delegate_alignment=64),
     Options(external_constants=True, constant_tensor_alignment=64),
-    Options(extract_delegate_segments=False, segment_alignment=16, constant_tensor_alignment=64,
-            delegate_alignment=8, external_constants=True),
+    Options(
+        extract_delegate_segments=False,
+        segment_alignment=16,
+        constant_tensor_alignment=64,
+        delegate_alignment=8,
+        external_constants=True,
+    ),
 ]
 # (backend, what is dead): the dead buffers, nothing, or the named data of an XNNPACK
 # call a pass removed (in the .pte, or in a .ptd).

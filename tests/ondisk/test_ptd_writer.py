@@ -51,8 +51,11 @@ def _dataclass(version, segments, named):
         segments=[schema.DataSegment(offset=o, size=s) for o, s in segments],
         named_data=[
             schema.NamedData(
-                key=key, segment_index=index,
-                tensor_layout=None if layout is None else TensorLayout(
+                key=key,
+                segment_index=index,
+                tensor_layout=None
+                if layout is None
+                else TensorLayout(
                     scalar_type=ScalarType(layout[0]), sizes=layout[1], dim_order=layout[2]
                 ),
             )
@@ -82,8 +85,9 @@ def _table(version, segments, named) -> FlatTensorT:
     return table
 
 
-@settings(max_examples=150, derandomize=True, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=150, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(tables)
 def test_the_writer_packs_what_flatc_packs_from_executorchs_json(table):
     expected = bytes(serialize._serialize_to_flatbuffer(_dataclass(*table)))
@@ -98,7 +102,8 @@ payloads = st.lists(
         st.sampled_from([None, 1, 8, 16, 64, 256]),
         st.booleans(),
     ),
-    min_size=1, max_size=5,
+    min_size=1,
+    max_size=5,
 )
 
 
@@ -110,20 +115,24 @@ def _serialized(payload, alignments, segment_alignment: int, dropped: int | None
 
     named = {
         f"key{i}": DataEntry(
-            buffer_index=i, alignment=alignment,
+            buffer_index=i,
+            alignment=alignment,
             tensor_layout=TensorLayout(ScalarType.BYTE, [len(data)], [0]) if tensor else None,
         )
         for i, ((data, _, tensor), alignment) in enumerate(zip(payload, alignments, strict=True))
         if i != dropped
     }
     config = serialize.FlatTensorConfig(segment_alignment)
-    return bytes(serialize.FlatTensorSerializer(config).serialize(
-        DataPayload(buffers=[data for data, _, _ in payload], named_data=named)
-    ))
+    return bytes(
+        serialize.FlatTensorSerializer(config).serialize(
+            DataPayload(buffers=[data for data, _, _ in payload], named_data=named)
+        )
+    )
 
 
-@settings(max_examples=60, derandomize=True, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=60, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(payloads, st.sampled_from([1, 16, 128, 4096]), st.data())
 def test_a_ptd_executorch_wrote_prunes_to_what_it_writes_without_the_key(
     tmp_path_factory, payload, segment_alignment, data
@@ -141,8 +150,11 @@ def test_a_ptd_executorch_wrote_prunes_to_what_it_writes_without_the_key(
     path.write_bytes(_serialized(payload, alignments, segment_alignment, None))
     with open(path, "rb") as source:
         output = _pruned_ptd(
-            str(path), str(directory / "out.ptd"), source.fileno(),
-            lambda key: key != f"key{dropped}", None,
+            str(path),
+            str(directory / "out.ptd"),
+            source.fileno(),
+            lambda key: key != f"key{dropped}",
+            None,
         )
         if len(payload) == 1:
             assert output is None

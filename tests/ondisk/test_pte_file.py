@@ -57,7 +57,10 @@ def test_external_entries_are_sized_and_located_from_the_ptd(built):
     import torch
 
     state = {
-        "lin.weight": None, "lin.bias": None, "unused": torch.arange(32.0), "odd": torch.ones(5)
+        "lin.weight": None,
+        "lin.bias": None,
+        "unused": torch.arange(32.0),
+        "odd": torch.ones(5),
     }
     for index, entry in pte.entries[DataSpace.EXTERNAL].items():
         assert entry.file == str(case.ptds[0])

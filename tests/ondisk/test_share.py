@@ -47,7 +47,9 @@ def test_a_set_with_nothing_in_common_is_copied_byte_for_byte(tmp_path):
     assert report.shared_contents == 0 and report.saved_bytes == 0
     out = _bytes(tmp_path / "out")
     assert out == {
-        "a.pte": a.read_bytes(), "b.pte": b.read_bytes(), "c.pte": c.read_bytes(),
+        "a.pte": a.read_bytes(),
+        "b.pte": b.read_bytes(),
+        "c.pte": c.read_bytes(),
         ptds[0].name: ptds[0].read_bytes(),
     }
 
@@ -82,7 +84,9 @@ def test_share_again_on_its_own_output_changes_nothing(tmp_path):
     first, second = tmp_path / "first", tmp_path / "second"
     share_files([a, b], first, min_bytes=1)
     report = share_files(
-        [first / "a.pte", first / "b.pte"], second, ptd_paths=[first / "shared.ptd"],
+        [first / "a.pte", first / "b.pte"],
+        second,
+        ptd_paths=[first / "shared.ptd"],
         min_bytes=1,
     )
     assert report.shared_contents == 0
@@ -141,8 +145,7 @@ def test_one_key_with_two_contents_for_one_program_is_refused_leaving_nothing(tm
     with pytest.raises(PteFormatError, match=rf"{key!r} .*other bytes.*a\.pte loads with both"):
         share_files([a], out, ptd_paths=[ptd, other])
     assert not out.exists()
-    assert main(["share", str(a), "--data", str(ptd), "--data", str(other),
-                 "--out", str(out)]) == 2
+    assert main(["share", str(a), "--data", str(ptd), "--data", str(other), "--out", str(out)]) == 2
     assert not out.exists()
 
 
@@ -166,8 +169,7 @@ def test_programs_with_their_own_ptd_keep_the_keys_whose_bytes_differ(tmp_path):
     a, a_ptd = _external_pair(tmp_path, "a")
     b, b_ptd = _external_pair(tmp_path, "b", flip=flipped)
     out = tmp_path / "out"
-    report = share_files([a, b], out, ptd_paths=[f"{a}={a_ptd}", f"b.pte={b_ptd}"],
-                         min_bytes=1)
+    report = share_files([a, b], out, ptd_paths=[f"{a}={a_ptd}", f"b.pte={b_ptd}"], min_bytes=1)
     assert [p.own_keys for p in report.programs] == [(flipped,)] * 2
     shared = read_ptd(out / "shared.ptd")
     assert flipped not in shared.named_data and set(live) - {flipped} <= set(shared.named_data)
@@ -191,8 +193,12 @@ def test_without_data_each_program_reads_the_ptd_beside_it(tmp_path):
     b, b_ptd = _external_pair(tmp_path, "b", flip=next(iter(read_ptd(a_ptd).named_data)))
     report = share_files([a, b], tmp_path / "beside", min_bytes=1)
     assert report.ptd_inputs == (str(a_ptd), str(b_ptd))
-    share_files([a, b], tmp_path / "given", min_bytes=1,
-                ptd_paths=[(str(a), str(a_ptd)), (str(b), str(b_ptd))])
+    share_files(
+        [a, b],
+        tmp_path / "given",
+        min_bytes=1,
+        ptd_paths=[(str(a), str(a_ptd)), (str(b), str(b_ptd))],
+    )
     assert _bytes(tmp_path / "beside") == _bytes(tmp_path / "given")
 
 
@@ -218,16 +224,23 @@ def test_explain_and_audit_read_the_set_as_share_does_and_agree_on_its_count(tmp
     out = [tmp_path / "out" / "a.pte", tmp_path / "out" / "b.pte"]
     after = explain_set(out, [tmp_path / "out" / "shared.ptd"], min_bytes=1)
     assert not [p for p in after.parts if p.status == "duplicated"]
-    assert sum(p.nbytes for p in after.parts if p.status == "dead") == audit_set(
-        out, [tmp_path / "out" / "shared.ptd"]).dead_bytes == audit_set([a], [a_ptd]).dead_bytes
+    assert (
+        sum(p.nbytes for p in after.parts if p.status == "dead")
+        == audit_set(out, [tmp_path / "out" / "shared.ptd"]).dead_bytes
+        == audit_set([a], [a_ptd]).dead_bytes
+    )
 
 
 @pytest.mark.parametrize("command", ["explain", "audit"])
 @pytest.mark.parametrize("programs", [("a", "b"), ("a",)], ids=["set", "one"])
-@pytest.mark.parametrize("spec, message", [
-    ("c.pte={}", "'c.pte' is none of the inputs"),
-    ("={}", "expected IN.ptd or FILE=IN.ptd"),
-], ids=["other-file", "no-file"])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("c.pte={}", "'c.pte' is none of the inputs"),
+        ("={}", "expected IN.ptd or FILE=IN.ptd"),
+    ],
+    ids=["other-file", "no-file"],
+)
 def test_a_bad_ptd_spec_is_one_line(tmp_path, capsys, command, programs, spec, message):
     pairs = [_external_pair(tmp_path, name) for name in programs]
     argv = [command, *(str(pte) for pte, _ in pairs), "--data", spec.format(pairs[0][1])]
@@ -242,8 +255,12 @@ def test_one_program_reads_its_ptd_as_a_program_of_a_set_does(tmp_path, capsys, 
     `.ptd` beside it with its stem say the same; a `.ptd` of another stem is not read."""
     a, a_ptd = _external_pair(tmp_path, "a")
     outputs = []
-    for option in (["--data", str(a_ptd)], ["--data", f"{a}={a_ptd}"], ["--data", f"a.pte={a_ptd}"],
-                   []):
+    for option in (
+        ["--data", str(a_ptd)],
+        ["--data", f"{a}={a_ptd}"],
+        ["--data", f"a.pte={a_ptd}"],
+        [],
+    ):
         assert main([command, str(a), *option, "--json"]) == 0
         outputs.append(json.loads(capsys.readouterr().out))
     assert outputs[1:] == outputs[:1] * 3
@@ -266,17 +283,33 @@ def test_diff_of_two_programs_reads_the_ptd_beside_each(tmp_path, capsys):
     new, _ = _external_pair(tmp_path / "new", "a")
     assert main(["diff", str(old), str(new), "--json"]) == 0
     beside = json.loads(capsys.readouterr().out)
-    assert main(["diff", str(old), str(new), "--old-data", str(tmp_path / "old" / "a.ptd"),
-                 "--new-data", str(tmp_path / "new" / "a.ptd"), "--json"]) == 0
+    assert (
+        main(
+            [
+                "diff",
+                str(old),
+                str(new),
+                "--old-data",
+                str(tmp_path / "old" / "a.ptd"),
+                "--new-data",
+                str(tmp_path / "new" / "a.ptd"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out) == beside
     for side, pte in (("old", old), ("new", new)):  # each with its .ptd
         assert beside[side]["bytes"] == pte.stat().st_size + pte.with_suffix(".ptd").stat().st_size
 
 
-@pytest.mark.parametrize("data, message", [
-    (["nothere.pte=x.ptd"], "'nothere.pte' is none of the inputs"),
-    (["a.pte="], "expected IN.ptd or FILE=IN.ptd"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (["nothere.pte=x.ptd"], "'nothere.pte' is none of the inputs"),
+        (["a.pte="], "expected IN.ptd or FILE=IN.ptd"),
+    ],
+)
 def test_a_bad_data_spec_is_one_line_and_writes_nothing(tmp_path, capsys, data, message):
     a, _ = _external_pair(tmp_path, "a")
     out = tmp_path / "out"
@@ -307,11 +340,13 @@ def test_programs_of_one_name_in_other_folders_are_written_under_their_tails(tmp
         (tmp_path / folder).mkdir()
         programs.append(_copy(case, "dirty", tmp_path / folder / "model.pte"))
     report = share_files(programs, tmp_path / "out", min_bytes=1)
-    written = sorted(p.relative_to(tmp_path / "out").as_posix()
-                     for p in (tmp_path / "out").rglob("*.pte"))
+    written = sorted(
+        p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*.pte")
+    )
     assert written == ["x/model.pte", "y/model.pte", "z/model.pte"]
     assert [p.output for p in report.programs] == [
-        str(tmp_path / "out" / f / "model.pte") for f in "xyz"]
+        str(tmp_path / "out" / f / "model.pte") for f in "xyz"
+    ]
 
 
 def test_programs_of_one_name_take_their_ptd_by_number_or_by_tail(tmp_path):
@@ -322,25 +357,29 @@ def test_programs_of_one_name_take_their_ptd_by_number_or_by_tail(tmp_path):
     pairs = []
     for folder in "xyz":
         (tmp_path / folder).mkdir()
-        pairs.append(_external_pair(tmp_path / folder, "model",
-                                    flip=flipped if folder == "z" else None))
+        pairs.append(
+            _external_pair(tmp_path / folder, "model", flip=flipped if folder == "z" else None)
+        )
     data = [f"#1={pairs[0][1]}", f"y/model.pte={pairs[1][1]}", f"#3={pairs[2][1]}"]
     report = share_files([p for p, _ in pairs], tmp_path / "out", ptd_paths=data, min_bytes=1)
     assert [p.output for p in report.programs] == [
-        str(tmp_path / "out" / f / "model.pte") for f in "xyz"]
+        str(tmp_path / "out" / f / "model.pte") for f in "xyz"
+    ]
     # Only z's .ptd holds other bytes under `flipped`: each program keeps its own, as
     # the FILE of its --data named it.
     for folder, (_, ptd_in) in zip("xyz", pairs, strict=True):
         written = tmp_path / "out" / folder / "model.pte"
         tensors = {t.name: t for t in read_pte(written, [tmp_path / "out" / "shared.ptd"]).tensors}
-        entry = read_pte(written, [tmp_path / "out" / "shared.ptd"]).entries[
-            DataSpace.CONSTANT][tensors[flipped].ref.index]
+        entry = read_pte(written, [tmp_path / "out" / "shared.ptd"]).entries[DataSpace.CONSTANT][
+            tensors[flipped].ref.index
+        ]
         want = read_ptd(ptd_in).named_data[flipped]
-        got = written.read_bytes()[entry.offset:entry.offset + want.nbytes]
-        assert got == ptd_in.read_bytes()[want.offset:want.offset + want.nbytes], folder
+        got = written.read_bytes()[entry.offset : entry.offset + want.nbytes]
+        assert got == ptd_in.read_bytes()[want.offset : want.offset + want.nbytes], folder
     with pytest.raises(MethodSetError, match="'model.pte' names 3 inputs"):
-        share_files([p for p, _ in pairs], tmp_path / "again",
-                    ptd_paths=[f"model.pte={pairs[0][1]}"])
+        share_files(
+            [p for p, _ in pairs], tmp_path / "again", ptd_paths=[f"model.pte={pairs[0][1]}"]
+        )
 
 
 def test_an_output_that_would_replace_an_input_is_refused(tmp_path):
@@ -406,8 +445,17 @@ def test_the_audit_of_a_shared_set_counts_a_ptd_entry_dead_only_if_no_program_re
     c = _copy("mutated", "pruned", tmp_path / "c.pte")
     d = _copy("mutated", "pruned", tmp_path / "d.pte")
     assert audit_set([c, d], [ptd]).dead_bytes == 60
-    code = main(["audit", str(out / "a.pte"), str(out / "b.pte"), "--data", str(ptd),
-                 "--max-dead-bytes", "0"])
+    code = main(
+        [
+            "audit",
+            str(out / "a.pte"),
+            str(out / "b.pte"),
+            "--data",
+            str(ptd),
+            "--max-dead-bytes",
+            "0",
+        ]
+    )
     assert code == 0
 
 

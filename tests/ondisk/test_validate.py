@@ -38,12 +38,14 @@ def _planned(memory_id: int, offset: int):
         _values(program)[2].val.allocationInfo = PROGRAM.AllocationDetails(
             memoryId=memory_id, memoryOffsetLow=offset
         )
+
     return change
 
 
 def _set(path: Callable, attribute: str, value):
     def change(program) -> None:
         setattr(path(program), attribute, value)
+
     return change
 
 
@@ -62,6 +64,7 @@ def _call(program):
 def _add_values(*values):
     def change(program) -> None:
         _values(program).extend(values)
+
     return change
 
 
@@ -95,13 +98,16 @@ CASES = {
     "scalar-type-complex": Case(_set(_tensor(0), "scalarType", 9), None),
     "negative-size": Case(_set(_tensor(0), "sizes", [-1]), "negative size"),
     "storage-offset": Case(_set(_tensor(0), "storageOffset", 4), "storage_offset 4"),
-    "op-index-past-the-operators": Case(_set(_call, "opIndex", 3), "op_index 3 >= len(operators) 1"),
+    "op-index-past-the-operators": Case(
+        _set(_call, "opIndex", 3), "op_index 3 >= len(operators) 1"
+    ),
     "arg-index-past-the-values": Case(_set(_call, "args", [0, 1, 7]), "value index 7 outside"),
     "no-chains": Case(_set(_plan, "chains", []), "no chains"),
     "method-name-not-utf-8": Case(_set(_plan, "name", b"forw\x80rd"), "name is not UTF-8"),
     "no-delegates-field": Case(_set(_plan, "delegates", None), "ExecutionPlan.delegates is absent"),
     "operator-name-too-long": Case(
-        lambda p: setattr(_plan(p).operators[0], "name", b"x" * 120), "124 characters, the runtime takes 99"
+        lambda p: setattr(_plan(p).operators[0], "name", b"x" * 120),
+        "124 characters, the runtime takes 99",
     ),
     "string-without-string-val": Case(
         _add_values(PROGRAM.EValue(valType=_STRING, val=PROGRAM.String())), "without string_val"
@@ -151,7 +157,11 @@ FLIPPED = [(0, 2), (1, 2), (2, 4)]
 #: the flatbuffers Verifier does not (`Schema.verify`): (its table, the field, the problem).
 VERIFIER_CASES = {
     "offset-0": (lambda p: p.executionPlan[0].chains[0], "inputs", "offset 0 at"),
-    "string-without-nul": (lambda p: p.executionPlan[0].operators[0], "name", "does not end in NUL"),
+    "string-without-nul": (
+        lambda p: p.executionPlan[0].operators[0],
+        "name",
+        "does not end in NUL",
+    ),
 }
 
 
@@ -284,8 +294,9 @@ def test_audit_require_data_fails_without_the_ptd_and_passes_with_it(tmp_path, c
     assert main(["audit", str(pte)]) == 0
     assert main(["audit", "--require-data", str(pte)]) == 1
     err = capsys.readouterr().err
-    assert err.endswith(f"{pte}: --require-data: external data in none of the data files "
-                        "given or beside it: 'w'\n")
+    assert err.endswith(
+        f"{pte}: --require-data: external data in none of the data files given or beside it: 'w'\n"
+    )
     ptd = _write(tmp_path / "weights.ptd", built.ptd)
     assert main(["audit", "--require-data", str(pte), "--ptd", str(ptd)]) == 0
     _write(tmp_path / "m.ptd", built.ptd)  # beside it, with its stem
@@ -312,8 +323,7 @@ def test_an_output_the_validator_refuses_is_not_written(tmp_path, monkeypatch):
 
     def planted(pte, data=()):
         found = real(pte, data)
-        return Validity(("planted problem",), found.operators, found.backends,
-                        found.missing_data)
+        return Validity(("planted problem",), found.operators, found.backends, found.missing_data)
 
     monkeypatch.setattr(validate, "validate_file", planted)
     h = _write(tmp_path / "h.pte", build_program(dead=False, where="placeholder").pte)

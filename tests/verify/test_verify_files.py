@@ -63,14 +63,24 @@ def test_prune_verify_passes(case, files, capsys):
 
 
 def test_prune_dedupe_verify_passes(files, capsys):
-    result = _main(capsys, "prune", files / "xnnpack.pte", "-o", files / "out.pte", "--dedupe",
-                   "--verify")
+    result = _main(
+        capsys, "prune", files / "xnnpack.pte", "-o", files / "out.pte", "--dedupe", "--verify"
+    )
     _verified(*result, methods=1)
 
 
 def test_prune_verify_with_a_ptd(files, capsys):
-    argv = ["prune", files / "external.pte", "--data", files / "external.ptd",
-            "--ptd-out", files / "pruned", "-o", files / "out.pte", "--verify"]
+    argv = [
+        "prune",
+        files / "external.pte",
+        "--data",
+        files / "external.ptd",
+        "--ptd-out",
+        files / "pruned",
+        "-o",
+        files / "out.pte",
+        "--verify",
+    ]
     code, out, err = _main(capsys, *argv)
     if TAKES_DATA:
         _verified(code, out, err, methods=1)
@@ -84,8 +94,15 @@ def test_prune_verify_with_a_ptd(files, capsys):
 def _merge(files, capsys, *extra):
     names = ("plain", "xnnpack", "mutated")
     renames = [f"--method={n}={n}.pte:forward" for n in names]
-    return _main(capsys, "merge", *(files / f"{n}.pte" for n in names), "-o",
-                 files / "merged.pte", *renames, *extra)
+    return _main(
+        capsys,
+        "merge",
+        *(files / f"{n}.pte" for n in names),
+        "-o",
+        files / "merged.pte",
+        *renames,
+        *extra,
+    )
 
 
 def test_merge_verify_passes_with_renamed_methods(files, capsys):
@@ -95,8 +112,16 @@ def test_merge_verify_passes_with_renamed_methods(files, capsys):
 def test_split_verify_passes_on_each_method_of_a_merge(files, capsys):
     assert _merge(files, capsys)[0] == 0
     for method in ("plain", "xnnpack", "mutated"):
-        result = _main(capsys, "split", files / "merged.pte", "--method", method, "-o",
-                       files / f"{method}.split.pte", "--verify")
+        result = _main(
+            capsys,
+            "split",
+            files / "merged.pte",
+            "--method",
+            method,
+            "-o",
+            files / f"{method}.split.pte",
+            "--verify",
+        )
         _verified(*result, methods=1)
 
 
@@ -104,9 +129,18 @@ def test_split_verify_passes_on_each_method_of_a_merge(files, capsys):
 def test_merge_verify_with_a_ptd(mode, files, capsys):
     where = ["--inline"] if mode == "--inline" else ["--ptd-out", files / "merged.ptd"]
     code, out, err = _main(
-        capsys, "merge", files / "plain.pte", files / "external.pte", "-o", files / "merged.pte",
-        "--method=p=plain.pte:forward", "--method=e=external.pte:forward",
-        f"--data=external.pte={files / 'external.ptd'}", *where, "--verify")
+        capsys,
+        "merge",
+        files / "plain.pte",
+        files / "external.pte",
+        "-o",
+        files / "merged.pte",
+        "--method=p=plain.pte:forward",
+        "--method=e=external.pte:forward",
+        f"--data=external.pte={files / 'external.ptd'}",
+        *where,
+        "--verify",
+    )
     if TAKES_DATA:
         _verified(code, out, err, methods=2)
     else:
@@ -114,8 +148,17 @@ def test_merge_verify_with_a_ptd(mode, files, capsys):
 
 
 def test_share_verify_passes(files, capsys):
-    code, out, err = _main(capsys, "share", files / "plain.pte", files / "xnnpack.pte",
-                           "--out", files / "shared", "--min-bytes", "0", "--verify")
+    code, out, err = _main(
+        capsys,
+        "share",
+        files / "plain.pte",
+        files / "xnnpack.pte",
+        "--out",
+        files / "shared",
+        "--min-bytes",
+        "0",
+        "--verify",
+    )
     if TAKES_DATA:
         _verified(code, out, err, methods=2)
     else:
@@ -125,8 +168,17 @@ def test_share_verify_passes(files, capsys):
 
 
 def test_share_verify_with_a_ptd_of_one_program(files, capsys):
-    code, out, err = _main(capsys, "share", files / "plain.pte", files / "external.pte",
-                           "--out", files / "shared", "--min-bytes", "0", "--verify")
+    code, out, err = _main(
+        capsys,
+        "share",
+        files / "plain.pte",
+        files / "external.pte",
+        "--out",
+        files / "shared",
+        "--min-bytes",
+        "0",
+        "--verify",
+    )
     if TAKES_DATA:
         _verified(code, out, err, methods=2)
     else:
@@ -166,25 +218,42 @@ def test_verify_json_says_where_it_differs(files, capsys):
     document = json.loads(out)
     assert code == 1 and not document["ok"] and document["verified"] == []
     assert (document["difference"]["new_method"], document["difference"]["output"]) == (
-        "forward", 0)
+        "forward",
+        0,
+    )
 
 
 def test_verify_pairs_renamed_methods(files, capsys):
     assert _merge(files, capsys)[0] == 0
     code, out, err = _main(capsys, "verify", files / "plain.pte", files / "merged.pte")
     assert code == 2 and "has no method" in err and "=OLD" in err, err
-    assert _main(capsys, "split", files / "merged.pte", "--method", "plain", "-o",
-                 files / "p.pte")[0] == 0
-    result = _main(capsys, "verify", files / "plain.pte", files / "p.pte",
-                   "--method", "plain=forward")
+    assert (
+        _main(capsys, "split", files / "merged.pte", "--method", "plain", "-o", files / "p.pte")[0]
+        == 0
+    )
+    result = _main(
+        capsys, "verify", files / "plain.pte", files / "p.pte", "--method", "plain=forward"
+    )
     _verified(*result, methods=1)
 
 
 def test_verify_with_a_ptd_beside_each_program(files, capsys):
     # external.pte reads external.ptd, the .ptd beside it with its stem.
     (files / "out").mkdir()
-    assert _main(capsys, "prune", files / "external.pte", "--data", files / "external.ptd",
-                 "--ptd-out", files / "out", "-o", files / "out" / "external.pte")[0] == 0
+    assert (
+        _main(
+            capsys,
+            "prune",
+            files / "external.pte",
+            "--data",
+            files / "external.ptd",
+            "--ptd-out",
+            files / "out",
+            "-o",
+            files / "out" / "external.pte",
+        )[0]
+        == 0
+    )
     code, out, err = _main(capsys, "verify", files / "external.pte", files / "out/external.pte")
     if TAKES_DATA:
         _verified(code, out, err, methods=1)
@@ -199,12 +268,23 @@ def test_a_stateful_method_runs_on_a_fresh_load_each_time(files, capsys):
     from emitter_filter.verify.compare import MethodPair, Program, verify_pairs
 
     shutil.copyfile(files / "mutated.pte", files / "again.pte")
-    assert _main(capsys, "merge", files / "mutated.pte", files / "again.pte", "-o",
-                 files / "m.pte", "--method=a=mutated.pte:forward",
-                 "--method=b=again.pte:forward")[0] == 0
+    assert (
+        _main(
+            capsys,
+            "merge",
+            files / "mutated.pte",
+            files / "again.pte",
+            "-o",
+            files / "m.pte",
+            "--method=a=mutated.pte:forward",
+            "--method=b=again.pte:forward",
+        )[0]
+        == 0
+    )
     old, new = Program(str(files / "mutated.pte")), Program(str(files / "m.pte"))
-    report = verify_pairs([MethodPair(new, "a", old, "forward"),
-                           MethodPair(new, "b", old, "forward")])
+    report = verify_pairs(
+        [MethodPair(new, "a", old, "forward"), MethodPair(new, "b", old, "forward")]
+    )
     assert report.ok and len(report.verified) == 2, report.summary()
 
 
@@ -213,32 +293,45 @@ def test_inputs_from_an_npz_file(files, capsys):
 
     np.savez(files / "inputs.npz", **{"forward/0": np.ones((2, 4))})
     _flip_a_weight_byte(files / "clean.pte", files / "flipped.pte")
-    code, out, err = _main(capsys, "verify", files / "clean.pte", files / "clean.pte",
-                           "--inputs", files / "inputs.npz")
+    code, out, err = _main(
+        capsys, "verify", files / "clean.pte", files / "clean.pte", "--inputs", files / "inputs.npz"
+    )
     assert code == 0 and "1 on --inputs" in out, err
-    code, _, err = _main(capsys, "verify", files / "clean.pte", files / "flipped.pte",
-                         "--inputs", files / "inputs.npz")
+    code, _, err = _main(
+        capsys,
+        "verify",
+        files / "clean.pte",
+        files / "flipped.pte",
+        "--inputs",
+        files / "inputs.npz",
+    )
     assert code == 1 and "method 'forward'" in err
 
 
-@pytest.mark.parametrize("arrays, message", [
-    ({"decode/0": [1.0]}, "names method 'decode'"),
-    ({"forward": [1.0]}, "name each array METHOD/INDEX"),
-    ({"forward/1": [1.0]}, "takes 1 input(s)"),
-    ({"forward/0": ["a"]}, "the method takes FLOAT"),
-], ids=["unknown-method", "no-index", "wrong-index", "wrong-dtype"])
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        ({"decode/0": [1.0]}, "names method 'decode'"),
+        ({"forward": [1.0]}, "name each array METHOD/INDEX"),
+        ({"forward/1": [1.0]}, "takes 1 input(s)"),
+        ({"forward/0": ["a"]}, "the method takes FLOAT"),
+    ],
+    ids=["unknown-method", "no-index", "wrong-index", "wrong-dtype"],
+)
 def test_inputs_that_do_not_fit_are_refused_in_one_line(arrays, message, files, capsys):
     import numpy as np
 
     np.savez(files / "inputs.npz", **{k: np.array(v) for k, v in arrays.items()})
-    code, out, err = _main(capsys, "verify", files / "clean.pte", files / "clean.pte",
-                           "--inputs", files / "inputs.npz")
+    code, out, err = _main(
+        capsys, "verify", files / "clean.pte", files / "clean.pte", "--inputs", files / "inputs.npz"
+    )
     assert code == 2 and err.count("\n") == 1 and message in err, err
 
 
 def test_inputs_without_verify_is_a_usage_error_and_nothing_is_written(files, capsys):
-    code, _, err = _main(capsys, "prune", files / "plain.pte", "-o", files / "out.pte",
-                         "--inputs", files / "x.npz")
+    code, _, err = _main(
+        capsys, "prune", files / "plain.pte", "-o", files / "out.pte", "--inputs", files / "x.npz"
+    )
     assert code == 2 and "--inputs is for --verify" in err
     assert not (files / "out.pte").exists()
 
@@ -255,8 +348,18 @@ def test_a_refusal_is_one_line_on_stderr_in_a_fresh_process(files):
     """What torch and its extensions print as they import is not the refusal's."""
     (files / "external.ptd").rename(files / "elsewhere.ptd")
     result = subprocess.run(
-        [sys.executable, "-m", "emitter_filter", "verify", files / "external.pte",
-         files / "external.pte"], capture_output=True, text=True, check=False)
+        [
+            sys.executable,
+            "-m",
+            "emitter_filter",
+            "verify",
+            files / "external.pte",
+            files / "external.pte",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
 
 
@@ -265,8 +368,9 @@ def test_without_a_runtime_verify_refuses_in_one_line_naming_both_and_writes_not
 ):
     for name in ("executorch.extension.pybindings.portable_lib", "executorch_numpy_runtime"):
         monkeypatch.setitem(sys.modules, name, None)
-    code, out, err = _main(capsys, "prune", files / "plain.pte", "-o", files / "out.pte",
-                           "--verify")
+    code, out, err = _main(
+        capsys, "prune", files / "plain.pte", "-o", files / "out.pte", "--verify"
+    )
     assert (code, out, err) == (2, "", f"emitter-filter: {NO_RUNTIME}\n")
     assert "pybindings" in NO_RUNTIME and "executorch-numpy-runtime" in NO_RUNTIME
     assert not (files / "out.pte").exists()

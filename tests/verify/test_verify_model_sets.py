@@ -11,8 +11,11 @@ from emitter_filter import cli
 from tests.model_sets import SETS, export
 
 
-@pytest.fixture(scope="module", params=[(s, b) for s in SETS for b in ("portable", "xnnpack")],
-                ids=lambda p: f"{p[0]}-{p[1]}")
+@pytest.fixture(
+    scope="module",
+    params=[(s, b) for s in SETS for b in ("portable", "xnnpack")],
+    ids=lambda p: f"{p[0]}-{p[1]}",
+)
 def programs(request, tmp_path_factory):
     name, backend = request.param
     root = tmp_path_factory.mktemp(f"{name}-{backend}")
@@ -33,12 +36,30 @@ def _verified(capsys, *argv, methods: int) -> None:
 def test_merge_split_and_share_of_a_set_verify(programs, tmp_path, capsys):
     renames = [f"--method=m{i}={p.name}:forward" for i, p in enumerate(programs)]
     merged = tmp_path / "merged.pte"
-    _verified(capsys, "merge", *programs, "-o", merged, *renames, "--verify",
-              methods=len(programs))
+    _verified(capsys, "merge", *programs, "-o", merged, *renames, "--verify", methods=len(programs))
     for number in range(len(programs)):
-        _verified(capsys, "split", merged, "--method", f"m{number}", "-o",
-                  tmp_path / f"m{number}.pte", "--verify", methods=1)
-    _verified(capsys, "share", *programs, "--out", tmp_path / "shared", "--verify",
-              methods=len(programs))
-    _verified(capsys, "share", *programs, "--out", tmp_path / "pruned", "--prune", "--dedupe",
-              "--verify", methods=len(programs))
+        _verified(
+            capsys,
+            "split",
+            merged,
+            "--method",
+            f"m{number}",
+            "-o",
+            tmp_path / f"m{number}.pte",
+            "--verify",
+            methods=1,
+        )
+    _verified(
+        capsys, "share", *programs, "--out", tmp_path / "shared", "--verify", methods=len(programs)
+    )
+    _verified(
+        capsys,
+        "share",
+        *programs,
+        "--out",
+        tmp_path / "pruned",
+        "--prune",
+        "--dedupe",
+        "--verify",
+        methods=len(programs),
+    )
