@@ -85,7 +85,12 @@ def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.data_files import data_files_for
     from emitter_filter.ondisk.share import DEFAULT_MIN_BYTES, share_files
 
-    data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
+    # Read here only for --verify: the command reads them itself (one warning, not two).
+    data_of = (
+        data_files_for(options.pte, options.data, beside=options.data_beside)
+        if options.verify
+        else [[] for _ in options.pte]
+    )
     verifier = _verifier(options, list(zip(options.pte, data_of, strict=True)))
     if verifier and not verifier.runtime.takes_data:
         from emitter_filter.verify.runtimes import NO_DATA
@@ -245,7 +250,12 @@ def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.data_files import data_files_for
     from emitter_filter.ondisk.merge import merge_files
 
-    data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
+    # Read here only for --verify: the command reads them itself (one warning, not two).
+    data_of = (
+        data_files_for(options.pte, options.data, beside=options.data_beside)
+        if options.verify
+        else [[] for _ in options.pte]
+    )
     verifier = _verifier(options, list(zip(options.pte, data_of, strict=True)))
     with _sigterm_unwinds():
         report = merge_files(
