@@ -145,7 +145,7 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
                 for r in reports
             )
         )
-        if len(options.pte) > 1 and not refused:
+        if len(reports) > 1 and not refused:
             print(_stored_twice(options, data_of))
     over = [
         r
