@@ -13,6 +13,7 @@ by reason (`pytest -s` shows it).
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 
 import pytest
@@ -25,6 +26,13 @@ from tests.runtime_mutations import as_is, mutants
 if importlib.util.find_spec("executorch.extension.pybindings.portable_lib") is None:
     pytest.skip("needs executorch's pybindings", allow_module_level=True)
 validate = pytest.importorskip("emitter_filter.ondisk.validate")
+
+# The loaders take a .ptd (`data_path`) from executorch 1.5 on: the comparison needs them.
+if tuple(int(p) for p in importlib.metadata.version("executorch").split(".")[:2]) < (1, 5):
+    pytest.skip(
+        "the runtime's loaders take a .ptd (data_path) from executorch 1.5 on",
+        allow_module_level=True,
+    )
 
 from tests.runtime_worker import Loaded, Refused, RuntimeWorker  # noqa: E402
 

@@ -28,6 +28,16 @@ from tests.model_sets import INPUT, SETS, export
 
 _REPO = Path(__file__).resolve().parents[2]
 
+# The bench switches XNNPACK's weights cache on through the wheel's own libraries
+# (bench_ram.switch_weight_cache_on), which executorch 1.5's wheel ships and 1.4.1's does not.
+_pybindings = pytest.importorskip("executorch.extension.pybindings.portable_lib")
+if not (Path(_pybindings.__file__).parents[2] / "lib" / "libexecutorch.so").exists():
+    pytest.skip(
+        "this executorch wheel has no libexecutorch.so to switch XNNPACK's weights "
+        "cache on with (1.5 has)",
+        allow_module_level=True,
+    )
+
 
 def _run_side_by_side(programs: list[tuple[Path, Path | None, dict]], cache: bool) -> dict:
     """Each method's output digest, every program loaded in one fresh process."""

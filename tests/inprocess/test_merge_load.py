@@ -261,13 +261,13 @@ def twins(tmp_path) -> list[tuple[Path, Path]]:
     return pairs
 
 
-@pytest.mark.parametrize("mode", ["--inline", "--ptd"])
+@pytest.mark.parametrize("mode", ["--inline", "--ptd-out"])
 def test_a_key_two_data_files_give_with_other_bytes_is_refused_naming_it(
     twins, mode, tmp_path, capsys
 ):
     (a, a_ptd), (c, c_ptd) = twins
     out = tmp_path / "every.pte"
-    written = ["--inline"] if mode == "--inline" else ["--ptd", str(tmp_path / "every.ptd")]
+    written = ["--inline"] if mode == "--inline" else ["--ptd-out", str(tmp_path / "every.ptd")]
     assert (
         main(
             [

@@ -3,7 +3,10 @@ every method, and each invalid case of `test_validate.py` is one the runtime ref
 
 from __future__ import annotations
 
+import importlib.metadata
 from pathlib import Path
+
+import pytest
 
 from emitter_filter.ondisk.validate import validate_file
 from tests.files import GOLDEN
@@ -16,6 +19,14 @@ from tests.ondisk.test_validate import (
     flipped,
     unverified,
 )
+
+pytest.importorskip("executorch.runtime")
+# `Runtime.load_program` takes a .ptd (`data_path`) from executorch 1.5 on.
+if tuple(int(p) for p in importlib.metadata.version("executorch").split(".")[:2]) < (1, 5):
+    pytest.skip(
+        "Runtime.load_program takes a .ptd (data_path) from executorch 1.5 on",
+        allow_module_level=True,
+    )
 
 
 def _loads(pte: Path, ptd: Path | None = None) -> bool:
