@@ -287,14 +287,16 @@ def read_state_file(path: str | os.PathLike) -> StateFile:
     import zipfile  # here: it imports pathlib, and every command imports this module
 
     path = os.fspath(path)
-    _require("torch", path)
+    # A path that is no file says so first, with or without torch.
     try:
         with os.fdopen(open_regular_input(path), "rb") as file, zipfile.ZipFile(file) as archive:
             entries = set(archive.namelist())
     except (OSError, zipfile.BadZipFile) as error:
+        _require("torch", path)
         raise ProgramFormatError(
             f"{path}: not a .pt2 or an ETRecord (a zip archive): {error}"
         ) from error
+    _require("torch", path)
     if _ETRECORD_IDENTIFIER in entries:
         _require("executorch", path)
         programs = _etrecord_programs(path)
