@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # One INFO line per prune is the point of `run`: show it unless asked for more.
     # The file commands print their own results on stdout, so they log INFO (which .ptd
     # a program reads, say) only when asked to: an error stays one line.
-    quiet = options.command != "run" and not options.verbose
+    quiet = options.command not in ("run", "demo") and not options.verbose
     logging.getLogger("emitter_filter").setLevel(
         logging.DEBUG if options.verbose > 1 else logging.WARNING if quiet else logging.INFO
     )

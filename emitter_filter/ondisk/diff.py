@@ -205,7 +205,8 @@ def _match_content(olds: list[Part], news: list[Part], digest: DigestFn):
         pair
         for k in old_side
         if k in new_side
-        for pair in zip(old_side[k], new_side[k], strict=True)
+        # As many pairs as both sides have of that content: the rest are added or removed.
+        for pair in zip(old_side[k], new_side[k], strict=False)
     ]
     matched = {id(p) for pair in pairs for p in pair}
     olds[:] = [p for p in olds if id(p) not in matched]

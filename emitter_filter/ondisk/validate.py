@@ -286,6 +286,13 @@ class _DataMaps:
                         vector_ints(layout.dimOrder),
                     ),
                 )
+        # key -> bytes from its data's start to the end of its file: a planned (mutable)
+        # external tensor is read whole from there, whatever its segment's size
+        # (flat_tensor_data_map.cpp: FlatTensorDataMap::load_data_into).
+        self.room: dict[str, int] = {}
+        for ptd, _ in ptds:
+            for key, entry in ptd.named_data.items():
+                self.room.setdefault(key, ptd.file_bytes - entry.offset)
         self.names = ", ".join(os.fspath(p) for p in data_files)
         self.missing: set[str] = set()
 
@@ -451,6 +458,13 @@ class _Method:
         planned = tensor.allocationInfo
         if info is not None and info.location == TensorDataLocation.EXTERNAL:
             self._check_external(where, tensor, info)
+            key = table_text(info.fullyQualifiedName)
+            room = self.data.room.get(key or "")
+            if planned is not None and room is not None and nbytes > room:
+                self.add(
+                    f"{where}: mutable external tensor {key!r} reads {nbytes:,} B from its "
+                    f".ptd, which holds {room:,} B from where its data starts"
+                )
         elif tensor.dataBufferIdx > 0:
             self._check_stored(where, tensor, nbytes, planned is not None)
         if planned is not None:
