@@ -206,6 +206,10 @@ def _pytest_command(
         str(_REPO_ROOT),
         "-p",
         "no:cacheprovider",  # keep .pytest_cache out of the work tree
+        # Not the test suite's addopts (pyproject.toml): its `-n auto` would spread the
+        # benchmarks over workers, where pytest-benchmark times nothing.
+        "-o",
+        "addopts=",
         "-o",
         "python_files=bench_*.py",  # bench files are invisible to a plain `pytest`
         "-m",
