@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -101,3 +104,20 @@ def test_the_readmes_set_up_installs_what_its_bench_command_needs():
 
     missing = [dist for dist in _SUITE_NEEDS.values() if dist not in installed]
     assert missing == [], f"the README's set-up does not install {missing}"
+
+
+@pytest.mark.slow
+def test_the_readmes_bench_command_runs_in_its_set_up(tmp_path):
+    """The README's bench command as printed, from the clone, in the set-up's venv (the one
+    running the tests): it exits 0 with its results. `.ci/run` runs it; the README gives its time.
+    """
+    found = re.search(r"`(\.venv/bin/python -m bench --out \S+ --quick)`", README.read_text())
+    assert found, "the README has no bench command"
+    argv = shlex.split(found.group(1))
+    argv[0] = sys.executable
+    out = tmp_path / "bench-out"
+    argv[argv.index("--out") + 1] = str(out)
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert (out / "results.json").is_file()
+    assert "pruned" in result.stdout, result.stdout
