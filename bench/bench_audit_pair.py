@@ -50,8 +50,8 @@ def build_pte(path: str, total_mib: int, pair_mib: int) -> int:
 
 def hash_both(path: str) -> None:
     """The old cost: the two same-size candidates each hashed in full."""
-    from emitter_filter.ondisk.byte_source import ByteSource
-    from emitter_filter.ondisk.read_pte import read_pte
+    from emitter_filter.ondisk.read.byte_source import ByteSource
+    from emitter_filter.ondisk.read.read_pte import read_pte
     from emitter_filter.reachability import DataSpace
 
     pte = read_pte(path)

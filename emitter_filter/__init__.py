@@ -88,7 +88,7 @@ __all__ = [
 # Public names loaded on first use: most import ExecuTorch's exporter.
 _LAZY = {
     "audit_file": "emitter_filter.ondisk.audit",
-    "AuditReport": "emitter_filter.ondisk.audit_report",
+    "AuditReport": "emitter_filter.ondisk.analyse.audit_report",
     "prune_file": "emitter_filter.ondisk.prune",
     "FilePruneReport": "emitter_filter.ondisk.prune",
     "dedupe_file": "emitter_filter.ondisk.dedupe",

@@ -29,7 +29,7 @@ from emitter_filter.scalar_types import dtype_label
 
 if TYPE_CHECKING:
     from emitter_filter.inprocess.reports import PruneReport
-    from emitter_filter.ondisk.audit_report import AuditReport
+    from emitter_filter.ondisk.analyse.audit_report import AuditReport
 
 __all__ = [
     "DemoResult",
@@ -284,7 +284,7 @@ def write_example(out_dir: Path) -> tuple[Path, int]:
     from importlib.resources import files
 
     from emitter_filter.ondisk.audit import audit_file
-    from emitter_filter.ondisk.output import write_file
+    from emitter_filter.ondisk.write.output import write_file
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / EXAMPLE_PTE

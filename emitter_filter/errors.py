@@ -38,7 +38,7 @@ class OutputFileError(EmitterFilterError, ValueError):
 
 
 class InvalidOutputError(OutputFileError):
-    """An output would be a file ExecuTorch's runtime refuses to load (`ondisk.validate`):
+    """An output would be a file ExecuTorch's runtime refuses to load (`ondisk.analyse.validate`):
     nothing was written. The message names the output and the runtime's reason."""
 
 

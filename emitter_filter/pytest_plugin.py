@@ -51,7 +51,7 @@ import pytest
 if TYPE_CHECKING:
     from emitter_filter.inprocess.hook import SerializedProgram
     from emitter_filter.inprocess.reports import PruneReport
-    from emitter_filter.ondisk.audit_report import AuditReport
+    from emitter_filter.ondisk.analyse.audit_report import AuditReport
 
 __all__ = ["REPORT_SCHEMA", "EXEMPT_MARKER", "ProgramRecord", "PteBudget", "pte_budget"]
 
@@ -268,8 +268,8 @@ def _audit(pte: bytes, ptd: Mapping) -> tuple[AuditReport | None, str | None, tu
     failed or the program is invalid; why; the keys in none of its `.ptd` files). The
     `.ptd` files go to a temporary directory."""
     from emitter_filter.errors import EmitterFilterError
+    from emitter_filter.ondisk.analyse.validate import validate_bytes
     from emitter_filter.ondisk.audit import audit_file
-    from emitter_filter.ondisk.validate import validate_bytes
 
     try:
         with tempfile.TemporaryDirectory(prefix="emitter-filter-") as directory:
@@ -335,7 +335,7 @@ def _checked_report_path(path: Path) -> Path:
         pytest.UsageError: It is not a regular file, or its directory takes no file.
     """
     from emitter_filter.errors import OutputFileError
-    from emitter_filter.ondisk.output import check_writable
+    from emitter_filter.ondisk.write.output import check_writable
 
     path = path.absolute()
     try:
@@ -436,7 +436,7 @@ class _Session:
 
     def _write_report(self, session: pytest.Session) -> None:
         from emitter_filter.errors import OutputFileError
-        from emitter_filter.ondisk.output import write_file
+        from emitter_filter.ondisk.write.output import write_file
 
         programs = self._programs()
         document = {

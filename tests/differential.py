@@ -152,7 +152,7 @@ def _lacking(validity, worker: RuntimeWorker) -> tuple[str, ...]:
 def compare(files: Iterable[Mutant], worker: RuntimeWorker, workdir: Path) -> Comparison:
     """Each file (`mutants(...)`, `as_is(...)`) through the validator and the runtime."""
     from emitter_filter.errors import ProgramFormatError
-    from emitter_filter.ondisk.validate import validate_file
+    from emitter_filter.ondisk.analyse.validate import validate_file
 
     started = time.perf_counter()
     crashes = worker.crashes

@@ -51,7 +51,7 @@ from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTe
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.NamedData import NamedDataT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.TensorLayout import TensorLayoutT
 from emitter_filter.flatbuffer_tables import to_object_api
-from emitter_filter.ondisk.layout import (
+from emitter_filter.ondisk.read.layout import (
     EH,
     EH_MAGIC,
     EH_SEGMENT_DATA_SIZE,
@@ -60,7 +60,7 @@ from emitter_filter.ondisk.layout import (
     PROGRAM_IDENTIFIER,
     aligned,
 )
-from emitter_filter.ondisk.read_pte import read_pte_program
+from emitter_filter.ondisk.read.read_pte import read_pte_program
 
 LIVE = struct.pack("<4f", 1.0, 2.0, 3.0, 4.0)
 DEAD = struct.pack("<6f", *range(6))
@@ -213,7 +213,7 @@ def _segment(offset: int, size: int) -> DataSegmentT:
 
 def flat_tensor(keys: list[tuple[str, bytes, int]], segment_alignment: int = 128) -> bytes:
     """A `.ptd` as ExecuTorch 1.5.1 lays it out, packed with the generated object API."""
-    from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
+    from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
 
     table = FlatTensorT()
     table.version, table.segments, table.namedData = 0, [], []

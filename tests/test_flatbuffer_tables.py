@@ -140,7 +140,7 @@ def test_a_packed_table_decodes_to_what_was_packed(schema, data, force_defaults)
 
 
 def test_the_test_programs_decode_as_the_object_api_unpacks_them(built):
-    from emitter_filter.ondisk.read_pte import read_pte_program
+    from emitter_filter.ondisk.read.read_pte import read_pte_program
 
     for name, case in built.items():
         read = read_pte_program(case.pte)
@@ -151,7 +151,7 @@ def test_the_test_programs_decode_as_the_object_api_unpacks_them(built):
 def test_the_xnnpack_keys_are_the_generated_readers(built):
     from emitter_filter._program_fbs.fb_xnnpack.XNNGraph import XNNGraph
     from emitter_filter.delegates import xnnpack_flatbuffer_span
-    from emitter_filter.ondisk.read_pte import read_pte
+    from emitter_filter.ondisk.read.read_pte import read_pte
 
     blobs = 0
     for case in built.values():
@@ -171,7 +171,7 @@ def test_the_xnnpack_keys_are_the_generated_readers(built):
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_a_damaged_program_is_read_or_refused_never_misread_outside(built, data):
-    from emitter_filter.ondisk.read_pte import read_pte_program
+    from emitter_filter.ondisk.read.read_pte import read_pte_program
 
     case = data.draw(st.sampled_from(sorted(built)))
     program = bytearray(read_pte_program(built[case].pte).program_data)

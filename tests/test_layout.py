@@ -159,6 +159,48 @@ def test_the_shared_modules_import_neither_side():
     assert crossing == set()
 
 
+#: `ondisk/`'s folders, each importing only those listed below it: reading a file, then
+#: analysing a program or writing one, and the commands (the modules of `ondisk/` itself)
+#: above them all.
+ONDISK_BELOW = {
+    "read": (),
+    "analyse": ("read",),
+    "write": ("read",),
+}
+
+
+def _ondisk_group(module: str) -> str | None:
+    """`read`, `analyse` or `write` for a module of those folders, "commands" for the rest."""
+    if not module.startswith("emitter_filter.ondisk."):
+        return None
+    group = module.split(".")[2]
+    return group if group in ONDISK_BELOW else "commands"
+
+
+def test_the_on_disk_folders_import_only_downward():
+    graph = import_graph()
+    groups = {m: _ondisk_group(m) for m in graph if _ondisk_group(m)}
+    assert {"read", "analyse", "write", "commands"} <= set(groups.values()), (
+        "the test reads the wrong folder"
+    )
+    up = {
+        (m, t)
+        for m, group in groups.items()
+        if group != "commands"
+        for t in graph[m]
+        if groups.get(t) not in (None, group, *ONDISK_BELOW[group])
+    }
+    assert up == set()
+    # Nothing outside `ondisk/` reaches into it from below: the shared modules were checked
+    # above; the commands' modules are imported only by the integrations and each other.
+    assert {
+        (m, t)
+        for m, targets in graph.items()
+        for t in targets
+        if groups.get(t) == "commands" and groups.get(m) in ONDISK_BELOW
+    } == set()
+
+
 #: Who may import `verify/` (it needs a runtime): the integrations, and itself.
 VERIFY_USERS = ("emitter_filter.cli", "emitter_filter.verify")
 #: What loads a runtime: `verify/` imports these only inside the functions that run one.
@@ -244,6 +286,9 @@ def test_the_checks_can_fail():
     chain = {"a": frozenset({"b", "c"}), "b": frozenset({"c"}), "c": frozenset()}
     assert layers(chain)["a"] == 3
     assert longest_path(chain, "a", "c") == ["a", "b", "c"]
+    assert _ondisk_group("emitter_filter.ondisk.read.layout") == "read"
+    assert _ondisk_group("emitter_filter.ondisk.merge") == "commands"
+    assert _ondisk_group("emitter_filter.errors") is None
     graph = import_graph()
     assert "emitter_filter.errors" in graph["emitter_filter.ondisk.audit"] or any(
         "emitter_filter.errors" in graph[m] for m in graph if m.startswith("emitter_filter.ondisk")

@@ -25,7 +25,7 @@ from tests.runtime_mutations import as_is, mutants
 # The runtime runs in the worker process: found, not imported here (it imports torch).
 if importlib.util.find_spec("executorch.extension.pybindings.portable_lib") is None:
     pytest.skip("needs executorch's pybindings", allow_module_level=True)
-validate = pytest.importorskip("emitter_filter.ondisk.validate")
+validate = pytest.importorskip("emitter_filter.ondisk.analyse.validate")
 
 # The loaders take a .ptd (`data_path`) from executorch 1.5 on: the comparison needs them.
 if tuple(int(p) for p in importlib.metadata.version("executorch").split(".")[:2]) < (1, 5):
@@ -131,7 +131,7 @@ def test_a_crash_is_a_refusal_and_the_worker_goes_on(worker, tmp_path):
 
 def test_the_output_hook_names_an_output_the_runtime_refuses(worker, tmp_path):
     from emitter_filter._program_fbs.executorch_flatbuffer.Buffer import BufferT
-    from emitter_filter.ondisk.output import OutputFile
+    from emitter_filter.ondisk.write.output import OutputFile
     from tests.layouts import with_program_changed
     from tests.load_outputs import check_outputs
 

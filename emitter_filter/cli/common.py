@@ -167,7 +167,7 @@ def _add_min_bytes(command: argparse.ArgumentParser) -> None:
 
 
 def _min_bytes(options: argparse.Namespace) -> int:
-    from emitter_filter.ondisk.share_find import DEFAULT_MIN_BYTES
+    from emitter_filter.ondisk.analyse.share_find import DEFAULT_MIN_BYTES
 
     return DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes
 
@@ -312,8 +312,8 @@ def _validity_lines(
     pte: str, ptd: Sequence[str], require_data: bool = False
 ) -> tuple[str | None, str | None]:
     """(the line of a file ExecuTorch's runtime refuses, the `--require-data` gate's line),
-    each None when there is nothing to say (`ondisk.validate`)."""
-    from emitter_filter.ondisk.validate import validate_file
+    each None when there is nothing to say (`ondisk.analyse.validate`)."""
+    from emitter_filter.ondisk.analyse.validate import validate_file
 
     validity = validate_file(pte, ptd)
     if not validity.valid:
@@ -325,7 +325,7 @@ def _validity_lines(
 
 def _paired(document: dict, ptes: Sequence[str], data_of: Sequence[Sequence[str]]) -> dict:
     """A report's JSON with which `.ptd` files each program was read with (`"data"`)."""
-    from emitter_filter.ondisk.data_files import pairing_json
+    from emitter_filter.ondisk.read.data_files import pairing_json
 
     return {**document, "data": pairing_json(ptes, data_of)}
 

@@ -96,7 +96,7 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     other program alone (`audit_file`), each judged against --max-dead-bytes."""
     from emitter_filter.ondisk.audit import audit_file
     from emitter_filter.ondisk.audit_set import audit_set
-    from emitter_filter.ondisk.data_files import data_files_for, sets_of
+    from emitter_filter.ondisk.read.data_files import data_files_for, sets_of
     from emitter_filter.state_names import state_file
 
     data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
@@ -298,7 +298,7 @@ def _add_prune_parser(commands) -> argparse.ArgumentParser:
 
 
 def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    from emitter_filter.ondisk.data_files import program_data
+    from emitter_filter.ondisk.read.data_files import program_data
 
     if options.data and options.ptd_out is None:
         return _usage_error("prune", "--data needs --ptd-out DIR")
@@ -314,7 +314,7 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         with _sigterm_unwinds():
             # The kernel copies the .pte while the rest of the file side is imported
             # (0.04 s), read and decided: see `output.EarlyCopy`.
-            from emitter_filter.ondisk.output import EarlyCopy
+            from emitter_filter.ondisk.write.output import EarlyCopy
 
             with EarlyCopy(options.pte, options.output) as early:
                 from emitter_filter.ondisk.prune import prune_file

@@ -82,7 +82,7 @@ def _add_share_parser(commands) -> argparse.ArgumentParser:
 
 
 def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    from emitter_filter.ondisk.data_files import data_files_for
+    from emitter_filter.ondisk.read.data_files import data_files_for
     from emitter_filter.ondisk.share import DEFAULT_MIN_BYTES, share_files
 
     # Read here only for --verify: the command reads them itself (one warning, not two).
@@ -247,8 +247,8 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
 
 
 def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    from emitter_filter.ondisk.data_files import data_files_for
     from emitter_filter.ondisk.merge import merge_files
+    from emitter_filter.ondisk.read.data_files import data_files_for
 
     # Read here only for --verify: the command reads them itself (one warning, not two).
     data_of = (
@@ -284,8 +284,8 @@ def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 
 
 def _split(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    from emitter_filter.ondisk.data_files import program_data
     from emitter_filter.ondisk.merge import split_file
+    from emitter_filter.ondisk.read.data_files import program_data
 
     data = program_data(options.pte, options.data, beside=options.data_beside)
     verifier = _verifier(options, [(options.pte, data)])

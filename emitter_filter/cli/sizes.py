@@ -33,7 +33,7 @@ def _add_size_commands(commands) -> list[argparse.ArgumentParser]:
 
 
 def _add_explain(commands) -> argparse.ArgumentParser:
-    from emitter_filter.ondisk.explain_terms import GROUPINGS
+    from emitter_filter.ondisk.analyse.explain_terms import GROUPINGS
 
     explain = commands.add_parser(
         "explain",
@@ -229,8 +229,8 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
 
 
 def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    from emitter_filter.ondisk.data_files import data_files_for
-    from emitter_filter.ondisk.output import check_outputs, write_files
+    from emitter_filter.ondisk.read.data_files import data_files_for
+    from emitter_filter.ondisk.write.output import check_outputs, write_files
 
     if options.value is not None and options.node_data is None:
         return _usage_error(
@@ -325,7 +325,7 @@ def _diff(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         result = diff_sets(options.old, options.new, data_beside=options.data_beside)
         pairing = result.pairing()
     else:
-        from emitter_filter.ondisk.data_files import data_files_for, program_data
+        from emitter_filter.ondisk.read.data_files import data_files_for, program_data
 
         if options.old_data or options.new_data:
             old_data = program_data(options.old, options.old_data, beside=options.data_beside)
@@ -386,7 +386,7 @@ def _budget(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int
         check_budget,
         read_budget,
     )
-    from emitter_filter.ondisk.output import check_outputs, write_files
+    from emitter_filter.ondisk.write.output import check_outputs, write_files
 
     writing = options.budget_action == "write"
     # Every output refused, or every one written: checked before any work.

@@ -49,7 +49,7 @@ def _add_verify_parser(commands) -> argparse.ArgumentParser:
 
 
 def _verify(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    from emitter_filter.ondisk.data_files import data_files_for
+    from emitter_filter.ondisk.read.data_files import data_files_for
     from emitter_filter.verify.compare import Program, verify_programs
 
     old_data, new_data = data_files_for(

@@ -249,8 +249,8 @@ def _dedupe_cord(pte, alignment):
     buffer stays on disk: it is read through its file only where the transform
     reads (a prefix, a chunked compare), and goes into the new Cord as itself.
     """
-    from emitter_filter.ondisk.byte_source import Piece
     from emitter_filter.ondisk.dedupe import dedupe_pieces, dedupe_pte
+    from emitter_filter.ondisk.read.byte_source import Piece
     from emitter_filter.regular_files import open_regular_input
 
     buffers = _upstream.cord_pieces(pte)
@@ -278,7 +278,7 @@ def _cord_buffer(part, owners: dict):
     """A part of the deduplicated file as a `Cord` buffer: bytes, or a file-backed buffer
     as itself. A part of one (never a whole blob: the transform cuts only the constant
     segment, which the serializer holds as bytes) is read here, that part alone."""
-    from emitter_filter.ondisk.byte_source import Piece
+    from emitter_filter.ondisk.read.byte_source import Piece
 
     if not isinstance(part, Piece):
         return part

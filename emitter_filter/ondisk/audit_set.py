@@ -17,10 +17,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from emitter_filter.ondisk.audit import audit_file
-from emitter_filter.ondisk.audit_report import AuditReport
-from emitter_filter.ondisk.data_files import data_files_for
-from emitter_filter.ondisk.share_find import (
+from emitter_filter.ondisk.analyse.audit_report import AuditReport
+from emitter_filter.ondisk.analyse.share_find import (
     DEFAULT_MIN_BYTES,
     KeyClash,
     SharedContent,
@@ -28,6 +26,8 @@ from emitter_filter.ondisk.share_find import (
     key_clashes,
     read_set,
 )
+from emitter_filter.ondisk.audit import audit_file
+from emitter_filter.ondisk.read.data_files import data_files_for
 
 __all__ = ["ProgramInSet", "SetAuditReport", "audit_set"]
 

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 
 from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.budget_schema import schema_error
-from emitter_filter.ondisk.byte_source import open_sources
-from emitter_filter.ondisk.data_files import data_files_for
 from emitter_filter.ondisk.diff import HAS_BYTES, SizeDiff, diff_parts, digest_parts, totals_of
 from emitter_filter.ondisk.explain import Explanation, Part, explain_file
-from emitter_filter.ondisk.output import check_outputs, write_text
-from emitter_filter.ondisk.readers import Reader
+from emitter_filter.ondisk.read.byte_source import open_sources
+from emitter_filter.ondisk.read.data_files import data_files_for
+from emitter_filter.ondisk.read.readers import Reader
+from emitter_filter.ondisk.write.output import check_outputs, write_text
 
 __all__ = [
     "JSON_SCHEMA",

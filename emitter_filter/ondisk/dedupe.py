@@ -72,10 +72,10 @@ from dataclasses import dataclass
 from emitter_filter.duplicates import StoredCopy
 from emitter_filter.errors import InvariantError, PteFormatError
 from emitter_filter.generated_fields import vector_ints
-from emitter_filter.ondisk.analysis import Alias, SharedRange, analyse_file, find_aliases
-from emitter_filter.ondisk.byte_source import ByteSource, Piece
-from emitter_filter.ondisk.file_model import PteFile
-from emitter_filter.ondisk.layout import (
+from emitter_filter.ondisk.analyse.analysis import Alias, SharedRange, analyse_file, find_aliases
+from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
+from emitter_filter.ondisk.read.file_model import PteFile
+from emitter_filter.ondisk.read.layout import (
     pack_program,
     patch_program,
     place_segments,
@@ -84,7 +84,8 @@ from emitter_filter.ondisk.layout import (
     read_pte_layout,
     read_segment_layout,
 )
-from emitter_filter.ondisk.output import (
+from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
+from emitter_filter.ondisk.write.output import (
     EarlyCopy,
     OutputCheck,
     OutputFile,
@@ -93,7 +94,6 @@ from emitter_filter.ondisk.output import (
     check_outputs,
     write_outputs,
 )
-from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
 from emitter_filter.reachability import DataSpace
 
 __all__ = [

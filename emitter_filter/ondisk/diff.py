@@ -32,9 +32,9 @@ import os
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from emitter_filter.ondisk.byte_source import ByteSource, open_sources
 from emitter_filter.ondisk.explain import STORAGES, Explanation, Part, explain_pte, shorten
-from emitter_filter.ondisk.read_pte import read_pte_program
+from emitter_filter.ondisk.read.byte_source import ByteSource, open_sources
+from emitter_filter.ondisk.read.read_pte import read_pte_program
 from emitter_filter.scalar_types import dtype_label
 from emitter_filter.state_names import StateFile, state_file
 

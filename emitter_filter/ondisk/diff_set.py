@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.data_files import data_files_for
 from emitter_filter.ondisk.diff import SizeDiff, diff_files
+from emitter_filter.ondisk.read.data_files import data_files_for
 
 __all__ = ["SetDiff", "diff_sets", "set_files"]
 

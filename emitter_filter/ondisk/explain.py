@@ -43,13 +43,13 @@ from dataclasses import dataclass, replace
 
 from emitter_filter.errors import InvariantError, PteFormatError
 from emitter_filter.flatbuffer_tables import Table
-from emitter_filter.ondisk.audit_report import AuditReport, audit_pte
-from emitter_filter.ondisk.byte_source import ByteSource, open_sources
-from emitter_filter.ondisk.explain_terms import GROUPINGS, JSON_SCHEMA, STATUSES, STORAGES
-from emitter_filter.ondisk.file_model import PteFile
-from emitter_filter.ondisk.program_sections import count_plan_sections
-from emitter_filter.ondisk.read_pte import read_pte_program
-from emitter_filter.ondisk.readers import (
+from emitter_filter.ondisk.analyse.audit_report import AuditReport, audit_pte
+from emitter_filter.ondisk.analyse.explain_terms import GROUPINGS, JSON_SCHEMA, STATUSES, STORAGES
+from emitter_filter.ondisk.read.byte_source import ByteSource, open_sources
+from emitter_filter.ondisk.read.file_model import PteFile
+from emitter_filter.ondisk.read.program_sections import count_plan_sections
+from emitter_filter.ondisk.read.read_pte import read_pte_program
+from emitter_filter.ondisk.read.readers import (
     Reader,
     find_named_data_readers,
     find_named_data_types,

@@ -22,11 +22,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.data_files import data_files_for
-from emitter_filter.ondisk.explain import Explanation, Part, explain_file
-from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
-from emitter_filter.ondisk.read_pte import read_pte_program
-from emitter_filter.ondisk.share_find import (
+from emitter_filter.ondisk.analyse.share_find import (
     DEFAULT_MIN_BYTES,
     ProgramSet,
     SharedContent,
@@ -34,6 +30,10 @@ from emitter_filter.ondisk.share_find import (
     key_clashes,
     read_set,
 )
+from emitter_filter.ondisk.explain import Explanation, Part, explain_file
+from emitter_filter.ondisk.read.data_files import data_files_for
+from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
+from emitter_filter.ondisk.read.read_pte import read_pte_program
 
 __all__ = ["explain_set"]
 

@@ -69,28 +69,14 @@ from emitter_filter.errors import InvariantError, MethodSetError, PteFormatError
 from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.object_models import GENERATED
-from emitter_filter.ondisk.analysis import (
+from emitter_filter.ondisk.analyse.analysis import (
     FileAnalysis,
     analyse_file,
     find_aliases,
     keep_ptd_key,
 )
-from emitter_filter.ondisk.byte_source import ByteSource, Piece, StoredSpan
-from emitter_filter.ondisk.data_files import data_files_for, input_of
+from emitter_filter.ondisk.analyse.validate import validate_outputs
 from emitter_filter.ondisk.dedupe import dedupe_output
-from emitter_filter.ondisk.layout import (
-    PtdLayout,
-    PteLayout,
-    extended_header_prefix,
-    infer_ptd_layout,
-    pack_program,
-    place_segments,
-    program_prefix,
-    ptd_prefix,
-    ptd_segment_alignments,
-    read_pte_layout,
-    shared_segment_alignment,
-)
 from emitter_filter.ondisk.merge_names import (
     TRAINING_PREFIX,
     Choice,
@@ -104,13 +90,6 @@ from emitter_filter.ondisk.merge_names import (
     resolving_flags,
     same_method,
     spans_open,
-)
-from emitter_filter.ondisk.output import (
-    OutputFile,
-    ProgressFn,
-    check_outputs,
-    open_input,
-    write_outputs,
 )
 from emitter_filter.ondisk.prune import (
     FilePruneReport,
@@ -127,10 +106,31 @@ from emitter_filter.ondisk.prune import (
     stored_entries,
     verbatim,
 )
-from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
-from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
-from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
-from emitter_filter.ondisk.validate import validate_outputs
+from emitter_filter.ondisk.read.byte_source import ByteSource, Piece, StoredSpan
+from emitter_filter.ondisk.read.data_files import data_files_for, input_of
+from emitter_filter.ondisk.read.layout import (
+    PtdLayout,
+    PteLayout,
+    extended_header_prefix,
+    infer_ptd_layout,
+    pack_program,
+    place_segments,
+    program_prefix,
+    ptd_prefix,
+    ptd_segment_alignments,
+    read_pte_layout,
+    shared_segment_alignment,
+)
+from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
+from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
+from emitter_filter.ondisk.write.output import (
+    OutputFile,
+    ProgressFn,
+    check_outputs,
+    open_input,
+    write_outputs,
+)
+from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
 from emitter_filter.plan_indices import remap_data_indices, remap_plan_values
 from emitter_filter.reachability import DataSpace, new_data_indices, order_live_data
 

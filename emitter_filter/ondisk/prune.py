@@ -52,16 +52,17 @@ from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.names import DroppedConstant
 from emitter_filter.object_models import GENERATED
-from emitter_filter.ondisk.analysis import (
+from emitter_filter.ondisk.analyse.analysis import (
     FileAnalysis,
     analyse_file,
     find_aliases,
     find_shared_ranges,
     keep_ptd_key,
 )
-from emitter_filter.ondisk.byte_source import ByteSource, Piece
-from emitter_filter.ondisk.file_model import PteFile
-from emitter_filter.ondisk.layout import (
+from emitter_filter.ondisk.analyse.validate import validate_outputs
+from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
+from emitter_filter.ondisk.read.file_model import PteFile
+from emitter_filter.ondisk.read.layout import (
     PteLayout,
     aligned,
     infer_ptd_layout,
@@ -74,7 +75,9 @@ from emitter_filter.ondisk.layout import (
     read_segment_layout,
     shared_segment_alignment,
 )
-from emitter_filter.ondisk.output import (
+from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
+from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
+from emitter_filter.ondisk.write.output import (
     EarlyCopy,
     OutputFile,
     ProgressFn,
@@ -83,10 +86,7 @@ from emitter_filter.ondisk.output import (
     output_directory,
     write_outputs,
 )
-from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
-from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
-from emitter_filter.ondisk.read_pte import PteProgram, read_pte_program
-from emitter_filter.ondisk.validate import validate_outputs
+from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
 from emitter_filter.plan_indices import remap_data_indices, remap_plan_values
 from emitter_filter.reachability import DataSpace, Liveness, new_data_indices, order_live_data
 from emitter_filter.state_names import StateFile, state_file

@@ -43,11 +43,28 @@ from emitter_filter.errors import OutputFileError, PteFormatError
 from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM
 from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
-from emitter_filter.ondisk.analysis import find_aliases, find_shared_ranges
-from emitter_filter.ondisk.byte_source import Piece
-from emitter_filter.ondisk.data_files import data_files_for, unique_tails
+from emitter_filter.ondisk.analyse.analysis import find_aliases, find_shared_ranges
+from emitter_filter.ondisk.analyse.share_find import (
+    DEFAULT_MIN_BYTES,
+    ProgramSet,
+    SharedSet,
+    TensorLayoutKey,
+    find_set_shared,
+    read_set,
+)
+from emitter_filter.ondisk.analyse.validate import validate_outputs
 from emitter_filter.ondisk.dedupe import dedupe_output
-from emitter_filter.ondisk.layout import (
+from emitter_filter.ondisk.prune import (
+    OutSegment,
+    StoredEntry,
+    prune_file,
+    pruned_pte,
+    relies_on_constant_buffer,
+    verbatim,
+)
+from emitter_filter.ondisk.read.byte_source import Piece
+from emitter_filter.ondisk.read.data_files import data_files_for, unique_tails
+from emitter_filter.ondisk.read.layout import (
     DEFAULT_SEGMENT_ALIGNMENT,
     PtdLayout,
     PteLayout,
@@ -58,7 +75,8 @@ from emitter_filter.ondisk.layout import (
     read_pte_layout,
     shared_segment_alignment,
 )
-from emitter_filter.ondisk.output import (
+from emitter_filter.ondisk.read.read_pte import PteProgram
+from emitter_filter.ondisk.write.output import (
     OutputFile,
     ProgressFn,
     check_outputs,
@@ -66,25 +84,7 @@ from emitter_filter.ondisk.output import (
     output_directory,
     write_outputs,
 )
-from emitter_filter.ondisk.prune import (
-    OutSegment,
-    StoredEntry,
-    prune_file,
-    pruned_pte,
-    relies_on_constant_buffer,
-    verbatim,
-)
-from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
-from emitter_filter.ondisk.read_pte import PteProgram
-from emitter_filter.ondisk.share_find import (
-    DEFAULT_MIN_BYTES,
-    ProgramSet,
-    SharedSet,
-    TensorLayoutKey,
-    find_set_shared,
-    read_set,
-)
-from emitter_filter.ondisk.validate import validate_outputs
+from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
 from emitter_filter.reachability import DataRef, DataSpace, Liveness
 
 __all__ = ["DEFAULT_MIN_BYTES", "SharedProgram", "ShareReport", "share_files"]

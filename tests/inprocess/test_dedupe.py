@@ -30,16 +30,17 @@ from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program
 from emitter_filter.cli import main
 from emitter_filter.errors import OutputFileError, PteFormatError
 from emitter_filter.inprocess import hook
-from emitter_filter.ondisk import dedupe, output
-from emitter_filter.ondisk.analysis import find_shared_ranges
+from emitter_filter.ondisk import dedupe
+from emitter_filter.ondisk.analyse.analysis import find_shared_ranges
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.dedupe import dedupe_file, dedupe_pte
-from emitter_filter.ondisk.layout import (
+from emitter_filter.ondisk.read.layout import (
     extended_header_prefix,
     pack_program,
     padded_header_length,
 )
-from emitter_filter.ondisk.read_pte import read_pte, read_pte_program
+from emitter_filter.ondisk.read.read_pte import read_pte, read_pte_program
+from emitter_filter.ondisk.write import output
 
 VOCAB, DIM = 512, 64
 TOKENS = torch.tensor([[1, 2, 3, 511]])
@@ -483,7 +484,8 @@ def test_prune_dedupe_json_reports_the_shared_ranges(build, tmp_path, capsys):
 
 
 def test_the_public_api_is_what_we_mean_it_to_be():
-    from emitter_filter.ondisk import analysis, dedupe
+    from emitter_filter.ondisk import dedupe
+    from emitter_filter.ondisk.analyse import analysis
 
     assert set(dedupe.__all__) == {
         "DedupeReport",

@@ -19,9 +19,9 @@ from executorch.extension.pybindings.portable_lib import (
 
 import emitter_filter
 from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program
-from emitter_filter.ondisk.analysis import find_shared_ranges
+from emitter_filter.ondisk.analyse.analysis import find_shared_ranges
 from emitter_filter.ondisk.dedupe import dedupe_pte
-from emitter_filter.ondisk.read_pte import read_pte
+from emitter_filter.ondisk.read.read_pte import read_pte
 
 VOCAB, DIM = 256, 32
 TOKENS = torch.tensor([[1, 2, 3, 255]])

@@ -22,9 +22,9 @@ from executorch.exir._serialize._named_data_store import NamedDataStore
 from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
 import emitter_filter
-from emitter_filter.ondisk import output
-from emitter_filter.ondisk.byte_source import ByteSource
 from emitter_filter.ondisk.prune import prune_file
+from emitter_filter.ondisk.read.byte_source import ByteSource
+from emitter_filter.ondisk.write import output
 
 # executorch 1.5 lets a Cord hold named data kept on disk; 1.4 has no such class.
 FileBackedData = getattr(_cord, "FileBackedData", None)
@@ -175,7 +175,7 @@ def test_prune_dedupe_writes_the_file_once(tmp_path, monkeypatch):
 
 def test_the_program_keeps_its_bytes_but_the_numbers_that_change():
     from emitter_filter.ondisk.dedupe import dedupe_pte
-    from emitter_filter.ondisk.read_pte import read_pte
+    from emitter_filter.ondisk.read.read_pte import read_pte
 
     plain = _export(emitter_filter.ExecutorchBackendConfig()).buffer
     deduped, _ = dedupe_pte(plain)
@@ -188,8 +188,8 @@ def test_the_program_keeps_its_bytes_but_the_numbers_that_change():
 
 
 def test_where_a_changed_number_is_not_stored_the_program_is_packed_again():
-    from emitter_filter.ondisk.layout import patch_program
-    from emitter_filter.ondisk.read_pte import read_pte_program
+    from emitter_filter.ondisk.read.layout import patch_program
+    from emitter_filter.ondisk.read.read_pte import read_pte_program
 
     plain = _export(emitter_filter.ExecutorchBackendConfig()).buffer
     read = read_pte_program(plain)

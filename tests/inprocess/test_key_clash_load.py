@@ -22,7 +22,7 @@ import pytest
 
 from emitter_filter.cli import main
 from emitter_filter.ondisk.merge import merge_files
-from emitter_filter.ondisk.read_pte import read_pte
+from emitter_filter.ondisk.read.read_pte import read_pte
 from emitter_filter.ondisk.share import share_files
 from tests.model_sets import INPUT, SETS, export
 

@@ -20,7 +20,7 @@ from executorch.extension.pybindings.portable_lib import (
 from executorch.runtime import Runtime
 
 from emitter_filter.ondisk.audit_set import audit_set
-from emitter_filter.ondisk.read_pte import read_pte
+from emitter_filter.ondisk.read.read_pte import read_pte
 from emitter_filter.ondisk.share import share_files
 from emitter_filter.reachability import DataSpace
 from tests.model_sets import INPUT, SETS, export
@@ -203,7 +203,7 @@ def heads_with_their_ptd(tmp_path_factory):
 def test_programs_with_their_own_ptd_share_what_is_equal_and_keep_what_differs(
     heads_with_their_ptd, tmp_path
 ):
-    from emitter_filter.ondisk.read_ptd import read_ptd
+    from emitter_filter.ondisk.read.read_ptd import read_ptd
 
     before = {p: p.read_bytes() for pair in heads_with_their_ptd for p in pair}
     data = [f"{pte}={ptd}" for pte, ptd in heads_with_their_ptd]
@@ -250,7 +250,7 @@ def test_explain_and_audit_of_such_a_set_count_what_share_stores_once(
 ):
     """Each program with its own `.ptd` (given, or beside it): the tools agree on the count."""
     from emitter_filter.ondisk.explain_set import explain_set
-    from emitter_filter.ondisk.read_ptd import read_ptd
+    from emitter_filter.ondisk.read.read_ptd import read_ptd
 
     ptes = [pte for pte, _ in heads_with_their_ptd]
     data = [f"{pte}={ptd}" for pte, ptd in heads_with_their_ptd]

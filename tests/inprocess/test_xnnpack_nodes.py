@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from emitter_filter.delegates import _XNODE_TABLES, xnnpack_named_keys, xnnpack_node_keys
-from emitter_filter.ondisk.byte_source import open_sources
-from emitter_filter.ondisk.read_pte import read_pte_program
-from emitter_filter.ondisk.readers import xnnpack_graphs
+from emitter_filter.ondisk.read.byte_source import open_sources
+from emitter_filter.ondisk.read.read_pte import read_pte_program
+from emitter_filter.ondisk.read.readers import xnnpack_graphs
 from tests.model_sets import export
 
 SCHEMA = importlib.resources.files("executorch.backends.xnnpack.serialization") / "schema.fbs"

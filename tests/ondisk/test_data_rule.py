@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from emitter_filter.cli import main
-from emitter_filter.ondisk import data_files
-from emitter_filter.ondisk.read_ptd import read_ptd
+from emitter_filter.ondisk.read import data_files
+from emitter_filter.ondisk.read.read_ptd import read_ptd
 from tests.files import GOLDEN, saved
 from tests.realworld import REALWORLD, needs_realworld
 
@@ -202,7 +202,7 @@ def test_the_warning_is_the_one_line_on_stderr(tmp_path):
         )
         assert run.returncode == 0 and run.stderr.count("\n") == 1, run.stderr
         assert run.stderr.startswith(
-            f"WARNING emitter_filter.ondisk.data_files: {pte}: read as if it had no .ptd beside it"
+            f"WARNING emitter_filter.ondisk.read.data_files: {pte}: read as if it had no .ptd beside it"
         )
 
 

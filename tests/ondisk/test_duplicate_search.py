@@ -6,7 +6,7 @@ import pytest
 
 from emitter_filter import duplicates
 from emitter_filter.duplicates import StoredCopy, group_duplicates
-from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan
+from emitter_filter.ondisk.read.byte_source import ByteSource, StoredSpan
 
 pytestmark = pytest.mark.filetools
 

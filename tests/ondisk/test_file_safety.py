@@ -156,7 +156,7 @@ BLOCKED_WRITE = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from emitter_filter import cli
-    from emitter_filter.ondisk import output
+    from emitter_filter.ondisk.write import output
 
     marker, blocked = Path(sys.argv[1]), int(sys.argv[2])
     write, calls = output._write, []

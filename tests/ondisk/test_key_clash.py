@@ -20,8 +20,8 @@ from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.audit_set import audit_set
 from emitter_filter.ondisk.explain_set import explain_set
 from emitter_filter.ondisk.merge import merge_files
-from emitter_filter.ondisk.read_ptd import read_ptd
-from emitter_filter.ondisk.read_pte import read_pte
+from emitter_filter.ondisk.read.read_ptd import read_ptd
+from emitter_filter.ondisk.read.read_pte import read_pte
 from emitter_filter.ondisk.share import share_files
 from tests.files import GOLDEN, saved
 

@@ -19,7 +19,7 @@ from emitter_filter.errors import MethodSetError, PteFormatError
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.merge import merge_files, parse_method, split_file
 from emitter_filter.ondisk.prune import prune_file
-from emitter_filter.ondisk.read_pte import read_pte
+from emitter_filter.ondisk.read.read_pte import read_pte
 from emitter_filter.reachability import DataSpace
 from tests.files import GOLDEN, saved
 from tests.layouts import build_constants, with_program_changed
@@ -335,7 +335,7 @@ def test_diff_of_two_merges_in_other_orders_matches_methods_by_name(pair, tmp_pa
 
 def test_constants_inline_in_constant_buffer_are_refused_by_name(pair, tmp_path, capsys):
     from emitter_filter._program_fbs.executorch_flatbuffer.Buffer import BufferT
-    from emitter_filter.ondisk.read_pte import read_pte_program
+    from emitter_filter.ondisk.read.read_pte import read_pte_program
     from tests.layouts import LIVE, build_program, pack
 
     program = read_pte_program(build_program(dead=False, where="placeholder").pte).program
@@ -357,7 +357,7 @@ def test_constants_inline_in_constant_buffer_are_refused_by_name(pair, tmp_path,
 def test_a_placeholder_only_constant_buffer_input_comes_out_with_one_constant_segment(
     pair, tmp_path
 ):
-    from emitter_filter.ondisk.read_pte import read_pte_program
+    from emitter_filter.ondisk.read.read_pte import read_pte_program
     from tests.layouts import build_program
 
     old = tmp_path / "old.pte"

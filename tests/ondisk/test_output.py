@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from emitter_filter.ondisk import output
-from emitter_filter.ondisk.byte_source import Piece
-from emitter_filter.ondisk.output import OutputFile, write_outputs
+from emitter_filter.ondisk.read.byte_source import Piece
+from emitter_filter.ondisk.write import output
+from emitter_filter.ondisk.write.output import OutputFile, write_outputs
 
 pytestmark = pytest.mark.filetools
 

@@ -361,7 +361,7 @@ def test_a_malformed_input_leaves_no_file(cases, tmp_path):
 def test_a_failure_while_writing_leaves_no_file_and_the_old_output_in_place(
     cases, tmp_path, monkeypatch
 ):
-    from emitter_filter.ondisk import output as file_output
+    from emitter_filter.ondisk.write import output as file_output
 
     files = cases["external"]
     out = tmp_path / "out.pte"

@@ -15,7 +15,7 @@ from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import DataS
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.NamedData import NamedDataT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.TensorLayout import TensorLayoutT
-from emitter_filter.ondisk.ptd_writer import pack_flat_tensor
+from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
 
 serialize = pytest.importorskip("executorch.extension.flat_tensor.serialize.serialize")
 schema = pytest.importorskip("executorch.extension.flat_tensor.serialize.flat_tensor_schema")
@@ -138,10 +138,10 @@ def test_a_ptd_executorch_wrote_prunes_to_what_it_writes_without_the_key(
     tmp_path_factory, payload, segment_alignment, data
 ):
     """The `.ptd` side of `prune` (`_pruned_ptd`): byte for byte ExecuTorch's file."""
-    from emitter_filter.ondisk.layout import ptd_segment_alignments
-    from emitter_filter.ondisk.output import write_outputs
     from emitter_filter.ondisk.prune import _pruned_ptd
-    from emitter_filter.ondisk.read_ptd import read_ptd
+    from emitter_filter.ondisk.read.layout import ptd_segment_alignments
+    from emitter_filter.ondisk.read.read_ptd import read_ptd
+    from emitter_filter.ondisk.write.output import write_outputs
 
     alignments = [alignment or 1 for _, alignment, _ in payload]
     dropped = data.draw(st.integers(0, len(payload) - 1))

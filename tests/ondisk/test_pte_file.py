@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.read_pte import read_pte
+from emitter_filter.ondisk.read.read_pte import read_pte
 from emitter_filter.reachability import DataSpace
 
 CASES = ("plain", "external", "xnnpack", "mutated")

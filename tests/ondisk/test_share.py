@@ -17,8 +17,8 @@ from emitter_filter.errors import MethodSetError, OutputFileError, PteFormatErro
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.audit_set import audit_set
 from emitter_filter.ondisk.explain_set import explain_set
-from emitter_filter.ondisk.read_ptd import read_ptd
-from emitter_filter.ondisk.read_pte import read_pte, read_pte_program
+from emitter_filter.ondisk.read.read_ptd import read_ptd
+from emitter_filter.ondisk.read.read_pte import read_pte, read_pte_program
 from emitter_filter.ondisk.share import share_files
 from emitter_filter.reachability import DataSpace
 from tests.files import GOLDEN, saved

@@ -1,6 +1,6 @@
 """`validate_file`: the runtime's load checks, on files built in code and mutated.
 
-Each invalid case is a field the runtime checks (`emitter_filter/ondisk/validate.py` names
+Each invalid case is a field the runtime checks (`emitter_filter/ondisk/analyse/validate.py` names
 its function), changed in a program that is valid as built; `test_validate_runtime.py`
 loads the same files in ExecuTorch's runtime. Nothing here imports torch or executorch.
 """
@@ -17,9 +17,9 @@ import pytest
 from emitter_filter.cli import main
 from emitter_filter.errors import InvalidOutputError
 from emitter_filter.fbs_schemas import PROGRAM
+from emitter_filter.ondisk.analyse.validate import Validity, validate_bytes, validate_file
 from emitter_filter.ondisk.merge import merge_files
-from emitter_filter.ondisk.read_pte import read_pte_program
-from emitter_filter.ondisk.validate import Validity, validate_bytes, validate_file
+from emitter_filter.ondisk.read.read_pte import read_pte_program
 from tests.files import GOLDEN
 from tests.layouts import LIVE, build_program, flat_tensor, with_program_changed
 from tests.realworld import needs_realworld, real_files
@@ -317,7 +317,7 @@ def test_a_merge_of_a_constant_buffer_input_writes_a_valid_program(tmp_path):
 def test_an_output_the_validator_refuses_is_not_written(tmp_path, monkeypatch):
     """The write gate (`validate_outputs`, called by `write_outputs` before any rename):
     a problem planted in the validator's answer for the written file refuses the merge."""
-    import emitter_filter.ondisk.validate as validate
+    import emitter_filter.ondisk.analyse.validate as validate
 
     real = validate.validate_file
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from emitter_filter.ondisk.validate import validate_file
+from emitter_filter.ondisk.analyse.validate import validate_file
 from tests.files import GOLDEN
 from tests.layouts import build_program
 from tests.ondisk.test_validate import (

@@ -187,7 +187,7 @@ def test_share_verify_with_a_ptd_of_one_program(files, capsys):
 
 def _flip_a_weight_byte(pte, out) -> None:
     """`pte` with one byte of its largest constant flipped: lin.weight, read by `forward`."""
-    from emitter_filter.ondisk.read_pte import read_pte
+    from emitter_filter.ondisk.read.read_pte import read_pte
     from emitter_filter.reachability import DataSpace
 
     entries = [e for i, e in read_pte(pte).entries[DataSpace.CONSTANT].items() if i]

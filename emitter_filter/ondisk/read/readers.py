@@ -29,8 +29,8 @@ from emitter_filter.fbs_schemas import PROGRAM
 from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.object_models import GENERATED
-from emitter_filter.ondisk.byte_source import ByteSource
-from emitter_filter.ondisk.file_model import DelegateData, PteFile
+from emitter_filter.ondisk.read.byte_source import ByteSource
+from emitter_filter.ondisk.read.file_model import DelegateData, PteFile
 from emitter_filter.reachability import DataRef
 
 __all__ = [

@@ -51,7 +51,7 @@ from emitter_filter.reachability import DataSpace
 if TYPE_CHECKING:
     import flatbuffers
 
-    from emitter_filter.ondisk.file_model import PtdFile, PteFile
+    from emitter_filter.ondisk.read.file_model import PtdFile, PteFile
 
 __all__ = [
     "PROGRAM_IDENTIFIER",

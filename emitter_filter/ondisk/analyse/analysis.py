@@ -37,8 +37,8 @@ from emitter_filter.errors import PteFormatError
 from emitter_filter.generated_fields import table_text
 from emitter_filter.named_keys import NamedDataUse, classify_named_keys
 from emitter_filter.names import ConstantName, DroppedConstant
-from emitter_filter.ondisk.byte_source import ByteSource
-from emitter_filter.ondisk.file_model import PteFile, TensorEntry
+from emitter_filter.ondisk.read.byte_source import ByteSource
+from emitter_filter.ondisk.read.file_model import PteFile, TensorEntry
 from emitter_filter.reachability import DataRef, DataSpace, KeepList, Liveness, find_live
 from emitter_filter.state_names import StateFile
 

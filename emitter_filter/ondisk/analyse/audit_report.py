@@ -45,15 +45,15 @@ from dataclasses import dataclass, field
 
 from emitter_filter.duplicates import DuplicateGroup, StoredCopy, group_duplicates
 from emitter_filter.names import DroppedConstant
-from emitter_filter.ondisk.analysis import (
+from emitter_filter.ondisk.analyse.analysis import (
     SPACES,
     FileAnalysis,
     SharedRange,
     analyse_file,
     stored_regions,
 )
-from emitter_filter.ondisk.byte_source import ByteSource, StoredSpan
-from emitter_filter.ondisk.file_model import PteFile
+from emitter_filter.ondisk.read.byte_source import ByteSource, StoredSpan
+from emitter_filter.ondisk.read.file_model import PteFile
 from emitter_filter.state_names import StateFile
 
 __all__ = [

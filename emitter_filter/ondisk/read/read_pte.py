@@ -34,8 +34,8 @@ from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.named_keys import DelegateRef
 from emitter_filter.object_models import GENERATED
-from emitter_filter.ondisk.byte_source import ByteSource, check_identifier, read_root
-from emitter_filter.ondisk.file_model import (
+from emitter_filter.ondisk.read.byte_source import ByteSource, check_identifier, read_root
+from emitter_filter.ondisk.read.file_model import (
     DataEntry,
     DelegateData,
     NamedData,
@@ -45,7 +45,7 @@ from emitter_filter.ondisk.file_model import (
     TensorEntry,
     segment_at,
 )
-from emitter_filter.ondisk.layout import (
+from emitter_filter.ondisk.read.layout import (
     EH,
     EH_MAGIC,
     EH_MINIMUM_LENGTH,
@@ -54,7 +54,7 @@ from emitter_filter.ondisk.layout import (
     NUM_HEAD_BYTES,
     PROGRAM_IDENTIFIER,
 )
-from emitter_filter.ondisk.read_ptd import read_ptd
+from emitter_filter.ondisk.read.read_ptd import read_ptd
 from emitter_filter.plan_indices import check_data_refs, collect_plan_refs
 from emitter_filter.reachability import DataRef, DataSpace, PlanRefs
 from emitter_filter.scalar_types import SCALAR_TYPE_NAMES

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from emitter_filter.errors import OutputFileError, PteFormatError
-from emitter_filter.ondisk.byte_source import Piece
+from emitter_filter.ondisk.read.byte_source import Piece
 from emitter_filter.regular_files import open_regular_input, output_target
 
 __all__ = [

@@ -28,7 +28,7 @@ import struct
 from collections.abc import Sequence
 
 from emitter_filter.generated_fields import vector_ints
-from emitter_filter.ondisk.layout import FLAT_TENSOR_IDENTIFIER
+from emitter_filter.ondisk.read.layout import FLAT_TENSOR_IDENTIFIER
 
 __all__ = ["pack_flat_tensor"]
 

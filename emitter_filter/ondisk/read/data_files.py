@@ -26,9 +26,9 @@ import os
 from collections.abc import Sequence
 
 from emitter_filter.errors import MethodSetError, PteFormatError
-from emitter_filter.ondisk.byte_source import ByteSource
-from emitter_filter.ondisk.file_model import NamedData
-from emitter_filter.ondisk.read_ptd import read_ptd
+from emitter_filter.ondisk.read.byte_source import ByteSource
+from emitter_filter.ondisk.read.file_model import NamedData
+from emitter_filter.ondisk.read.read_ptd import read_ptd
 
 __all__ = [
     "input_of",

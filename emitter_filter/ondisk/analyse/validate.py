@@ -42,10 +42,10 @@ from emitter_filter.errors import InvalidOutputError, ProgramFormatError
 from emitter_filter.fbs_schemas import PROGRAM
 from emitter_filter.flatbuffer_tables import FlatbufferError, Table
 from emitter_filter.generated_fields import table_text, vector_ints
-from emitter_filter.ondisk.file_model import PtdFile, PteFile
-from emitter_filter.ondisk.layout import FLAT_TENSOR_IDENTIFIER, PROGRAM_IDENTIFIER
-from emitter_filter.ondisk.read_ptd import read_ptd_flat_tensor
-from emitter_filter.ondisk.read_pte import read_pte_program, tensor_nbytes
+from emitter_filter.ondisk.read.file_model import PtdFile, PteFile
+from emitter_filter.ondisk.read.layout import FLAT_TENSOR_IDENTIFIER, PROGRAM_IDENTIFIER
+from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
+from emitter_filter.ondisk.read.read_pte import read_pte_program, tensor_nbytes
 from emitter_filter.reachability import DataSpace
 from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
 
