@@ -323,19 +323,10 @@ def _read_without(
     read: PteProgram, methods: Sequence[str], files: Sequence[str]
 ) -> tuple[PteProgram, PteLayout]:
     """`read` with only `methods`' plans, read from a view of its file as `split` prunes it
-    (`_without_plans`), and the layout of the file itself, to write it with."""
+    (`_view_without`), and the layout of the file itself, to write it with."""
     with ByteSource(read.pte.path) as source:
-        analysis = analyse_file(read.pte, {read.pte.path: source})
-        aliased = find_aliases(analysis.shared)
-        layout = read_pte_layout(
-            read.pte,
-            read.program,
-            read.program_data,
-            aliased,
-            shared_segment_alignment(read.pte, aliased),
-        )
-        view = _without_plans(read, methods, layout)
-        return read_pte_program(view.source(source), files), layout
+        view = _view_without(read, methods, source)
+        return read_pte_program(view.source(source), files), view.layout
 
 
 def _check_inputs(inputs: Sequence[str], reads: Sequence[PteProgram]) -> None:
@@ -1119,6 +1110,27 @@ def _without_plans(
     return ProgramView(view, layout)
 
 
+def _view_without(
+    read: PteProgram,
+    methods: Sequence[str],
+    source: ByteSource,
+    renames: Mapping[str, str] | None = None,
+) -> ProgramView:
+    """`_without_plans` with the layout of the file `read` is, `source` open on it: its
+    shared data analysed for aliases as `prune` finds them, so the view packs as the
+    input did (`split` and `merge`'s inputs with methods left out both read this way)."""
+    analysis = analyse_file(read.pte, {read.pte.path: source})
+    aliased = find_aliases(analysis.shared)
+    layout = read_pte_layout(
+        read.pte,
+        read.program,
+        read.program_data,
+        aliased,
+        shared_segment_alignment(read.pte, aliased),
+    )
+    return _without_plans(read, methods, layout, renames)
+
+
 def _split_names(src: str, present: Sequence[str], specs: Sequence[str]) -> dict[str, str]:
     """`NAME` or `NEW=NAME` (renamed as it is cut) of each method kept, with the training
     methods that follow it (`__et_training_*_NAME`, renamed with it): old name -> new."""
@@ -1188,14 +1200,5 @@ def split_file(
             "program whose data is in the .pte (merge --inline makes one)"
         )
     with ByteSource(src) as source:
-        analysis = analyse_file(read.pte, {read.pte.path: source})
-    aliased = find_aliases(analysis.shared)
-    layout = read_pte_layout(
-        read.pte,
-        read.program,
-        read.program_data,
-        aliased,
-        shared_segment_alignment(read.pte, aliased),
-    )
-    view = _without_plans(read, [m for m in present if m in chosen], layout, chosen)
+        view = _view_without(read, [m for m in present if m in chosen], source, chosen)
     return prune_file(src, dst, progress=progress, view=view)
