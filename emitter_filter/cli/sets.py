@@ -81,17 +81,25 @@ def _add_share_parser(commands) -> argparse.ArgumentParser:
     return share
 
 
-def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+def _inputs_verifier(options: argparse.Namespace):
+    """`share`'s and `merge`'s --verify before anything is written: the `.ptd` files each
+    input loads with and the verifier over them (`_verifier`); without it, no files and
+    None. The files are read here only for --verify: the command reads them itself (one
+    warning, not two)."""
     from emitter_filter.ondisk.read.data_files import data_files_for
-    from emitter_filter.ondisk.share import DEFAULT_MIN_BYTES, share_files
 
-    # Read here only for --verify: the command reads them itself (one warning, not two).
     data_of = (
         data_files_for(options.pte, options.data, beside=options.data_beside)
         if options.verify
         else [[] for _ in options.pte]
     )
-    verifier = _verifier(options, list(zip(options.pte, data_of, strict=True)))
+    return data_of, _verifier(options, list(zip(options.pte, data_of, strict=True)))
+
+
+def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.share import DEFAULT_MIN_BYTES, share_files
+
+    data_of, verifier = _inputs_verifier(options)
     if verifier and not verifier.runtime.takes_data:
         from emitter_filter.verify.runtimes import NO_DATA
 
@@ -248,15 +256,8 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
 
 def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.merge import merge_files
-    from emitter_filter.ondisk.read.data_files import data_files_for
 
-    # Read here only for --verify: the command reads them itself (one warning, not two).
-    data_of = (
-        data_files_for(options.pte, options.data, beside=options.data_beside)
-        if options.verify
-        else [[] for _ in options.pte]
-    )
-    verifier = _verifier(options, list(zip(options.pte, data_of, strict=True)))
+    data_of, verifier = _inputs_verifier(options)
     with _sigterm_unwinds():
         report = merge_files(
             options.pte,
