@@ -147,12 +147,15 @@ def test_merge_verify_with_a_ptd(mode, files, capsys):
         assert code == 2 and "loads no .ptd" in err and not (files / "merged.pte").exists()
 
 
-def test_share_verify_passes(files, capsys):
+@pytest.mark.parametrize(
+    "other", ["xnnpack", "external"], ids=["two_programs", "with_a_ptd_of_one_program"]
+)
+def test_share_verify_passes(other, files, capsys):
     code, out, err = _main(
         capsys,
         "share",
         files / "plain.pte",
-        files / "xnnpack.pte",
+        files / f"{other}.pte",
         "--out",
         files / "shared",
         "--min-bytes",
@@ -165,24 +168,6 @@ def test_share_verify_passes(files, capsys):
         # Each output loads with the shared .ptd: refused before anything is written.
         assert code == 2 and err.count("\n") == 1 and "loads no .ptd" in err, err
         assert not (files / "shared").exists()
-
-
-def test_share_verify_with_a_ptd_of_one_program(files, capsys):
-    code, out, err = _main(
-        capsys,
-        "share",
-        files / "plain.pte",
-        files / "external.pte",
-        "--out",
-        files / "shared",
-        "--min-bytes",
-        "0",
-        "--verify",
-    )
-    if TAKES_DATA:
-        _verified(code, out, err, methods=2)
-    else:
-        assert code == 2 and "loads no .ptd" in err
 
 
 def _flip_a_weight_byte(pte, out) -> None:
