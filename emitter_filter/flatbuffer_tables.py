@@ -359,7 +359,8 @@ class _Verifier:
         return None
 
     def _offset(self, at: int, what: str) -> tuple[int | None, str | None]:
-        """The target of the uoffset at `at` (flatbuffers `Verifier::VerifyOffset`)."""
+        """The target of the uoffset at `at` (flatbuffers `Verifier::VerifyOffset`); None
+        and the problem when it has none."""
         if at % 4:
             return None, f"{what}: offset at {at} is not 4-aligned"
         problem = self._inside(at, 4, what)
@@ -387,7 +388,7 @@ class _Verifier:
 
     def run(self, offset: int) -> str | None:
         root, problem = self._offset(offset, "root")
-        if problem:
+        if root is None:
             return problem
         stack = [(root, self.schema.root)]
         while stack:
@@ -418,7 +419,7 @@ class _Verifier:
             return f"{table} at {pos}: vtable of {size} bytes, table of {inline}"
         slot = 0
         for field, kind in self.schema.tables[table]:
-            union_type = None
+            union_type = 0  # the union's type byte: 0 is NONE (and not a union)
             if kind in self.schema.unions:
                 at = _U16(buffer, vtable + 4 + 2 * slot)[0] if 4 + 2 * slot < size else 0
                 union_type = buffer[pos + at] if at else 0
@@ -435,7 +436,7 @@ class _Verifier:
                     return f"{what} at {at} is not {width}-aligned or outside the buffer"
                 continue
             target, problem = self._offset(at, what)
-            if problem:
+            if target is None:
                 return problem
             if kind == "string":
                 problem = self._vector(target, 1, what, string=True)
@@ -446,7 +447,7 @@ class _Verifier:
                 if not problem and item not in _SCALARS:
                     for index in range(_U32(buffer, target)[0]):
                         element, problem = self._offset(target + 4 + 4 * index, what)
-                        if problem:
+                        if element is None:
                             return problem
                         stack.append((element, item))
             elif kind in self.schema.unions:

@@ -25,10 +25,15 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from emitter_filter.errors import InvariantError, ProgramFormatError, UnsupportedExecutorchError
 from emitter_filter.names import ConstantName
 from emitter_filter.regular_files import open_regular_input
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+    from torch.fx import Node
 
 __all__ = ["PlaceholderNames", "StateFile", "name_entries", "read_state_file", "state_file"]
 
@@ -72,11 +77,11 @@ class PlaceholderNames:
     pays nothing. Plans without a program (constant methods) have none.
     """
 
-    def __init__(self, programs: Mapping[str, object]) -> None:
+    def __init__(self, programs: Mapping[str, ExportedProgram]) -> None:
         self._programs = programs
-        self._plans: dict[str, list[tuple[ConstantName | None, object]]] = {}
+        self._plans: dict[str, list[tuple[ConstantName | None, Node]]] = {}
 
-    def _placeholders(self, plan: str) -> list[tuple[ConstantName | None, object]]:
+    def _placeholders(self, plan: str) -> list[tuple[ConstantName | None, Node]]:
         """(name, node) of each placeholder of `plan`'s graph, in graph order."""
         found = self._plans.get(plan)
         if found is None:
@@ -238,7 +243,7 @@ def _program_state(plan: str | None, exported_program) -> list[_StateTensor]:
     for spec in exported_program.graph_signature.input_specs:
         fqn_kind = names.get(spec.arg.name)
         tensor = state.get(spec.target) if spec.target is not None else None
-        if fqn_kind is None or not hasattr(tensor, "untyped_storage"):
+        if fqn_kind is None or tensor is None or not hasattr(tensor, "untyped_storage"):
             continue
         tensors.append(
             _StateTensor(ConstantName(*fqn_kind, plan), tuple(tensor.shape), tensor.nbytes, tensor)

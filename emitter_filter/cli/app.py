@@ -102,15 +102,19 @@ def _command_index(arguments: Sequence[str]) -> int | None:
     return next((i for i, a in enumerate(arguments) if not a.startswith("-")), None)
 
 
-def _command_parser(parser: argparse.ArgumentParser, options: argparse.Namespace):
+def _command_parser(
+    parser: argparse.ArgumentParser, options: argparse.Namespace
+) -> argparse.ArgumentParser:
     """The parser of the command (`budget check`: of its action) that `options` were
     parsed for."""
     while True:
         commands = next(
             (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None
         )
-        name = None if commands is None else getattr(options, commands.dest, None)
-        if name not in getattr(commands, "choices", {}):
+        if commands is None:
+            return parser
+        name = getattr(options, commands.dest, None)
+        if name is None or name not in commands.choices:
             return parser
         parser = commands.choices[name]
 

@@ -63,7 +63,8 @@ def _env(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         _env_strict_answer()
     ]
     # A namespace package (executorch has no __init__.py): its directories, not a file.
-    where = "" if executorch is None else f" at {', '.join(executorch.submodule_search_locations)}"
+    locations = None if executorch is None else executorch.submodule_search_locations
+    where = "" if locations is None else f" at {', '.join(locations)}"
     print(
         "\n".join(
             [

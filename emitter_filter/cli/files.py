@@ -94,14 +94,17 @@ def _add_audit_parser(commands) -> argparse.ArgumentParser:
 def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     """Each set of programs that read a common `.ptd` audited as one (`audit_set`), every
     other program alone (`audit_file`), each judged against --max-dead-bytes."""
+    from emitter_filter.ondisk.analyse.audit_report import AuditReport
     from emitter_filter.ondisk.audit import audit_file
-    from emitter_filter.ondisk.audit_set import audit_set
+    from emitter_filter.ondisk.audit_set import SetAuditReport, audit_set
     from emitter_filter.ondisk.read.data_files import data_files_for, sets_of
     from emitter_filter.state_names import state_file
 
     data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
     names = state_file(options.names)
-    reports, refused, gated = [], [], []
+    reports: list[AuditReport | SetAuditReport] = []
+    refused: list[str] = []
+    gated: list[str] = []
     # With --fail-on-key-clash, programs are one set even without a common .ptd: XNNPACK
     # keeps its keys in each .pte, and its weights cache is shared by every program.
     groups = (
@@ -110,6 +113,7 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         else sets_of(data_of)
     )
     for members in groups:
+        report: AuditReport | SetAuditReport
         if len(members) == 1:
             [n] = members
             report = audit_file(
@@ -127,7 +131,7 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         if any(line is not None for line, _ in lines):
             continue
         gated.extend(gate for _, gate in lines if gate is not None)
-        if options.fail_on_key_clash and getattr(report, "key_clashes", ()):
+        if options.fail_on_key_clash and isinstance(report, SetAuditReport) and report.key_clashes:
             keys = ", ".join(repr(clash.key) for clash in report.key_clashes)
             gated.append(
                 f"emitter-filter: --fail-on-key-clash: {keys} held with different "
@@ -141,7 +145,9 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     elif reports:
         print(
             "\n\n".join(
-                _format_audit(r, options.top) if hasattr(r, "spaces") else "\n".join(r.lines())
+                _format_audit(r, options.top)
+                if isinstance(r, AuditReport)
+                else "\n".join(r.lines())
                 for r in reports
             )
         )
@@ -154,7 +160,7 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     ]
     for report in over:
         limit = f"--max-dead-bytes {options.max_dead_bytes:,}"
-        if hasattr(report, "path"):
+        if isinstance(report, AuditReport):
             line = f"{report.path}: {report.dead_bytes:,} dead bytes > {limit}"
         else:
             line = (

@@ -86,6 +86,7 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         if module:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
         else:
+            assert script is not None  # no -m: the target's first word is the script
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exit_:
         code = exit_.code

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from emitter_filter.cli.common import (
     EXIT_DEAD_BYTES,
@@ -22,6 +23,10 @@ from emitter_filter.cli.common import (
     _usage_error,
     _validity_lines,
 )
+
+if TYPE_CHECKING:
+    from emitter_filter.ondisk.diff import SizeDiff
+    from emitter_filter.ondisk.diff_set import SetDiff
 
 # Parts (or groups) the `explain` table lists by default; --json lists them all.
 _TABLE_PARTS = 10
@@ -303,6 +308,7 @@ def _diff(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     except ValueError as error:
         return _usage_error("diff", str(error))
     sets = [os.path.isdir(options.old), os.path.isdir(options.new)]
+    result: SetDiff | SizeDiff
     if any(sets):
         if not all(sets):
             directory, other = (options.old, options.new) if sets[0] else (options.new, options.old)

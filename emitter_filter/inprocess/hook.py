@@ -42,10 +42,17 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from emitter_filter import _upstream
 from emitter_filter.environment import ENV_STRICT, env_flag
 from emitter_filter.reachability import keep_patterns
+
+if TYPE_CHECKING:
+    from executorch.exir._serialize._cord import Cord
+    from executorch.exir.emit import EmitterOutput
+
+    from emitter_filter.inprocess.reports import PruneReport
 
 __all__ = [
     "install",
@@ -424,10 +431,10 @@ class SerializedProgram:
             its values: `state_names.PlaceholderNames`); None when not seen.
     """
 
-    emitter_output: object
-    pte: object
-    ptd: dict
-    prune_report: object
+    emitter_output: EmitterOutput
+    pte: Cord
+    ptd: dict[str, Cord]
+    prune_report: PruneReport | None
     serialize_seconds: float
     methods: dict | None = None
 

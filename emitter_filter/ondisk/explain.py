@@ -133,6 +133,7 @@ class Part:
         """The methods that read it (its readers' plans), or whose section of the program it
         is: in a merged file, what the methods share."""
         if self.storage in ("values", "instructions", "operators"):
+            assert self.tag is not None, "a plan's section is tagged with the plan's name"
             return (self.tag,)
         return tuple(dict.fromkeys(r.plan for r in self.readers))
 
@@ -343,12 +344,11 @@ def _part_table(parts: Sequence[Part], by_file: bool = False) -> list[str]:
     rows = []
     for part in parts:
         label = f"{os.path.basename(part.file)}:{part.label}" if by_file else part.label
-        shapes = [shape for _, shape in part.layouts] if len(part.layouts) > 1 else [part.shape]
-        shape = (
-            "-"
-            if part.shape is None
-            else " | ".join("[" + ", ".join(map(str, s)) + "]" for s in shapes)
-        )
+        if part.shape is None:
+            shape = "-"
+        else:
+            shapes = [s for _, s in part.layouts] if len(part.layouts) > 1 else [part.shape]
+            shape = " | ".join("[" + ", ".join(map(str, s)) + "]" for s in shapes)
         rows.append(
             (f"{part.nbytes:,}", label, part.status, dtype_label(part.dtype), shape, _what(part))
         )
@@ -384,6 +384,7 @@ class _Attributor:
         self.named_readers = find_named_data_readers(pte)
         self.named_types = find_named_data_types(pte, program, program_data, sources[pte.path])
         analysis = report.analysis
+        assert analysis is not None, "audit_pte's report carries its analysis"
         self.count = analysis.count
         self.live = {
             (plan.name, value)
@@ -571,9 +572,12 @@ def _mark_copies(parts: list[Part], report: AuditReport) -> list[Part]:
         if p.storage in ("constant", "mutable", "named_data", "external")
     }
     for group in report.duplicates:
-        found = [position.get((c.space, c.tag, c.index)) for c in group.copies]
-        if None in found:
-            raise InvariantError(f"{report.path}: a duplicate copy is no part: {group.copies}")
+        try:
+            found = [position[(c.space, c.tag, c.index)] for c in group.copies]
+        except KeyError:
+            raise InvariantError(
+                f"{report.path}: a duplicate copy is no part: {group.copies}"
+            ) from None
         labels = [parts[i].label for i in found]
         for number, i in enumerate(found):
             others = tuple(label for label in labels if label != parts[i].label)
@@ -665,7 +669,8 @@ def _split_program(pte: PteFile, program_data: bytes, parts: list[Part]) -> list
         if nbytes
     ]
     taken = sum(p.nbytes for p in sections)
-    (position,) = [i for i, p in enumerate(parts) if p.storage == "program"] or [None]
+    programs: list[int | None] = [i for i, p in enumerate(parts) if p.storage == "program"]
+    (position,) = programs or [None]
     if position is None or parts[position].nbytes < taken:
         raise InvariantError(f"{pte.path}: plan sections of {taken} bytes exceed the program's")
     rest = replace(parts[position], nbytes=parts[position].nbytes - taken)

@@ -435,8 +435,8 @@ def _shared_ptd(
         for blob in content.copies:
             for key in blob.keys:
                 builder.add(key, index)
-            for layout, key in found.constant_keys.get((blob.program, blob.index), {}).items():
-                if blob.kind == "constant":
+            if blob.kind == "constant" and blob.program is not None:  # a `.pte`'s constant
+                for layout, key in found.constant_keys.get((blob.program, blob.index), {}).items():
                     builder.add(key, index, layout)
     offsets, data_size = place_segments(
         [(s.size, s.alignment) for s in builder.segments], alignment

@@ -238,15 +238,21 @@ def find_aliases(shared: Sequence[SharedRange]) -> dict[int, Alias]:
     """
     aliases: dict[int, Alias] = {}
     for stored in shared:
-        segments = [c.index for c in stored.copies if c.space in _SEGMENT_SPACES]
+        segments = [_file_index(c) for c in stored.copies if c.space in _SEGMENT_SPACES]
         # Mutable first: bytes that mutable data shares are mutable, whatever else reads them.
         entries = [c for s in ("mutable", "constant") for c in stored.copies if c.space == s]
         if entries:
-            target = Alias(entries[0].space, entries[0].index)
+            target = Alias(entries[0].space, _file_index(entries[0]))
             aliases.update((index, target) for index in segments)
         else:
             aliases.update((index, Alias("segment", segments[0])) for index in segments[1:])
     return aliases
+
+
+def _file_index(copy: StoredCopy) -> int:
+    """A copy's index, which every copy in a file has (only in memory is it ever None)."""
+    assert copy.index is not None, f"{copy.space} copy without an index in a file"
+    return copy.index
 
 
 def _where(copy: StoredCopy) -> str:
@@ -485,7 +491,7 @@ def find_dead_entries(
 
 def _live_external_names(program, liveness: Liveness) -> set[str]:
     """`fully_qualified_name` of every live EXTERNAL tensor: the `.ptd` keys still read."""
-    names = set()
+    names: set[str] = set()
     for plan, live in zip(program.executionPlan or (), liveness.live_values, strict=True):
         values = plan.values or []
         for index in live:
@@ -493,8 +499,9 @@ def _live_external_names(program, liveness: Liveness) -> set[str]:
             if evalue.valType != KernelTypes.Tensor or evalue.val.extraTensorInfo is None:
                 continue
             info = evalue.val.extraTensorInfo
-            if info.location == TensorDataLocation.EXTERNAL and info.fullyQualifiedName:
-                names.add(table_text(info.fullyQualifiedName))
+            name = table_text(info.fullyQualifiedName)
+            if info.location == TensorDataLocation.EXTERNAL and name:
+                names.add(name)
     return names
 
 
@@ -633,12 +640,12 @@ def analyse_file(
         users = _dead_users(pte, liveness)
         named = []
         for entry in dead:
-            ref = (
-                DataRef(DataSpace(entry.space), entry.index)
+            tensors = (
+                users.get(DataRef(DataSpace(entry.space), entry.index), [])
                 if entry.space in ("constant", "mutable", "external")
-                else None
+                else []
             )
-            found = {n.name: n for t in users.get(ref, ()) for n in namer.value_names(t)}
+            found = {n.name: n for t in tensors for n in namer.value_names(t)}
             named.append(
                 dataclasses.replace(entry, names=tuple(found.values())) if found else entry
             )

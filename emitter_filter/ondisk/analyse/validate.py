@@ -352,8 +352,8 @@ class _Method:
             i
             for i in vector_ints(self.plan.inputs)
             if 0 <= i < len(self.values)
-            and self._tensor(i) is not None
-            and self._tensor(i).shapeDynamism != TensorShapeDynamism.STATIC
+            and (tensor := self._tensor(i)) is not None
+            and tensor.shapeDynamism != TensorShapeDynamism.STATIC
         }
         for index, evalue in enumerate(self.values):
             self._check_value(index, evalue, index in dynamic_inputs)

@@ -361,15 +361,22 @@ def _chosen(candidates: dict[int, tuple[int, ...]], preferred: int | None, count
     return DEFAULT_SEGMENT_ALIGNMENT, (1,) * count
 
 
+def _vector_start(program_data: bytes, table: Table, field: str) -> int:
+    """Where the first element of `table`'s vector `field` is, of a vector the reader found."""
+    start = PROGRAM.vector_at(program_data, table, field)
+    assert start is not None, f"{field} was read, so it is stored"
+    return start
+
+
 def _vector_positions(program: Table, program_data: bytes) -> tuple[list[int], list[int]]:
     """Where each inline `Buffer.storage` and each non-empty inline delegate blob starts."""
     storage = [
-        PROGRAM.vector_at(program_data, buffer, "storage")
+        _vector_start(program_data, buffer, "storage")
         for buffer in program.constantBuffer or ()
         if buffer.storage is not None
     ]
     delegate = [
-        PROGRAM.vector_at(program_data, blob, "data")
+        _vector_start(program_data, blob, "data")
         for blob in program.backendDelegateData or ()
         if blob.data
     ]
@@ -568,7 +575,11 @@ def _segment_candidates(
 ) -> dict[int, tuple[int, ...]]:
     """The segment alignments a `.pte` allows (see `read_pte_layout`'s arguments)."""
     candidates = pte_segment_alignments(pte, aliased)
-    if not pte.segment_base_offset and segment_alignment not in (None, *candidates):
+    if (
+        not pte.segment_base_offset
+        and segment_alignment is not None
+        and segment_alignment not in candidates
+    ):
         # No segment data: any alignment fits, the one the `.ptd` files show too.
         candidates = {segment_alignment: (1,) * len(pte.segments), **candidates}
     if required and not candidates:
@@ -664,7 +675,7 @@ def patch_program(
     if constant_offsets:
         if constant is None or len(constant.offsets or ()) != len(constant_offsets):
             return None
-        start = PROGRAM.vector_at(head, constant, "offsets")
+        start = _vector_start(head, constant, "offsets")
         struct.pack_into(f"<{len(constant_offsets)}Q", patched, start, *constant_offsets)
     magic, header_length = EH.unpack_from(head, EH_OFFSET)[:2]
     if magic == EH_MAGIC and header_length >= _EH_LENGTH:

@@ -240,19 +240,21 @@ class EarlyCopy:
             self._file = (info.st_dev, info.st_ino)
             self._end = info.st_size
             self.target = output_target(dst)
-            self._fd: int | None
-            self._fd, self._temp = _open_temp(self.target, stat.S_IMODE(info.st_mode))
+            fd, self._temp = _open_temp(self.target, stat.S_IMODE(info.st_mode))
+            self._fd: int | None = fd  # None once taken or closed
         except BaseException:
             os.close(self._src)
             raise
         self._stop = threading.Event()
         self._copied = 0
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="emitter_filter early copy")
+        self._thread = threading.Thread(
+            target=self._run, args=(fd,), name="emitter_filter early copy"
+        )
         self._thread.start()
 
-    def _run(self) -> None:
-        writer = _Writer(self._fd, 0, 1, None, self._stop)
+    def _run(self, fd: int) -> None:
+        writer = _Writer(fd, 0, 1, None, self._stop)
         try:
             while writer.position < self._end and not self._stop.is_set():
                 # One chunk at a time: `take` may move the end meanwhile.
@@ -280,6 +282,7 @@ class EarlyCopy:
         self._end = min(self._end, end)
         self._thread.join()
         fd, temp, self._fd = self._fd, self._temp, None
+        assert fd is not None, "a copy is taken once"
         os.close(self._src)
         if self._error is not None:
             os.close(fd)
@@ -482,7 +485,7 @@ def _existing_ancestor(directory: str) -> str:
     return directory
 
 
-def _check_directory(path: str, directory: str, created: Sequence[str]) -> str | None:
+def _check_directory(path: str, directory: str, created: Sequence[str]) -> str:
     """Refuses an output whose directory is missing (unless under one of `created`, which the
     command makes) or is not a directory; returns the directory a new file would go in."""
     existing = _existing_ancestor(directory)
