@@ -29,6 +29,12 @@ backend option `weight_cache_enabled` (`executorch::runtime::set_option(
 the exported `XnnpackBackend::set_option` through ctypes on the backend that
 `get_backend_class("XnnpackBackend")` returns, before loading anything.
 
+What the installed release cannot do is left out, with the reason in the report
+(`not_measured`) and under the table: executorch 1.4.1's wheel has no
+`libexecutorch.so` to call `get_backend_class` in (no weights-cache rows), and its
+`Runtime.load_program` takes no `data_path` (no `Runtime` row for `share`, whose
+programs read a `.ptd`).
+
 A loading process imports `portable_lib` without running `executorch.exir`'s
 package `__init__` (an app loads, it does not export): about 4 s of CPU per process
 instead of 11 on this project's machine, and the baseline process does the same.
@@ -88,12 +94,15 @@ def _import_runtime():
     return portable_lib, executorch.runtime
 
 
+def _library_path(portable_lib, name: str) -> str:
+    """Where the wheel keeps the ExecuTorch library `name` (executorch/lib/)."""
+    package = os.path.dirname(os.path.dirname(os.path.dirname(portable_lib.__file__)))
+    return os.path.join(package, "lib", name)
+
+
 def _library(portable_lib, name: str) -> ctypes.CDLL:
     """The already loaded ExecuTorch library `name` (dlopen of a loaded path returns it)."""
-    directory = os.path.join(
-        os.path.dirname(os.path.dirname(os.path.dirname(portable_lib.__file__))), "lib"
-    )
-    return ctypes.CDLL(os.path.join(directory, name), mode=ctypes.RTLD_GLOBAL)
+    return ctypes.CDLL(_library_path(portable_lib, name), mode=ctypes.RTLD_GLOBAL)
 
 
 class _BackendOption(ctypes.Structure):
@@ -108,6 +117,24 @@ class _BackendOption(ctypes.Structure):
 
 class _Span(ctypes.Structure):
     _fields_ = [("data", ctypes.POINTER(_BackendOption)), ("length", ctypes.c_size_t)]
+
+
+def cannot_measure(portable_lib, runtime) -> dict[str, str]:
+    """What this release's Python side cannot do, by what it rules out, with why."""
+    import inspect
+
+    found = {}
+    if not os.path.exists(_library_path(portable_lib, "libexecutorch.so")):
+        found["weights_cache"] = (
+            "this wheel has no executorch/lib/libexecutorch.so (executorch 1.5 ships one) "
+            "whose get_backend_class finds the backend to switch XNNPACK's weights cache on"
+        )
+    if "data_path" not in inspect.signature(runtime.Runtime.load_program).parameters:
+        found["runtime_ptd"] = (
+            "this release's Runtime.load_program takes no data_path (1.5 added it): "
+            "the runtime loader cannot read share's .ptd"
+        )
+    return found
 
 
 def switch_weight_cache_on(portable_lib) -> None:
@@ -165,14 +192,16 @@ def run_child(spec: dict) -> dict:
     inputs = _input(torch, spec.get("features", _WIDTH))
     for program in spec["programs"]:
         if spec["loader"] == "pybind":
-            module = portable_lib._load_for_executorch(program["pte"], data_path=program["ptd"])
+            data = {"data_path": program["ptd"]} if program["ptd"] else {}
+            module = portable_lib._load_for_executorch(program["pte"], **data)
             held.append(module)
             for name, method in program["methods"].items():
                 result = module.run_method(method, inputs)
                 held.append(result)
                 outputs[name] = _digest(result)
         else:
-            loaded = runtime.Runtime.get().load_program(program["pte"], data_path=program["ptd"])
+            data = {"data_path": program["ptd"]} if program["ptd"] else {}
+            loaded = runtime.Runtime.get().load_program(program["pte"], **data)
             held.append(loaded)
             for name, method_name in program["methods"].items():
                 method = loaded.load_method(method_name)
@@ -304,14 +333,23 @@ def _spawn(spec: dict) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def measure(built: dict, repeat: int, jobs: int) -> list[dict]:
-    """Every flavour and arrangement, `repeat` fresh processes each, baselines included."""
+def _ruled_out(loader: str, cache: bool, programs: list[dict], cannot: dict) -> bool:
+    if cache and "weights_cache" in cannot:
+        return True
+    return loader == "runtime" and "runtime_ptd" in cannot and any(p["ptd"] for p in programs)
+
+
+def measure(built: dict, repeat: int, jobs: int, cannot: dict) -> list[dict]:
+    """Every flavour and arrangement this release can load, `repeat` fresh processes each,
+    baselines included."""
     specs = []
     for backend, loader, cache in _flavours():
         for arrangement in (None, *_ARRANGEMENTS):
             programs = [] if arrangement is None else built["plans"][backend][arrangement]
             if arrangement is None and backend == "xnnpack" and not cache:
                 continue  # the same process as portable's baseline
+            if _ruled_out(loader, cache, programs, cannot):
+                continue
             specs += [
                 {
                     "backend": backend,
@@ -327,7 +365,7 @@ def measure(built: dict, repeat: int, jobs: int) -> list[dict]:
 
 
 def summarize(runs: list[dict], built: dict) -> list[dict]:
-    """One row per flavour and arrangement: medians above the flavour's baseline."""
+    """One row per flavour and arrangement measured: medians above the flavour's baseline."""
 
     def median(selected, figure):
         return statistics.median(r["figures"][figure] for r in selected)
@@ -346,6 +384,8 @@ def summarize(runs: list[dict], built: dict) -> list[dict]:
                 if (r["backend"], r["loader"], r["cache"], r["arrangement"])
                 == (backend, loader, cache, arrangement)
             ]
+            if not selected:
+                continue
             rows.append(
                 {
                     "backend": backend,
@@ -420,12 +460,14 @@ def describe(report: dict) -> str:
     equal = ", ".join(
         f"{backend} {'yes' if ok else 'NO'}" for backend, ok in report["outputs_equal"].items()
     )
+    missing = "".join(f"; not measured: {why}" for why in report.get("not_measured", {}).values())
     return (
         f"two programs sharing a {_mib(report['backbone_bytes'])} MiB fp32 backbone; "
         f"MiB above a baseline process, medians of {report['repeat']} fresh processes; "
         f"{report['machine']}; "
         + ", ".join(f"{k} {v}" for k, v in report["versions"].items())
         + f"; outputs equal across arrangements and loaders: {equal}"
+        + missing
     )
 
 
@@ -461,7 +503,11 @@ def main(argv=None) -> int:
         help="processes at once (default 1: PSS "
         "counts the pages another process maps, so more skews it)",
     )
-    parser.add_argument("--dir", default=None, help="where to build (default: a /tmp dir)")
+    parser.add_argument(
+        "--dir",
+        default=None,
+        help="build there and keep the programs (default: a /tmp dir, removed after)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.child:
@@ -470,12 +516,22 @@ def main(argv=None) -> int:
     mib = options.mib or (8.0 if options.quick else 24.0)
     repeat = options.repeat or (1 if options.quick else 5)
 
-    workdir = tempfile.mkdtemp(prefix="ef-bench-ram-", dir=options.dir)
+    if options.dir:
+        os.makedirs(options.dir, exist_ok=True)
+    workdir = options.dir or tempfile.mkdtemp(prefix="ef-bench-ram-")
     try:
         built = build(workdir, mib)
-        runs = measure(built, repeat, options.jobs)
+        # After the build: `_import_runtime`'s stand-in for executorch.exir is for loaders.
+        import executorch.extension.pybindings.portable_lib as portable_lib
+        import executorch.runtime
+
+        cannot = cannot_measure(portable_lib, executorch.runtime)
+        for why in cannot.values():
+            print(f"bench_ram: not measured: {why}", file=sys.stderr)
+        runs = measure(built, repeat, options.jobs, cannot)
     finally:
-        shutil.rmtree(workdir)
+        if not options.dir:
+            shutil.rmtree(workdir)
     rows = summarize(runs, built)
     equal = check_outputs(runs)
     report = {
@@ -485,6 +541,7 @@ def main(argv=None) -> int:
         "backbone_bytes": built["backbone_bytes"],
         "repeat": repeat,
         "outputs_equal": equal,
+        "not_measured": cannot,
         "rows": rows,
     }
     print(describe(report))
