@@ -376,12 +376,18 @@ class _Contents:
                 for number, (fd, at, n) in enumerate(places)
             ]
             self._keys[kind] = {
-                places[copy.index]: (kind, places[group.copies[0].index])
+                places[_numbered(copy)]: (kind, places[_numbered(group.copies[0])])
                 for group in group_duplicates(copies, digests=False)
                 for copy in group.copies
             }
         place = (fd, offset, size)
         return self._keys[kind].get(place, (kind, place))
+
+
+def _numbered(copy: StoredCopy) -> int:
+    """The number `_Contents.key` gave a copy (only an external copy in memory has none)."""
+    assert copy.index is not None
+    return copy.index
 
 
 @dataclass
@@ -434,7 +440,9 @@ class _Input:
 
     def external_names(self) -> dict[int, str]:
         return {
-            t.ref.index: t.name for t in self.read.pte.tensors if t.ref.space is DataSpace.EXTERNAL
+            t.ref.index: t.name
+            for t in self.read.pte.tensors
+            if t.ref.space is DataSpace.EXTERNAL and t.name is not None
         }
 
     def mutable_external(self) -> frozenset[int]:
@@ -592,7 +600,7 @@ def _program_named_data(inputs: Sequence[_Input], store: _NamedData, inline: boo
         pte = item.read.pte
         dead = frozenset(item.analysis.use.dead)
         for entry in item.program.namedData or ():
-            key = table_text(entry.key)
+            key = table_text(entry.key) or ""
             if key in dead:
                 continue
             segment = pte.segments[entry.segmentIndex]
@@ -743,7 +751,7 @@ def _merged_ptd(inputs: Sequence[_Input], contents: _Contents, output: str) -> O
                 if index is not None:
                     entry.segmentIndex = index
                     entries.append(entry)
-    if not entries:
+    if not entries or fd is None:  # fd is set wherever an entry was kept
         return None
     offsets, data_size = place_segments([(s.size, s.alignment) for s in out], alignment)
     flat_tensor = FLAT_TENSOR.FlatTensor(
