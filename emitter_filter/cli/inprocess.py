@@ -53,7 +53,7 @@ def _add_run_parser(commands) -> argparse.ArgumentParser:
 
 def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     target = options.target
-    if not target or (target[0] == "-m" and len(target) < 2):
+    if not target or (target[0] == "-m" and (len(target) < 2 or not target[1])):
         return _usage_error("run", "give -m MODULE or SCRIPT")
     module, script = (target[1], None) if target[0] == "-m" else (None, target[0])
     argv = [module or script, *target[(2 if module else 1) :]]

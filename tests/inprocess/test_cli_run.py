@@ -38,8 +38,9 @@ def test_run_passes_every_argument_and_returns_the_script_exit_code(how, script,
     assert not hook.is_enabled(), "pruning must end with the script"
 
 
-def test_run_without_a_target_is_a_usage_error(capsys):
-    assert main(["run"]) == 2
+@pytest.mark.parametrize("target", [[], ["-m"], ["-m", ""]], ids=["none", "-m", "-m ''"])
+def test_run_without_a_target_is_a_usage_error(capsys, target):
+    assert main(["run", *target]) == 2
     assert "give -m MODULE or SCRIPT" in capsys.readouterr().err
 
 
