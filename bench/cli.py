@@ -264,10 +264,15 @@ def _run_suite(options: argparse.Namespace, argv: Sequence[str]) -> Path | None:
     results_path = options.out / "results.json"
     command = _pytest_command(options, results_path, argv)
     logger.info("running: %s", " ".join(command))
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO_ROOT), os.environ.get("PYTHONPATH")])),
-    )
+    # Started from a pytest-xdist worker (the README's test runs this command), the suite
+    # would inherit the worker's variables, and pytest-benchmark, taking itself for a
+    # worker, would time nothing.
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("PYTEST_XDIST_") and name != "PYTEST_CURRENT_TEST"
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH")]))
     # pytest's report is progress, not data: it goes to stderr with the logs.
     completed = subprocess.run(command, cwd=_REPO_ROOT, env=env, stdout=sys.stderr, check=False)
     if completed.returncode != 0:
