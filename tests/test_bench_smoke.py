@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -169,6 +170,29 @@ def test_running_the_suite_without_the_bench_extra_says_what_to_install(
         f"-c {root / 'constraints' / 'executorch-1.5.1.txt'}"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_the_suite_started_from_an_xdist_worker_is_not_one(tmp_path, monkeypatch):
+    """pytest-benchmark times nothing in a worker: the suite must not inherit its variables."""
+    import subprocess
+
+    import bench.cli
+
+    seen = {}
+
+    def run(command, env, **kwargs):
+        seen.update(env)
+        return subprocess.CompletedProcess(command, 1)
+
+    monkeypatch.setattr(bench.cli.subprocess, "run", run)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-x")
+    options = bench.cli._build_parser().parse_args(["--out", str(tmp_path / "out"), "--quick"])
+    assert bench.cli._run_suite(options, []) is None
+    assert not [name for name in seen if name.startswith("PYTEST_XDIST_")]
+    assert seen["PYTEST_ADDOPTS"] == "-x", "the user's own pytest options stay"
+    assert seen["PYTHONPATH"].split(os.pathsep)[0] == str(Path(bench.cli.__file__).parents[1])
 
 
 def _suite_report(tmp_path) -> Path:
