@@ -277,8 +277,11 @@ def _verifier(options: argparse.Namespace, inputs):
         if options.inputs is not None:
             raise VerifyError("--inputs is for --verify: give both")
         return None
+    from emitter_filter.ondisk.analyse.inputs import check_inputs
     from emitter_filter.verify.compare import Verifier
 
+    # The runtime never sees an input our reader refuses: some crash it.
+    check_inputs(inputs)
     return Verifier(inputs, options.inputs)
 
 

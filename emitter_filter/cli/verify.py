@@ -49,12 +49,15 @@ def _add_verify_parser(commands) -> argparse.ArgumentParser:
 
 
 def _verify(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    from emitter_filter.ondisk.analyse.inputs import check_inputs
     from emitter_filter.ondisk.read.data_files import data_files_for
     from emitter_filter.verify.compare import Program, verify_programs
 
     old_data, new_data = data_files_for(
         [options.old, options.new], options.data, beside=options.data_beside
     )
+    # The runtime never sees a file audit calls invalid: some crash it (exit 2 instead).
+    check_inputs([(options.old, old_data), (options.new, new_data)])
     report = verify_programs(
         Program(options.old, tuple(old_data)),
         Program(options.new, tuple(new_data)),

@@ -75,6 +75,7 @@ from emitter_filter.ondisk.analyse.analysis import (
     find_aliases,
     keep_ptd_key,
 )
+from emitter_filter.ondisk.analyse.inputs import check_inputs
 from emitter_filter.ondisk.analyse.validate import validate_outputs
 from emitter_filter.ondisk.dedupe import dedupe_output
 from emitter_filter.ondisk.merge_names import (
@@ -948,6 +949,7 @@ def merge_files(
     check_outputs(
         [*input_files, *data_files], [output_path, *([ptd_path] if ptd_path else [])], "merge"
     )
+    check_inputs(list(zip(input_files, data_of, strict=True)))
     reads = [
         read_pte_program(path, files) for path, files in zip(input_files, data_of, strict=True)
     ]
@@ -1197,6 +1199,7 @@ def split_file(
         raise MethodSetError(f"{src}: split needs a --method to keep")
     data_files = [os.fspath(p) for p in data]
     check_outputs([src, *data_files], [dst], "split")
+    check_inputs([(src, data_files)])
     read = read_pte_program(src, data_files)
     present = plan_names(read)
     chosen = _split_names(src, present, methods)

@@ -59,6 +59,7 @@ from emitter_filter.ondisk.analyse.analysis import (
     find_shared_ranges,
     keep_ptd_key,
 )
+from emitter_filter.ondisk.analyse.inputs import check_inputs
 from emitter_filter.ondisk.analyse.validate import validate_outputs
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
 from emitter_filter.ondisk.read.file_model import PteFile
@@ -680,6 +681,8 @@ def prune_file(
     if early is not None and not early.copies(src_path, dst_path):
         raise ValueError(f"the early copy given is not one of {src_path} to {dst_path}")
     with early if early is not None else EarlyCopy(src_path, dst_path) as early:
+        if view is None:  # A view's maker checked the file it views (`split_file`).
+            check_inputs([(src_path, ptd_files)])
         with ByteSource(src_path) as source:
             if view is not None:
                 source = view.source(source)

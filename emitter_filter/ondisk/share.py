@@ -44,6 +44,7 @@ from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM
 from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.analyse.analysis import find_aliases, find_shared_ranges
+from emitter_filter.ondisk.analyse.inputs import check_inputs
 from emitter_filter.ondisk.analyse.share_find import (
     DEFAULT_MIN_BYTES,
     ProgramSet,
@@ -565,6 +566,7 @@ def share_files(
     copy_outputs = [os.path.join(out_path, tail) for tail in unique_tails(ptd_files)]
     check_outputs([*pte_files, *ptd_files], [*pte_outputs, shared_output], "share", [out_path])
     check_outputs([*pte_files, *ptd_files], [*pte_outputs, *copy_outputs], "share", [out_path])
+    check_inputs(list(zip(pte_files, data_of, strict=True)))
 
     programs = _with_layouts(read_set(pte_files, ptd_files, data_of))
     assert programs.layouts is not None and programs.ptd_alignments is not None  # set just now

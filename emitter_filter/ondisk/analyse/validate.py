@@ -42,6 +42,8 @@ from emitter_filter.errors import InvalidOutputError, ProgramFormatError
 from emitter_filter.fbs_schemas import PROGRAM
 from emitter_filter.flatbuffer_tables import FlatbufferError, Table
 from emitter_filter.generated_fields import table_text, vector_ints
+from emitter_filter.ondisk.analyse.named_sizes import undersized_named_data
+from emitter_filter.ondisk.read.byte_source import ByteSource
 from emitter_filter.ondisk.read.file_model import PtdFile, PteFile
 from emitter_filter.ondisk.read.layout import FLAT_TENSOR_IDENTIFIER, PROGRAM_IDENTIFIER
 from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
@@ -49,7 +51,13 @@ from emitter_filter.ondisk.read.read_pte import read_pte_program, tensor_nbytes
 from emitter_filter.reachability import DataSpace
 from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
 
-__all__ = ["Validity", "validate_file", "validate_bytes", "validate_outputs"]
+__all__ = [
+    "Validity",
+    "validate_file",
+    "validate_bytes",
+    "validate_outputs",
+    "CONSTANT_BUFFER_PATH",
+]
 
 # runtime/core/portable_type/scalar_type.h: the ScalarTypes the portable runtime knows
 # (Byte 0 .. UInt64 29, complex and bits types included); scalar_type_util.h: isValid.
@@ -58,8 +66,9 @@ _SCALAR_TYPES = range(30)
 _TENSOR_DIMENSION_LIMIT = 16
 # method.cpp: Method::resolve_operator's kTempBufferSizeForName ("name.overload" and its NUL).
 _OPERATOR_NAME_LIMIT = 100
-# Why the constant_buffer path is refused, in the runtime's words (program.cpp: Program::load).
-_CONSTANT_BUFFER_PATH = (
+#: Why the constant_buffer path is refused, in the runtime's words (program.cpp:
+#: Program::load); the writers repair it (`inputs.check_inputs`).
+CONSTANT_BUFFER_PATH = (
     "relies on the constant_buffer path, which ExecuTorch's runtime refuses "
     "(built with ET_ENABLE_DEPRECATED_CONSTANT_BUFFER=0, as its pip wheels are); "
     "export the program again"
@@ -197,6 +206,13 @@ def _validate(source: str | bytes, data_files: Sequence[str | os.PathLike]) -> V
         _check_program(program, pte, problems)
         for number, plan in enumerate(program.executionPlan or ()):
             _Method(number, plan, program, pte, data, problems).check(operators, backends)
+        with ByteSource(source) as opened:
+            held = {e.key: e.nbytes for e in pte.named_data}
+            for ptd, _ in ptds:
+                for key, entry in ptd.named_data.items():
+                    held.setdefault(key, entry.nbytes)
+            for line in undersized_named_data(pte, program, read.program_data, opened, held):
+                problems.add(line)
     except (ProgramFormatError, FlatbufferError) as error:
         problems.add(str(error))  # A table the reader decoded lazily, corrupt.
     return Validity(
@@ -241,7 +257,7 @@ def _check_program(program: Table, pte: PteFile, problems: _Problems) -> None:
     if not offsets:
         # program.cpp: Program::load takes the constant_buffer path when
         # constant_segment.offsets is absent or empty, whatever constant_buffer holds.
-        problems.add(_CONSTANT_BUFFER_PATH)
+        problems.add(CONSTANT_BUFFER_PATH)
     elif len(offsets) > 1 and constant_buffer:
         problems.add(
             f"constant_buffer has {len(constant_buffer)} entries and constant_segment.offsets "
