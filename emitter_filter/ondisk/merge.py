@@ -82,6 +82,7 @@ from emitter_filter.ondisk.merge_names import (
     TRAINING_PREFIX,
     Choice,
     MethodClashes,
+    check_new_name,
     choose_methods,
     is_constant_method,
     parse_drop,
@@ -1152,6 +1153,8 @@ def _split_names(src: str, present: Sequence[str], specs: Sequence[str]) -> dict
             raise MethodSetError(f"--method {spec!r}: expected NAME or NEW=NAME")
         if old not in present:
             raise MethodSetError(f"{src} has no method {old!r} (it has {', '.join(present)})")
+        if new != old:
+            check_new_name(f"--method {spec!r}", new)
         if old in chosen:
             raise MethodSetError(
                 f"method {old!r} of {src} is named twice: {chosen[old]!r} and {new!r}"

@@ -54,6 +54,7 @@ __all__ = [
     "choose_methods",
     "parse_drop",
     "is_constant_method",
+    "check_new_name",
     "parse_method",
     "parse_prefix",
     "plan_names",
@@ -80,7 +81,22 @@ def parse_method(spec: str) -> tuple[str, str, str]:
         new.encode("utf-8")  # a flatbuffer string; bytes that are not text came from argv
     except UnicodeEncodeError:
         raise MethodSetError(f"--method {spec!r}: the name {new!r} is not UTF-8 text") from None
+    check_new_name(f"--method {spec!r}", new)
     return new, path, method
+
+
+def check_new_name(flag: str, name: str) -> None:
+    """Refuses a name no method of ExecuTorch's should be given: one with a control
+    character (a newline, from a script's quoting), or a training method's prefix, which
+    the runtime's TrainingModule reads as another method's gradients or parameters."""
+    control = next((c for c in name if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if control is not None:
+        raise MethodSetError(f"{flag}: the name {name!r} has a control character {control!r}")
+    if name.startswith(TRAINING_PREFIX):
+        raise MethodSetError(
+            f"{flag}: the name {name!r} starts with {TRAINING_PREFIX!r}, which ExecuTorch's "
+            "training methods have (they follow their method's name on their own)"
+        )
 
 
 def parse_prefix(spec: str) -> tuple[str, str]:
@@ -88,6 +104,7 @@ def parse_prefix(spec: str) -> tuple[str, str]:
     prefix, equals, path = spec.partition("=")
     if not (equals and prefix and path):
         raise MethodSetError(f"--prefix {spec!r}: expected PREFIX=FILE, e.g. ft_=ft/model.pte")
+    check_new_name(f"--prefix {spec!r}", prefix)
     return prefix, path
 
 
@@ -450,6 +467,11 @@ def _claim_name(choice, under, clashes, inputs, index, position, name, asked, sa
         if first[0] == index:
             raise MethodSetError(
                 f"{asked or first_asked}: {inputs[index]} has a method {name!r} already"
+            )
+        if asked and first_asked:
+            raise MethodSetError(
+                f"the name {name!r} is given twice, to methods that differ: by {first_asked} "
+                f"and {asked}"
             )
         if asked:
             raise MethodSetError(f"{asked}: {inputs[first[0]]} has a different method {name!r}")

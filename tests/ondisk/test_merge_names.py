@@ -354,3 +354,36 @@ def test_a_delegate_reading_other_named_data_is_another_method(tmp_path):
     (tmp_path / "other.pte").write_bytes(bytes(data))
     with pytest.raises(MethodClashes, match="'forward' in"):
         merge_files([pte, tmp_path / "other.pte"], tmp_path / "out.pte")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--method", "a\nb=#1:forward"], "has a control character '\\n'"),
+        (["--method", "__et_training_x=#1:forward"], "starts with '__et_training_'"),
+        (["--prefix", "p\t=#1"], "has a control character '\\t'"),
+        (
+            ["--method", "a=#1:forward", "--method", "a=#2:forward"],
+            "the name 'a' is given twice, to methods that differ: by --method a=#1:forward "
+            "and --method a=#2:forward",
+        ),
+    ],
+    ids=["newline", "training-prefix", "tab-in-prefix", "one-name-twice"],
+)
+def test_merge_refuses_a_new_name_no_method_can_have_or_one_given_twice(
+    pair, tmp_path, capsys, flags, message
+):
+    """Issue 55, finding 10: these were written (a name with a newline; a method named as
+    a training method's), or said one input "has a different method 'a'"."""
+    out = tmp_path / "out.pte"
+    assert main(["merge", *map(str, pair), "-o", str(out), *flags]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert message in line
+    assert not out.exists()
+
+
+def test_split_refuses_a_new_name_with_a_control_character(pair, tmp_path, capsys):
+    out = tmp_path / "out.pte"
+    assert main(["split", str(pair[0]), "--method", "a\rb=forward", "-o", str(out)]) == 2
+    assert "has a control character '\\r'" in capsys.readouterr().err
+    assert not out.exists()
