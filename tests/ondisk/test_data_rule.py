@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -559,3 +560,26 @@ def test_explain_audit_and_share_count_the_same_bytes_stored_twice(tmp_path, cap
         "--json",
     )
     assert after["status"]["duplicated"] == 0
+
+
+@pytest.mark.parametrize("kind", ["directory", "dangling-link", "fifo"])
+def test_what_is_not_a_file_named_as_the_ptd_beside_a_program_is_one_warning(
+    tmp_path, caplog, kind
+):
+    """Issue 55, finding 9: a truncated `.ptd` was a warning, a directory, a link to
+    nothing or a FIFO under its name was silence; in each, the weights moved."""
+    pte = _program(tmp_path, "plain", ptd=None)
+    named = pte.with_suffix(".ptd")
+    if kind == "directory":
+        named.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(named)
+    else:
+        named.symlink_to(tmp_path / "gone.ptd")
+    caplog.clear()
+    assert main(["audit", str(pte)]) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert f"{pte}: read as if it had no .ptd beside it: {named}: " in warnings[0]
+    expected = {"directory": "a directory", "fifo": "a FIFO", "dangling-link": "does not exist"}
+    assert expected[kind] in warnings[0]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 from collections.abc import Sequence
 
 from emitter_filter.errors import MethodSetError, PteFormatError
@@ -225,22 +226,43 @@ def _readable_beside(pte: str, warned: set[str]) -> str | None:
     per file in `warned`)."""
     ptd = beside(pte)
     if ptd is None:
+        # A directory, a FIFO or a link to nothing under the name: the weights moved,
+        # as with a truncated file, and the user hears of it the same way.
+        named = os.path.splitext(os.fspath(pte))[0] + ".ptd"
+        if os.path.lexists(named):
+            _warn_beside(pte, named, _not_a_file(named), warned)
         return None
     try:
         read_ptd(ptd)
     except (PteFormatError, OSError) as error:
-        if ptd not in warned:
-            warned.add(ptd)
-            logger.warning(
-                "%s: read as if it had no .ptd beside it: %s: %s "
-                "(--no-data-beside: not looked for)",
-                pte,
-                ptd,
-                _reason(error, ptd),
-            )
+        _warn_beside(pte, ptd, _reason(error, ptd), warned)
         return None
     logger.info("%s: reading %s, the .ptd beside it", pte, ptd)
     return ptd
+
+
+def _warn_beside(pte: str, ptd: str, reason: str, warned: set[str]) -> None:
+    """The one warning for a `.ptd` beside `pte` that is not read (once per file)."""
+    if ptd not in warned:
+        warned.add(ptd)
+        logger.warning(
+            "%s: read as if it had no .ptd beside it: %s: %s (--no-data-beside: not looked for)",
+            pte,
+            ptd,
+            reason,
+        )
+
+
+def _not_a_file(path: str) -> str:
+    """Why `path`, which exists, is no `.ptd`: what it is instead."""
+    if os.path.islink(path) and not os.path.exists(path):
+        return f"a symbolic link to {os.readlink(path)!r}, which does not exist"
+    mode = os.stat(path).st_mode
+    if stat.S_ISDIR(mode):
+        return "a directory, not a file"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO, not a regular file (never read: it could block)"
+    return "not a regular file"
 
 
 def _reason(error: Exception, path: str) -> str:
