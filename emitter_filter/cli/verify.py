@@ -7,6 +7,8 @@ import json
 
 from emitter_filter.cli.common import (
     _add_data_arguments,
+    _add_max_memory,
+    _announce,
     _verify_exit,
 )
 
@@ -44,6 +46,7 @@ def _add_verify_parser(commands) -> argparse.ArgumentParser:
         help="the inputs to run instead of seeded ones: arrays named METHOD/INDEX after NEW's "
         "method names, e.g. forward/0 (a method not named is seeded)",
     )
+    _add_max_memory(verify)
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
     return verify
 
@@ -60,6 +63,8 @@ def _verify(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int
         Program(options.new, tuple(new_data)),
         options.method,
         inputs=options.inputs,
+        max_memory=options.max_memory,
+        announce=_announce,
     )
     if options.json:
         print(json.dumps(report.to_json(), indent=2))
