@@ -251,7 +251,7 @@ def _check_plan(plan: ProgramPlan, limit: int | None) -> None:
 
 
 def _mib(size: int) -> str:
-    return f"{size / (1 << 20):,.1f} MiB"
+    return f"{size:,} B" if size < 1 << 20 else f"{size / (1 << 20):,.1f} MiB"
 
 
 def verify_pairs(
