@@ -311,7 +311,13 @@ def _verifier(options: argparse.Namespace, inputs):
         return None
     from emitter_filter.verify.compare import Verifier
 
-    return Verifier(inputs, options.inputs, max_memory=options.max_memory, announce=_announce)
+    return Verifier(
+        inputs,
+        options.inputs,
+        max_memory=options.max_memory,
+        announce=_announce,
+        isolated=True,
+    )
 
 
 def _verify_failed(failed, as_json: bool) -> int:

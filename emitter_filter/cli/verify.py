@@ -65,6 +65,7 @@ def _verify(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int
         inputs=options.inputs,
         max_memory=options.max_memory,
         announce=_announce,
+        isolated=True,
     )
     if options.json:
         print(json.dumps(report.to_json(), indent=2))

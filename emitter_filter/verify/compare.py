@@ -296,6 +296,9 @@ def verify_pairs(
     given = inputs if inputs is None or isinstance(inputs, InputFile) else InputFile(inputs)
     if given is not None:
         given.check_methods([p.new_method for p in pairs])
+    for pair in pairs:
+        old = plans.of(pair.old).method(pair.old_method)
+        runtime.check_outputs(pair.old.pte, pair.old_method, old.outputs)
     values, seeded = [], 0
     for pair in pairs:
         specs = plans.of(pair.old).method(pair.old_method).inputs
@@ -367,24 +370,35 @@ def verify_programs(
     runtime=None,
     max_memory: int | None = None,
     announce=None,
+    isolated: bool = False,
 ) -> VerifyReport:
-    """`verify_pairs` of every method of `new` with its method of `old` (`pairs_by_name`)."""
+    """`verify_pairs` of every method of `new` with its method of `old` (`pairs_by_name`);
+    `isolated`: the runtime in a child process (`child.ChildRuntime`)."""
     started = time.perf_counter()
     plans = Plans(max_memory)
     pairs = pairs_by_name(old, new, methods, plans)
     return verify_pairs(
         pairs,
         inputs=inputs,
-        runtime=runtime or _runtime_if_needed(pairs, plans, announce),
+        runtime=runtime or _runtime_if_needed(pairs, plans, announce, isolated),
         plans=plans,
         started=started,
     )
 
 
-def _runtime_if_needed(pairs: Sequence[MethodPair], plans: Plans, announce):
+def _runtime_if_needed(pairs: Sequence[MethodPair], plans: Plans, announce, isolated: bool):
     """The runtime, unless the files' metadata answer already (None: verify_pairs says)."""
     if any(_signature_difference(p, plans) for p in pairs):
         return None
+    return _find_runtime(announce, isolated)
+
+
+def _find_runtime(announce, isolated: bool):
+    """`find_runtime`'s, here or in a child process (`child.ChildRuntime`)."""
+    if isolated:
+        from emitter_filter.verify.child import ChildRuntime
+
+        return ChildRuntime(announce)
     return find_runtime(announce)
 
 
@@ -406,13 +420,14 @@ class Verifier:
         *,
         max_memory: int | None = None,
         announce=None,
+        isolated: bool = False,
     ) -> None:
         started = time.perf_counter()
         self.plans = Plans(max_memory)
         programs = list(dict.fromkeys(Program(pte, tuple(data)) for pte, data in inputs))
         for program in programs:
             self.plans.of(program)
-        self.runtime = runtime or find_runtime(announce)
+        self.runtime = runtime or _find_runtime(announce, isolated)
         self.inputs = None if input_file is None else InputFile(input_file)
         self.known: dict = {}
         for program in programs:
@@ -423,6 +438,7 @@ class Verifier:
         """Loads `program` and each method; runs those seeded inputs can run."""
         calls = []
         for method in self.plans.of(program).methods.values():
+            self.runtime.check_outputs(program.pte, method.name, method.outputs)
             try:
                 values = seeded_inputs(method.name, method.inputs)
             except VerifyError:

@@ -108,6 +108,22 @@ class _Runtime:
     takes_data = True
     #: The exceptions its calls raise for a program it refuses.
     errors: tuple[type[BaseException], ...] = ()
+    #: The kinds of non-tensor output it returns (`KernelTypes` names), None for any.
+    returns: frozenset[str] | None = None
+
+    def check_outputs(self, pte: str, method: str, outputs: Sequence[InputSpec]) -> None:
+        """Refuses (`VerifyError`, one line) a method with an output the runtime cannot
+        return: told from the file, before it runs."""
+        if self.returns is None:
+            return
+        kinds = sorted({o.kind for o in outputs if o.dtype is None} - self.returns)
+        if kinds:
+            raise VerifyError(
+                f"{pte} method {method!r} returns a {' and a '.join(kinds)}, which "
+                f"{self.name} cannot return (only tensors, ints, floats and bools: a "
+                "training program's methods return strings); verify it where executorch "
+                "is installed"
+            )
 
     def check_data(self, pte: str, data: str | None) -> None:
         """Refuses a `.ptd` the runtime cannot load (`VerifyError`)."""
@@ -216,6 +232,7 @@ class _NumpyRuntime(_Runtime):
 
     name = "executorch-numpy-runtime"
     takes_data = False
+    returns = frozenset({"Int", "Double", "Bool"})
     limits = (
         "executorch-numpy-runtime runs CPU kernels and XNNPACK; it loads no .ptd and "
         "no custom op (install executorch for its pybindings)"

@@ -99,48 +99,50 @@ def test_a_difference_leaves_nothing_written(files, capsys, planted):
         assert sorted(p.name for p in (files / "out").rglob("*") if p.is_file()) == []
 
 
-@pytest.mark.skipif(not TAKES_DATA, reason="patches ExecuTorch's pybindings")
-def test_an_input_that_does_not_run_is_refused_before_anything_is_written(
-    files, capsys, monkeypatch
-):
-    """An input method the runtime cannot run (an operator its build lacks): exit 2, in
+def _edited(source, target, old: bytes, new: bytes) -> None:
+    data = source.read_bytes()
+    assert data.count(old) == 1, old
+    target.write_bytes(data.replace(old, new))
+
+
+def test_an_input_that_does_not_run_is_refused_before_anything_is_written(files, capsys):
+    """An input method the runtime cannot load (an operator its build lacks): exit 2, in
     one line, and nothing at -o."""
-    import executorch.extension.pybindings.portable_lib as portable_lib
-
-    load = portable_lib._load_for_executorch
-
-    class Refusing:
-        def __init__(self, module) -> None:
-            self._module = module
-
-        def method_meta(self, name):
-            return self._module.method_meta(name)
-
-        def run_method(self, name, values):
-            raise RuntimeError("Missing operator: aten::planted.out")
-
-    def loaded(pte, data=None, *args):
-        module = load(pte, data, *args)
-        return Refusing(module) if str(pte) == str(files / "plain.pte") else module
-
-    monkeypatch.setattr(portable_lib, "_load_for_executorch", loaded)
-    code, _, err = _main(capsys, "prune", files / "plain.pte", "-o", files / "o.pte", "--verify")
-    assert code == 2 and err.count("\n") == 1 and "aten::planted.out" in err, err
+    _edited(files / "plain.pte", files / "missing.pte", b"aten::addmm", b"aten::addmx")
+    code, _, err = _main(capsys, "prune", files / "missing.pte", "-o", files / "o.pte", "--verify")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "missing.pte method 'forward' does not run in" in err, err
     assert not (files / "o.pte").exists()
 
 
-@pytest.mark.skipif(not TAKES_DATA, reason="patches ExecuTorch's pybindings")
-def test_out_of_memory_in_the_runtime_is_one_line(files, capsys, monkeypatch):
-    """std::bad_alloc (a planned arena larger than the memory there is) is MemoryError in
-    the pybindings: a refusal in one line, not a traceback."""
-    import executorch.extension.pybindings.portable_lib as portable_lib
+def _huge_arena(files, size: int = 1 << 50):
+    """plain.pte, its planned arena (non_const_buffer_sizes [0, 112]) `size` bytes."""
+    import struct
 
-    def no_memory(*args, **kwargs):
-        raise MemoryError("std::bad_alloc")
+    _edited(
+        files / "plain.pte",
+        files / "huge.pte",
+        struct.pack("<Iqq", 2, 0, 112)[4:],
+        struct.pack("<qq", 0, size),
+    )
+    return files / "huge.pte"
 
-    monkeypatch.setattr(portable_lib, "_load_for_executorch", no_memory)
-    code, _, err = _main(capsys, "verify", files / "plain.pte", files / "plain.pte")
-    assert code == 2 and err.count("\n") == 1 and "out of memory" in err, err
+
+def test_a_program_past_the_memory_there_is_is_refused_before_it_loads(files, capsys):
+    huge = _huge_arena(files)
+    code, _, err = _main(capsys, "prune", huge, "-o", files / "o.pte", "--verify")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "huge.pte needs 1,073,741,824.0 MiB to load" in err and "planned arenas" in err, err
+    assert not (files / "o.pte").exists()
+
+
+def test_an_arena_the_runtime_cannot_allocate_is_one_line(files, capsys):
+    """Past the check (--max-memory above it), the runtime's own failure to allocate
+    (std::bad_alloc, or an allocator that returns nothing) is one line, exit 2."""
+    huge = _huge_arena(files)
+    code, _, err = _main(capsys, "verify", huge, huge, "--max-memory", "100000T")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "huge.pte" in err and "Traceback" not in err, err
 
 
 def test_a_program_past_max_memory_is_refused_before_it_loads(files, capsys):
