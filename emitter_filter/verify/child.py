@@ -2,7 +2,7 @@
 SIGABRT, a `std::bad_alloc`, a loop that never ends) ends the child, not the command,
 and reaches the user as one line.
 
-One child per verification: it imports the runtime once (the seconds ExecuTorch's
+One child per process (`shared_child`): it imports the runtime once (the seconds ExecuTorch's
 pybindings take, which the command no longer spends itself) and answers every
 `run_methods` of the check before writing and of the verification after; a child that
 died is started again for the next call. The parent sends each call and waits for its
@@ -24,7 +24,7 @@ from multiprocessing.connection import Connection
 from emitter_filter.errors import VerifyError
 from emitter_filter.verify.runtimes import _LOGGED, NO_RUNTIME, RuntimeFailure, _Runtime
 
-__all__ = ["DEFAULT_TIMEOUT", "ChildRuntime", "runtime_importable"]
+__all__ = ["DEFAULT_TIMEOUT", "ChildRuntime", "runtime_importable", "shared_child"]
 
 #: Seconds a load and run of one program's methods may take before the child is killed.
 DEFAULT_TIMEOUT = 600.0
@@ -155,6 +155,25 @@ class ChildRuntime(_Runtime):
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown: nothing to do
             pass
+
+
+_SHARED: list[ChildRuntime] = []
+
+
+def shared_child(announce=None) -> ChildRuntime:
+    """The process's `ChildRuntime`, started on first use and kept for the next
+    verification (a program that calls `cli.main` again, a test suite): the runtime's
+    import is paid once per process, as it would be in it. Each call still loads its
+    program afresh; a child that died is started again.
+
+    Raises:
+        VerifyError: Neither runtime is there to import.
+    """
+    if not runtime_importable():
+        raise VerifyError(NO_RUNTIME)
+    if not _SHARED:
+        _SHARED.append(ChildRuntime(announce))
+    return _SHARED[0]
 
 
 def _death(code: int) -> str:

@@ -396,9 +396,9 @@ def _runtime_if_needed(pairs: Sequence[MethodPair], plans: Plans, announce, isol
 def _find_runtime(announce, isolated: bool):
     """`find_runtime`'s, here or in a child process (`child.ChildRuntime`)."""
     if isolated:
-        from emitter_filter.verify.child import ChildRuntime
+        from emitter_filter.verify.child import shared_child
 
-        return ChildRuntime(announce)
+        return shared_child(announce)
     return find_runtime(announce)
 
 
