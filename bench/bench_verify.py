@@ -92,9 +92,7 @@ def _env() -> dict:
 def measure(argv: list[str]) -> tuple[float, int]:
     """Wall seconds and peak RSS (bytes: the largest process of its tree) of `argv`."""
     started = time.perf_counter()
-    process = subprocess.Popen(
-        argv, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    process = subprocess.Popen(argv, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status) != 0:
@@ -163,9 +161,7 @@ def main() -> int:
     }
     (options.out / "verify.json").write_text(json.dumps(report, indent=2) + "\n")
     for name, figure in figures.items():
-        print(
-            f"{name:14} {figure['seconds']:7.2f} s  {figure['peak_rss_bytes'] / 2**20:8.1f} MiB"
-        )
+        print(f"{name:14} {figure['seconds']:7.2f} s  {figure['peak_rss_bytes'] / 2**20:8.1f} MiB")
     print(
         f"verify / load+run both: time {report['verify_over_load_run_both_seconds']:.2f}, "
         f"peak RSS {report['verify_over_load_run_both_peak_rss']:.2f}; verify peak RSS / "

@@ -50,7 +50,7 @@ class ChildRuntime(_Runtime):
         self.timeout = timeout
         self._announce = announce
         self._process: subprocess.Popen | None = None
-        self._connection: Connection | None = None
+        self._connection: _Pipes | None = None
         self._log = tempfile.TemporaryFile()
         self._start()
 
@@ -215,15 +215,14 @@ def _serve(read_fd: int, write_fd: int) -> None:
     except VerifyError as error:
         connection.send(("error", str(error)))
         return
-    connection.send(
-        ("ok", (runtime.name, runtime.limits, runtime.takes_data, runtime.returns))
-    )
+    connection.send(("ok", (runtime.name, runtime.limits, runtime.takes_data, runtime.returns)))
     while True:
         try:
             message = connection.recv()
         except EOFError:
             return
         _, pte, data, calls = message
+        answer: tuple[str, object]
         try:
             answer = ("ok", runtime.run_methods(pte, data, _calls(calls)))
         except RuntimeFailure as failure:

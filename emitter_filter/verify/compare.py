@@ -1,12 +1,14 @@
 """Does each method of a new program compute, bit for bit, what its old method computes?
 
 Before: OLD.pte (+ .ptd), a method `forward`. After: NEW.pte (+ .ptd) written from it, its
-method `forward` (or another name for it, `--method NEW=OLD`). Each pair of methods runs
-in one runtime (`runtimes.find_runtime`), each side a fresh load, on the same inputs
-(`inputs.py`); the outputs must have the same count, dtypes, sizes and bytes. The first
-pair that differs is the report's `difference`: a new method that does not load, inputs
-the two methods describe differently, or an output whose bytes differ. An old method that
-does not load or run is no difference: nothing can be verified against it (`VerifyError`).
+method `forward` (or another name for it, `--method NEW=OLD`). First, from the files alone
+(`plan.read_plan`): each pair's input and output metadata must be equal (a differing
+signature is the difference), each program's `.ptd` given, its load within the memory
+limit. Then each side runs in one runtime (`runtimes.find_runtime`, or its child process),
+each program loaded once (`sides.run_side`), on the same inputs (`inputs.py`, seeded from
+the old method's metadata); the outputs must have the same count, dtypes, sizes and bytes.
+The first pair that differs is the report's `difference`. An old method that does not
+load or run is no difference: nothing can be verified against it (`VerifyError`).
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 executorch-numpy-runtime, else a one-line error naming both.
 
 Both are imported here and only when asked for (`find_runtime`), so that the rest of
-the package runs without them. Every call loads the program afresh, by path, with at
-most one `.ptd` (both runtimes' Python APIs take one): a method runs once per load, so
-a stateful method (a KV cache, a mutated buffer) starts from the file's state, and no
-method shares the arenas of another (`executorch.runtime.Runtime` gives a program's
-methods one set). Loading by path also leaves no buffer for the caller to keep alive.
+the package runs without them. `run_methods` loads a program by path, with at most one
+`.ptd` (both runtimes' Python APIs take one), runs each method asked for once in that
+load (a stateful method starts from the file's state; each method of a load has its own
+planned memory), and releases the load before it returns. Loading by path also leaves no
+buffer for the caller to keep alive.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from emitter_filter.verify.runtimes import RuntimeFailure
 
@@ -23,7 +24,7 @@ class Call:
     """A method of a program (`compare.Program`) to run on `values` ((spec, array) each),
     or only to load (None)."""
 
-    program: object
+    program: Any  # compare.Program, which imports this module
     method: str
     values: Sequence | None
 
@@ -56,7 +57,7 @@ def run_side(runtime, calls: Sequence[Call], known: dict | None = None) -> list:
     known = {} if known is None else known
     keys = [(c.program, input_key(c.method, c.values)) for c in calls]
     # Each program's runs in rounds: a method once per round (one load each).
-    rounds: dict[object, list[dict[str, tuple]]] = {}
+    rounds: dict[Any, list[dict[str, tuple]]] = {}
     for call, key in zip(calls, keys, strict=True):
         if key in known:
             continue
