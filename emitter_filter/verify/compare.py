@@ -40,6 +40,7 @@ __all__ = [
     "verify_pairs",
     "verify_programs",
     "Verifier",
+    "Plans",
 ]
 
 logger = logging.getLogger(__name__)

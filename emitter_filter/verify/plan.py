@@ -22,7 +22,15 @@ from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
 from emitter_filter.verify.runtimes import InputSpec
 
-__all__ = ["MethodPlan", "ProgramPlan", "read_plan", "memory_limit", "parse_size"]
+__all__ = [
+    "DEFAULT_MEMORY_SHARE",
+    "MethodPlan",
+    "ProgramPlan",
+    "read_plan",
+    "available_memory",
+    "memory_limit",
+    "parse_size",
+]
 
 #: The share of the memory available when verify starts that it may plan to use, by default.
 DEFAULT_MEMORY_SHARE = 0.75

@@ -14,6 +14,7 @@ from emitter_filter.errors import VerifyError
 from emitter_filter.verify import child
 from emitter_filter.verify.runtimes import InputSpec, RuntimeFailure, _NumpyRuntime
 
+pytestmark = pytest.mark.filetools
 needs_runtime = pytest.mark.skipif(
     not child.runtime_importable(), reason="needs a runtime's module to be found"
 )
