@@ -8,6 +8,8 @@ other, `--repeat` times:
 
 - `verify`: `emitter-filter verify OLD NEW` (the CLI as a user runs it: the file read
   first, the runtime in its child process, each program loaded once);
+- `verify_in_process`: the same verification with the runtime in the verifying process
+  (`verify_programs(..., isolated=False)`): what the child process costs;
 - `load_run_both`: a process that imports ExecuTorch's pybindings, loads OLD, runs
   `forward`, releases it, then does the same with NEW: what any verification must do;
 - `import_only`: a process that imports the pybindings and loads nothing: what the
@@ -42,6 +44,13 @@ for path in sys.argv[1:]:
     module = lib._load_for_executorch(path)
     module.run_method("forward", (torch.randn(1, {width}),))
     del module
+"""
+
+_IN_PROCESS = """
+import sys
+from emitter_filter.verify.compare import Program, verify_programs
+report = verify_programs(Program(sys.argv[1]), Program(sys.argv[2]), isolated=False)
+sys.exit(0 if report.ok else 1)
 """
 
 _IMPORT_ONLY = """
@@ -127,6 +136,7 @@ def main() -> int:
     old, new = directory / "old.pte", directory / "new.pte"
     runs = {
         "verify": [sys.executable, "-m", "emitter_filter", "verify", str(old), str(new)],
+        "verify_in_process": [sys.executable, "-c", _IN_PROCESS, str(old), str(new)],
         "load_run_both": [
             sys.executable,
             "-c",
@@ -148,6 +158,7 @@ def main() -> int:
         }
     larger = max(old.stat().st_size, new.stat().st_size)
     verify, both, bare = figures["verify"], figures["load_run_both"], figures["import_only"]
+    here = figures["verify_in_process"]
     report = {
         "mib": options.mib,
         "old_bytes": old.stat().st_size,
@@ -156,16 +167,20 @@ def main() -> int:
         "figures": figures,
         "verify_over_load_run_both_seconds": verify["seconds"] / both["seconds"],
         "verify_over_load_run_both_peak_rss": verify["peak_rss_bytes"] / both["peak_rss_bytes"],
+        "child_over_in_process_seconds": verify["seconds"] / here["seconds"],
+        "child_minus_in_process_seconds": verify["seconds"] - here["seconds"],
         "verify_peak_rss_over_larger_file_plus_import": verify["peak_rss_bytes"]
         / (larger + bare["peak_rss_bytes"]),
     }
     (options.out / "verify.json").write_text(json.dumps(report, indent=2) + "\n")
     for name, figure in figures.items():
-        print(f"{name:14} {figure['seconds']:7.2f} s  {figure['peak_rss_bytes'] / 2**20:8.1f} MiB")
+        print(f"{name:18} {figure['seconds']:7.2f} s  {figure['peak_rss_bytes'] / 2**20:8.1f} MiB")
     print(
         f"verify / load+run both: time {report['verify_over_load_run_both_seconds']:.2f}, "
         f"peak RSS {report['verify_over_load_run_both_peak_rss']:.2f}; verify peak RSS / "
-        f"(larger file + import): {report['verify_peak_rss_over_larger_file_plus_import']:.2f}"
+        f"(larger file + import): {report['verify_peak_rss_over_larger_file_plus_import']:.2f}; "
+        f"child / in process: time {report['child_over_in_process_seconds']:.2f} "
+        f"({report['child_minus_in_process_seconds']:+.2f} s)"
     )
     return 0
 
