@@ -29,7 +29,7 @@ from emitter_filter.cli.common import (
     _verify_failed,
     _with_verify,
 )
-from emitter_filter.cli.verified_writes import VerifyFailed, verified_write
+from emitter_filter.verify.written import VerifyFailed, verified_write
 
 
 def _add_audit_parser(commands) -> argparse.ArgumentParser:

@@ -20,8 +20,8 @@ from emitter_filter.cli.common import (
     _verify_failed,
     _with_verify,
 )
-from emitter_filter.cli.verified_writes import VerifyFailed, verified_write
 from emitter_filter.errors import VerifyError
+from emitter_filter.verify.written import VerifyFailed, verified_write
 
 
 def _add_share_parser(commands) -> argparse.ArgumentParser:

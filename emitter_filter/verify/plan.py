@@ -19,6 +19,7 @@ from emitter_filter._program_fbs.executorch_flatbuffer.KernelTypes import Kernel
 from emitter_filter.errors import ProgramFormatError, VerifyError
 from emitter_filter.flatbuffer_tables import FlatbufferError
 from emitter_filter.generated_fields import table_text, vector_ints
+from emitter_filter.reachability import DataSpace
 from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
 from emitter_filter.verify.runtimes import InputSpec
 
@@ -80,15 +81,15 @@ def read_plan(pte: str, data: Sequence[str] = ()) -> ProgramPlan:
     Raises:
         VerifyError: The file is not a program emitter-filter can read.
     """
-    from emitter_filter.ondisk.analyse.validate import validate_file
     from emitter_filter.ondisk.read.read_pte import read_pte_program
 
     try:
         read = read_pte_program(pte)
+        missing = _missing_data(read.pte, data)
     except (ProgramFormatError, FlatbufferError) as error:
         raise VerifyError(str(error)) from None
     except OSError as error:
-        raise VerifyError(f"{pte}: {error.strerror or error}") from None
+        raise VerifyError(f"{error.filename or pte}: {error.strerror or error}") from None
     methods = {}
     try:
         for number, plan in enumerate(read.program.executionPlan or ()):
@@ -103,8 +104,20 @@ def read_plan(pte: str, data: Sequence[str] = ()) -> ProgramPlan:
     except (ProgramFormatError, FlatbufferError) as error:
         raise VerifyError(f"{pte}: {error}") from None
     data_bytes = sum(os.path.getsize(path) for path in data)
-    missing = validate_file(pte, data).missing_data
-    return ProgramPlan(pte, tuple(data), methods, read.pte.file_bytes + data_bytes, tuple(missing))
+    return ProgramPlan(pte, tuple(data), methods, read.pte.file_bytes + data_bytes, missing)
+
+
+def _missing_data(pte, data: Sequence[str]) -> tuple[str, ...]:
+    """The keys the program's external tensors and XNNPACK constants read that neither
+    its own named data nor a `.ptd` of `data` holds (the runtime: "Init failed", 0x20)."""
+    from emitter_filter.ondisk.read.read_ptd import read_ptd
+
+    wanted = {t.name for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL and t.name}
+    wanted.update(k for blob in pte.delegates for k in blob.named_keys or ())
+    held = {entry.key for entry in pte.named_data}
+    for path in data:
+        held.update(read_ptd(path).named_data)
+    return tuple(sorted(wanted - held))
 
 
 def _spec(values, index: int) -> InputSpec:
