@@ -59,7 +59,7 @@ class ChildRuntime(_Runtime):
             self._connection.close()
             self._connection = None
         if self._announce is not None:
-            self._announce("loading ExecuTorch's runtime (torch and its kernels: seconds) ...")
+            self._announce("loading ExecuTorch's runtime (its import takes seconds) ...")
             self._announce = None
         child_reads, parent_writes = os.pipe()
         parent_reads, child_writes = os.pipe()

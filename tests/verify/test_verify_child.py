@@ -115,3 +115,28 @@ def test_the_pybindings_import_says_so_and_registers_the_llm_custom_ops():
     said, registered = result.stdout.splitlines()[-2:]
     assert "loading ExecuTorch's runtime" in said
     assert registered == "True True"
+
+
+@pytest.mark.slow
+@needs_runtime
+def test_verify_on_a_terminal_says_it_loads_the_runtime_before_the_seconds_it_takes(
+    built, tmp_path, capsys, monkeypatch
+):
+    """Not seconds of silence, then "in 0.01 s": a line first, and the time reported is
+    the whole verification's, the runtime's import included."""
+    from emitter_filter import cli
+
+    monkeypatch.setattr(child, "_SHARED", [])  # A runtime not imported yet.
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    pte = built["plain"].pte
+    try:
+        code = cli.main(["verify", str(pte), str(pte), "--json"])
+        out, err = capsys.readouterr()
+    finally:
+        for started in child._SHARED:
+            started.close()
+    import json
+
+    assert code == 0, err
+    assert err.startswith("emitter-filter: loading ExecuTorch's runtime"), err
+    assert json.loads(out)["ok"]
