@@ -26,8 +26,10 @@ from emitter_filter.cli.common import (
     _validity_lines,
     _verifier,
     _verify_exit,
+    _verify_failed,
     _with_verify,
 )
+from emitter_filter.verify.written import VerifyFailed, verified_write
 
 
 def _add_audit_parser(commands) -> argparse.ArgumentParser:
@@ -316,8 +318,17 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         else None
     )
     verifier = _verifier(options, [(options.pte, data)])
+
+    def verify(written):
+        # The .pte against its input, with every .ptd written beside it.
+        new = (written.temp(options.output), written.others([options.output]))
+        return verifier.programs([((options.pte, data), new)])
+
     try:
-        with _sigterm_unwinds():
+        with (
+            _sigterm_unwinds(),
+            verified_write(verifier, [options.output], verify) as checked,
+        ):
             # The kernel copies the .pte while the rest of the file side is imported
             # (0.04 s), read and decided: see `output.EarlyCopy`.
             from emitter_filter.ondisk.write.output import EarlyCopy
@@ -340,9 +351,9 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     except _Terminated:
         print("emitter-filter: terminated (SIGTERM); temporary files removed", file=sys.stderr)
         return EXIT_TERMINATED
-    verification = verifier and verifier.programs(
-        [((report.path, data), (report.output, [o for _, o in report.ptd_outputs if o]))]
-    )
+    except VerifyFailed as failed:
+        return _verify_failed(failed, options.json)
+    verification = checked and checked.report
     if options.json:
         print(
             json.dumps(
