@@ -309,7 +309,7 @@ def _verifier(options: argparse.Namespace, inputs):
         if getattr(options, "max_memory", None) is not None:
             raise VerifyError("--max-memory is for --verify: give both")
         return None
-    from emitter_filter.ondisk.analyse.inputs import check_inputs
+    from emitter_filter.ondisk.analyse.validate import check_inputs
     from emitter_filter.verify.compare import Verifier
 
     # The runtime never sees an input our reader refuses: some crash it.

@@ -61,7 +61,7 @@ def _add_verify_parser(commands) -> argparse.ArgumentParser:
 
 
 def _verify(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    from emitter_filter.ondisk.analyse.inputs import check_inputs
+    from emitter_filter.ondisk.analyse.validate import check_inputs
     from emitter_filter.ondisk.read.data_files import data_files_for
     from emitter_filter.verify.compare import Program, verify_programs
 

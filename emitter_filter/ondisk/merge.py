@@ -75,8 +75,7 @@ from emitter_filter.ondisk.analyse.analysis import (
     find_aliases,
     keep_ptd_key,
 )
-from emitter_filter.ondisk.analyse.inputs import check_inputs
-from emitter_filter.ondisk.analyse.validate import validate_outputs
+from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.dedupe import dedupe_output
 from emitter_filter.ondisk.merge_names import (
     TRAINING_PREFIX,

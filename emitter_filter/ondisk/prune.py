@@ -59,8 +59,7 @@ from emitter_filter.ondisk.analyse.analysis import (
     find_shared_ranges,
     keep_ptd_key,
 )
-from emitter_filter.ondisk.analyse.inputs import check_inputs
-from emitter_filter.ondisk.analyse.validate import validate_outputs
+from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
 from emitter_filter.ondisk.read.file_model import PteFile
 from emitter_filter.ondisk.read.layout import (

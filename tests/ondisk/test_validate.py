@@ -323,6 +323,8 @@ def test_an_output_the_validator_refuses_is_not_written(tmp_path, monkeypatch):
 
     def planted(pte, data=()):
         found = real(pte, data)
+        if Path(pte).name in ("h.pte", "d.pte"):  # the inputs, checked before anything
+            return found
         return Validity(("planted problem",), found.operators, found.backends, found.missing_data)
 
     monkeypatch.setattr(validate, "validate_file", planted)
