@@ -5,6 +5,7 @@ README stays short."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 import unicodedata
 from pathlib import Path
@@ -141,3 +142,49 @@ def test_the_built_site_links_pages_as_files_and_loads_nothing_from_the_network(
         )
     ]
     assert fetched == []
+
+
+def _documented_invocations():
+    """(page, words, flags) of every `emitter-filter COMMAND ...` a page shows, up to the end
+    of its line or code span; errors.md, which lists the old spellings, aside."""
+    commands = {words: parser for words, parser in _cli_commands() if words}
+    for page in PAGES:
+        if page.name == "errors.md":
+            continue
+        for match in re.finditer(r"emitter-filter ([^`\n|]*)", page.read_text()):
+            tokens = match[1].split()
+            words = next(
+                (tuple(tokens[:n]) for n in (2, 1) if tuple(tokens[:n]) in commands), None
+            )
+            if words is None:
+                continue
+            rest = tokens[len(words) :]
+            if words == ("run",):  # what follows the script or -m MODULE is the script's
+                rest = rest[: next((i for i, t in enumerate(rest) if t == "-m" or ".py" in t), None)]
+            flags = re.findall(r"(?<![\w-])(--[a-z][\w-]*)", " ".join(rest))
+            yield page.name, words, commands[words], flags
+
+
+def test_every_flag_the_pages_give_a_command_is_one_its_help_lists():
+    wrong = sorted(
+        {
+            (page, " ".join(words), flag)
+            for page, words, parser, flags in _documented_invocations()
+            for flag in flags
+            if flag not in {"--help", "--verbose", *(f for fs in _flags(parser) for f in fs)}
+        }
+    )
+    assert wrong == []
+
+
+def test_the_pages_name_the_old_ptd_option_only_where_they_send_to_its_renaming():
+    """`--ptd` was the input data file (now `--data`) and an output (now `--ptd-out`)."""
+    stale = [
+        (page.name, line)
+        for page in PAGES
+        if page.name != "errors.md"
+        for line, after in itertools.pairwise([*page.read_text().splitlines(), ""])
+        if re.search(r"--ptd(?![\w-])", line)
+        and "errors.md#renamed-options" not in line + after
+    ]
+    assert stale == []
