@@ -50,7 +50,11 @@ def _add_verify_parser(commands) -> argparse.ArgumentParser:
 
 def _verify(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.read.data_files import data_files_for
+    from emitter_filter.ondisk.read.read_pte import check_program_header
     from emitter_filter.verify.compare import Program, verify_programs
+
+    for path in (options.old, options.new):
+        check_program_header(path)
 
     old_data, new_data = data_files_for(
         [options.old, options.new], options.data, beside=options.data_beside
