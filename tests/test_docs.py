@@ -188,3 +188,24 @@ def test_the_pages_name_the_old_ptd_option_only_where_they_send_to_its_renaming(
         and "errors.md#renamed-options" not in line + after
     ]
     assert stale == []
+
+
+def _nav_pages() -> list[str]:
+    return re.findall(r"^  - [^:]+: ([\w-]+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.M)
+
+
+def test_the_readme_and_the_index_list_every_page_of_the_nav():
+    readme = set(re.findall(r"\]\(docs/([\w-]+\.md)\)", (ROOT / "README.md").read_text()))
+    index = set(re.findall(r"\]\(([\w-]+\.md)\)", (DOCS / "index.md").read_text()))
+    pages = set(_nav_pages()) - {"index.md"}
+    assert (pages - readme, pages - index) == (set(), set())
+
+
+def test_the_readme_names_every_pre_commit_hook_and_every_python_ci_runs():
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    hooks = re.findall(r"^- id: (\S+)$", (ROOT / ".pre-commit-hooks.yaml").read_text(), re.M)
+    assert [hook for hook in hooks if f"`{hook}`" not in readme] == []
+    tested = re.search(r"Python 3\.10 or newer \(tested: ([^)]*)\)", readme)
+    assert tested, "the README says which Pythons are tested"
+    pythons = set(re.findall(r"python(3\.\d+)", (ROOT / ".ci" / "run").read_text()))
+    assert [v for v in sorted(pythons) if v not in tested[1]] == []
