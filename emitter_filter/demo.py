@@ -175,13 +175,12 @@ def _without_cpu_probe_lines() -> Iterator[None]:
 def _import_executorch():
     """torch and executorch, or one clear error naming what to install."""
     try:
+        # The exporter too: importing it is what turns on pruning that EMITTER_FILTER_PRUNE=1
+        # asked for (the start-up hook waits for it).
         with _quiet_upstream_imports():
             import executorch  # noqa: F401
-            import torch
-
-            # Importing the exporter is what turns on pruning that EMITTER_FILTER_PRUNE=1
-            # asked for (the start-up hook waits for it).
             import executorch.exir  # noqa: F401
+            import torch
     except ImportError as error:
         raise UnsupportedExecutorchError(
             f"the demo needs torch and executorch ({error}): {_upstream.install_hint()}"

@@ -153,14 +153,14 @@ def _documented_invocations():
             continue
         for match in re.finditer(r"emitter-filter ([^`\n|]*)", page.read_text()):
             tokens = match[1].split()
-            words = next(
-                (tuple(tokens[:n]) for n in (2, 1) if tuple(tokens[:n]) in commands), None
-            )
+            words = next((tuple(tokens[:n]) for n in (2, 1) if tuple(tokens[:n]) in commands), None)
             if words is None:
                 continue
             rest = tokens[len(words) :]
             if words == ("run",):  # what follows the script or -m MODULE is the script's
-                rest = rest[: next((i for i, t in enumerate(rest) if t == "-m" or ".py" in t), None)]
+                rest = rest[
+                    : next((i for i, t in enumerate(rest) if t == "-m" or ".py" in t), None)
+                ]
             flags = re.findall(r"(?<![\w-])(--[a-z][\w-]*)", " ".join(rest))
             yield page.name, words, commands[words], flags
 
@@ -184,8 +184,7 @@ def test_the_pages_name_the_old_ptd_option_only_where_they_send_to_its_renaming(
         for page in PAGES
         if page.name != "errors.md"
         for line, after in itertools.pairwise([*page.read_text().splitlines(), ""])
-        if re.search(r"--ptd(?![\w-])", line)
-        and "errors.md#renamed-options" not in line + after
+        if re.search(r"--ptd(?![\w-])", line) and "errors.md#renamed-options" not in line + after
     ]
     assert stale == []
 
@@ -209,3 +208,45 @@ def test_the_readme_names_every_pre_commit_hook_and_every_python_ci_runs():
     assert tested, "the README says which Pythons are tested"
     pythons = set(re.findall(r"python(3\.\d+)", (ROOT / ".ci" / "run").read_text()))
     assert [v for v in sorted(pythons) if v not in tested[1]] == []
+
+
+def _synopses():
+    """(page, words, text) of each synopsis a page gives: an indented `emitter-filter COMMAND`
+    line and the indented `[...]` lines under it."""
+    commands = {words for words, _ in _cli_commands() if words}
+    for page in sorted(DOCS.glob("*.md")):
+        lines = page.read_text().splitlines()
+        for n, line in enumerate(lines):
+            match = re.match(r"^    emitter-filter ((?:[a-z]+ ?){1,2})", line)
+            if not match:
+                continue
+            tokens = tuple(match[1].split())
+            words = next((tokens[:k] for k in (2, 1) if tokens[:k] in commands), None)
+            if words is None:
+                continue
+            block = [line]
+            for more in lines[n + 1 :]:
+                if not re.match(r"^ {8,}\[", more):
+                    break
+                block.append(more)
+            yield page.name, words, "\n".join(block)
+
+
+def test_each_synopsis_lists_every_option_of_its_commands_help():
+    parsers = dict(_cli_commands())
+    seen = list(_synopses())
+    assert seen, "the pages give synopses"
+    differ = {}
+    for page, words, text in seen:
+        given = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", text))
+        listed = {flags[-1] for flags in _flags(parsers[words])}
+        spelled = {f for flags in _flags(parsers[words]) for f in flags}
+        missing = {f for f in listed if not any(s in given for s in _spellings(parsers[words], f))}
+        unknown = given - spelled - {"-v"}
+        if missing or unknown:
+            differ[f"{page}: {' '.join(words)}"] = (sorted(missing), sorted(unknown))
+    assert differ == {}
+
+
+def _spellings(parser, flag: str) -> tuple[str, ...]:
+    return next(flags for flags in _flags(parser) if flag in flags)

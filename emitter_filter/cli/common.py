@@ -172,13 +172,14 @@ def _min_bytes(options: argparse.Namespace) -> int:
     return DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes
 
 
-def _add_data_beside(command: argparse.ArgumentParser) -> None:
+def _add_data_beside(command: argparse.ArgumentParser, given: str = "--data") -> None:
+    """`--no-data-beside`; `given` is how the command names a program's data files."""
     command.add_argument(
         "--no-data-beside",
         dest="data_beside",
         action="store_false",
         help="do not read the .ptd beside a program with its stem (a.pte: a.ptd) when no "
-        "--data names its data",
+        f"{given} names its data",
     )
 
 

@@ -34,8 +34,9 @@ def _add_verify_parser(commands) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NEW=OLD",
-        help="compare NEW's method NEW with OLD's method OLD (repeatable); other methods "
-        "with the method of their own name",
+        help="compare the method NEW of NEW.pte with the method OLD of OLD.pte, where a "
+        "method was renamed (repeatable), e.g. --method score=forward; other methods are "
+        "compared with the method of their own name",
     )
     _add_data_arguments(verify, "FILE is OLD.pte or NEW.pte", old_ptd=False)
     verify.add_argument(

@@ -290,7 +290,8 @@ def test_the_constant_buffer_path_is_named_with_prune_that_repairs_it_and_prune_
     )
     out = tmp_path / "q.pte"
     assert main(["prune", str(placeholder), "-o", str(out)]) == 0
-    assert capsys.readouterr().out.rstrip().endswith(
+    said = capsys.readouterr().out.rstrip()
+    assert said.endswith(
         "; rewritten from the deprecated constant_buffer path, which the runtime refuses, "
         "to the constant segment"
     )
