@@ -119,6 +119,26 @@ def test_the_site_is_browsable_from_disk_and_fetches_nothing():
     config = (ROOT / "mkdocs.yml").read_text()
     assert re.search(r"^use_directory_urls: false$", config, re.M)  # page.html, not page/
     assert re.search(r"^  highlightjs: false$", config, re.M)  # the theme loads it from a CDN
+    # mkdocs' search runs in a web worker that reads its index: refused from file://.
+    assert re.search(r"^plugins: \[\]$", config, re.M)
+    assert re.search(r"^hooks:\n  - mkdocs_hooks.py$", config, re.M)
+
+
+def test_the_404_page_links_relative_to_where_it_is():
+    """mkdocs writes 404.html with root-absolute links; the hook makes them relative."""
+    import mkdocs_hooks
+
+    built = (
+        '<link href="/css/base.css" rel="stylesheet"><a href="/install.html">'
+        '<script src="/js/base.js"></script><a href="https://example.org/">'
+        '<script>var base_url = "/",</script>'
+    )
+    assert mkdocs_hooks.on_post_template(built, "404.html", None) == (
+        '<link href="css/base.css" rel="stylesheet"><a href="install.html">'
+        '<script src="js/base.js"></script><a href="https://example.org/">'
+        '<script>var base_url = ".",</script>'
+    )
+    assert mkdocs_hooks.on_post_template(built, "sitemap.xml", None) == built
 
 
 def test_the_built_site_links_pages_as_files_and_loads_nothing_from_the_network(tmp_path):
@@ -142,6 +162,14 @@ def test_the_built_site_links_pages_as_files_and_loads_nothing_from_the_network(
         )
     ]
     assert fetched == []
+    root_absolute = [
+        (page.name, m)
+        for page in site.rglob("*.html")
+        for m in re.findall(r'(?:src|href)="(/[^/"][^"]*)"', page.read_text())
+    ]
+    assert root_absolute == []  # 404.html too: every page opens from disk
+    assert not (site / "search").exists()
+    assert not [p.name for p in site.rglob("*.html") if "mkdocs-search-query" in p.read_text()]
 
 
 def _documented_invocations():
