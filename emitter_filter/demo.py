@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import logging
+import os
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -159,17 +162,27 @@ _CPU_PROBE = "[cpuinfo_utils.cpp:"
 
 @contextlib.contextmanager
 def _without_cpu_probe_lines() -> Iterator[None]:
-    """Runs the runtime with its stderr held back, then prints every line but the CPU probe's."""
-    from emitter_filter.verify.runtimes import _captured_stderr
+    """Runs the runtime with its stderr held back, then prints every line but the CPU probe's.
 
-    lines: list[str] = []
-    try:
-        with _captured_stderr(lines):
+    The C++ side writes to file descriptor 2, or to `sys.stderr` through pybind11's stream
+    redirect: both are held."""
+    sys.stderr.flush()
+    saved_fd, saved_stream, stream = os.dup(2), sys.stderr, io.StringIO()
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        sys.stderr = stream
+        try:
             yield
-    finally:
-        for line in lines:
-            if not line.startswith(_CPU_PROBE):
-                print(line, file=sys.stderr)
+        finally:
+            sys.stderr = saved_stream
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
+            log.seek(0)
+            lines = [*log.read().decode("utf-8", "replace").splitlines()]
+            lines += stream.getvalue().splitlines()
+            for line in lines:
+                if not line.startswith(_CPU_PROBE):
+                    print(line, file=sys.stderr)
 
 
 def _import_executorch():

@@ -34,7 +34,7 @@ def test_a_small_file_gets_no_progress_line(monkeypatch):
 
 def test_a_large_files_progress_line_is_cleared_when_the_copy_is_done(monkeypatch):
     terminal = _on_a_terminal(monkeypatch)
-    total = 2 * common.PROGRESS_MIN_BYTES
+    total = 2 * common._PROGRESS_MIN_BYTES
     show = common._progress_printer()
     show(total // 2, total)
     assert terminal.getvalue().endswith(f"{total // 2 >> 20:,}/{total >> 20:,} MiB")

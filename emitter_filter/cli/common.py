@@ -204,18 +204,18 @@ def _add_data_arguments(
 
 
 # Below this, a copy is over before a person could read a line about it.
-PROGRESS_MIN_BYTES = 64 << 20
+_PROGRESS_MIN_BYTES = 64 << 20
 
 
 def _progress_printer():
     """Progress on stderr for long copies, only where a person watches (a terminal): none
-    for a file under `PROGRESS_MIN_BYTES`, and the line is cleared when the copy is done."""
+    for a file under `_PROGRESS_MIN_BYTES`, and the line is cleared when the copy is done."""
     if not sys.stderr.isatty():
         return None
     shown = [-1]
 
     def show(done: int, total: int) -> None:
-        if total < PROGRESS_MIN_BYTES:
+        if total < _PROGRESS_MIN_BYTES:
             return
         percent = 100 * done // total
         if percent == shown[0]:
