@@ -172,13 +172,14 @@ def _min_bytes(options: argparse.Namespace) -> int:
     return DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes
 
 
-def _add_data_beside(command: argparse.ArgumentParser) -> None:
+def _add_data_beside(command: argparse.ArgumentParser, given: str = "--data") -> None:
+    """`--no-data-beside`; `given` is how the command names a program's data files."""
     command.add_argument(
         "--no-data-beside",
         dest="data_beside",
         action="store_false",
         help="do not read the .ptd beside a program with its stem (a.pte: a.ptd) when no "
-        "--data names its data",
+        f"{given} names its data",
     )
 
 
@@ -202,23 +203,28 @@ def _add_data_arguments(
     _add_data_beside(command)
 
 
+# Below this, a copy is over before a person could read a line about it.
+_PROGRESS_MIN_BYTES = 64 << 20
+
+
 def _progress_printer():
-    """Progress on stderr for long copies, only where a person watches (a terminal)."""
+    """Progress on stderr for long copies, only where a person watches (a terminal): none
+    for a file under `_PROGRESS_MIN_BYTES`, and the line is cleared when the copy is done."""
     if not sys.stderr.isatty():
         return None
     shown = [-1]
 
     def show(done: int, total: int) -> None:
-        percent = 100 * done // max(total, 1)
-        if percent != shown[0]:
-            shown[0] = percent
-            end = "\n" if done >= total else ""
-            print(
-                f"\remitter-filter: {done >> 20:,}/{total >> 20:,} MiB",
-                end=end,
-                file=sys.stderr,
-                flush=True,
-            )
+        if total < _PROGRESS_MIN_BYTES:
+            return
+        percent = 100 * done // total
+        if percent == shown[0]:
+            return
+        shown[0] = percent
+        line = (
+            "\r\x1b[K" if done >= total else f"\remitter-filter: {done >> 20:,}/{total >> 20:,} MiB"
+        )
+        print(line, end="", file=sys.stderr, flush=True)
 
     return show
 

@@ -170,7 +170,12 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
                 f"({', '.join(p.path for p in report.programs)})"
             )
         print(f"emitter-filter: {line}", file=sys.stderr)
-    for line in [*gated, *refused]:
+    warned = (
+        _key_clash_warning(options.pte, data_of)
+        if len(options.pte) > 1 and not refused and not options.fail_on_key_clash
+        else []
+    )
+    for line in [*warned, *gated, *refused]:
         print(line, file=sys.stderr)
     if refused:
         return EXIT_USAGE
@@ -244,6 +249,27 @@ def _copy_location(copy) -> str:
     index = "" if copy.index is None else f"[{copy.index}]"
     names = f" ({', '.join(copy.names)})" if copy.names else ""
     return f"{where}{index}{names}"
+
+
+def _key_clash_warning(ptes: list[str], data_of) -> list[str]:
+    """One line (not a failure) naming the named-data keys programs given together hold with
+    different bytes: `--fail-on-key-clash` makes it exit 1. None when the programs cannot be
+    read as one set (an external tensor without its `.ptd`: each is judged alone)."""
+    from emitter_filter.errors import PteFormatError
+    from emitter_filter.ondisk.audit_set import set_key_clashes
+
+    try:
+        clashes = set_key_clashes(ptes, data_of)
+    except PteFormatError:
+        return []
+    if not clashes:
+        return []
+    keys = ", ".join(repr(clash.key) for clash in clashes)
+    return [
+        f"emitter-filter: warning: {keys} held with different bytes by programs given "
+        "together: a weights cache shared by the programs, as XNNPACK's, would give the "
+        "second the first's (--fail-on-key-clash: exit 1)"
+    ]
 
 
 def _stored_twice(options: argparse.Namespace, data_of) -> str:

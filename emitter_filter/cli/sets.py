@@ -190,8 +190,8 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
         action="append",
         default=[],
         metavar="NEW=FILE:METHOD",
-        help="name the method METHOD of input FILE NEW in OUT (repeatable), e.g. --method "
-        "decode=decode.pte:forward; ExecuTorch's training methods of METHOD "
+        help="put the method METHOD of the input FILE into OUT.pte, named NEW (repeatable), "
+        "e.g. --method decode=decode.pte:forward; ExecuTorch's training methods of METHOD "
         "(__et_training_*_METHOD) follow it",
     )
     merge.add_argument(
@@ -250,8 +250,8 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
         action="append",
         required=True,
         metavar="[NEW=]NAME",
-        help="a method to keep (repeatable); NEW=NAME renames it as it is cut, "
-        "e.g. --method forward=score for an app that calls forward",
+        help="keep the method NAME of IN.pte in OUT.pte (repeatable), named NEW with "
+        "NEW=NAME, e.g. --method forward=score for an app that calls forward",
     )
     split.add_argument(
         "-o",

@@ -41,8 +41,9 @@ def _add_verify_parser(commands) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NEW=OLD",
-        help="compare NEW's method NEW with OLD's method OLD (repeatable); other methods "
-        "with the method of their own name",
+        help="compare the method NEW of NEW.pte with the method OLD of OLD.pte, where a "
+        "method was renamed (repeatable), e.g. --method score=forward; other methods are "
+        "compared with the method of their own name",
     )
     _add_data_arguments(
         verify,
@@ -63,7 +64,11 @@ def _add_verify_parser(commands) -> argparse.ArgumentParser:
 def _verify(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.analyse.validate import check_inputs
     from emitter_filter.ondisk.read.data_files import data_files_for
+    from emitter_filter.ondisk.read.read_pte import check_program_header
     from emitter_filter.verify.compare import Program, verify_programs
+
+    for path in (options.old, options.new):
+        check_program_header(path)
 
     old_data, new_data = data_files_for(
         [options.old, options.new], options.data, beside=options.data_beside

@@ -28,9 +28,9 @@ __all__ = ["InputSpec", "RuntimeFailure", "find_runtime", "NO_RUNTIME", "NO_DATA
 
 logger = logging.getLogger(__name__)
 
-#: The error when neither runtime imports.
+#: The error when neither runtime imports (`verify` and `--verify` alike).
 NO_RUNTIME = (
-    "--verify needs a runtime: neither ExecuTorch's pybindings (pip install executorch) nor "
+    "no runtime to verify in: neither ExecuTorch's pybindings (pip install executorch) nor "
     "executorch-numpy-runtime (pip install executorch-numpy-runtime: Python >= 3.12, no "
     "torch) imports here"
 )

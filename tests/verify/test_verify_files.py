@@ -361,3 +361,6 @@ def test_without_a_runtime_verify_refuses_in_one_line_naming_both_and_writes_not
     assert (code, out, err) == (2, "", f"emitter-filter: {NO_RUNTIME}\n")
     assert "pybindings" in NO_RUNTIME and "executorch-numpy-runtime" in NO_RUNTIME
     assert not (files / "out.pte").exists()
+    code, out, err = _main(capsys, "verify", files / "plain.pte", files / "plain.pte")
+    assert (code, err) == (2, f"emitter-filter: {NO_RUNTIME}\n")
+    assert "--verify" not in NO_RUNTIME  # said by `verify` as by `--verify`

@@ -73,7 +73,7 @@ _OPERATOR_NAME_LIMIT = 100
 CONSTANT_BUFFER_PATH = (
     "relies on the constant_buffer path, which ExecuTorch's runtime refuses "
     "(built with ET_ENABLE_DEPRECATED_CONSTANT_BUFFER=0, as its pip wheels are); "
-    "export the program again"
+    "emitter-filter prune rewrites it to the constant segment"
 )
 
 
