@@ -434,6 +434,8 @@ def _budget(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int
         if check.over and check.diff is not None:
             print(check.diff.to_markdown() if options.markdown else check.diff.to_text())
     for check in over:
-        if check.diff is not None:
+        if check.diff is not None and check.bytes_over:
             _print_growth(check.diff, f"the budget ({check.allowed_bytes:,} B allowed)")
+        for line in check.memory_over or ():
+            print(f"emitter-filter: {check.path}: {line}", file=sys.stderr)
     return EXIT_DEAD_BYTES if over else EXIT_OK
