@@ -110,3 +110,25 @@ def test_a_budget_with_a_memory_id_that_is_no_number_is_refused(hidden, capsys):
     capsys.readouterr()
     assert main(["budget", "check", "model.pte", "--budget", "pte-budget.json"]) == 2
     assert "not a memory id" in capsys.readouterr().err
+
+
+def test_a_key_two_methods_read_is_said_to_load_per_method(tmp_path, monkeypatch):
+    """XNNPACK's golden program merged with itself: both methods read the same two keys."""
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    golden = Path(__file__).resolve().parents[1] / "golden" / "xnnpack" / "pruned" / "model.pte"
+    for name in ("a.pte", "b.pte"):
+        (tmp_path / name).write_bytes(golden.read_bytes())
+    merge = ["merge", "a.pte", "b.pte", "-o", "ab.pte"]
+    assert main([*merge, "--method", "one=a.pte:forward", "--method", "two=b.pte:forward"]) == 0
+    one, two = explain_file("ab.pte").to_json()["methods"]
+    assert (one["method"], two["method"]) == ("one", "two")
+    for method, other in ((one, "two"), (two, "one")):
+        shared = [n for n in method["load_multipliers"] if "loaded once per method" in n]
+        assert shared == [
+            f"2 key(s), 60 B, also read by {other}: loaded once per method where the loader "
+            "reads rather than maps (C++ Module's LoadMode::File; not counted)"
+        ]
+    (alone,) = explain_file(golden).to_json()["methods"]
+    assert not [n for n in alone["load_multipliers"] if "loaded once per method" in n]
