@@ -178,9 +178,10 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
         help="record .pte sizes in a committed budget file, and check files against it",
         description=(
             "budget write FILE... -o pte-budget.json records each file's bytes, bytes per "
-            "storage and entries; budget check FILE... --budget pte-budget.json exits 1 if a "
-            "file grew past its budget (or has none), printing the diff against the recorded "
-            "entries. --benchmark-json writes the sizes for github-action-benchmark "
+            "storage, entries and each method's planned memory; budget check FILE... --budget "
+            "pte-budget.json exits 1 if a file grew past its budget (or has none), printing the "
+            "diff against the recorded entries, or a method plans more memory than recorded. "
+            "--benchmark-json writes the sizes for github-action-benchmark "
             "(customSmallerIsBetter)."
         ),
     )
@@ -189,8 +190,9 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
         "write",
         help="record the files' sizes and entries",
         description=(
-            "Explain each FILE.pte and record its bytes, its bytes per storage and status, and "
-            "its parts (each tensor's sha256 too, to match it again by content) in "
+            "Explain each FILE.pte and record its bytes, its bytes per storage and status, "
+            "its parts (each tensor's sha256 too, to match it again by content) and each "
+            "method's planned memory (non_const_buffer_sizes, per memory id) in "
             "BUDGET.json, keyed by the path as given; commit it. Never writes over an input; "
             "writes atomically, with --benchmark-json both or neither. Exit 2 if a file is "
             "malformed or an output cannot be written."
@@ -209,8 +211,10 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
         description=(
             "Explain each FILE.pte again and compare it with its record in BUDGET.json: a "
             "file larger than its recorded bytes plus --tolerance percent, or with no record, "
-            "is over budget, and the diff against the recorded parts says which entries grew. "
-            "Exit 1 if a file is over budget, 2 if a file is malformed or BUDGET.json does "
+            "is over budget, and the diff against the recorded parts says which entries grew; "
+            "so is a method planning more memory than its record plus --tolerance, named with "
+            "the memory ids that grew (a budget written before planned memory was recorded "
+            "gates bytes only). Exit 1 if a file is over budget, 2 if a file is malformed or BUDGET.json does "
             "not follow its schema (docs/budget-schema.json)."
         ),
     )
@@ -225,7 +229,8 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
         type=_percent,
         default=0.0,
         metavar="PCT",
-        help="allow this much growth, in percent of the recorded bytes",
+        help="allow this much growth, in percent of the recorded bytes (and of each method's "
+        "recorded planned memory)",
     )
     check.add_argument(
         "--markdown",
