@@ -45,8 +45,10 @@ from emitter_filter.errors import InvariantError, PteFormatError
 from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.ondisk.analyse.audit_report import AuditReport, audit_pte
 from emitter_filter.ondisk.analyse.explain_terms import GROUPINGS, JSON_SCHEMA, STATUSES, STORAGES
+from emitter_filter.ondisk.method_memory import memory_json, memory_lines
 from emitter_filter.ondisk.read.byte_source import ByteSource, open_sources
 from emitter_filter.ondisk.read.file_model import PteFile
+from emitter_filter.ondisk.read.planned_memory import PlannedMemory, plan_memory
 from emitter_filter.ondisk.read.program_sections import count_plan_sections
 from emitter_filter.ondisk.read.read_pte import read_pte_program
 from emitter_filter.ondisk.read.readers import (
@@ -196,6 +198,8 @@ class Explanation:
             explanation; empty for one.
         key_clashes: For a set, the named-data keys its programs hold with different
             bytes (`share_find.KeyClash`).
+        memory: Each method's planned arenas (`planned_memory.plan_memory`); for a set,
+            in `programs`.
     """
 
     path: str
@@ -205,6 +209,7 @@ class Explanation:
     audit: AuditReport
     programs: tuple[Explanation, ...] = ()
     key_clashes: tuple = ()
+    memory: tuple[PlannedMemory, ...] = ()
 
     @property
     def file_bytes(self) -> int:
@@ -252,6 +257,7 @@ class Explanation:
             "parts": [part.to_json() for part in self.largest(top)],
             "outside": [part.to_json() for part in self.outside],
             "data": [{"program": program, "data": data} for program, data in self.pairing()],
+            "methods": memory_json(self),
         }
         if by is not None:
             document["groups"] = {"by": by, "bytes": self.totals(by)}
@@ -284,6 +290,7 @@ class Explanation:
                 f"not in these files (no .ptd given): {len(self.outside)} external "
                 f"tensor(s), {sum(p.nbytes for p in self.outside):,} bytes"
             )
+        lines += memory_lines(self)
         if self.programs:
             lines.append(f"key clashes: {len(self.key_clashes) or 'none'}")
             lines += [f"  {clash.line()}" for clash in self.key_clashes]
@@ -725,7 +732,14 @@ def explain_pte(
             ptd.path, ptd.file_bytes, ptd.flatbuffer_end, "ptd_header", by_file.get(ptd.path, ())
         )
     files = tuple(report.files)
-    explanation = Explanation(pte.path, files, tuple(placed), tuple(attributor.outside()), report)
+    explanation = Explanation(
+        pte.path,
+        files,
+        tuple(placed),
+        tuple(attributor.outside()),
+        report,
+        memory=plan_memory(program),
+    )
     total = sum(p.nbytes for p in explanation.parts)
     if total != explanation.file_bytes:
         raise InvariantError(
