@@ -144,3 +144,24 @@ def test_an_xnnpack_constant_longer_than_its_named_data_is_invalid(tmp_path, cap
 
 def test_the_xnnpack_golden_program_is_valid_as_written():
     assert validate_bytes((GOLDEN / "xnnpack" / "dirty" / "model.pte").read_bytes()).valid
+
+
+def test_a_kernel_name_that_is_not_utf8_is_invalid_and_refused_by_every_writer(tmp_path, capsys):
+    """The pybindings decode every kernel name and abort on one that is not UTF-8 (issue 55,
+    finding 2): a method name is checked so, and an operator name now is too."""
+
+    def garble(program) -> None:
+        program.executionPlan[0].operators[0].name = b"aten::\xffadd"
+
+    pte = with_program_changed((_EXTERNAL / "model.pte").read_bytes(), garble)
+    (tmp_path / "a.pte").write_bytes(pte)
+    shutil.copy(_EXTERNAL / _PTD, tmp_path / "a.ptd")
+    problems = validate_bytes(pte, [tmp_path / "a.ptd"]).problems
+    assert problems == ("plan 'forward': operator 0: name 'aten::\ufffdadd' is not UTF-8",)
+    out = tmp_path / "m.pte"
+    assert main(["merge", str(tmp_path / "a.pte"), "-o", str(out), "--inline"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(
+        "a.pte: invalid: plan 'forward': operator 0: name 'aten::\ufffdadd' is not UTF-8"
+    )
+    assert not out.exists()

@@ -400,9 +400,7 @@ class _Method:
         for field in ("inputs", "outputs"):
             for index in vector_ints(getattr(plan, field)):
                 self._check_index(index, f"{field} entry")
-        try:
-            bytes(plan.name or b"").decode("utf-8")
-        except UnicodeDecodeError:
+        if not _utf8(plan.name):
             # The Python bindings (Program.method_names) cannot name such a method.
             self.add("name is not UTF-8")
 
@@ -612,6 +610,9 @@ class _Method:
         if name is None:
             self.add(f"operator {number}: no name")
             return None
+        if not _utf8(operator.name) or not _utf8(operator.overload):
+            # The Python bindings decode each kernel name (UnicodeDecodeError in pybind11).
+            self.add(f"operator {number}: name {name!r} is not UTF-8")
         full = f"{name}.{overload}" if overload else name
         if len(full) >= _OPERATOR_NAME_LIMIT:
             self.add(
@@ -619,6 +620,16 @@ class _Method:
                 f"takes {_OPERATOR_NAME_LIMIT - 1}"
             )
         return full
+
+
+def _utf8(raw: bytes | str | None) -> bool:
+    """Whether a string field decodes as UTF-8 (absent counts as decoding)."""
+    if isinstance(raw, bytes):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return True
 
 
 def _layout_text(scalar_type: int, sizes: Sequence[int], dim_order: Sequence[int]) -> str:
