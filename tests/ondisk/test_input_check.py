@@ -165,3 +165,40 @@ def test_a_kernel_name_that_is_not_utf8_is_invalid_and_refused_by_every_writer(t
         "a.pte: invalid: plan 'forward': operator 0: name 'aten::\ufffdadd' is not UTF-8"
     )
     assert not out.exists()
+
+
+def _xnnpack_key_renamed() -> tuple[bytes, str, str]:
+    """The XNNPACK golden program with its 48-byte weight's named-data key changed: the
+    delegate names a key held nowhere, and the blob is named by no delegate. (the file,
+    the key the delegate names, the blob's new key)."""
+    pte = (GOLDEN / "xnnpack" / "dirty" / "model.pte").read_bytes()
+    entry = max(read_pte_program(pte).pte.named_data, key=lambda e: e.nbytes)
+    orphan = "zzz" + entry.key[3:]
+
+    def rename(program) -> None:
+        (named,) = [e for e in program.namedData if e.key == entry.key.encode()]
+        named.key = orphan.encode()
+
+    return with_program_changed(pte, rename), entry.key, orphan
+
+
+def test_a_blob_no_delegate_names_is_not_dead_while_a_delegate_key_is_held_nowhere(
+    tmp_path, capsys, caplog
+):
+    """Issue 55, finding 6: the runtime refuses the method (0x20) whatever is dropped, and
+    the blob no key names may be the one the changed key meant: audit warns and counts it
+    kept, and prune keeps it."""
+    from emitter_filter.ondisk.audit import audit_file
+
+    pte, key, orphan = _xnnpack_key_renamed()
+    (tmp_path / "a.pte").write_bytes(pte)
+    report = audit_file(tmp_path / "a.pte")
+    assert orphan not in {d.name for d in report.dead}
+    assert [u.key for u in report.kept_unprovable_named_data] == [orphan]
+    assert main(["audit", str(tmp_path / "a.pte")]) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and repr(key) in warnings[0], warnings
+    assert "the runtime refuses the methods that read them" in warnings[0]
+    assert main(["prune", str(tmp_path / "a.pte"), "-o", str(tmp_path / "p.pte")]) == 0
+    kept = read_pte_program(str(tmp_path / "p.pte")).pte.named_data
+    assert orphan in {e.key for e in kept}
