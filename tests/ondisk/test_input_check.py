@@ -202,3 +202,31 @@ def test_a_blob_no_delegate_names_is_not_dead_while_a_delegate_key_is_held_nowhe
     assert main(["prune", str(tmp_path / "a.pte"), "-o", str(tmp_path / "p.pte")]) == 0
     kept = read_pte_program(str(tmp_path / "p.pte")).pte.named_data
     assert orphan in {e.key for e in kept}
+
+
+def test_what_only_this_projects_reader_refuses_is_not_called_invalid(tmp_path, capsys):
+    """Issue 55, finding 7: a constant's offset outside its segment, where no method reads
+    that constant, is refused by the reader every tool shares, but the runtime loads and
+    runs the file: the validator says it cannot read it, not that it is invalid, and audit
+    and every writer refuse it in the reader's own line."""
+
+    def dead_offset_out(program) -> None:
+        program.constantSegment.offsets[4] = 1 << 20  # constant 4: dead in every plan
+
+    pte = with_program_changed(
+        (GOLDEN / "plain" / "dirty" / "model.pte").read_bytes(), dead_offset_out
+    )
+    (tmp_path / "a.pte").write_bytes(pte)
+    validity = validate_bytes(pte)
+    assert validity.problems == validity.unreadable and len(validity.problems) == 1
+    assert validity.status == f"emitter-filter cannot read it: {validity.problems[0]}"
+    assert "outside its segment" in validity.problems[0]
+    lines = []
+    for command, *output in (["audit"], ["prune", "p.pte"], ["merge", "m.pte"]):
+        outputs = ["-o", str(tmp_path / output[0])] if output else []
+        assert main([command, str(tmp_path / "a.pte"), *outputs]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        lines.append(line)
+    assert lines == [lines[0]] * 3, lines
+    assert "invalid" not in lines[0] and "outside its segment" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pte"]

@@ -14,11 +14,13 @@ path is rewritten onto the constant segment, which the runtime loads.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 
 from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.analyse.validate import CONSTANT_BUFFER_PATH, validate_file
+from emitter_filter.ondisk.read.read_pte import read_pte_program
 
 __all__ = ["check_inputs"]
 
@@ -34,16 +36,18 @@ def check_inputs(inputs: Sequence[tuple[str | os.PathLike, Sequence[str | os.Pat
             reads them (`data_files.data_files_for`).
 
     Raises:
-        PteFormatError: An input is invalid: `FILE: invalid: PROBLEM`, the line `audit`
-            prints for it.
+        PteFormatError: An input is invalid (`FILE: invalid: PROBLEM`) or this project's
+            reader refuses it (`FILE: emitter-filter cannot read it: PROBLEM`): the line
+            `audit` prints for it.
         OSError: A file cannot be read.
     """
     for pte, data in inputs:
         validity = validate_file(pte, data)
-        problems = [p for p in validity.problems if p not in _REPAIRED]
+        problems = tuple(p for p in validity.problems if p not in _REPAIRED)
+        if problems and all(p in validity.unreadable for p in problems):
+            # The reader's own error, with its offset: the line `audit` prints.
+            read_pte_program(pte, data)
         if problems:
-            more = len(problems) - 1
             raise PteFormatError(
-                os.fspath(pte),
-                f"invalid: {problems[0]}" + (f" (and {more} more)" if more else ""),
+                os.fspath(pte), dataclasses.replace(validity, problems=problems).status
             )

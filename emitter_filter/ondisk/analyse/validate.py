@@ -57,6 +57,7 @@ __all__ = [
     "validate_bytes",
     "validate_outputs",
     "CONSTANT_BUFFER_PATH",
+    "UNREADABLE",
 ]
 
 # runtime/core/portable_type/scalar_type.h: the ScalarTypes the portable runtime knows
@@ -66,6 +67,8 @@ _SCALAR_TYPES = range(30)
 _TENSOR_DIMENSION_LIMIT = 16
 # method.cpp: Method::resolve_operator's kTempBufferSizeForName ("name.overload" and its NUL).
 _OPERATOR_NAME_LIMIT = 100
+#: The status of a file whose every problem is this project's reader's (`Validity.unreadable`).
+UNREADABLE = "emitter-filter cannot read it"
 #: Why the constant_buffer path is refused, in the runtime's words (program.cpp:
 #: Program::load); the writers repair it (`inputs.check_inputs`).
 CONSTANT_BUFFER_PATH = (
@@ -86,12 +89,17 @@ class Validity:
         backends: The delegate backend ids its methods need, sorted.
         missing_data: External-tensor and named-data keys found in none of the data
             files given (nor in the `.pte`'s own named data), sorted.
+        unreadable: The problems that are this project's reader's, not the runtime's:
+            it refuses what the runtime may load (an offset outside a segment no method
+            reads, overlapping objects), so these say the file cannot be read here, not
+            that it is invalid (`docs/valid.md`). Also in `problems`.
     """
 
     problems: tuple[str, ...]
     operators: tuple[str, ...]
     backends: tuple[str, ...]
     missing_data: tuple[str, ...]
+    unreadable: tuple[str, ...] = ()
 
     @property
     def valid(self) -> bool:
@@ -99,11 +107,14 @@ class Validity:
 
     @property
     def status(self) -> str:
-        """`valid`, or `invalid: ` with the first problem (and how many more), in one line."""
+        """`valid`, or `invalid: ` with the first problem the runtime has (and how many more),
+        in one line; `emitter-filter cannot read it: ` where every problem is the reader's."""
         if self.valid:
             return "valid"
+        refused = [p for p in self.problems if p not in self.unreadable]
+        word = "invalid" if refused else UNREADABLE
         more = len(self.problems) - 1
-        return f"invalid: {self.problems[0]}" + (f" (and {more} more)" if more else "")
+        return f"{word}: {(refused or self.problems)[0]}" + (f" (and {more} more)" if more else "")
 
     def missing_line(self) -> str:
         """The `--require-data` gate's line: the keys no data file holds."""
@@ -118,6 +129,7 @@ class Validity:
             "operators": list(self.operators),
             "backends": list(self.backends),
             "missing_data": list(self.missing_data),
+            "unreadable": list(self.unreadable),
         }
 
 
@@ -189,9 +201,9 @@ def _validate(source: str | bytes, data_files: Sequence[str | os.PathLike]) -> V
     try:
         read = read_pte_program(source)
     except (ProgramFormatError, FlatbufferError) as error:
-        return Validity((str(error),), (), (), ())
-    problems = _Problems()
-    ptds = _read_data_files(data_files, problems)
+        return Validity((str(error),), (), (), (), (str(error),))
+    problems, unreadable = _Problems(), _Problems()
+    ptds = _read_data_files(data_files, problems, unreadable)
     program, pte = read.program, read.pte
     operators: set[str] = set()
     backends: set[str] = set()
@@ -215,16 +227,18 @@ def _validate(source: str | bytes, data_files: Sequence[str | os.PathLike]) -> V
                 problems.add(line)
     except (ProgramFormatError, FlatbufferError) as error:
         problems.add(str(error))  # A table the reader decoded lazily, corrupt.
+        unreadable.add(str(error))
     return Validity(
         tuple(problems.lines),
         tuple(sorted(operators)),
         tuple(sorted(backends)),
         tuple(sorted(data.missing)),
+        tuple(unreadable.lines),
     )
 
 
 def _read_data_files(
-    data_files: Sequence[str | os.PathLike], problems: _Problems
+    data_files: Sequence[str | os.PathLike], problems: _Problems, unreadable: _Problems
 ) -> list[tuple[PtdFile, Table]]:
     """Each `.ptd` the reader accepts; a problem for each it or the runtime refuses.
 
@@ -237,6 +251,7 @@ def _read_data_files(
             ptd, table = read_ptd_flat_tensor(path)
         except (ProgramFormatError, FlatbufferError) as error:
             problems.add(str(error))
+            unreadable.add(str(error))
             continue
         if table.namedData is None or table.segments is None:
             field = "named_data" if table.namedData is None else "segments"
