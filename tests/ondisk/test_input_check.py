@@ -230,3 +230,24 @@ def test_what_only_this_projects_reader_refuses_is_not_called_invalid(tmp_path, 
     assert lines == [lines[0]] * 3, lines
     assert "invalid" not in lines[0] and "outside its segment" in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pte"]
+
+
+@pytest.mark.parametrize("name", ["merge --inline", "share", "split", "prune"])
+def test_verify_never_gives_a_runtime_an_input_audit_refuses(name, cut, capsys, monkeypatch):
+    """Issue 55, finding 2: with --verify, the runtime loaded each input before the tool's
+    reader saw it, and some inputs crash it; now the input check comes first, whatever
+    the flags: the same line, exit 2, nothing written, no runtime."""
+    from emitter_filter.verify import compare
+
+    def no_runtime(*args, **kwargs):
+        raise AssertionError("the runtime was reached")
+
+    monkeypatch.setattr(compare, "find_runtime", no_runtime)
+    monkeypatch.chdir(cut)
+    argv, outputs = WRITERS[name]
+    if name == "split":
+        (cut / "a.ptd").unlink()
+    assert main([*argv, "--verify"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("emitter-filter: a.pte: invalid: ") and "does not end in NUL" in line
+    assert not any((cut / output).exists() for output in outputs)
