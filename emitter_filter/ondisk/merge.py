@@ -49,6 +49,7 @@ runtime accepts, and the report names it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -125,7 +126,7 @@ from emitter_filter.ondisk.read.layout import (
 )
 from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
-from emitter_filter.ondisk.split_moved import moves_segments, prune_moved
+from emitter_filter.ondisk.split_moved import moved_copy, moves_segments
 from emitter_filter.ondisk.write.output import (
     OutputFile,
     ProgressFn,
@@ -1219,7 +1220,14 @@ def split_file(
         )
     with ByteSource(src) as source:
         view = _view_without(read, [m for m in present if m in chosen], source, chosen, True)
-        moved = moves_segments(view, source, read.pte.segment_base_offset)
-    if moved:
-        return prune_moved(src, dst, view, progress)
-    return prune_file(src, dst, progress=progress, view=view)
+        moved = moves_segments(view.source, source, read.pte.segment_base_offset)
+    if not moved:
+        return prune_file(src, dst, progress=progress, view=view)
+    with moved_copy(src, dst, view.source) as copy:
+        # Pruned from the copy, whose offsets are the view's, as the input's layout.
+        report = prune_file(copy, dst, progress=progress, view=ProgramView(_same, view.layout))
+    return dataclasses.replace(report, path=src, bytes_before=os.stat(src).st_size)
+
+
+def _same(source: ByteSource) -> ByteSource:
+    return source

@@ -1,4 +1,4 @@
-"""`prune_moved`: `split` of a program whose kept methods pack longer than the input's program.
+"""`moved_copy`: `split` of a program whose kept methods pack longer than the input's program.
 
 `split` prunes a view of its input (`merge._without_plans`): the program without the
 other methods, then the input's segment data where the input has it, so that every
@@ -12,34 +12,35 @@ first, beside the output, and pruned from there (one more copy of the file's byt
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 
 from emitter_filter.errors import OutputFileError, PteFormatError
-from emitter_filter.ondisk.prune import FilePruneReport, ProgramView, prune_file
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
-from emitter_filter.ondisk.write.output import ProgressFn
 
-__all__ = ["moves_segments", "prune_moved"]
+__all__ = ["moves_segments", "moved_copy"]
 
 _CHUNK = 1 << 20
 
+#: A `ProgramView`'s `source`: the view's bytes, from a source open on the input.
+ViewOf = Callable[[ByteSource], ByteSource]
 
-def moves_segments(view: ProgramView, source: ByteSource, base: int) -> bool:
-    """Whether `view` of the file `source` is puts its segment data elsewhere than at
+
+def moves_segments(view: ViewOf, source: ByteSource, base: int) -> bool:
+    """Whether the view of the file `source` is puts its segment data elsewhere than at
     `base`, the input's segment base offset."""
-    return base != 0 and len(view.source(source).parts[0]) != base
+    return base != 0 and len(view(source).parts[0]) != base
 
 
-def prune_moved(
-    src: str, dst: str, view: ProgramView, progress: ProgressFn | None = None
-) -> FilePruneReport:
-    """`prune_file(src, dst, view=view)` for a view that moves the segment data.
+@contextlib.contextmanager
+def moved_copy(src: str, dst: str, view: ViewOf) -> Iterator[str]:
+    """The view of `src` written to a temporary file beside `dst`, removed on exit.
 
     Raises:
-        OutputFileError: The view cannot be written beside `dst`.
-        PteFormatError: The file is malformed.
+        OutputFileError: It cannot be written beside `dst`.
+        PteFormatError: `src` changed while it was read.
     """
     try:
         fd, temp = tempfile.mkstemp(
@@ -51,17 +52,14 @@ def prune_moved(
         raise OutputFileError(f"{dst}: cannot write: {error.strerror}") from error
     try:
         with os.fdopen(fd, "wb") as out, ByteSource(src) as source:
-            for part in view.source(source).parts:
+            for part in view(source).parts:
                 if isinstance(part, Piece):
                     _copy(src, part, out)
                 else:
                     out.write(part)
-        report = prune_file(
-            temp, dst, progress=progress, view=ProgramView(lambda moved: moved, view.layout)
-        )
+        yield temp
     finally:
         os.unlink(temp)
-    return dataclasses.replace(report, path=src, bytes_before=os.stat(src).st_size)
 
 
 def _copy(src: str, piece: Piece, out) -> None:
