@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -136,7 +137,7 @@ def _add_diff(commands) -> argparse.ArgumentParser:
             metavar="FILE",
             help=f"a .pt2 or ETRecord naming {side.upper()}.pte's entries (imports torch)",
         )
-    _add_data_beside(diff)
+    _add_data_beside(diff, "--old-data or --new-data")
     diff.add_argument("--json", action="store_true", help="print the diff as JSON")
     diff.add_argument(
         "--markdown", action="store_true", help="print tables ready for a pull request's comment"
@@ -144,8 +145,11 @@ def _add_diff(commands) -> argparse.ArgumentParser:
     diff.add_argument(
         "--max-growth",
         metavar="BYTES|PCT%",
-        help="exit 1 if NEW is larger than OLD by more than BYTES, or PCT%% of OLD",
+        help="exit 1 if NEW is larger than OLD by more than BYTES, or PCT%% of OLD; a "
+        "negative limit (-5%%) asks NEW to be smaller by at least that",
     )
+    # `--max-growth -5%` is a value, not an option: argparse takes only `-5` and `-.5` for one.
+    diff._negative_number_matcher = re.compile(r"^-(?:\d+|\d*\.\d+)%?$")
     diff.add_argument(
         "--top",
         type=_byte_count,

@@ -28,6 +28,7 @@ breakdown the way `diff` compares two files.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -289,7 +290,8 @@ def diff_parts(
 
 
 def growth_limit(text: str) -> tuple[int | None, float | None]:
-    """`--max-growth`: `BYTES` or `PCT%`, as (bytes, None) or (None, percent)."""
+    """`--max-growth`: `BYTES` or `PCT%`, as (bytes, None) or (None, percent). A negative
+    limit is a shrink asked for: `-5%` fails a NEW that is not 5% smaller than OLD."""
     value = text.strip()
     number = value[:-1] if value.endswith("%") else value
     try:
@@ -298,8 +300,8 @@ def growth_limit(text: str) -> tuple[int | None, float | None]:
         raise ValueError(
             f"--max-growth {text!r}: expected BYTES or PCT% (e.g. 4096 or 1.5%)"
         ) from None
-    if parsed < 0:
-        raise ValueError(f"--max-growth {text!r}: must not be negative")
+    if not math.isfinite(parsed):
+        raise ValueError(f"--max-growth {text!r}: expected a finite number")
     return (None, float(parsed)) if value.endswith("%") else (int(parsed), None)
 
 

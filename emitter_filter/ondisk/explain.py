@@ -117,6 +117,8 @@ class Part:
     readers: tuple[Reader, ...] = ()
     copies: tuple[str, ...] = ()
     layouts: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    #: Of named data: the FQNs of the state `--names` finds stored in it (also in `names`).
+    state_names: tuple[str, ...] = ()
 
     @property
     def end(self) -> int:
@@ -150,9 +152,10 @@ class Part:
         if by == "reader":
             return self.readers[0].op if self.readers else f"({self.storage})"
         if by == "module":
-            # Tensors' FQNs only: named-data keys and backends are no module paths.
+            # Tensors' FQNs only: named-data keys and backends are no module paths, but the
+            # state `--names` finds in a delegate's named data is.
             tensor = self.storage in ("constant", "mutable", "external")
-            fqn = next(iter(self.names), None) if tensor else None
+            fqn = next(iter(self.state_names or (self.names if tensor else ())), None)
             if fqn is None:
                 return f"({self.storage})"
             return fqn.rsplit(".", 1)[0] if "." in fqn else "(top level)"
@@ -495,6 +498,15 @@ class _Attributor:
             (self.named_types[k] for k in keys if k in self.named_types), (None, None)
         )
         first = entries[0]
+        fqns: tuple[str, ...] = ()
+        if self.state is not None:
+            source = self.sources[first.file]
+            found = self.state.match_delegated(
+                first.nbytes,
+                shape,
+                lambda: source.read(first.offset, first.nbytes, "named data"),
+            )
+            fqns = tuple(n.name for n in found)
         return Part(
             first.file,
             first.offset,
@@ -505,8 +517,9 @@ class _Attributor:
             status=self._status(first.file, first.offset, first.nbytes),
             dtype=dtype,
             shape=shape,
-            names=tuple(keys),
+            names=(*keys, *fqns),
             readers=readers,
+            state_names=fqns,
         )
 
     def ptd_parts(self) -> list[Part]:

@@ -242,7 +242,7 @@ def test_verify_never_gives_a_runtime_an_input_audit_refuses(name, cut, capsys, 
     def no_runtime(*args, **kwargs):
         raise AssertionError("the runtime was reached")
 
-    monkeypatch.setattr(compare, "find_runtime", no_runtime)
+    monkeypatch.setattr(compare, "Verifier", no_runtime)
     monkeypatch.chdir(cut)
     argv, outputs = WRITERS[name]
     if name == "split":
