@@ -180,8 +180,10 @@ def _constants(path, blob, start, keys, aliases, mutated) -> tuple[list[PtnConst
         begin, stop = entry["data_offsets"]
         if not data_start + begin >= end or data_start + stop > len(blob) or stop < begin:
             raise PteFormatError(
-                path, f"{SAFETENSORS_ENTRY}: {key!r} data_offsets {begin}..{stop} overlap or "
-                f"pass the entry's {len(blob) - data_start} data bytes", start
+                path,
+                f"{SAFETENSORS_ENTRY}: {key!r} data_offsets {begin}..{stop} overlap or "
+                f"pass the entry's {len(blob) - data_start} data bytes",
+                start,
             )
         if data_start + begin > end:
             spans.append(PtnSpan("", "padding", start + end, data_start + begin - end))
@@ -234,7 +236,7 @@ def read_ptn(path: str | os.PathLike) -> PtnPackage:
             end = start_of[info.filename] + info.compress_size
         if PTG_ENTRY not in start_of:
             raise PteFormatError(name, f"not a .ptn package: no {PTG_ENTRY}", 0)
-        blobs = {info.filename: package.read(info) for info in infos}
+        blobs = {info.filename: _read_entry(name, package, info) for info in infos}
     aliases = _aliases(name, blobs.get(ALIASES_ENTRY), start_of.get(ALIASES_ENTRY, 0))
     version, keys, mutated = _read_methods(name, blobs[PTG_ENTRY], start_of[PTG_ENTRY])
     constants: list[PtnConstant] = []
@@ -263,6 +265,13 @@ def read_ptn(path: str | os.PathLike) -> PtnPackage:
         aliases=aliases,
         method_keys=keys,
     )
+
+
+def _read_entry(path: str, package: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+    try:
+        return package.read(info)
+    except (zipfile.BadZipFile, OSError) as error:
+        raise PteFormatError(path, f"{info.filename}: {error}", info.header_offset) from error
 
 
 def _aliases(path: str, blob: bytes | None, start: int) -> dict[str, str]:
