@@ -90,18 +90,23 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(pte: Path, node_data: Path, log: Path, timeout: float = 120.0) -> Iterator[str]:
-    """Model Explorer's server on 127.0.0.1 with the PTE adapter, `pte` and its node data
-    loaded as its command line loads them (its output in `log`); yields the address it
-    prints for them."""
+def serve(
+    pte: Path,
+    node_data: Path | None,
+    log: Path,
+    timeout: float = 120.0,
+    extensions: tuple[str, ...] = (),
+) -> Iterator[str]:
+    """Model Explorer's server on 127.0.0.1 with the PTE adapter (and `extensions`), `pte`
+    and its node data loaded as its command line loads them (its output in `log`); yields
+    the address it prints for them."""
     port = _free_port()
     command = [
         str(Path(PYTHON).parent / "model-explorer"),
         str(pte),
-        "--node_data_paths",
-        str(node_data),
+        *(["--node_data_paths", str(node_data)] if node_data is not None else []),
         "--extensions",
-        "pte_adapter_model_explorer",
+        ",".join(("pte_adapter_model_explorer", *extensions)),
         "--host",
         "127.0.0.1",
         "--port",

@@ -402,3 +402,26 @@ def _os_error_line(error: OSError) -> str:
     if error.filename is None:
         return what
     return f"{os.fsdecode(error.filename)}: {what}"
+
+
+def _any_ptn(paths: Sequence[str]) -> bool:
+    """Whether any of `paths` is a `.ptn` package."""
+    from emitter_filter.ondisk.read.read_ptn import is_ptn
+
+    return any(is_ptn(path) for path in paths)
+
+
+def _ptn_refused(command: str, paths: Sequence[str], options: argparse.Namespace) -> int | None:
+    """The usage error for a `.ptn` beside a `.pte`, or with an option a `.ptn` has no use for."""
+    from emitter_filter.ondisk.read.read_ptn import is_ptn
+
+    others = [p for p in paths if not is_ptn(p)]
+    if others:
+        return _usage_error(
+            command, f"{others[0]} is not a .ptn package: give .ptn packages alone or .pte files"
+        )
+    for option in ("data", "names", "html", "node_data", "old_data", "new_data", "hud_json"):
+        if getattr(options, option, None):
+            flag = "--" + option.replace("_", "-")
+            return _usage_error(command, f"{flag} is for a .pte; a .ptn holds its own constants")
+    return None

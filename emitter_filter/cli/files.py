@@ -16,10 +16,12 @@ from emitter_filter.cli.common import (
     _add_min_bytes,
     _add_naming_arguments,
     _add_verify_arguments,
+    _any_ptn,
     _byte_count,
     _min_bytes,
     _paired,
     _progress_printer,
+    _ptn_refused,
     _sigterm_unwinds,
     _Terminated,
     _usage_error,
@@ -102,6 +104,8 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.read.data_files import data_files_for, sets_of
     from emitter_filter.state_names import state_file
 
+    if _any_ptn(options.pte):
+        return _audit_ptn(options)
     data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
     names = state_file(options.names)
     reports: list[AuditReport | SetAuditReport] = []
@@ -398,3 +402,27 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         if report.dedupe is not None:
             print(f"{report.output}: {report.dedupe.summary()}")
     return _verify_exit(verification, options.json)
+
+
+def _audit_ptn(options: argparse.Namespace) -> int:
+    """`audit` of `.ptn` packages: each one's totals, judged against --max-dead-bytes."""
+    from emitter_filter.ondisk.ptn_report import ptn_report
+
+    refused = _ptn_refused("audit", options.pte, options)
+    if refused is not None:
+        return refused
+    reports = [ptn_report(path) for path in options.pte]
+    if options.json:
+        documents = [report.to_json() for report in reports]
+        print(json.dumps(documents[0] if len(documents) == 1 else documents, indent=2))
+    else:
+        print("\n\n".join("\n".join(report.summary_lines()) for report in reports))
+    limit = options.max_dead_bytes
+    over = [r for r in reports if limit is not None and r.dead_bytes > limit]
+    for report in over:
+        print(
+            f"emitter-filter: {report.path}: {report.dead_bytes:,} dead bytes > "
+            f"--max-dead-bytes {limit:,}",
+            file=sys.stderr,
+        )
+    return EXIT_DEAD_BYTES if over else EXIT_OK

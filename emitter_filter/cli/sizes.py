@@ -16,11 +16,13 @@ from emitter_filter.cli.common import (
     _add_data_arguments,
     _add_data_beside,
     _add_min_bytes,
+    _any_ptn,
     _byte_count,
     _DeprecatedData,
     _min_bytes,
     _paired,
     _percent,
+    _ptn_refused,
     _usage_error,
     _validity_lines,
 )
@@ -263,6 +265,8 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
     from emitter_filter.ondisk.read.data_files import data_files_for
     from emitter_filter.ondisk.write.output import check_outputs, write_files
 
+    if _any_ptn(options.pte):
+        return _explain_ptn(options)
     if options.value is not None and options.node_data is None:
         return _usage_error(
             "explain", "--value says what --node-data sums; give --node-data OUT.json with it"
@@ -339,6 +343,8 @@ def _diff(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         limit = None if options.max_growth is None else growth_limit(options.max_growth)
     except ValueError as error:
         return _usage_error("diff", str(error))
+    if _any_ptn([options.old, options.new]):
+        return _diff_ptn(options, limit)
     sets = [os.path.isdir(options.old), os.path.isdir(options.new)]
     result: SetDiff | SizeDiff
     if any(sets):
@@ -498,3 +504,46 @@ def _hud_file(options: argparse.Namespace, explanations) -> tuple[str, bytes]:
 
     records = hud_records(explanations, options.model_name)
     return options.hud_json, (json.dumps(records, indent=2) + "\n").encode()
+
+
+def _explain_ptn(options: argparse.Namespace) -> int:
+    """`explain` of one `.ptn`: every part of it."""
+    from emitter_filter.ondisk.ptn_report import ptn_report
+
+    refused = _ptn_refused("explain", options.pte, options)
+    if refused is not None:
+        return refused
+    if len(options.pte) > 1:
+        return _usage_error("explain", "explain takes one .ptn package")
+    report = ptn_report(options.pte[0])
+    if options.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(report.to_text(options.top))
+    return EXIT_OK
+
+
+def _diff_ptn(options: argparse.Namespace, limit) -> int:
+    """`diff` of two `.ptn` packages, judged against --max-growth."""
+    from emitter_filter.ondisk.ptn_report import diff_ptn
+
+    refused = _ptn_refused("diff", [options.old, options.new], options)
+    if refused is not None:
+        return refused
+    result = diff_ptn(options.old, options.new)
+    if options.json:
+        print(json.dumps(result.to_json(), indent=2))
+    elif options.markdown:
+        print(result.to_markdown(options.top))
+    else:
+        print(result.to_text(options.top))
+    if limit is not None and result.over(limit):
+        print(
+            f"emitter-filter: {result.new_path}: grew {result.delta:+,} bytes over "
+            f"{result.old_path}, more than --max-growth {options.max_growth}; from:",
+            file=sys.stderr,
+        )
+        for change in result.growth():
+            print(f"  {change.delta:+,} B  {change.kind} {change.label}", file=sys.stderr)
+        return EXIT_DEAD_BYTES
+    return EXIT_OK

@@ -20,6 +20,7 @@ from typing import cast
 from emitter_filter.errors import PteFormatError
 from emitter_filter.flatbuffer_tables import FlatbufferError, Schema, Table
 from emitter_filter.ondisk.read.layout import FLAT_TENSOR_IDENTIFIER, PROGRAM_IDENTIFIER
+from emitter_filter.ondisk.read.read_ptn import is_ptn
 from emitter_filter.regular_files import open_regular_input
 
 __all__ = [
@@ -289,6 +290,12 @@ def check_identifier(source: ByteSource, head: bytes, expected: bytes, kind: str
     identifier = head[4:8]
     if identifier == expected:
         return
+    if head[:4] == b"PK\x03\x04" and is_ptn(source.name):
+        raise PteFormatError(
+            source.name,
+            f"is an ExecuTorch native (.ptn) package, not a {kind} file: audit, explain and "
+            "diff read it; prune, dedupe, share, merge, split, budget and verify don't",
+        )
     if identifier in _OTHER_KIND and expected in _OTHER_KIND:
         raise PteFormatError(source.name, _OTHER_KIND[identifier])
     if identifier[:2] == expected[:2] and re.fullmatch(rb"[0-9A-Za-z]{2}", identifier[2:]):
