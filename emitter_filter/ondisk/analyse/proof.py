@@ -34,7 +34,7 @@ from typing import Protocol
 
 from emitter_filter.delegates import XNNPACK_BACKEND_ID, xnnpack_constant_types
 from emitter_filter.errors import InvalidOutputError, ProgramFormatError
-from emitter_filter.flatbuffer_tables import Table
+from emitter_filter.flatbuffer_tables import FlatbufferError, Table
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.object_models import GENERATED
 from emitter_filter.ondisk.analyse.named_sizes import _tensor_bytes as tensor_bytes
@@ -348,8 +348,15 @@ def prove_rewrite(
     """
     opened: list[ByteSource] = []
     try:
-        new = _reads(output, opened)
         olds = [_reads(side, opened) for side in inputs]
+        try:
+            new = _reads(output, opened)
+        except (ProgramFormatError, FlatbufferError) as error:
+            target = name or getattr(output.pte, "name", os.fspath(output.pte))  # type: ignore[arg-type]
+            raise InvalidOutputError(
+                f"{target}: not written: it cannot be read back: {error} "
+                "(a bug of emitter-filter's rewrite)"
+            ) from error
         target = name or new.source.name
         for method in new.plans:
             number, old_name = (0, method) if methods is None else methods[method]
