@@ -1017,7 +1017,7 @@ def merge_files(
             claims = [_claim(input_files, data_of, choice, ptd is not None, inline)]
             prove_outputs(outputs, claims)
             bytes_after = write_outputs(
-                outputs, progress, validate=proved(validate_outputs, claims)
+                outputs, progress, validate=proved(validate_outputs, claims, outputs)
             )
     finally:
         for fd in opened:

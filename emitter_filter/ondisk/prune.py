@@ -776,9 +776,11 @@ def _write_pruned(
             src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs, strict=True)), opened, layout
         )
         claims = [_claim(src, ptd_paths, ptd_written, methods)]
-        if not dedupe:  # Deduplicated, the outputs are decided as they are written.
+        if dedupe:  # Deduplicated, the outputs are decided as they are written: proven then.
+            validate = proved(validate_outputs, claims)
+        else:
             prove_outputs(outputs, claims)
-        validate = proved(validate_outputs, claims)
+            validate = proved(validate_outputs, claims, outputs)
         # The .ptd outputs' directory, created as `share --out` is (and removed on failure).
         # (Every .ptd output is in the one `ptd_out`.)
         directory = os.path.dirname(ptd_outputs[0]) if ptd_outputs else ""

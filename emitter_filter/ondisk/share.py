@@ -587,7 +587,7 @@ def share_files(
             for directory in dict.fromkeys(os.path.dirname(o.path) for o in outputs):
                 made.enter_context(output_directory(directory or out_path))
             bytes_after = write_outputs(
-                outputs, progress, validate=proved(validate_outputs, claims)
+                outputs, progress, validate=proved(validate_outputs, claims, outputs)
             )
     finally:
         for fd in opened:

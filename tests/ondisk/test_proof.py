@@ -173,3 +173,25 @@ def test_split_and_merge_are_proven_under_their_new_names(tmp_path):
             Side(str(merged)),
             {**methods, "p_forward": (0, "forward")},
         )
+
+
+def test_an_output_written_other_than_decided_is_refused_on_the_bytes_written(
+    tmp_path, monkeypatch, capsys
+):
+    """The proof of the bytes written: a writer copying zeros where it should copy the
+    input's ranges (the output as described proven already) is caught before anything
+    replaces anything."""
+    from emitter_filter.ondisk import merge as merge_module
+    from emitter_filter.ondisk.write import output
+
+    def zeros(self, src, offset, count):
+        self.zeros(count)
+
+    monkeypatch.setattr(output._Writer, "copy", zeros)
+    monkeypatch.setattr(merge_module, "validate_outputs", lambda written: None)
+    out = tmp_path / "merged.pte"
+    plain = GOLDEN / "plain" / "dirty" / "model.pte"
+    assert main(["merge", str(plain), "-o", str(out), "--prefix", "p_=#1"]) == 2
+    error = capsys.readouterr().err
+    assert "method 'p_forward' as written reads other bytes than decided" in error, error
+    assert list(tmp_path.iterdir()) == []
