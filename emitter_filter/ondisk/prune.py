@@ -776,11 +776,10 @@ def _write_pruned(
             src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs, strict=True)), opened, layout
         )
         claims = [_claim(src, ptd_paths, ptd_written, methods)]
-        if dedupe:  # Deduplicated, the outputs are decided as they are written: proven then.
-            validate = proved(validate_outputs, claims)
-        else:
+        if not dedupe:  # Deduplicated, the outputs are proven once deduplicated.
             prove_outputs(outputs, claims)
-            validate = proved(validate_outputs, claims, outputs)
+        # `outputs` as decided: deduplicated in place where asked, before the check runs.
+        validate = proved(validate_outputs, claims, outputs)
         # The .ptd outputs' directory, created as `share --out` is (and removed on failure).
         # (Every .ptd output is in the one `ptd_out`.)
         directory = os.path.dirname(ptd_outputs[0]) if ptd_outputs else ""
@@ -793,6 +792,7 @@ def _write_pruned(
                     progress=progress,
                     early=early,
                     validate=validate,
+                    prove=lambda decided: prove_outputs(decided, claims),
                 )
             else:
                 bytes_after = write_outputs(outputs, progress, early, validate=validate)
