@@ -10,7 +10,7 @@ outputs bit for bit (inputs seeded from each method's metadata); each refusal mu
 leave nothing behind. The runtime runs in a child process (`tests/runtime_worker.py`):
 a mutant that crashes it is left out, pytest goes on.
 
-Seeded and bounded: `CASES` mutants by default (a few seconds);
+Seeded and bounded: `CASES` mutants by default (about 15 s of CPU, a fifth of them run);
 `EMITTER_FILTER_FUZZ_CASES=5000` for more, `EMITTER_FILTER_FUZZ_SEED` for others
 (docs/install.md, "Fuzzing").
 """
@@ -32,7 +32,6 @@ if importlib.util.find_spec("executorch.extension.pybindings.portable_lib") is N
     pytest.skip("needs executorch's pybindings", allow_module_level=True)
 
 from emitter_filter.cli import main  # noqa: E402
-from emitter_filter.ondisk.read.read_pte import read_pte  # noqa: E402
 from tests.differential import golden_seeds  # noqa: E402
 from tests.fuzz_files import Seed  # noqa: E402
 from tests.layouts import with_program_changed  # noqa: E402
@@ -40,11 +39,8 @@ from tests.runtime_mutations import Mutant, as_is, mutants  # noqa: E402
 from tests.runtime_worker import Loaded, RuntimeWorker  # noqa: E402
 
 #: Mutants in the default run; `EMITTER_FILTER_FUZZ_CASES` asks for more.
-CASES = int(os.environ.get("EMITTER_FILTER_FUZZ_CASES", "200"))
+CASES = int(os.environ.get("EMITTER_FILTER_FUZZ_CASES", "300"))
 SEED = int(os.environ.get("EMITTER_FILTER_FUZZ_SEED", "0"))
-
-#: Findings outside the rewrites, by seed and field: (reason, predicate on the mutant).
-KNOWN: dict[str, str] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,9 +197,3 @@ def test_every_rewrite_of_a_mutant_the_runtime_runs_computes_what_it_computed(
     )
     assert tally.findings == []
     assert tally.runnable > CASES // 10  # the mutants are not all refused by the runtime
-
-
-def test_the_seeds_methods_are_what_the_files_say(seeds):
-    """The comparison pairs methods by name: the seeds must name theirs."""
-    for seed in seeds:
-        assert read_pte(seed.pte).plans, seed.name

@@ -679,7 +679,8 @@ def write_deduplicated(
     """
     planned = outputs[0]
     outputs[0], report = dedupe_output(planned, segment_alignment, read=read, compare_later=True)
-    if prove is not None:
+    if prove is not None and not outputs[0].confirm:
+        # A repeat compared while it is written is proven on the bytes written (`validate`).
         prove(outputs)
     try:
         return write_outputs(outputs, progress, early, validate=validate), report
