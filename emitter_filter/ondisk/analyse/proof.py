@@ -472,16 +472,18 @@ def proved(
 
     With `described` (the outputs `prove_outputs` proved), cheaply: each output as written
     must be the output as described, method by method, item by item, each range at the same
-    place with the same bytes at its ends (`_same_place`), not read whole again. Without it,
-    or where an output was laid out on a test made while it was written (`confirm`: a
-    repeat `prune --dedupe` compares as it copies), `prove_rewrite` against the inputs,
-    every range compared.
+    place with the same bytes at its ends (`_same_place`), not read whole again. An output
+    laid out on a test made while it was written (`confirm`: a repeat `prune --dedupe`
+    compares as it copies) is proven as described first, now that its tests are made.
+    Without `described`, `prove_rewrite` of the bytes written against the inputs.
     """
 
     def both(written: Sequence[tuple[str, str]]) -> None:
         check(written)
         temps = [temp for temp, _ in written]
-        if described is None or any(o.confirm for o in described):
+        if described is not None and any(o.confirm for o in described):
+            prove_outputs(described, claims)
+        if described is None:
             for claim in claims:
                 target = written[claim.pte][1]
                 prove_rewrite(claim.inputs, _side(claim, temps), claim.methods, target)
