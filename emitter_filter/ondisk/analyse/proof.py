@@ -1,32 +1,24 @@
 """The structural proof of a rewrite: each method of an output reads what its input's did.
 
-Every writer (`prune`, `prune --dedupe`, `merge`, `split`, `share`) promises an output
-whose methods compute what their input's computed. No runtime is needed to check the
-part of that promise a rewrite can break: for each method of the output and the method
-of the input it came from, `prove_rewrite` compares what they read, item by item:
-
-- the plan's inputs and outputs, and each instruction in chain order: its kind, the
-  operator a kernel call runs (by name, not index), the delegate a delegate call calls
-  (backend id, compile specs, its blob's bytes);
-- every value those reach, numbered in order of first use (so dropped values and a
-  renumbering are not differences), its fields but for `data_buffer_idx`;
-- for every tensor with data, its bytes as the runtime resolves them: the constant or
-  mutable segment's entry, or the `.ptd` entry of its fully qualified name, for the
-  tensor's size;
-- for every named-data key an XNNPACK blob reads, its bytes as the runtime hands them
-  to XNNPACK: from the start of the segment the key names (aliases followed: several
-  keys may name one segment) for the size of the graph's tensor, past the segment's end
-  where it is shorter; an opaque delegate's keys, every key's whole segment.
-
-A difference is refused in one line naming the method and the entry
-(`InvalidOutputError`: exit 2), before anything replaces anything. The writers call it
-on the outputs as described (a `ByteSource` of their parts, before anything is opened
-for writing) and once more on the bytes written, through `proved` around their output
-check. On `read/` alone.
+No runtime is needed to check what a rewrite can break of its promise: for each method of
+an output and the input method it came from, `prove_rewrite` compares, item by item, the
+plan's inputs and outputs; each instruction in chain order (the operator by name, the
+delegate by backend id, compile specs and blob bytes); every value these reach, numbered
+in order of first use (a dropped or renumbered value is no difference), its fields but
+where its data is stored; each tensor's data as the runtime resolves it (the constant or
+mutable entry, or the `.ptd` entry of its name, for the tensor's size); and each
+named-data key an XNNPACK blob reads as the runtime hands it to XNNPACK (from the start
+of the segment the key names, for the graph's tensor's size, past the segment where that
+is shorter; several keys may name one segment), every key's whole segment for an opaque
+delegate. A difference is one line naming the method and the entry
+(`InvalidOutputError`, exit 2). Writers prove their outputs as described
+(`prove_outputs`, before anything is opened for writing) and the bytes written
+(`proved`, their output check). On `read/` alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -77,16 +69,14 @@ class Claim:
     methods: Mapping[str, tuple[int, str]] | None = None
 
 
-#: What `write_outputs` calls with (file as written, target) of each output
-#: (`output.OutputCheck`, which this module, beside `write/`, does not import).
+#: `output.OutputCheck` (this module, beside `write/`, does not import it).
 OutputCheck = Callable[[Sequence[tuple[str, str]]], None]
 
 
 class _Described(Protocol):
-    """An `output.OutputFile`: its target and its bytes' parts."""
+    """An `output.OutputFile`: its target, its bytes' parts, the tests made as it is written."""
 
     path: str
-    #: Tests its layout takes as true, made while it is written: not proven before.
     confirm: tuple
 
     def parts(self) -> list: ...
@@ -194,9 +184,8 @@ class _MethodReads:
             self.found.append((f"{what} data", ("missing", ref.space.value)))
             return
         # Not named by its key: `share` moves a tensor under another key, the same bytes.
-        name = f"{what} data"
-        mutable = ref.space is DataSpace.MUTABLE
-        self.found.append((name, (mutable, self.reads.span(entry.file, entry.offset, nbytes))))
+        span = self.reads.span(entry.file, entry.offset, nbytes)
+        self.found.append((f"{what} data", (ref.space is DataSpace.MUTABLE, span)))
 
     def _delegate(self, index: int) -> tuple:
         delegates = self.plan.delegates or ()
@@ -298,7 +287,8 @@ def _places(span: StoredSpan) -> list[tuple[object, int, int]]:
     for index, start, count in span.source.spans(span.offset, span.nbytes):
         part = parts[index]
         if isinstance(part, Piece):
-            where: object = _file_of(part.fd)
+            status = os.fstat(part.fd)
+            where: object = (status.st_dev, status.st_ino)
             start += part.offset
         else:
             where = id(part)
@@ -307,11 +297,6 @@ def _places(span: StoredSpan) -> list[tuple[object, int, int]]:
         else:
             places.append((where, start, count))
     return places
-
-
-def _file_of(fd: int) -> tuple[int, int]:
-    status = os.fstat(fd)
-    return status.st_dev, status.st_ino
 
 
 def _same_span(left: StoredSpan, right: StoredSpan) -> bool:
@@ -339,13 +324,12 @@ def _in_memory(span: StoredSpan) -> tuple[bytes, int] | None:
     return (part, start) if isinstance(part, bytes) and count == span.nbytes else None
 
 
-#: Bytes of each end of a range compared on the bytes written (`_same_place`).
 _SAMPLE = 4096
 
 
 def _same_place(left: StoredSpan, right: StoredSpan) -> bool:
     """The same range of a file as described and as written: its offset and size, and the
-    bytes at each end (what a copy that went wrong would change), not all of them."""
+    `_SAMPLE` bytes at each end (what a copy gone wrong would change), not all of them."""
     if (left.offset, left.nbytes) != (right.offset, right.nbytes):
         return False
     ends = {0, max(0, left.nbytes - _SAMPLE)}
@@ -386,15 +370,11 @@ def _difference(
     return None
 
 
-def _open(file: FileLike, opened: list[ByteSource]) -> ByteSource:
-    if isinstance(file, ByteSource):
-        return file
-    source = ByteSource(file)
-    opened.append(source)
-    return source
+def _open(file: FileLike, opened: contextlib.ExitStack) -> ByteSource:
+    return file if isinstance(file, ByteSource) else opened.enter_context(ByteSource(file))
 
 
-def _reads(side: Side, opened: list[ByteSource]) -> _Reads:
+def _reads(side: Side, opened: contextlib.ExitStack) -> _Reads:
     source = _open(side.pte, opened)
     ptds = [_open(p, opened) for p in side.ptds]
     read = read_pte_program(source, ptds)
@@ -419,8 +399,7 @@ def prove_rewrite(
     Raises:
         InvalidOutputError: The first method that differs, and the entry.
     """
-    opened: list[ByteSource] = []
-    try:
+    with contextlib.ExitStack() as opened:
         olds = [_reads(side, opened) for side in inputs]
         try:
             new = _reads(output, opened)
@@ -446,9 +425,6 @@ def prove_rewrite(
                     f"{old_name!r} of {old.source.name}: {difference} "
                     "(a bug of emitter-filter's rewrite)"
                 )
-    finally:
-        for source in opened:
-            source.close()
 
 
 def _side(claim: Claim, files: Sequence[FileLike]) -> Side:
@@ -498,8 +474,7 @@ def proved(
 
 def _prove_as_described(described: Side, written: Side, target: str) -> None:
     """Refuses an output whose methods as written read other ranges than as described."""
-    opened: list[ByteSource] = []
-    try:
+    with contextlib.ExitStack() as opened:
         before = _reads(described, opened)
         try:
             after = _reads(written, opened)
@@ -520,6 +495,3 @@ def _prove_as_described(described: Side, written: Side, target: str) -> None:
                     f"{target}: not written: method {method!r} as written reads other bytes "
                     f"than decided: {difference} (a bug of emitter-filter's writer)"
                 )
-    finally:
-        for source in opened:
-            source.close()
