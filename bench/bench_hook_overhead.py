@@ -11,7 +11,9 @@ order rotating every round so that none always runs first or last:
 - ``deduped+INFO``: `prune_constants=True, dedupe_constants=True`, the same logging.
 
 Prints the median of each mode and what it adds to the plain median, the
-filter's and the dedupe's own seconds from the report of the same call, each
+filter's and the dedupe's own seconds from the report of the same call, the
+structural proof's (`ondisk/analyse/proof.py`, run on what the hook's dedupe
+rewrote) as a share of the same call's `to_executorch`, each
 round's time (round 1 against the later ones), and, in a second pass with
 `tracemalloc` on, the peak of Python allocations during one call of each mode.
 
@@ -71,6 +73,25 @@ def _peak(build, mode: str) -> int:
         tracemalloc.stop()
 
 
+def _time_the_proof() -> list[float]:
+    """Wraps the hook's proof of its dedupe (`hook._prove_deduplicated`): each call's seconds
+    are appended to the list returned."""
+    from emitter_filter.inprocess import hook
+
+    seconds: list[float] = []
+    prove = hook._prove_deduplicated
+
+    def timed(before, after) -> None:
+        started = time.perf_counter()
+        try:
+            prove(before, after)
+        finally:
+            seconds.append(time.perf_counter() - started)
+
+    hook._prove_deduplicated = timed
+    return seconds
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="tied_embedding_32000x288", help="a bench.zoo case")
@@ -87,16 +108,21 @@ def main(argv=None) -> int:
     logging.getLogger("emitter_filter").addHandler(handler)
     logging.getLogger("emitter_filter").setLevel(logging.INFO)
 
+    proof_s = _time_the_proof()
     _call(build, "plain")  # Warm-up: first imports and kernels, untimed.
     times: dict[str, list[float]] = {m: [] for m in MODES}
     filter_s: dict[str, list[float]] = {m: [] for m in MODES}
     dedupe_s: list[float] = []
     sizes: dict[str, int] = {}
+    proved: list[float] = []
     for round_index in range(options.rounds):
         order = MODES[round_index % 3 :] + MODES[: round_index % 3]
         for mode in order:
+            proof_s.clear()
             seconds, filtered, deduped, sizes[mode] = _call(build, mode)
             times[mode].append(seconds)
+            if mode == "deduped+INFO":
+                proved.append(sum(proof_s))
             if filtered is not None:
                 filter_s[mode].append(filtered)
             if deduped is not None:
@@ -117,6 +143,12 @@ def main(argv=None) -> int:
         print(
             f"dedupe's own time, median: {statistics.median(dedupe_s) * 1e3:.1f} ms "
             f"({share * 100:.1f}% of the same call)"
+        )
+    if any(proved):
+        share = statistics.median(p / t for p, t in zip(proved, times["deduped+INFO"], strict=True))
+        print(
+            f"the proof's own time, median: {statistics.median(proved) * 1e3:.2f} ms "
+            f"({share * 100:.2f}% of the same call)"
         )
     print("each round (ms):")
     for mode in MODES:

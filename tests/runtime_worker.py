@@ -50,6 +50,9 @@ _LOG_LINE = re.compile(r"(?:executorch:|\[)([\w.]+\.(?:cpp|h)):(\d+)\] (.*)$")
 @dataclasses.dataclass(frozen=True)
 class Loaded:
     methods: tuple[str, ...]
+    #: With `run`: each method's outputs ([dtype, shape, hex] each), None where its inputs
+    #: are not seeded; compared bit for bit.
+    outputs: dict | None = dataclasses.field(default=None, compare=False)
 
     def __str__(self) -> str:
         return "loaded"
@@ -115,10 +118,18 @@ class RuntimeWorker:
     def load(self, pte: str | os.PathLike, data_files: Sequence[str | os.PathLike] = ()):
         return self.load_all([(pte, data_files)])[0]
 
-    def load_all(self, files: Sequence[tuple[str | os.PathLike, Sequence[str | os.PathLike]]]):
+    def load_all(
+        self,
+        files: Sequence[tuple[str | os.PathLike, Sequence[str | os.PathLike]]],
+        run: bool = False,
+    ):
         """`Loaded` or `Refused` for each `(pte, data_files)`, in order; one round trip per
-        batch, and one more after each crash."""
-        requests = [[os.fspath(p), [os.fspath(d) for d in data]] for p, data in files]
+        batch, and one more after each crash. With `run`, each method is run too, on inputs
+        seeded from its metadata (`Loaded.outputs`); an error running it is a refusal."""
+        requests = [
+            [os.fspath(p), [os.fspath(d) for d in data], *(["run"] if run else [])]
+            for p, data in files
+        ]
         results: list[Loaded | Refused] = []
         while len(results) < len(requests):
             batch = requests[len(results) :]
@@ -145,7 +156,7 @@ class RuntimeWorker:
                 if "done" in message:
                     break
                 if message.get("loaded"):
-                    results.append(Loaded(tuple(message["methods"])))
+                    results.append(Loaded(tuple(message["methods"]), message.get("outputs")))
                 else:
                     results.append(Refused(message["reason"], tuple(message["log"])))
         return results
@@ -216,16 +227,76 @@ def _load(runtime, pte: str, data_files: list[str]) -> dict:
     return {"loaded": True, "methods": methods}
 
 
+def _tensor_inputs(torch, meta, method: str) -> tuple | None:
+    """Seeded inputs for each of a method's inputs from its metadata (the same for the same
+    metadata), or None where one is not a tensor."""
+    generator = torch.Generator().manual_seed(0)
+    values = []
+    for index in range(meta.num_inputs()):
+        try:
+            tensor = meta.input_tensor_meta(index)
+        except IndexError:
+            return None
+        dtype = _TORCH_DTYPES.get(int(tensor.dtype()))
+        if dtype is None:
+            return None
+        sizes = tuple(tensor.sizes())
+        if dtype.is_floating_point:
+            values.append(torch.randn(sizes, generator=generator).to(dtype))
+        elif dtype == torch.bool:
+            values.append(torch.randint(0, 2, sizes, generator=generator).bool())
+        else:
+            values.append(torch.randint(0, 4, sizes, generator=generator).to(dtype))
+    return tuple(values)
+
+
+#: torch's dtype of each `ScalarType` an input is seeded in.
+_TORCH_DTYPES: dict = {}
+
+
+def _encoded(torch, value) -> list:
+    """An output as [kind, shape, hex of its bytes]: compared bit for bit."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().contiguous()
+        raw = value.view(torch.uint8) if value.element_size() == 1 else value
+        data = raw.flatten().view(torch.uint8).numpy().tobytes() if value.numel() else b""
+        return [str(value.dtype), list(value.shape), data.hex()]
+    return [type(value).__name__, [], repr(value)]
+
+
+def _run(runtime, pte: str, data_files: list[str]) -> dict:
+    """Loads the file, then runs each method (a program loaded for it alone) on inputs seeded
+    from its metadata; the outputs by method (None: an input that is not seeded)."""
+    import torch
+
+    if len(data_files) > 1:
+        return {"loaded": False, "reason": "the pybindings take one data file", "log": []}
+    answer = _load(runtime, pte, data_files)
+    data = Path(pte).read_bytes()  # held until the module is gone
+    ptd = Path(data_files[0]).read_bytes() if data_files else None
+    outputs: dict = {}
+    for method in answer["methods"]:
+        module = runtime._load_for_executorch_from_buffer(data, ptd)
+        inputs = _tensor_inputs(torch, module.method_meta(method), method)
+        if inputs is not None:
+            outputs[method] = [_encoded(torch, v) for v in module.run_method(method, inputs)]
+        else:
+            outputs[method] = None
+        del module
+    answer["outputs"] = outputs
+    return answer
+
+
 def _child(runtime, log_fd: int) -> None:
     """Loads the files of each batch until stdin ends; a crash ends the process."""
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     for line in sys.stdin:
-        for pte, data_files in json.loads(line)["batch"]:
+        for pte, data_files, *run in json.loads(line)["batch"]:
             os.ftruncate(log_fd, 0)
             os.lseek(log_fd, 0, os.SEEK_SET)
             try:
-                answer = _load(runtime, pte, data_files)
+                answer = (_run if run else _load)(runtime, pte, data_files)
             except Exception as error:  # noqa: BLE001 - every refusal is an answer
                 log = _log_lines(log_fd)
                 errors = _errors(log)
@@ -255,7 +326,30 @@ def serve() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # torch's and the runtime's start-up chatter
     os.dup2(devnull, 2)
+    import torch
     from executorch.extension.pybindings import portable_lib as runtime
+
+    try:  # The quantized kernels XNNPACK's and the quantizer's programs call.
+        import executorch.kernels.quantized  # noqa: F401
+    except ImportError:
+        pass
+    from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
+
+    by_name = {
+        "FLOAT": torch.float32,
+        "DOUBLE": torch.float64,
+        "HALF": torch.float16,
+        "BFLOAT16": torch.bfloat16,
+        "LONG": torch.int64,
+        "INT": torch.int32,
+        "SHORT": torch.int16,
+        "CHAR": torch.int8,
+        "BYTE": torch.uint8,
+        "BOOL": torch.bool,
+    }
+    _TORCH_DTYPES.update(
+        {number: by_name[name] for number, name in SCALAR_TYPE_NAMES.items() if name in by_name}
+    )
 
     _write(
         {

@@ -230,14 +230,14 @@ def _dedupe_serialized(emitter_output, serialized, config, prune_report):
     A `ProgramFormatError` from reading the file (an upstream quirk the prune did
     not meet, or no prune) leaves the `.pte` as serialized, under the fail-safe.
     """
-    from emitter_filter.errors import ProgramFormatError
+    from emitter_filter.errors import InvalidOutputError, ProgramFormatError
     from emitter_filter.inprocess.reports import _record_dedupe_report, _record_dedupe_skipped
 
     started = time.perf_counter()
     pte, ptd_files = serialized
     try:
         deduplicated, dedupe_report = _dedupe_cord(pte, getattr(config, "segment_alignment", None))
-    except ProgramFormatError as error:
+    except (ProgramFormatError, InvalidOutputError) as error:
         written = "as ExecuTorch writes it" if prune_report is None else "pruned only"
         _fail_safe(config, error, "deduplicating", written)
         _record_dedupe_skipped(emitter_output, str(error))
@@ -262,7 +262,10 @@ def _dedupe_cord(pte, alignment):
 
     buffers = _upstream.cord_pieces(pte)
     if buffers is None:
-        deduplicated, report = dedupe_pte(bytes(pte), alignment)
+        whole = bytes(pte)
+        deduplicated, report = dedupe_pte(whole, alignment)
+        if report.shared:
+            _prove_deduplicated([whole], [deduplicated])
         return (_upstream.cord(deduplicated) if report.shared else pte), report
     with contextlib.ExitStack() as opened:
         pieces, owners = [], {}
@@ -278,7 +281,23 @@ def _dedupe_cord(pte, alignment):
         deduplicated, report = dedupe_pieces(pieces, alignment)
         if not report.shared:
             return pte, report
+        _prove_deduplicated(pieces, deduplicated)
         return _upstream.cord_of(_cord_buffer(part, owners) for part in deduplicated), report
+
+
+def _prove_deduplicated(before, after) -> None:
+    """`proof.prove_rewrite` of the deduplicated `.pte` against the serialized one, both
+    read where they lie (the serializer's buffers, the weights' files): each method reads
+    the same bytes. An `InvalidOutputError` is a `ProgramFormatError`'s sibling: the caller's
+    fail-safe writes the `.pte` as serialized."""
+    from emitter_filter.ondisk.analyse.proof import Side, prove_rewrite
+    from emitter_filter.ondisk.read.byte_source import ByteSource
+
+    with (
+        ByteSource(list(before), "serialized") as old,
+        ByteSource(list(after), "deduplicated") as new,
+    ):
+        prove_rewrite([Side(old)], Side(new))
 
 
 def _cord_buffer(part, owners: dict):

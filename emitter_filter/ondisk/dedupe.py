@@ -66,7 +66,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.duplicates import StoredCopy
@@ -662,6 +662,7 @@ def write_deduplicated(
     progress: ProgressFn | None = None,
     early: EarlyCopy | None = None,
     validate: OutputCheck | None = None,
+    prove: Callable[[Sequence[OutputFile]], None] | None = None,
 ) -> tuple[int, DedupeReport]:
     """Deduplicates `outputs[0]` (`dedupe_output`) and writes every output (`write_outputs`).
 
@@ -672,16 +673,23 @@ def write_deduplicated(
     decided again, every compare made first, and written. Returns the bytes
     written and what was shared; `outputs[0]` becomes the deduplicated output.
     `early` is a copy of the input begun already (`output.EarlyCopy`); `validate`
-    checks the outputs before they replace anything (`output.write_outputs`).
+    checks the outputs before they replace anything (`output.write_outputs`); `prove`
+    (`proof.prove_outputs`) is called with the outputs as decided, before anything is
+    written.
     """
     planned = outputs[0]
     outputs[0], report = dedupe_output(planned, segment_alignment, read=read, compare_later=True)
+    if prove is not None and not outputs[0].confirm:
+        # A repeat compared while it is written is proven on the bytes written (`validate`).
+        prove(outputs)
     try:
         return write_outputs(outputs, progress, early, validate=validate), report
     except UnconfirmedOutput:
         logger.debug("%s: a repeat's bytes differ after all; deciding again", planned.path)
     # The first try may have rewritten `read.program`: read the planned output again.
     outputs[0], report = dedupe_output(planned, segment_alignment)
+    if prove is not None:
+        prove(outputs)
     return write_outputs(outputs, progress, validate=validate), report
 
 

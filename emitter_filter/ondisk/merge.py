@@ -76,6 +76,7 @@ from emitter_filter.ondisk.analyse.analysis import (
     find_aliases,
     keep_ptd_key,
 )
+from emitter_filter.ondisk.analyse.proof import Claim, Side, prove_outputs, proved
 from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.dedupe import dedupe_output
 from emitter_filter.ondisk.merge_names import (
@@ -1020,8 +1021,11 @@ def merge_files(
             if dedupe:
                 alignment = _merged_layout([item.layout for item in items]).segment_alignment
                 merged, deduplicated = dedupe_output(merged, alignment)
+            outputs = [merged, *([ptd] if ptd else [])]
+            claims = [_claim(input_files, data_of, choice, ptd is not None, inline)]
+            prove_outputs(outputs, claims)
             bytes_after = write_outputs(
-                [merged, *([ptd] if ptd else [])], progress, validate=validate_outputs
+                outputs, progress, validate=proved(validate_outputs, claims, outputs)
             )
     finally:
         for fd in opened:
@@ -1055,6 +1059,27 @@ def merge_files(
     )
     logger.info("%s", report.summary())
     return report
+
+
+def _claim(inputs, data_of, choice: Choice, ptd_written: bool, inline: bool) -> Claim:
+    """What a merge claims of its output: each method kept is its input's method, under its
+    new name; the `.ptd` is the one written, or else the inputs' (none where `inline`)."""
+    methods = {
+        new: (number, old)
+        for number, (olds, news) in enumerate(zip(choice.originals, choice.names, strict=True))
+        for old, new in zip(olds, news, strict=True)
+        if new is not None
+    }
+    others = () if inline else tuple(os.fspath(p) for files in data_of for p in files)
+    return Claim(
+        inputs=tuple(
+            Side(path, tuple(os.fspath(p) for p in files))
+            for path, files in zip(inputs, data_of, strict=True)
+        ),
+        pte=0,
+        ptds=(1,) if ptd_written else others,
+        methods=methods,
+    )
 
 
 def _merged_methods(inputs: Sequence[str], choice: Choice) -> tuple[MergedMethod, ...]:
@@ -1229,6 +1254,7 @@ def split_file(
         view = _view_without(read, [m for m in present if m in chosen], source, chosen, True)
         moved = moves_segments(view.source, source, read.pte.segment_base_offset)
     if not moved:
+        view = dataclasses.replace(view, methods={new: old for old, new in chosen.items()})
         return prune_file(src, dst, progress=progress, view=view)
     with moved_copy(src, dst, view.source) as copy:
         # Pruned from the copy, whose offsets are the view's, as the input's layout.

@@ -42,7 +42,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -59,6 +59,7 @@ from emitter_filter.ondisk.analyse.analysis import (
     find_shared_ranges,
     keep_ptd_key,
 )
+from emitter_filter.ondisk.analyse.proof import Claim, Side, prove_outputs, proved
 from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
 from emitter_filter.ondisk.read.file_model import PteFile
@@ -214,6 +215,8 @@ class ProgramView:
 
     source: Callable[[ByteSource], ByteSource]
     layout: PteLayout
+    #: Each method's name in the input, by its name in the view (a split's renames).
+    methods: Mapping[str, str] | None = None
 
 
 @dataclass
@@ -715,6 +718,7 @@ def prune_file(
             early,
             dedupe=dedupe,
             layout=None if view is None else view.layout,
+            methods=None if view is None else view.methods,
         )
 
 
@@ -723,6 +727,18 @@ def _undoes_sharing(analysis: FileAnalysis, rewrite: bool = False) -> bool:
     aliased = find_aliases(analysis.shared)
     return (rewrite or changes_pte(analysis)) and any(
         a.space == "constant" for a in aliased.values()
+    )
+
+
+def _claim(src: str, ptd_paths, ptd_written: Mapping[str, str], methods) -> Claim:
+    """What a prune claims of its output: each method is its input's (by `methods`, a
+    split's new name to old, where given); each `.ptd` written is its input's, pruned."""
+    positions = {path: number for number, path in enumerate(ptd_written, start=1)}
+    return Claim(
+        inputs=(Side(src, tuple(ptd_paths)),),
+        pte=0,
+        ptds=tuple(positions[p] for p in ptd_paths if p in positions),
+        methods=None if methods is None else {new: (0, old) for new, old in methods.items()},
     )
 
 
@@ -739,6 +755,7 @@ def _write_pruned(
     *,
     dedupe: bool,
     layout: PteLayout | None = None,
+    methods: Mapping[str, str] | None = None,
 ) -> FilePruneReport:
     """The prune itself, once the file is read and analysed: decide, deduplicate if asked,
     write, report.
@@ -768,6 +785,11 @@ def _write_pruned(
         outputs, ptd_written = _decide_outputs(
             src, dst, read, analysis, list(zip(ptd_paths, ptd_outputs, strict=True)), opened, layout
         )
+        claims = [_claim(src, ptd_paths, ptd_written, methods)]
+        if not dedupe:  # Deduplicated, the outputs are proven once deduplicated.
+            prove_outputs(outputs, claims)
+        # `outputs` as decided: deduplicated in place where asked, before the check runs.
+        validate = proved(validate_outputs, claims, outputs)
         # The .ptd outputs' directory, created as `share --out` is (and removed on failure).
         # (Every .ptd output is in the one `ptd_out`.)
         directory = os.path.dirname(ptd_outputs[0]) if ptd_outputs else ""
@@ -779,10 +801,11 @@ def _write_pruned(
                     read=verbatim_read,
                     progress=progress,
                     early=early,
-                    validate=validate_outputs,
+                    validate=validate,
+                    prove=lambda decided: prove_outputs(decided, claims),
                 )
             else:
-                bytes_after = write_outputs(outputs, progress, early, validate=validate_outputs)
+                bytes_after = write_outputs(outputs, progress, early, validate=validate)
     finally:
         for input_fd in opened:
             os.close(input_fd)

@@ -44,6 +44,7 @@ from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM
 from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.analyse.analysis import find_aliases, find_shared_ranges
+from emitter_filter.ondisk.analyse.proof import Claim, Side, prove_outputs, proved
 from emitter_filter.ondisk.analyse.share_find import (
     DEFAULT_MIN_BYTES,
     ProgramSet,
@@ -579,10 +580,14 @@ def share_files(
         )
         deduplicated = _dedupe(outputs, programs.layouts) if dedupe else 0
         sizes = [o.size for o in outputs]
+        claims = _claims(pte_files, data_of, ptd_files, bool(found.shared))
+        prove_outputs(outputs, claims)
         with contextlib.ExitStack() as made:
             for directory in dict.fromkeys(os.path.dirname(o.path) for o in outputs):
                 made.enter_context(output_directory(directory or out_path))
-            bytes_after = write_outputs(outputs, progress, validate=validate_outputs)
+            bytes_after = write_outputs(
+                outputs, progress, validate=proved(validate_outputs, claims, outputs)
+            )
     finally:
         for fd in opened:
             os.close(fd)
@@ -598,6 +603,17 @@ def share_files(
         data_of,
     )
     return dataclasses.replace(report, deduplicated_bytes=deduplicated) if dedupe else report
+
+
+def _claims(pte_files, data_of, ptd_files, shared: bool) -> list[Claim]:
+    """What a share claims of each program it writes: its methods are its input's, read
+    with the shared `.ptd` (written after the programs), or else with copies of its own."""
+    claims = []
+    for number, (pte, files) in enumerate(zip(pte_files, data_of, strict=True)):
+        first = len(pte_files)
+        ptds = (first,) if shared else tuple(first + ptd_files.index(p) for p in files)
+        claims.append(Claim(inputs=(Side(pte, tuple(files)),), pte=number, ptds=ptds))
+    return claims
 
 
 def _dedupe(outputs: list[OutputFile], layouts: Sequence[PteLayout]) -> int:

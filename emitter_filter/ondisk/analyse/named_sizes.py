@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from emitter_filter.delegates import xnnpack_constant_types
 
-__all__ = ["undersized_named_data"]
+__all__ = ["undersized_named_data", "xnnpack_tensor_bytes"]
 
 #: Bytes per element of the `ScalarType` XNNPACK's datatypes are stored as
 #: (`scalar_types.xnnpack_scalar_type`); 4-bit kinds two to a byte, so at least half a
@@ -38,7 +38,7 @@ def undersized_named_data(graphs: Iterable[bytes], held: Mapping[str, int]) -> l
     needed: dict[str, int] = {}
     for graph in graphs:
         for key, (dtype, dims) in xnnpack_constant_types(graph).items():
-            nbytes = _tensor_bytes(dtype, dims)
+            nbytes = xnnpack_tensor_bytes(dtype, dims)
             if nbytes is not None:
                 needed[key] = max(needed.get(key, 0), nbytes)
     return [
@@ -48,7 +48,7 @@ def undersized_named_data(graphs: Iterable[bytes], held: Mapping[str, int]) -> l
     ]
 
 
-def _tensor_bytes(dtype: str, dims: tuple[int, ...] | None) -> int | None:
+def xnnpack_tensor_bytes(dtype: str, dims: tuple[int, ...] | None) -> int | None:
     """The fewest bytes XNNPACK reads for a tensor; None where that is not known."""
     if dims is None:
         return None

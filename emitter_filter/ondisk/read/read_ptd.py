@@ -25,7 +25,7 @@ _FLAT_TENSOR_FIELDS = 3
 _FLAT_TENSOR_VERSION = 0  # _FLAT_TENSOR_VERSION in serialize.py: the newest the runtime loads
 
 
-def read_ptd(path: str | os.PathLike) -> PtdFile:
+def read_ptd(path: str | os.PathLike | ByteSource) -> PtdFile:
     """Reads a `.ptd` file's header and flatbuffer, not its segment data.
 
     Raises:
@@ -95,9 +95,12 @@ def _read_segments(source: ByteSource, flat_tensor, base: int, data_size: int) -
     return segments
 
 
-def read_ptd_flat_tensor(path: str | os.PathLike) -> tuple[PtdFile, Table]:
-    """`read_ptd`, plus the decoded `FlatTensor` (`fbs_schemas.FLAT_TENSOR`), for a rewrite."""
-    source = ByteSource(path)
+def read_ptd_flat_tensor(path: str | os.PathLike | ByteSource) -> tuple[PtdFile, Table]:
+    """`read_ptd`, plus the decoded `FlatTensor` (`fbs_schemas.FLAT_TENSOR`), for a rewrite.
+
+    `path` may be an open `ByteSource` (the caller's: not closed here).
+    """
+    source = path if isinstance(path, ByteSource) else ByteSource(path)
     try:
         flatbuffer_end, base, data_size = _read_header(source)
         buffer = source.read(0, flatbuffer_end, "flatbuffer")
@@ -125,4 +128,5 @@ def read_ptd_flat_tensor(path: str | os.PathLike) -> tuple[PtdFile, Table]:
         )
         return ptd, flat_tensor
     finally:
-        source.close()
+        if source is not path:
+            source.close()

@@ -435,7 +435,8 @@ def _named_data(
 
 
 def read_pte_program(
-    source: str | os.PathLike | bytes | ByteSource, ptd_paths: Sequence[str | os.PathLike] = ()
+    source: str | os.PathLike | bytes | ByteSource,
+    ptd_paths: Sequence[str | os.PathLike | ByteSource] = (),
 ) -> PteProgram:
     """`read_pte`, plus the decoded program and its flatbuffer's bytes, for a rewrite.
 
