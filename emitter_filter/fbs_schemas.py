@@ -10,17 +10,21 @@ and is skipped.
 - `PROGRAM`: schema/program.fbs and scalar_type.fbs (the `.pte` program), every field;
 - `FLAT_TENSOR`: extension/flat_tensor/serialize/flat_tensor.fbs (the `.ptd` file), every field;
 - `XNNPACK`: backends/xnnpack/serialization/schema.fbs, only `XNNGraph.constant_data`
-  (the named-data keys a blob reads).
+  (the named-data keys a blob reads);
+- `VULKAN`: backends/vulkan/serialization/schema.fbs, only `VkGraph.values` (each
+  `VkTensor`'s datatype, dims and constant) and `VkGraph.constants` (their bytes or keys).
 
 The generated object API (`emitter_filter._program_fbs`) is generated from the
-same files; `tests/test_flatbuffer_tables.py` checks every table here against it.
+same files (but Vulkan's, which is only read); `tests/test_flatbuffer_tables.py` checks
+every table here against it, and `tests/test_delegates_vulkan.py` Vulkan's against the
+graph ExecuTorch's own `flatc` decodes.
 """
 
 from __future__ import annotations
 
 from emitter_filter.flatbuffer_tables import Schema
 
-__all__ = ["PROGRAM", "FLAT_TENSOR", "XNNPACK"]
+__all__ = ["PROGRAM", "FLAT_TENSOR", "XNNPACK", "VULKAN"]
 
 PROGRAM = Schema(
     "executorch_flatbuffer",
@@ -184,6 +188,55 @@ XNNPACK = Schema(
             ("constant_buffer", None),  # deprecated: keeps its slot
             ("mem_buffer_sizes", None),  # deprecated: keeps its slot
             ("constant_data", "[ConstantDataOffset]"),
+        ),
+    },
+)
+
+# Members of `union GraphTypes` nobody here reads are tables without fields: their
+# vtables are read, their fields skipped.
+_VK_UNREAD = ("Null", "Int", "Double", "Bool", "IntList", "DoubleList", "BoolList")
+
+VULKAN = Schema(
+    "vkgraph",
+    root="VkGraph",
+    tables={
+        **{name: () for name in (*_VK_UNREAD, "ValueList", "String", "SymInt")},
+        "VkTensor": (
+            ("datatype", "byte"),  # VkDataType
+            ("dims", "[uint]"),
+            ("constant_id", "int"),  # index into VkGraph.constants; negative: none
+            ("mem_obj_id", None),
+            ("storage_type", None),
+            ("memory_layout", None),
+            ("staging_datatype", None),
+        ),
+        "VkValue": (("value", "GraphTypes"),),
+        "VkBytes": (("offset", "ulong"), ("length", "ulong"), ("named_key", "string")),
+        "VkGraph": (
+            ("version", None),
+            ("chain", None),
+            ("values", "[VkValue]"),
+            ("input_ids", None),
+            ("output_ids", None),
+            ("constants", "[VkBytes]"),
+            ("shaders", None),
+            ("storage_type_override", None),
+            ("memory_layout_override", None),
+        ),
+    },
+    unions={
+        "GraphTypes": (
+            "Null",
+            "Int",
+            "Double",
+            "Bool",
+            "VkTensor",
+            "IntList",
+            "DoubleList",
+            "BoolList",
+            "ValueList",
+            "String",
+            "SymInt",
         ),
     },
 )
