@@ -339,3 +339,22 @@ def _os_error_line(error: OSError) -> str:
     if error.filename is None:
         return what
     return f"{os.fsdecode(error.filename)}: {what}"
+
+
+#: Backends whose programs this package's runtimes run (`verify.runtimes`: CPU kernels and
+#: XNNPACK); another backend's output is checked structurally only.
+_RUN_HERE = frozenset({"XnnpackBackend"})
+
+
+def _unverified_note(pte: str) -> None:
+    """One stderr line when `pte` calls a backend no runtime here runs (Core ML, Vulkan):
+    its structure is checked, its outputs were not computed."""
+    from emitter_filter.ondisk.read.read_pte import read_pte
+
+    backends = sorted({u.backend_id for d in read_pte(pte).delegates for u in d.users} - _RUN_HERE)
+    if backends:
+        print(
+            f"emitter-filter: {pte}: not run-verified here: no runtime for "
+            f"{', '.join(backends)} on this machine (its structure is checked)",
+            file=sys.stderr,
+        )

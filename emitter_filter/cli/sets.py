@@ -15,6 +15,7 @@ from emitter_filter.cli.common import (
     _print_report,
     _progress_printer,
     _sigterm_unwinds,
+    _unverified_note,
     _verifier,
     _verify_exit,
     _with_verify,
@@ -281,6 +282,7 @@ def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
             for method in report.methods
         ]
     )
+    _unverified_note(report.output)
     return _print_report(report, options.json, verification)
 
 
@@ -308,4 +310,5 @@ def _split(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         )
     else:
         print(report.summary())
+    _unverified_note(report.output)
     return _verify_exit(verification, options.json)

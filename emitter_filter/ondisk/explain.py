@@ -495,6 +495,16 @@ class _Attributor:
             (self.named_types[k] for k in keys if k in self.named_types), (None, None)
         )
         first = entries[0]
+        names = list(keys)
+        if self.state is not None and shape is not None and first.offset >= 0:
+            # A backend that stores a weight as it is (Vulkan) is named by its bytes.
+            source = self.sources[first.file]
+            found = self.state.match(
+                first.nbytes,
+                [tuple(shape)],
+                lambda: source.read(first.offset, first.nbytes, "named data"),
+            )
+            names += [n.name for n in found]
         return Part(
             first.file,
             first.offset,
@@ -505,7 +515,7 @@ class _Attributor:
             status=self._status(first.file, first.offset, first.nbytes),
             dtype=dtype,
             shape=shape,
-            names=tuple(keys),
+            names=tuple(names),
             readers=readers,
         )
 

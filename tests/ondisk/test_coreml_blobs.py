@@ -145,3 +145,14 @@ def test_the_refusal_is_one_line_and_exit_2(program, tmp_path):
     )
     assert run.returncode == 2
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+def test_what_split_writes_of_it_is_labelled_not_run_verified(program, tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "emitter_filter", "split", str(program), "--method", "forward"]
+        + ["-o", str(tmp_path / "out.pte")],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "not run-verified here: no runtime for CoreMLBackend" in run.stderr

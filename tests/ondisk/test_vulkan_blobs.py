@@ -149,3 +149,18 @@ def test_every_backend_answers_the_same_questions():
         assert found is not None and found.backend_id == backend
     assert blob_format("QnnBackend") is None
     assert delegate_named_keys("QnnBackend", b"anything") is None
+
+
+def test_names_name_vulkan_named_data_by_its_bytes(golden, tmp_path):
+    if not HAVE_EXECUTORCH:
+        pytest.skip("a .pt2 is read with torch")
+    import torch
+
+    from tests.vulkan_programs import _MODELS
+
+    model, inputs = _MODELS["tied_dead"]
+    pt2 = tmp_path / "model.pt2"
+    torch.export.save(torch.export.export(model(), inputs()), pt2)
+    parts = explain_file(golden["tied_dead"].pte, names=pt2).to_json()["parts"]
+    (named,) = [p for p in parts if p["storage"] == "named_data"]
+    assert set(named["names"][1:]) == {"embedding.weight", "head.weight"}
