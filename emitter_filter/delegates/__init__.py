@@ -3,7 +3,7 @@
 Every backend's `init` gets the program's merged `NamedDataMap`, and may look up any
 key in it. Where a backend's blob says which keys it reads (and as what dtype and
 shape), its module reads them: `xnnpack`, `vulkan`, `coreml` (a multifunction
-program's reference). Every other backend's blob is opaque: it may read any key.
+program's reference), `aoti` (Metal's two keys). Every other backend's blob is opaque: it may read any key.
 `blob_format.BlobFormat` is what each answers; `blob_format(backend_id)` finds it.
 
 These modules read bytes only (no `executorch.exir`, whose import takes seconds),
@@ -12,6 +12,7 @@ so the in-memory hook and the file side share them.
 
 from __future__ import annotations
 
+from emitter_filter.delegates.aoti import METAL_BACKEND_ID, METAL_FORMAT
 from emitter_filter.delegates.blob_format import BlobConstant, BlobFormat, ConstantTypes
 from emitter_filter.delegates.coreml import COREML_BACKEND_ID, COREML_FORMAT
 from emitter_filter.delegates.vulkan import VULKAN_BACKEND_ID, VULKAN_FORMAT
@@ -30,6 +31,7 @@ __all__ = [
     "BlobFormat",
     "ConstantTypes",
     "COREML_BACKEND_ID",
+    "METAL_BACKEND_ID",
     "VULKAN_BACKEND_ID",
     "XNNPACK_BACKEND_ID",
     "XNN_HEADER_SIZE",
@@ -41,7 +43,15 @@ __all__ = [
     "xnnpack_node_keys",
 ]
 
-_FORMATS = {f.backend_id: f for f in (XNNPACK_FORMAT, VULKAN_FORMAT, COREML_FORMAT)}
+_FORMATS = {
+    f.backend_id: f
+    for f in (
+        XNNPACK_FORMAT,
+        VULKAN_FORMAT,
+        COREML_FORMAT,
+        METAL_FORMAT,
+    )
+}
 
 
 def blob_format(backend_id: str) -> BlobFormat | None:

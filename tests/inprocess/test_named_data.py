@@ -556,6 +556,7 @@ def test_public_api_is_what_we_meant():
         "BlobFormat",
         "ConstantTypes",
         "COREML_BACKEND_ID",
+        "METAL_BACKEND_ID",
         "VULKAN_BACKEND_ID",
         "XNNPACK_BACKEND_ID",
         "XNN_HEADER_SIZE",

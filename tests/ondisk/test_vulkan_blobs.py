@@ -143,11 +143,19 @@ def test_a_malformed_vulkan_blob_is_a_program_format_error(golden, corrupt):
         delegate_named_keys(VULKAN_BACKEND_ID, corrupt(graph))
 
 
+def test_metals_blob_names_its_two_keys():
+    keys = (f"{'a' * 64}_so_blob", f"{'b' * 64}_weights_blob")
+    assert delegate_named_keys("MetalBackend", "\n".join(keys).encode()) == keys
+    for bad in (b"one line", b"a\nb\nc", b"\xff\xfe\nb", b"a\n"):
+        with pytest.raises(ProgramFormatError):
+            delegate_named_keys("MetalBackend", bad)
+
+
 def test_every_backend_answers_the_same_questions():
-    for backend in ("XnnpackBackend", VULKAN_BACKEND_ID, "CoreMLBackend"):
+    for backend in ("XnnpackBackend", VULKAN_BACKEND_ID, "CoreMLBackend", "MetalBackend"):
         found = blob_format(backend)
         assert found is not None and found.backend_id == backend
-    assert blob_format("QnnBackend") is None
+    assert blob_format("QnnBackend") is None and blob_format("CudaBackend") is None
     assert delegate_named_keys("QnnBackend", b"anything") is None
 
 
