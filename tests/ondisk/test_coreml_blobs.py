@@ -1,10 +1,11 @@
 """Core ML multifunction references are read by key, and their methods refuse a new name.
 
-coremltools does not compile models on Linux, so the program is built from the layout
-`coreml_preprocess.py` documents: a backend whose id is `CoreMLBackend` stores the model
-as named data under `coreml_<id>` and gives the method the bytes `CMJR` + JSON naming
-the key and the function. A second key nothing names stands for an orphaned model.
-No Core ML runtime here: what merge and split write of such a program is not run.
+A real export is `tests/ondisk/test_coreml_golden.py`'s; here the program is built from
+the layout `coreml_preprocess.py` documents, to hold what an export does not write: a
+backend whose id is `CoreMLBackend` stores the model as named data under `coreml_<id>`
+and gives the method the bytes `CMJR` + JSON naming the key and the function, beside a
+second key nothing names (an orphaned model). No Core ML runtime here: what merge and
+split write of such a program is not run.
 """
 
 from __future__ import annotations
