@@ -172,3 +172,29 @@ def test_names_name_vulkan_named_data_by_its_bytes(golden, tmp_path):
     parts = explain_file(golden["tied_dead"].pte, names=pt2).to_json()["parts"]
     (named,) = [p for p in parts if p["storage"] == "named_data"]
     assert set(named["names"][1:]) == {"embedding.weight", "head.weight"}
+
+
+def test_a_constant_stored_inside_the_blob_is_located_by_its_offset():
+    if not HAVE_EXECUTORCH:
+        pytest.skip("ExecuTorch's Vulkan serializer builds the blob")
+    import torch
+    from executorch.backends.vulkan.serialization import vulkan_graph_schema as vk
+    from executorch.backends.vulkan.serialization.vulkan_graph_serialize import (
+        serialize_vulkan_graph,
+    )
+
+    def tensor(dims, constant_id, datatype=vk.VkDataType.FLOAT32):
+        return vk.VkValue(vk.VkTensor(datatype, dims, constant_id, -1))
+
+    inline, named = torch.arange(6, dtype=torch.float16), ("weights_key", 48)
+    graph = vk.VkGraph("0", [], [tensor([2, 3], 0, vk.VkDataType.FLOAT16)], [], [], [], [])
+    graph.values += [tensor([4, 3], 1), tensor([5], -1)]
+    blob = serialize_vulkan_graph(graph, [inline, named], [])
+    found = blob_format(VULKAN_BACKEND_ID)
+    assert found is not None
+    (inside,) = found.inline_constants(blob)
+    assert (inside.tensor_id, inside.dtype, inside.dims, inside.key) == (0, "HALF", (2, 3), None)
+    assert inside.offset is not None
+    assert blob[inside.offset : inside.offset + inside.nbytes] == inline.numpy().tobytes()
+    assert found.named_keys(blob) == ("weights_key",)
+    assert found.constant_types(blob) == {"weights_key": ("FLOAT", (4, 3))}
