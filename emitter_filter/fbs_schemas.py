@@ -12,7 +12,9 @@ and is skipped.
 - `XNNPACK`: backends/xnnpack/serialization/schema.fbs, only `XNNGraph.constant_data`
   (the named-data keys a blob reads);
 - `VULKAN`: backends/vulkan/serialization/schema.fbs, only `VkGraph.values` (each
-  `VkTensor`'s datatype, dims and constant) and `VkGraph.constants` (their bytes or keys).
+  `VkTensor`'s datatype, dims and constant) and `VkGraph.constants` (their bytes or keys);
+  `VULKAN_KEYS` only `VkGraph.constants` (every command reads a blob's keys; only
+  `explain` needs the tensors).
 
 The generated object API (`emitter_filter._program_fbs`) is generated from the
 same files (but Vulkan's, which is only read); `tests/test_flatbuffer_tables.py` checks
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from emitter_filter.flatbuffer_tables import Schema
 
-__all__ = ["PROGRAM", "FLAT_TENSOR", "XNNPACK", "VULKAN"]
+__all__ = ["PROGRAM", "FLAT_TENSOR", "XNNPACK", "VULKAN", "VULKAN_KEYS"]
 
 PROGRAM = Schema(
     "executorch_flatbuffer",
@@ -238,5 +240,14 @@ VULKAN = Schema(
             "String",
             "SymInt",
         ),
+    },
+)
+
+VULKAN_KEYS = Schema(
+    "vkgraph",
+    root="VkGraph",
+    tables={
+        "VkBytes": VULKAN.tables["VkBytes"],
+        "VkGraph": tuple((f, None if f == "values" else k) for f, k in VULKAN.tables["VkGraph"]),
     },
 )

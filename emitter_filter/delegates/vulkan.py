@@ -20,10 +20,16 @@ import struct
 
 from emitter_filter.delegates.blob_format import BlobConstant, BlobFormat
 from emitter_filter.errors import ProgramFormatError
-from emitter_filter.fbs_schemas import VULKAN
+from emitter_filter.fbs_schemas import VULKAN, VULKAN_KEYS
 from emitter_filter.flatbuffer_tables import FlatbufferError
 
-__all__ = ["VULKAN_BACKEND_ID", "VULKAN_FORMAT", "vulkan_constants"]
+__all__ = [
+    "VULKAN_BACKEND_ID",
+    "VULKAN_FORMAT",
+    "vulkan_constants",
+    "vulkan_graph_span",
+    "vulkan_named_keys",
+]
 
 #: `BackendDelegate.id` of Vulkan delegates: the name of
 #: `backends/vulkan/vulkan_preprocess.py:VulkanBackend`.
@@ -75,6 +81,29 @@ def _constant_bytes_offset(graph: bytes) -> int:
     return _VK_HEADER.unpack_from(graph)[5]
 
 
+def _read(schema, graph: bytes):
+    """The blob's `VkGraph`, decoded with `schema`, its header and identifier checked."""
+    offset, size = vulkan_graph_span(graph[: _VK_HEADER.size], len(graph))
+    if size < 8 or graph[offset + 4 : offset + 8] != _VK_FLATBUFFER_ID:
+        raise ProgramFormatError(
+            f"Vulkan flatbuffer identifier {graph[offset + 4 : offset + 8]!r} "
+            f"is not {_VK_FLATBUFFER_ID!r}"
+        )
+    try:
+        return schema.read(graph[: offset + size], offset)
+    except FlatbufferError as e:
+        raise ProgramFormatError(f"malformed Vulkan flatbuffer: {e}") from e
+
+
+def vulkan_named_keys(graph: bytes) -> tuple[str, ...]:
+    """The keys of the blob's `constants`, in order, without repeats: those its tensors
+    read by `constant_id` (a constant no tensor reads is kept: the runtime loads
+    every entry of `constants` it is asked for, and a blob's own list is its word)."""
+    root = _read(VULKAN_KEYS, graph)
+    keys = (e.namedKey.decode("utf-8", "replace") for e in root.constants or () if e.namedKey)
+    return tuple(dict.fromkeys(keys))
+
+
 def vulkan_constants(graph: bytes) -> tuple[BlobConstant, ...]:
     """Each constant tensor a Vulkan graph reads, in `VkGraph.values` order.
 
@@ -84,16 +113,7 @@ def vulkan_constants(graph: bytes) -> tuple[BlobConstant, ...]:
     Raises:
         ProgramFormatError: The blob is not a Vulkan graph the runtime would load.
     """
-    offset, size = vulkan_graph_span(graph[: _VK_HEADER.size], len(graph))
-    if size < 8 or graph[offset + 4 : offset + 8] != _VK_FLATBUFFER_ID:
-        raise ProgramFormatError(
-            f"Vulkan flatbuffer identifier {graph[offset + 4 : offset + 8]!r} "
-            f"is not {_VK_FLATBUFFER_ID!r}"
-        )
-    try:
-        root = VULKAN.read(graph[: offset + size], offset)
-    except FlatbufferError as e:
-        raise ProgramFormatError(f"malformed Vulkan flatbuffer: {e}") from e
+    root = _read(VULKAN, graph)
     constants = root.constants or []
     base = _constant_bytes_offset(graph)
     found = []
@@ -127,4 +147,5 @@ VULKAN_FORMAT = BlobFormat(
     head_size=_VK_HEADER.size,
     graph_span=vulkan_graph_span,
     constants=vulkan_constants,
+    keys=vulkan_named_keys,
 )

@@ -34,6 +34,7 @@ __all__ = [
     "xnnpack_named_keys",
     "xnnpack_constant_types",
     "xnnpack_node_keys",
+    "xnnpack_scalar_type",
 ]
 
 #: `BackendDelegate.id` of XNNPACK delegates: the name of
