@@ -22,6 +22,7 @@ from emitter_filter.cli.common import (
     _progress_printer,
     _sigterm_unwinds,
     _Terminated,
+    _unverified_note,
     _usage_error,
     _validity_lines,
     _verifier,
@@ -354,4 +355,5 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         print(report.summary())
         if report.dedupe is not None:
             print(f"{report.output}: {report.dedupe.summary()}")
+    _unverified_note(report.output)
     return _verify_exit(verification, options.json)

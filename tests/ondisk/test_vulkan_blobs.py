@@ -198,3 +198,18 @@ def test_a_constant_stored_inside_the_blob_is_located_by_its_offset():
     assert blob[inside.offset : inside.offset + inside.nbytes] == inline.numpy().tobytes()
     assert found.named_keys(blob) == ("weights_key",)
     assert found.constant_types(blob) == {"weights_key": ("FLOAT", (4, 3))}
+
+
+def test_the_pruned_vulkan_program_is_said_not_run_verified(golden, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "pruned.pte"
+    run = subprocess.run(
+        [sys.executable, "-m", "emitter_filter", "prune", str(golden["orphaned"].pte)]
+        + ["-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    assert f"{out}: not run-verified here: no runtime for VulkanBackend" in run.stderr
