@@ -15,10 +15,16 @@ them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import logging
+import os
+import sys
+import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -134,11 +140,60 @@ def default_out_dir(parent: Path) -> Path:
     return candidate
 
 
+@contextlib.contextmanager
+def _quiet_upstream_imports() -> Iterator[None]:
+    """Warnings that importing torch, torchao and ExecuTorch log about themselves (a CUDA
+    kernel library not loaded, no Triton, a deprecated torch call): not the user's to act
+    on. Errors still show."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
+
+
+# What the runtime's CPU probe prints on its first run (`[cpuinfo_utils.cpp:87] Failed to
+# open midr file ...`): about the machine, not the program.
+_CPU_PROBE = "[cpuinfo_utils.cpp:"
+
+
+@contextlib.contextmanager
+def _without_cpu_probe_lines() -> Iterator[None]:
+    """Runs the runtime with its stderr held back, then prints every line but the CPU probe's.
+
+    The C++ side writes to file descriptor 2, or to `sys.stderr` through pybind11's stream
+    redirect: both are held."""
+    sys.stderr.flush()
+    saved_fd, saved_stream, stream = os.dup(2), sys.stderr, io.StringIO()
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        sys.stderr = stream
+        try:
+            yield
+        finally:
+            sys.stderr = saved_stream
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
+            log.seek(0)
+            lines = [*log.read().decode("utf-8", "replace").splitlines()]
+            lines += stream.getvalue().splitlines()
+            for line in lines:
+                if not line.startswith(_CPU_PROBE):
+                    print(line, file=sys.stderr)
+
+
 def _import_executorch():
     """torch and executorch, or one clear error naming what to install."""
     try:
-        import executorch  # noqa: F401
-        import torch
+        # The exporter too: importing it is what turns on pruning that EMITTER_FILTER_PRUNE=1
+        # asked for (the start-up hook waits for it).
+        with _quiet_upstream_imports():
+            import executorch  # noqa: F401
+            import executorch.exir  # noqa: F401
+            import torch
     except ImportError as error:
         raise UnsupportedExecutorchError(
             f"the demo needs torch and executorch ({error}): {_upstream.install_hint()}"
@@ -226,8 +281,9 @@ def _outputs_identical(torch, inputs, plain_path: Path, pruned_path: Path) -> bo
     logger.info("running both files in the portable runtime")
     # The runtime does not keep its buffer alive: hold the bytes until the outputs are read.
     plain_bytes, pruned_bytes = plain_path.read_bytes(), pruned_path.read_bytes()
-    plain_outputs = _load_for_executorch_from_buffer(plain_bytes).forward(inputs)
-    pruned_outputs = _load_for_executorch_from_buffer(pruned_bytes).forward(inputs)
+    with _without_cpu_probe_lines():
+        plain_outputs = _load_for_executorch_from_buffer(plain_bytes).forward(inputs)
+        pruned_outputs = _load_for_executorch_from_buffer(pruned_bytes).forward(inputs)
     return len(plain_outputs) == len(pruned_outputs) and all(
         torch.equal(a, b) for a, b in zip(plain_outputs, pruned_outputs, strict=True)
     )
@@ -303,10 +359,7 @@ def run_demo(out_dir: Path) -> DemoResult:
         EmitterFilterError: Pruning is on for the whole process (`EMITTER_FILTER_PRUNE`),
             so no plain export can be made to compare with.
     """
-    torch = _import_executorch()
-    # Importing the exporter is what turns on pruning that EMITTER_FILTER_PRUNE=1 asked for
-    # (the start-up hook waits for it): import it before asking whether it is on.
-    import executorch.exir  # noqa: F401
+    torch = _import_executorch()  # with the exporter: before asking whether pruning is on
 
     import emitter_filter
     from emitter_filter.inprocess import hook

@@ -168,7 +168,8 @@ class PteBudget:
         budget: str | os.PathLike = "pte-budget.json",
         tolerance_percent: float = 0.0,
     ) -> list:
-        """Fails the test if a `.pte` it wrote is larger than its record in a size budget.
+        """Fails the test if a `.pte` it wrote is larger than its record in a size budget,
+        or a method of it plans more memory than recorded (`non_const_buffer_sizes`).
 
         The budget file is the one `emitter-filter budget write` writes and the
         pre-commit hook reads (`testing.assert_within_budget`).

@@ -235,6 +235,53 @@ class StateFile:
                 found.setdefault(state.name.name, state.name)
         return tuple(found.values())
 
+    def match_delegated(
+        self, nbytes: int, shape: tuple[int, ...] | None, read: Callable[[], bytes]
+    ) -> tuple[ConstantName, ...]:
+        """Every state tensor a delegate stored as this named-data entry, in any order of
+        its dims: XNNPACK keeps a weight under the SHA-256 of its bytes as it packs them, a
+        convolution's permuted to [out, h, w, in] (`shape`, as its graph reads it; None:
+        unknown, the state tensor's own order only).
+
+        Args:
+            nbytes: The entry's size.
+            shape: The dims the delegate reads the entry as, if known.
+            read: Returns the entry's bytes; called only if some tensor has its size.
+        """
+        candidates = [
+            state
+            for (size, state_shape), states in self._by_size.items()
+            if size == nbytes and (shape is None or sorted(state_shape) == sorted(shape))
+            for state in states
+        ]
+        if not candidates:
+            return ()
+        data = read()
+        found: dict[str, ConstantName] = {}
+        for state in candidates:
+            orders = [tuple(range(len(state.shape)))] if shape is None else _orders(state, shape)
+            if any(_permuted_bytes(state.tensor, order) == data for order in orders):
+                found.setdefault(state.name.name, state.name)
+        return tuple(found.values())
+
+
+def _orders(state: _StateTensor, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The orders of `state`'s dims that give `shape`, its own order first."""
+    import itertools
+
+    return [
+        order
+        for order in itertools.permutations(range(len(state.shape)))
+        if tuple(state.shape[i] for i in order) == tuple(shape)
+    ]
+
+
+def _permuted_bytes(tensor, order: tuple[int, ...]) -> bytes:
+    """The bytes of `tensor` with its dims in `order`, contiguous."""
+    if order == tuple(range(len(order))):
+        return _stored_bytes(tensor)
+    return bytes(tensor.detach().permute(order).contiguous().untyped_storage())
+
 
 def _program_state(plan: str | None, exported_program) -> list[_StateTensor]:
     names = _signature_names(exported_program)

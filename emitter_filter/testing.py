@@ -74,7 +74,8 @@ def assert_within_budget(
     budget: str | os.PathLike = "pte-budget.json",
     tolerance_percent: float = 0.0,
 ) -> list:
-    """Fails if a `.pte` is larger than its record in a committed size budget.
+    """Fails if a `.pte` is larger than its record in a committed size budget, or a
+    method of it plans more memory than its record (budgets that record it).
 
     The budget is the file `emitter-filter budget write` writes, the one
     `budget check` and the pre-commit hook read; each `.pte` is checked with the

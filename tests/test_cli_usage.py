@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import re
 import shutil
 import subprocess
 import sys
@@ -146,3 +147,35 @@ def test_the_time_prune_reports_counts_no_import(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "[]\n", result.stdout
+
+
+@pytest.mark.parametrize(
+    "words, says",
+    [
+        (("merge",), ("put the method", "input FILE", "OUT.pte", "e.g. --method")),
+        (("split",), ("keep the method", "IN.pte", "OUT.pte", "e.g. --method")),
+        (("verify",), ("compare the method", "NEW.pte", "OLD.pte", "e.g. --method")),
+    ],
+    ids=["merge", "split", "verify"],
+)
+def test_each_commands_method_says_what_it_means_there(words, says):
+    """`--method` picks a method to merge, to keep, or to compare: each help says which."""
+    parser = dict(_commands())[words]
+    (action,) = [a for a in parser._actions if "--method" in a.option_strings]
+    text = " ".join(action.help.split())
+    assert [phrase for phrase in says if phrase not in text] == []
+
+
+@pytest.mark.parametrize("words", COMMANDS, ids=" ".join)
+def test_a_help_names_only_options_its_command_has(words):
+    """An option another command has (`--data` in `diff`, which says `--old-data`) is not
+    one a user can give here."""
+    parser = dict(_commands())[words]
+    own = {flag for action in parser._actions for flag in action.option_strings}
+    named = {
+        flag
+        for action in parser._actions
+        if action.help and action.help != argparse.SUPPRESS
+        for flag in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", action.help)
+    }
+    assert sorted(named - own) == []

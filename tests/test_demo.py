@@ -42,6 +42,14 @@ def test_demo_exits_0_and_says_the_outputs_are_identical(demo_run):
     assert "INFO emitter_filter.demo: auditing both files" in result.stderr
 
 
+def test_demo_says_nothing_on_stderr_that_is_not_its_own(demo_run):
+    """torchao's library warnings, torch's deprecation and the runtime's CPU probe are not the
+    user's to act on."""
+    result, _ = demo_run
+    others = [line for line in result.stderr.splitlines() if "emitter_filter" not in line]
+    assert others == []
+
+
 def test_demo_plain_file_carries_exactly_the_models_leaks(demo_run):
     _, out = demo_run
     audit = emitter_filter.audit_file(out / "model.pte")

@@ -172,13 +172,14 @@ def _min_bytes(options: argparse.Namespace) -> int:
     return DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes
 
 
-def _add_data_beside(command: argparse.ArgumentParser) -> None:
+def _add_data_beside(command: argparse.ArgumentParser, given: str = "--data") -> None:
+    """`--no-data-beside`; `given` is how the command names a program's data files."""
     command.add_argument(
         "--no-data-beside",
         dest="data_beside",
         action="store_false",
         help="do not read the .ptd beside a program with its stem (a.pte: a.ptd) when no "
-        "--data names its data",
+        f"{given} names its data",
     )
 
 
@@ -202,23 +203,28 @@ def _add_data_arguments(
     _add_data_beside(command)
 
 
+# Below this, a copy is over before a person could read a line about it.
+_PROGRESS_MIN_BYTES = 64 << 20
+
+
 def _progress_printer():
-    """Progress on stderr for long copies, only where a person watches (a terminal)."""
+    """Progress on stderr for long copies, only where a person watches (a terminal): none
+    for a file under `_PROGRESS_MIN_BYTES`, and the line is cleared when the copy is done."""
     if not sys.stderr.isatty():
         return None
     shown = [-1]
 
     def show(done: int, total: int) -> None:
-        percent = 100 * done // max(total, 1)
-        if percent != shown[0]:
-            shown[0] = percent
-            end = "\n" if done >= total else ""
-            print(
-                f"\remitter-filter: {done >> 20:,}/{total >> 20:,} MiB",
-                end=end,
-                file=sys.stderr,
-                flush=True,
-            )
+        if total < _PROGRESS_MIN_BYTES:
+            return
+        percent = 100 * done // total
+        if percent == shown[0]:
+            return
+        shown[0] = percent
+        line = (
+            "\r\x1b[K" if done >= total else f"\remitter-filter: {done >> 20:,}/{total >> 20:,} MiB"
+        )
+        print(line, end="", file=sys.stderr, flush=True)
 
     return show
 
@@ -254,13 +260,16 @@ def _sigterm_unwinds() -> Iterator[None]:
 
 
 def _add_verify_arguments(command: argparse.ArgumentParser) -> None:
-    """--verify and its --inputs, on each command that writes programs."""
+    """--verify and its --inputs and --max-memory, on each command that writes programs."""
     command.add_argument(
         "--verify",
         action="store_true",
-        help="then run every method of each output and of the input it came from on the same "
-        "inputs, in ExecuTorch's pybindings or else executorch-numpy-runtime, and exit 1 "
-        "unless their outputs are bit-identical (see emitter-filter verify --help)",
+        help="run every method of each output and of the input it came from on the same "
+        "inputs, in ExecuTorch's pybindings or else executorch-numpy-runtime, before the "
+        "outputs replace anything: they are written to temporary files beside their "
+        "targets and renamed into place only if the outputs are bit-identical; exit 1 "
+        "(a difference) or 2 (no verification possible) leaves nothing written (see "
+        "emitter-filter verify --help)",
     )
     command.add_argument(
         "--inputs",
@@ -268,21 +277,64 @@ def _add_verify_arguments(command: argparse.ArgumentParser) -> None:
         help="with --verify: the inputs to run instead of seeded ones, arrays named "
         "METHOD/INDEX after the output's method names (a method not named is seeded)",
     )
+    _add_max_memory(command)
+
+
+def _add_max_memory(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--max-memory",
+        type=_memory_size,
+        metavar="SIZE",
+        help="with --verify: refuse (exit 2) a program whose files and planned arenas, "
+        "summed from the file before it loads, need more than SIZE (4G, 512MiB, bytes; "
+        "default: 3/4 of the memory available)",
+    )
+
+
+def _memory_size(text: str) -> int:
+    from emitter_filter.verify.plan import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _announce(line: str) -> None:
+    """A progress line on stderr, only where a person watches (a terminal)."""
+    if sys.stderr.isatty():
+        print(f"emitter-filter: {line}", file=sys.stderr, flush=True)
 
 
 def _verifier(options: argparse.Namespace, inputs):
     """With --verify, before anything is written: the runtime, --inputs read, and each
-    input (pte, .ptd files) one it loads (exit 2 if not); else None."""
+    input (pte, .ptd files) one it loads and runs (exit 2 if not); else None."""
     if not options.verify:
         if options.inputs is not None:
             raise VerifyError("--inputs is for --verify: give both")
+        if getattr(options, "max_memory", None) is not None:
+            raise VerifyError("--max-memory is for --verify: give both")
         return None
-    from emitter_filter.ondisk.analyse.inputs import check_inputs
+    from emitter_filter.ondisk.analyse.validate import check_inputs
     from emitter_filter.verify.compare import Verifier
 
     # The runtime never sees an input our reader refuses: some crash it.
     check_inputs(inputs)
-    return Verifier(inputs, options.inputs)
+    return Verifier(
+        inputs,
+        options.inputs,
+        max_memory=options.max_memory,
+        announce=_announce,
+        isolated=True,
+    )
+
+
+def _verify_failed(failed, as_json: bool) -> int:
+    """A --verify that found a difference before anything was written: exit 1."""
+    if as_json:
+        print(json.dumps({"verify": failed.report.to_json(), "written": False}, indent=2))
+    print(f"emitter-filter: {failed.report.summary()}; nothing was written", file=sys.stderr)
+    return EXIT_VERIFY_FAILED
 
 
 def _with_verify(document: dict, verification) -> dict:

@@ -27,8 +27,10 @@ from emitter_filter.cli.common import (
     _validity_lines,
     _verifier,
     _verify_exit,
+    _verify_failed,
     _with_verify,
 )
+from emitter_filter.verify.written import VerifyFailed, verified_write
 
 
 def _add_audit_parser(commands) -> argparse.ArgumentParser:
@@ -169,7 +171,12 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
                 f"({', '.join(p.path for p in report.programs)})"
             )
         print(f"emitter-filter: {line}", file=sys.stderr)
-    for line in [*gated, *refused]:
+    warned = (
+        _key_clash_warning(options.pte, data_of)
+        if len(options.pte) > 1 and not refused and not options.fail_on_key_clash
+        else []
+    )
+    for line in [*warned, *gated, *refused]:
         print(line, file=sys.stderr)
     if refused:
         return EXIT_USAGE
@@ -245,6 +252,27 @@ def _copy_location(copy) -> str:
     return f"{where}{index}{names}"
 
 
+def _key_clash_warning(ptes: list[str], data_of) -> list[str]:
+    """One line (not a failure) naming the named-data keys programs given together hold with
+    different bytes: `--fail-on-key-clash` makes it exit 1. None when the programs cannot be
+    read as one set (an external tensor without its `.ptd`: each is judged alone)."""
+    from emitter_filter.errors import PteFormatError
+    from emitter_filter.ondisk.audit_set import set_key_clashes
+
+    try:
+        clashes = set_key_clashes(ptes, data_of)
+    except PteFormatError:
+        return []
+    if not clashes:
+        return []
+    keys = ", ".join(repr(clash.key) for clash in clashes)
+    return [
+        f"emitter-filter: warning: {keys} held with different bytes by programs given "
+        "together: a weights cache shared by the programs, as XNNPACK's, would give the "
+        "second the first's (--fail-on-key-clash: exit 1)"
+    ]
+
+
 def _stored_twice(options: argparse.Namespace, data_of) -> str:
     """Of programs audited apart: the bytes they store in more than one file, which share
     would store once (`audit_set`'s count, not a verdict)."""
@@ -317,8 +345,17 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         else None
     )
     verifier = _verifier(options, [(options.pte, data)])
+
+    def verify(written):
+        # The .pte against its input, with every .ptd written beside it.
+        new = (written.temp(options.output), written.others([options.output]))
+        return verifier.programs([((options.pte, data), new)])
+
     try:
-        with _sigterm_unwinds():
+        with (
+            _sigterm_unwinds(),
+            verified_write(verifier, [options.output], verify) as checked,
+        ):
             # The kernel copies the .pte while the rest of the file side is imported
             # (0.04 s), read and decided: see `output.EarlyCopy`.
             from emitter_filter.ondisk.write.output import EarlyCopy
@@ -341,9 +378,9 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     except _Terminated:
         print("emitter-filter: terminated (SIGTERM); temporary files removed", file=sys.stderr)
         return EXIT_TERMINATED
-    verification = verifier and verifier.programs(
-        [((report.path, data), (report.output, [o for _, o in report.ptd_outputs if o]))]
-    )
+    except VerifyFailed as failed:
+        return _verify_failed(failed, options.json)
+    verification = checked and checked.report
     if options.json:
         print(
             json.dumps(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import runpy
 import sys
+import zipfile
 
 from emitter_filter.cli.common import (
     EXIT_OK,
@@ -83,11 +85,12 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     saved_argv = sys.argv
     sys.argv = argv
     try:
-        if module:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
-        else:
-            assert script is not None  # no -m: the target's first word is the script
-            runpy.run_path(script, run_name="__main__")
+        with _path_first(_search_path_of(script)):
+            if module:
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            else:
+                assert script is not None  # no -m: the target's first word is the script
+                runpy.run_path(script, run_name="__main__")
     except SystemExit as exit_:
         code = exit_.code
         if code is None or isinstance(code, int):
@@ -100,3 +103,29 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         if "emitter_filter.inprocess.hook" in sys.modules:
             sys.modules["emitter_filter.inprocess.hook"].disable()
     return EXIT_OK
+
+
+def _search_path_of(script: str | None) -> str | None:
+    """What python puts first on sys.path: the script's directory, or for -m the current one.
+
+    A directory or zip given as SCRIPT is put there by runpy itself (None here).
+    """
+    if script is None:
+        return os.getcwd()
+    if not os.path.isfile(script) or zipfile.is_zipfile(script):
+        return None
+    return os.path.dirname(os.path.realpath(script))
+
+
+@contextlib.contextmanager
+def _path_first(entry: str | None):
+    """sys.path with ENTRY first while the target runs, as `python SCRIPT` or `python -m` has it."""
+    if entry is None:
+        yield
+        return
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(entry)

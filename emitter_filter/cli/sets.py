@@ -18,9 +18,11 @@ from emitter_filter.cli.common import (
     _unverified_note,
     _verifier,
     _verify_exit,
+    _verify_failed,
     _with_verify,
 )
 from emitter_filter.errors import VerifyError
+from emitter_filter.verify.written import VerifyFailed, verified_write
 
 
 def _add_share_parser(commands) -> argparse.ArgumentParser:
@@ -108,33 +110,45 @@ def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
             f"share --verify: share's outputs load with a .ptd, and "
             f"{verifier.runtime.name} {NO_DATA}"
         )
-    report = share_files(
-        options.pte,
-        options.out,
-        ptd_paths=options.data,
-        ptd_name=options.ptd_name,
-        min_bytes=DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes,
-        prune=options.prune,
-        dedupe=options.dedupe,
-        progress=_progress_printer(),
-        data_beside=options.data_beside,
-    )
-    verification = None
-    if verifier:
+    from emitter_filter.ondisk.read.data_files import unique_tails
+
+    targets = [os.path.join(options.out, tail) for tail in unique_tails(options.pte)]
+    shared = os.path.join(options.out, options.ptd_name)
+
+    def verify(written):
         # Each output loads with the shared .ptd, or, when nothing was shared, with the
         # copies of its own .ptd files.
-        outputs = [
-            list(report.ptd_outputs)
-            if report.shared_contents
-            else [os.path.join(options.out, os.path.basename(d)) for d in data]
+        new_data = [
+            [written.temp(shared)]
+            if written.has(shared)
+            else [written.temp(os.path.join(options.out, os.path.basename(d))) for d in data]
             for data in data_of
         ]
-        verification = verifier.programs(
+        return verifier.programs(
             [
-                ((p.path, data), (p.output, ptds))
-                for p, data, ptds in zip(report.programs, data_of, outputs, strict=True)
+                ((pte, data), (written.temp(target), ptds))
+                for pte, data, target, ptds in zip(
+                    options.pte, data_of, targets, new_data, strict=True
+                )
             ]
         )
+
+    try:
+        with verified_write(verifier, targets, verify) as checked:
+            report = share_files(
+                options.pte,
+                options.out,
+                ptd_paths=options.data,
+                ptd_name=options.ptd_name,
+                min_bytes=DEFAULT_MIN_BYTES if options.min_bytes is None else options.min_bytes,
+                prune=options.prune,
+                dedupe=options.dedupe,
+                progress=_progress_printer(),
+                data_beside=options.data_beside,
+            )
+    except VerifyFailed as failed:
+        return _verify_failed(failed, options.json)
+    verification = checked and checked.report
     return _print_report(report, options.json, verification)
 
 
@@ -177,8 +191,8 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
         action="append",
         default=[],
         metavar="NEW=FILE:METHOD",
-        help="name the method METHOD of input FILE NEW in OUT (repeatable), e.g. --method "
-        "decode=decode.pte:forward; ExecuTorch's training methods of METHOD "
+        help="put the method METHOD of the input FILE into OUT.pte, named NEW (repeatable), "
+        "e.g. --method decode=decode.pte:forward; ExecuTorch's training methods of METHOD "
         "(__et_training_*_METHOD) follow it",
     )
     merge.add_argument(
@@ -237,8 +251,8 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
         action="append",
         required=True,
         metavar="[NEW=]NAME",
-        help="a method to keep (repeatable); NEW=NAME renames it as it is cut, "
-        "e.g. --method forward=score for an app that calls forward",
+        help="keep the method NAME of IN.pte in OUT.pte (repeatable), named NEW with "
+        "NEW=NAME, e.g. --method forward=score for an app that calls forward",
     )
     split.add_argument(
         "-o",
@@ -259,31 +273,47 @@ def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.merge import merge_files
 
     data_of, verifier = _inputs_verifier(options)
-    with _sigterm_unwinds():
-        report = merge_files(
-            options.pte,
-            options.output,
-            methods=options.method,
-            prefixes=options.prefix,
-            drops=options.drop,
-            data=options.data,
-            ptd_out=options.ptd_out,
-            inline=options.inline,
-            dedupe=options.dedupe,
-            progress=_progress_printer(),
-            data_beside=options.data_beside,
+    chosen: list = []
+
+    def verify(written):
+        # Each method of the output against the method of the input it came from, that
+        # input with its own .ptd files (by position: one file may be given twice).
+        out = (written.temp(options.output), written.others([options.output]))
+        return verifier.methods(
+            [
+                (
+                    out,
+                    method.name,
+                    (method.source, data_of[method.source_number]),
+                    method.source_method,
+                )
+                for method in chosen
+            ]
         )
-    # Each method of the output against the method of the input it came from.
-    out = (report.output, [report.ptd_output] if report.ptd_output else [])
-    data_by_input = dict(zip(options.pte, data_of, strict=True))
-    verification = verifier and verifier.methods(
-        [
-            (out, method.name, (method.source, data_by_input[method.source]), method.source_method)
-            for method in report.methods
-        ]
-    )
+
+    try:
+        with (
+            _sigterm_unwinds(),
+            verified_write(verifier, [options.output], verify) as checked,
+        ):
+            report = merge_files(
+                options.pte,
+                options.output,
+                methods=options.method,
+                prefixes=options.prefix,
+                drops=options.drop,
+                data=options.data,
+                ptd_out=options.ptd_out,
+                inline=options.inline,
+                dedupe=options.dedupe,
+                progress=_progress_printer(),
+                data_beside=options.data_beside,
+                chosen=chosen.extend,
+            )
+    except VerifyFailed as failed:
+        return _verify_failed(failed, options.json)
     _unverified_note(report.output)
-    return _print_report(report, options.json, verification)
+    return _print_report(report, options.json, checked and checked.report)
 
 
 def _split(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
@@ -292,15 +322,28 @@ def _split(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 
     data = program_data(options.pte, options.data, beside=options.data_beside)
     verifier = _verifier(options, [(options.pte, data)])
-    with _sigterm_unwinds():
-        report = split_file(
-            options.pte, options.output, options.method, progress=_progress_printer(), data=data
-        )
     # NEW=NAME: the output's NEW computes what the input's NAME did.
     renamed = [(new, old or new) for new, _, old in (m.partition("=") for m in options.method)]
-    verification = verifier and verifier.methods(
-        [((report.output, data), new, (options.pte, data), old) for new, old in renamed]
-    )
+
+    def verify(written):
+        out = (written.temp(options.output), data)  # split keeps the keys: the same .ptd
+        return verifier.methods([(out, new, (options.pte, data), old) for new, old in renamed])
+
+    try:
+        with (
+            _sigterm_unwinds(),
+            verified_write(verifier, [options.output], verify) as checked,
+        ):
+            report = split_file(
+                options.pte,
+                options.output,
+                options.method,
+                progress=_progress_printer(),
+                data=data,
+            )
+    except VerifyFailed as failed:
+        return _verify_failed(failed, options.json)
+    verification = checked and checked.report
     if options.json:
         print(
             json.dumps(

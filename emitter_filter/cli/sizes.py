@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -98,7 +99,23 @@ def _add_explain(commands) -> argparse.ArgumentParser:
         help="what --node-data sums per node: every byte read (default: bytes), the dead "
         "ones, or the duplicated ones",
     )
+    _add_hud_arguments(explain)
     return explain
+
+
+def _add_hud_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--hud-json",
+        metavar="OUT.json",
+        help="also write PyTorch's benchmark dashboard (HUD) v3 records: one per part of "
+        "the file (program, constants, delegates, named data, each .ptd, dead, duplicated, "
+        "each method's planned memory), in MiB with the exact bytes beside (docs/hud.md)",
+    )
+    parser.add_argument(
+        "--model-name",
+        metavar="NAME",
+        help="model.name in the --hud-json records (default: the .pte's name without .pte)",
+    )
 
 
 def _add_diff(commands) -> argparse.ArgumentParser:
@@ -136,7 +153,7 @@ def _add_diff(commands) -> argparse.ArgumentParser:
             metavar="FILE",
             help=f"a .pt2 or ETRecord naming {side.upper()}.pte's entries (imports torch)",
         )
-    _add_data_beside(diff)
+    _add_data_beside(diff, "--old-data or --new-data")
     diff.add_argument("--json", action="store_true", help="print the diff as JSON")
     diff.add_argument(
         "--markdown", action="store_true", help="print tables ready for a pull request's comment"
@@ -144,8 +161,11 @@ def _add_diff(commands) -> argparse.ArgumentParser:
     diff.add_argument(
         "--max-growth",
         metavar="BYTES|PCT%",
-        help="exit 1 if NEW is larger than OLD by more than BYTES, or PCT%% of OLD",
+        help="exit 1 if NEW is larger than OLD by more than BYTES, or PCT%% of OLD; a "
+        "negative limit (-5%%) asks NEW to be smaller by at least that",
     )
+    # `--max-growth -5%` is a value, not an option: argparse takes only `-5` and `-.5` for one.
+    diff._negative_number_matcher = re.compile(r"^-(?:\d+|\d*\.\d+)%?$")
     diff.add_argument(
         "--top",
         type=_byte_count,
@@ -162,9 +182,10 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
         help="record .pte sizes in a committed budget file, and check files against it",
         description=(
             "budget write FILE... -o pte-budget.json records each file's bytes, bytes per "
-            "storage and entries; budget check FILE... --budget pte-budget.json exits 1 if a "
-            "file grew past its budget (or has none), printing the diff against the recorded "
-            "entries. --benchmark-json writes the sizes for github-action-benchmark "
+            "storage, entries and each method's planned memory; budget check FILE... --budget "
+            "pte-budget.json exits 1 if a file grew past its budget (or has none), printing the "
+            "diff against the recorded entries, or a method plans more memory than recorded. "
+            "--benchmark-json writes the sizes for github-action-benchmark "
             "(customSmallerIsBetter)."
         ),
     )
@@ -173,8 +194,9 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
         "write",
         help="record the files' sizes and entries",
         description=(
-            "Explain each FILE.pte and record its bytes, its bytes per storage and status, and "
-            "its parts (each tensor's sha256 too, to match it again by content) in "
+            "Explain each FILE.pte and record its bytes, its bytes per storage and status, "
+            "its parts (each tensor's sha256 too, to match it again by content) and each "
+            "method's planned memory (non_const_buffer_sizes, per memory id) in "
             "BUDGET.json, keyed by the path as given; commit it. Never writes over an input; "
             "writes atomically, with --benchmark-json both or neither. Exit 2 if a file is "
             "malformed or an output cannot be written."
@@ -193,8 +215,10 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
         description=(
             "Explain each FILE.pte again and compare it with its record in BUDGET.json: a "
             "file larger than its recorded bytes plus --tolerance percent, or with no record, "
-            "is over budget, and the diff against the recorded parts says which entries grew. "
-            "Exit 1 if a file is over budget, 2 if a file is malformed or BUDGET.json does "
+            "is over budget, and the diff against the recorded parts says which entries grew; "
+            "so is a method planning more memory than its record plus --tolerance, named with "
+            "the memory ids that grew (a budget written before planned memory was recorded "
+            "gates bytes only). Exit 1 if a file is over budget, 2 if a file is malformed or BUDGET.json does "
             "not follow its schema (docs/budget-schema.json)."
         ),
     )
@@ -209,13 +233,15 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
         type=_percent,
         default=0.0,
         metavar="PCT",
-        help="allow this much growth, in percent of the recorded bytes",
+        help="allow this much growth, in percent of the recorded bytes (and of each method's "
+        "recorded planned memory)",
     )
     check.add_argument(
         "--markdown",
         action="store_true",
         help="print the diffs as tables for a pull request's comment",
     )
+    _add_hud_arguments(check)
     for action in (write, check):
         action.add_argument(
             "pte",
@@ -244,9 +270,12 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
     if len(options.pte) > 1 and (options.names is not None or options.node_data is not None):
         option = "--names" if options.names is not None else "--node-data"
         return _usage_error("explain", f"{option} takes one program, not a set")
+    refused_hud = _hud_usage(options)
+    if refused_hud:
+        return _usage_error("explain", refused_hud)
     data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
     # Every output refused, or every one written: checked before any work.
-    outputs = [o for o in (options.html, options.node_data) if o is not None]
+    outputs = [o for o in (options.html, options.node_data, options.hud_json) if o is not None]
     inputs = [*options.pte, *(f for files in data_of for f in files)]
     check_outputs(inputs, outputs, "explain")
     if len(options.pte) > 1:
@@ -289,6 +318,9 @@ def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> in
             f"wrote {options.node_data}: Model Explorer node data ({value} per node "
             f"of {len(document)} graph(s))"
         )
+    if options.hud_json is not None:
+        files.append(_hud_file(options, [explanation]))
+        wrote.append(f"wrote {options.hud_json}: benchmark dashboard (v3) records")
     write_files(files, inputs, "explain")
     # On stderr, so that `--json` output stays one document.
     for line in wrote:
@@ -395,9 +427,18 @@ def _budget(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int
     from emitter_filter.ondisk.write.output import check_outputs, write_files
 
     writing = options.budget_action == "write"
+    refused_hud = None if writing else _hud_usage(options)
+    if refused_hud:
+        return _usage_error("budget check", refused_hud)
     # Every output refused, or every one written: checked before any work.
     outputs = [
-        o for o in (options.output if writing else None, options.benchmark_json) if o is not None
+        o
+        for o in (
+            options.output if writing else None,
+            options.benchmark_json,
+            None if writing else options.hud_json,
+        )
+        if o is not None
     ]
     inputs = [*options.pte, *([] if writing else [options.budget])]
     check_outputs(inputs, outputs, f"budget {options.budget_action}")
@@ -422,6 +463,8 @@ def _budget(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int
         files.append(
             (options.benchmark_json, json.dumps(benchmark_json(explanations), indent=2).encode())
         )
+    if not writing and options.hud_json is not None:
+        files.append(_hud_file(options, explanations))
     write_files(files, inputs, f"budget {options.budget_action}")
     if writing:
         print(
@@ -434,6 +477,24 @@ def _budget(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int
         if check.over and check.diff is not None:
             print(check.diff.to_markdown() if options.markdown else check.diff.to_text())
     for check in over:
-        if check.diff is not None:
+        if check.diff is not None and check.bytes_over:
             _print_growth(check.diff, f"the budget ({check.allowed_bytes:,} B allowed)")
+        for line in check.memory_over or ():
+            print(f"emitter-filter: {check.path}: {line}", file=sys.stderr)
     return EXIT_DEAD_BYTES if over else EXIT_OK
+
+
+def _hud_usage(options: argparse.Namespace) -> str | None:
+    """Why the --hud-json options cannot be taken as given, if they cannot."""
+    if options.model_name is not None and options.hud_json is None:
+        return "--model-name names the model in --hud-json's records; give --hud-json OUT.json"
+    if options.model_name is not None and len(options.pte) > 1:
+        return "--model-name names one model; the records of several files take each one's name"
+    return None
+
+
+def _hud_file(options: argparse.Namespace, explanations) -> tuple[str, bytes]:
+    from emitter_filter.ondisk.hud_records import hud_records
+
+    records = hud_records(explanations, options.model_name)
+    return options.hud_json, (json.dumps(records, indent=2) + "\n").encode()

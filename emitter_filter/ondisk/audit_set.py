@@ -29,7 +29,7 @@ from emitter_filter.ondisk.analyse.share_find import (
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.read.data_files import data_files_for
 
-__all__ = ["ProgramInSet", "SetAuditReport", "audit_set"]
+__all__ = ["ProgramInSet", "SetAuditReport", "audit_set", "set_key_clashes"]
 
 
 @dataclass(frozen=True)
@@ -203,3 +203,12 @@ def audit_set(
         shared=found.shared,
         key_clashes=key_clashes(programs, found),
     )
+
+
+def set_key_clashes(ptes: Sequence[str], data_of: Sequence[Sequence[str]]) -> tuple[KeyClash, ...]:
+    """The named-data keys programs given together hold with different bytes, whether or not
+    they read a common `.ptd` (XNNPACK keeps its keys in each `.pte`): what `explain` of
+    several programs lists and `audit` of several warns about. Every content compared,
+    whatever its size (`min_bytes` 1)."""
+    programs = read_set(list(ptes), list(dict.fromkeys(p for f in data_of for p in f)), data_of)
+    return key_clashes(programs, find_set_shared(programs, min_bytes=1))

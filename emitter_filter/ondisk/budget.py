@@ -12,7 +12,10 @@ matches two files (`diff.diff_parts`): the recorded file's bytes are gone, so
 each tensor's sha256 is recorded to match it by content (a budget written
 before it was recorded matches by name and readers only). The pytest
 plugin's `pte_budget` fixture and the pre-commit hook read the same file.
-`benchmark_json` gives the sizes in the form github-action-benchmark reads
+Each method's planned memory (`method_memory`) is recorded too, and a method that
+plans more than its record plus the tolerance is over budget, named with the
+memory ids that grew (a budget written before planned memory was recorded gates
+bytes only). `benchmark_json` gives the sizes in the form github-action-benchmark reads
 (`customSmallerIsBetter`: a list of `{name, unit, value}`).
 """
 
@@ -30,6 +33,12 @@ from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.budget_schema import schema_error
 from emitter_filter.ondisk.diff import HAS_BYTES, SizeDiff, diff_parts, digest_parts, totals_of
 from emitter_filter.ondisk.explain import Explanation, Part, explain_file
+from emitter_filter.ondisk.method_memory import (
+    memory_changes,
+    memory_over_budget,
+    memory_record,
+    recorded_memory,
+)
 from emitter_filter.ondisk.read.byte_source import open_sources
 from emitter_filter.ondisk.read.data_files import data_files_for
 from emitter_filter.ondisk.read.readers import Reader
@@ -95,6 +104,7 @@ def record_explanation(explanation: Explanation, digest=None) -> dict:
         "bytes": explanation.file_bytes,
         "totals": totals_of(explanation.parts),
         "parts": [_part_record(p, digest) for p in explanation.parts if p.storage != "padding"],
+        "methods": memory_record(explanation.memory),
     }
 
 
@@ -158,6 +168,15 @@ def read_budget(path: str | os.PathLike) -> dict:
     problem = schema_error(document)
     if problem is not None:
         raise PteFormatError(name, f"not a budget file ({_SCHEMA_PAGE}): {problem}")
+    for path, record in document["files"].items():
+        for method, entry in record.get("methods", {}).items():
+            for key in entry.get("memory_ids", {}):
+                if not (key.isascii() and key.isdigit() and int(key) > 0):
+                    raise PteFormatError(
+                        name,
+                        f"not a budget file ({_SCHEMA_PAGE}): files.{path}.methods.{method}"
+                        f".memory_ids has {key!r}, not a memory id (1, 2, ...)",
+                    )
     return document
 
 
@@ -171,6 +190,8 @@ class BudgetCheck:
         budget_bytes: The recorded size; None when the budget has no record of it.
         allowed_bytes: The recorded size plus the tolerance.
         diff: The file against its record (None without a record).
+        memory_over: A line per method planning more memory than its record allows
+            (`method_memory.memory_over_budget`); None when the record has none.
     """
 
     path: str
@@ -178,21 +199,31 @@ class BudgetCheck:
     budget_bytes: int | None
     allowed_bytes: int | None
     diff: SizeDiff | None
+    memory_over: tuple[str, ...] | None = None
 
     @property
-    def over(self) -> bool:
+    def bytes_over(self) -> bool:
         if self.diff is None or self.allowed_bytes is None:
             return True  # No record (then neither is set): nothing to be within.
         return self.diff.new_bytes > self.allowed_bytes
 
+    @property
+    def over(self) -> bool:
+        return self.bytes_over or bool(self.memory_over)
+
     def summary(self) -> str:
         if self.diff is None:
             return f"{self.path}: no budget recorded (run emitter-filter budget write)"
-        verdict = "over budget" if self.over else "within budget"
-        return (
+        verdict = "over budget" if self.bytes_over else "within budget"
+        lines = [
             f"{self.path}: {self.diff.new_bytes:,} bytes, budget {self.budget_bytes:,} "
             f"(allowed {self.allowed_bytes:,}): {verdict}"
-        )
+        ]
+        if self.memory_over is None:
+            lines.append(f"{self.path}: no planned memory recorded (budget write records it)")
+        else:
+            lines += [f"{self.path}: over budget: {line}" for line in self.memory_over]
+        return "\n".join(lines)
 
 
 def check_budget(
@@ -241,10 +272,20 @@ def check_budget(
             record.get("totals", {}),
             totals_of(explanation.parts),
             changes,
+            memory_changes(recorded_memory(record["methods"]), explanation.memory)
+            if "methods" in record
+            else (),
+        )
+        memory_over = (
+            memory_over_budget(record["methods"], explanation.memory, tolerance_percent)
+            if "methods" in record
+            else None
         )
         # Exactly, as a fraction: a float product overflows for a huge tolerance.
         allowed = int(record["bytes"] * (1 + fractions.Fraction(tolerance_percent) / 100))
-        checks.append(BudgetCheck(path, explanation, int(record["bytes"]), allowed, diff))
+        checks.append(
+            BudgetCheck(path, explanation, int(record["bytes"]), allowed, diff, memory_over)
+        )
     return checks
 
 

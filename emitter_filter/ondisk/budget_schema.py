@@ -49,6 +49,24 @@ BUDGET_SCHEMA: dict = {
                     "additionalProperties": {"type": "integer", "minimum": 0},
                 },
                 "parts": {"type": "array", "items": {"$ref": "#/$defs/part"}},
+                "methods": {
+                    "description": "Each method's planned memory (non_const_buffer_sizes): "
+                    "its sum, and bytes per memory id. Absent in budgets written before it "
+                    "was recorded: then only bytes are checked.",
+                    "type": "object",
+                    "additionalProperties": {"$ref": "#/$defs/method"},
+                },
+            },
+        },
+        "method": {
+            "type": "object",
+            "required": ["planned_bytes"],
+            "properties": {
+                "planned_bytes": {"type": "integer", "minimum": 0},
+                "memory_ids": {
+                    "type": "object",
+                    "additionalProperties": {"type": "integer", "minimum": 0},
+                },
             },
         },
         "part": {

@@ -28,11 +28,13 @@ breakdown the way `diff` compares two files.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.ondisk.explain import STORAGES, Explanation, Part, explain_pte, shorten
+from emitter_filter.ondisk.method_memory import MemoryChange, memory_changes
 from emitter_filter.ondisk.read.byte_source import ByteSource, open_sources
 from emitter_filter.ondisk.read.read_pte import read_pte_program
 from emitter_filter.scalar_types import dtype_label
@@ -289,7 +291,8 @@ def diff_parts(
 
 
 def growth_limit(text: str) -> tuple[int | None, float | None]:
-    """`--max-growth`: `BYTES` or `PCT%`, as (bytes, None) or (None, percent)."""
+    """`--max-growth`: `BYTES` or `PCT%`, as (bytes, None) or (None, percent). A negative
+    limit is a shrink asked for: `-5%` fails a NEW that is not 5% smaller than OLD."""
     value = text.strip()
     number = value[:-1] if value.endswith("%") else value
     try:
@@ -298,8 +301,8 @@ def growth_limit(text: str) -> tuple[int | None, float | None]:
         raise ValueError(
             f"--max-growth {text!r}: expected BYTES or PCT% (e.g. 4096 or 1.5%)"
         ) from None
-    if parsed < 0:
-        raise ValueError(f"--max-growth {text!r}: must not be negative")
+    if not math.isfinite(parsed):
+        raise ValueError(f"--max-growth {text!r}: expected a finite number")
     return (None, float(parsed)) if value.endswith("%") else (int(parsed), None)
 
 
@@ -312,6 +315,8 @@ class SizeDiff:
         old_bytes, new_bytes: Their sizes with their `.ptd` files.
         old_totals, new_totals: Bytes per storage, then per status (`"status:dead"`).
         changes: What `diff_parts` returned.
+        memory: Each method's planned arena that grew or shrank
+            (`method_memory.memory_changes`): memory, not bytes of the files.
     """
 
     old_path: str
@@ -321,6 +326,7 @@ class SizeDiff:
     old_totals: Mapping[str, int]
     new_totals: Mapping[str, int]
     changes: tuple[Change, ...]
+    memory: tuple[MemoryChange, ...] = ()
 
     @property
     def delta(self) -> int:
@@ -328,7 +334,9 @@ class SizeDiff:
 
     @property
     def unchanged(self) -> bool:
-        return not self.changes and dict(self.old_totals) == dict(self.new_totals)
+        return (
+            not self.changes and not self.memory and dict(self.old_totals) == dict(self.new_totals)
+        )
 
     def over(self, limit: tuple[int | None, float | None]) -> bool:
         """Whether NEW exceeds OLD by more than `growth_limit`'s result."""
@@ -384,6 +392,7 @@ class SizeDiff:
             "delta": self.delta,
             "unchanged": self.unchanged,
             "changes": [change.to_json() for change in self.changes],
+            "planned_memory": [change.to_json() for change in self.memory],
         }
 
     def to_text(self, top: int = 20) -> str:
@@ -397,6 +406,7 @@ class SizeDiff:
         for change in shown:
             notes = f"  ({'; '.join(change.notes)})" if change.notes else ""
             lines.append(f"{change.delta:>+14,}  {change.kind:<8} {change.label}{notes}")
+        lines += [f"planned memory: {change.line()}" for change in self.memory]
         return "\n".join(lines)
 
     def to_markdown(self, top: int = 20) -> str:
@@ -426,6 +436,13 @@ class SizeDiff:
             )
         if len(self.changes) > top:
             lines.append(f"\n{len(self.changes) - top} more changes not shown.")
+        if self.memory:
+            lines += ["", "| method | memory id | old planned | new planned | delta |"]
+            lines.append("|---|---:|---:|---:|---:|")
+            lines += [
+                f"| `{c.method}` | {c.memory_id} | {c.old:,} | {c.new:,} | {c.delta:+,} |"
+                for c in self.memory
+            ]
         return "\n".join(lines)
 
 
@@ -452,6 +469,7 @@ def diff_explanations(
         totals_of(old.parts),
         totals_of(new.parts),
         tuple(diff_parts(old.parts, new.parts, digest)),
+        memory_changes(old.memory, new.memory),
     )
 
 

@@ -45,8 +45,10 @@ from emitter_filter.errors import InvariantError, PteFormatError
 from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.ondisk.analyse.audit_report import AuditReport, audit_pte
 from emitter_filter.ondisk.analyse.explain_terms import GROUPINGS, JSON_SCHEMA, STATUSES, STORAGES
+from emitter_filter.ondisk.method_memory import memory_json, memory_lines
 from emitter_filter.ondisk.read.byte_source import ByteSource, open_sources
 from emitter_filter.ondisk.read.file_model import PteFile
+from emitter_filter.ondisk.read.planned_memory import PlannedMemory, plan_memory
 from emitter_filter.ondisk.read.program_sections import count_plan_sections
 from emitter_filter.ondisk.read.read_pte import read_pte_program
 from emitter_filter.ondisk.read.readers import (
@@ -117,6 +119,8 @@ class Part:
     readers: tuple[Reader, ...] = ()
     copies: tuple[str, ...] = ()
     layouts: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    #: Of named data: the FQNs of the state `--names` finds stored in it (also in `names`).
+    state_names: tuple[str, ...] = ()
 
     @property
     def end(self) -> int:
@@ -150,9 +154,10 @@ class Part:
         if by == "reader":
             return self.readers[0].op if self.readers else f"({self.storage})"
         if by == "module":
-            # Tensors' FQNs only: named-data keys and backends are no module paths.
+            # Tensors' FQNs only: named-data keys and backends are no module paths, but the
+            # state `--names` finds in a delegate's named data is.
             tensor = self.storage in ("constant", "mutable", "external")
-            fqn = next(iter(self.names), None) if tensor else None
+            fqn = next(iter(self.state_names or (self.names if tensor else ())), None)
             if fqn is None:
                 return f"({self.storage})"
             return fqn.rsplit(".", 1)[0] if "." in fqn else "(top level)"
@@ -193,6 +198,8 @@ class Explanation:
             explanation; empty for one.
         key_clashes: For a set, the named-data keys its programs hold with different
             bytes (`share_find.KeyClash`).
+        memory: Each method's planned arenas (`planned_memory.plan_memory`); for a set,
+            in `programs`.
     """
 
     path: str
@@ -202,6 +209,7 @@ class Explanation:
     audit: AuditReport
     programs: tuple[Explanation, ...] = ()
     key_clashes: tuple = ()
+    memory: tuple[PlannedMemory, ...] = ()
 
     @property
     def file_bytes(self) -> int:
@@ -249,6 +257,7 @@ class Explanation:
             "parts": [part.to_json() for part in self.largest(top)],
             "outside": [part.to_json() for part in self.outside],
             "data": [{"program": program, "data": data} for program, data in self.pairing()],
+            "methods": memory_json(self),
         }
         if by is not None:
             document["groups"] = {"by": by, "bytes": self.totals(by)}
@@ -281,6 +290,7 @@ class Explanation:
                 f"not in these files (no .ptd given): {len(self.outside)} external "
                 f"tensor(s), {sum(p.nbytes for p in self.outside):,} bytes"
             )
+        lines += memory_lines(self)
         if self.programs:
             lines.append(f"key clashes: {len(self.key_clashes) or 'none'}")
             lines += [f"  {clash.line()}" for clash in self.key_clashes]
@@ -495,16 +505,15 @@ class _Attributor:
             (self.named_types[k] for k in keys if k in self.named_types), (None, None)
         )
         first = entries[0]
-        names = list(keys)
-        if self.state is not None and shape is not None and first.offset >= 0:
-            # A backend that stores a weight as it is (Vulkan) is named by its bytes.
+        fqns: tuple[str, ...] = ()
+        if self.state is not None:
             source = self.sources[first.file]
-            found = self.state.match(
+            found = self.state.match_delegated(
                 first.nbytes,
-                [tuple(shape)],
+                shape,
                 lambda: source.read(first.offset, first.nbytes, "named data"),
             )
-            names += [n.name for n in found]
+            fqns = tuple(n.name for n in found)
         return Part(
             first.file,
             first.offset,
@@ -515,8 +524,9 @@ class _Attributor:
             status=self._status(first.file, first.offset, first.nbytes),
             dtype=dtype,
             shape=shape,
-            names=tuple(names),
+            names=(*keys, *fqns),
             readers=readers,
+            state_names=fqns,
         )
 
     def ptd_parts(self) -> list[Part]:
@@ -722,7 +732,14 @@ def explain_pte(
             ptd.path, ptd.file_bytes, ptd.flatbuffer_end, "ptd_header", by_file.get(ptd.path, ())
         )
     files = tuple(report.files)
-    explanation = Explanation(pte.path, files, tuple(placed), tuple(attributor.outside()), report)
+    explanation = Explanation(
+        pte.path,
+        files,
+        tuple(placed),
+        tuple(attributor.outside()),
+        report,
+        memory=plan_memory(program),
+    )
     total = sum(p.nbytes for p in explanation.parts)
     if total != explanation.file_bytes:
         raise InvariantError(

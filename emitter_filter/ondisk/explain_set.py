@@ -27,9 +27,8 @@ from emitter_filter.ondisk.analyse.share_find import (
     ProgramSet,
     SharedContent,
     find_set_shared,
-    key_clashes,
-    read_set,
 )
+from emitter_filter.ondisk.audit_set import set_key_clashes
 from emitter_filter.ondisk.explain import Explanation, Part, explain_file
 from emitter_filter.ondisk.read.data_files import data_files_for
 from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
@@ -151,11 +150,5 @@ def explain_set(
         outside=tuple(outside),
         audit=programs[0].audit,
         programs=programs,
-        key_clashes=_key_clashes(pte_files, data_of),
+        key_clashes=set_key_clashes(pte_files, data_of),
     )
-
-
-def _key_clashes(ptes: list[str], data_of) -> tuple:
-    """The set's key clashes, found as `share` and `audit` find them (`min_bytes` aside)."""
-    programs = read_set(ptes, list(dict.fromkeys(p for f in data_of for p in f)), data_of)
-    return key_clashes(programs, find_set_shared(programs, min_bytes=1))

@@ -75,8 +75,7 @@ from emitter_filter.ondisk.analyse.analysis import (
     find_aliases,
     keep_ptd_key,
 )
-from emitter_filter.ondisk.analyse.inputs import check_inputs
-from emitter_filter.ondisk.analyse.validate import validate_outputs
+from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.dedupe import dedupe_output
 from emitter_filter.ondisk.merge_names import (
     TRAINING_PREFIX,
@@ -164,6 +163,8 @@ class MergedMethod:
     source: str
     source_method: str
     same_in: tuple[str, ...] = ()
+    #: Which input `source` is (0 for the first): one file may be given twice.
+    source_number: int = 0
 
     def to_json(self) -> dict:
         return {
@@ -891,6 +892,7 @@ def merge_files(
     dedupe: bool = False,
     progress: ProgressFn | None = None,
     data_beside: bool = True,
+    chosen: Callable[[tuple[MergedMethod, ...]], None] | None = None,
 ) -> MergeReport:
     """Writes the programs of `inputs` as one `.pte` whose methods are all of theirs.
 
@@ -926,6 +928,8 @@ def merge_files(
             does (`dedupe.dedupe_output`: named data that repeats a constant, a tied
             embedding lowered to XNNPACK).
         progress: Called with (bytes written, bytes to write) as data is copied.
+        chosen: Called with the methods to write (the report's `methods`) before
+            anything is written.
 
     Raises:
         MethodSetError: Differing methods of two inputs have one name (the message
@@ -971,6 +975,9 @@ def merge_files(
     written_from = [n for n, names in enumerate(choice.names) if any(names)]
     if not written_from:
         raise MethodSetError("merge: every method is dropped: nothing to write")
+    merged_methods = _merged_methods(input_files, choice)
+    if chosen is not None:
+        chosen(merged_methods)  # `--verify`: which input method each is, before writing.
     # Inputs without the methods not written, read as split reads them.
     names: list[list[str]] = []
     layouts: list[PteLayout | None] = []
@@ -1027,7 +1034,7 @@ def merge_files(
         inputs=tuple(input_files),
         output=output_path,
         ptd_output=ptd_path if ptd else None,
-        methods=_merged_methods(input_files, choice),
+        methods=merged_methods,
         bytes_before=bytes_before,
         bytes_after=bytes_after,
         # What the inputs' live references read, against what the output holds for them.
@@ -1060,7 +1067,7 @@ def _merged_methods(inputs: Sequence[str], choice: Choice) -> tuple[MergedMethod
     for (number, _), kept in choice.same_as.items():
         also.setdefault(kept, []).append(inputs[number])
     return tuple(
-        MergedMethod(name, inputs[number], method, tuple(also.get((number, position), ())))
+        MergedMethod(name, inputs[number], method, tuple(also.get((number, position), ())), number)
         for number, (methods, names) in enumerate(zip(choice.originals, choice.names, strict=True))
         for position, (method, name) in enumerate(zip(methods, names, strict=True))
         if name is not None

@@ -59,8 +59,7 @@ from emitter_filter.ondisk.analyse.analysis import (
     find_shared_ranges,
     keep_ptd_key,
 )
-from emitter_filter.ondisk.analyse.inputs import check_inputs
-from emitter_filter.ondisk.analyse.validate import validate_outputs
+from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
 from emitter_filter.ondisk.read.file_model import PteFile
 from emitter_filter.ondisk.read.layout import (
@@ -142,6 +141,9 @@ class FilePruneReport:
         kept_unprovable: Named-data keys kept only because an opaque delegate may read them.
         seconds: Wall time of the whole prune (and dedupe).
         dedupe: What `dedupe=True` saved on top of pruning, or None when it was off.
+        left_constant_buffer_path: The input relied on the deprecated `constant_buffer`
+            path (`relies_on_constant_buffer`), which the runtime's wheels refuse; the output
+            has its placeholder in the constant segment.
     """
 
     path: str
@@ -155,6 +157,7 @@ class FilePruneReport:
     kept_unprovable: tuple[str, ...]
     seconds: float
     dedupe: DedupeReport | None = None
+    left_constant_buffer_path: bool = False
 
     def to_json(self) -> dict:
         """What `prune --json` prints: the files, the bytes, each dropped entry by name."""
@@ -173,6 +176,7 @@ class FilePruneReport:
             "dropped_values": self.dropped_values,
             "dropped_named_data": list(self.dropped_named_data),
             "kept_unprovable": list(self.kept_unprovable),
+            "left_constant_buffer_path": self.left_constant_buffer_path,
             **({} if self.dedupe is None else {"dedupe": self.dedupe.to_json()}),
         }
 
@@ -186,7 +190,13 @@ class FilePruneReport:
         )
         if self.kept_unprovable:
             line += f"; kept {len(self.kept_unprovable)} unprovable named data"
-        return line + f" in {self.seconds * 1e3:.1f} ms"
+        line += f" in {self.seconds * 1e3:.1f} ms"
+        if self.left_constant_buffer_path:
+            line += (
+                "; rewritten from the deprecated constant_buffer path, which the runtime "
+                "refuses, to the constant segment"
+            )
+        return line
 
 
 # --- decide: the rewrite of the unpacked program --------------------------------------
@@ -791,6 +801,7 @@ def _write_pruned(
         kept_unprovable=use.kept_unprovable,
         seconds=time.perf_counter() - started,
         dedupe=dedupe_report,
+        left_constant_buffer_path=relies_on_constant_buffer(pte),
     )
     logger.info("%s", report.summary())
     if dedupe_report is not None:

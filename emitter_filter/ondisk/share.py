@@ -44,7 +44,6 @@ from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM
 from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.analyse.analysis import find_aliases, find_shared_ranges
-from emitter_filter.ondisk.analyse.inputs import check_inputs
 from emitter_filter.ondisk.analyse.share_find import (
     DEFAULT_MIN_BYTES,
     ProgramSet,
@@ -53,7 +52,7 @@ from emitter_filter.ondisk.analyse.share_find import (
     find_set_shared,
     read_set,
 )
-from emitter_filter.ondisk.analyse.validate import validate_outputs
+from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.dedupe import dedupe_output
 from emitter_filter.ondisk.prune import (
     OutSegment,

@@ -2,16 +2,17 @@
 executorch-numpy-runtime, else a one-line error naming both.
 
 Both are imported here and only when asked for (`find_runtime`), so that the rest of
-the package runs without them. Every call loads the program afresh, by path, with at
-most one `.ptd` (both runtimes' Python APIs take one): a method runs once per load, so
-a stateful method (a KV cache, a mutated buffer) starts from the file's state, and no
-method shares the arenas of another (`executorch.runtime.Runtime` gives a program's
-methods one set). Loading by path also leaves no buffer for the caller to keep alive.
+the package runs without them. `run_methods` loads a program by path, with at most one
+`.ptd` (both runtimes' Python APIs take one), runs each method asked for once in that
+load (a stateful method starts from the file's state; each method of a load has its own
+planned memory), and releases the load before it returns. Loading by path also leaves no
+buffer for the caller to keep alive.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import logging
 import os
@@ -22,15 +23,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.errors import VerifyError
-from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
 
 __all__ = ["InputSpec", "RuntimeFailure", "find_runtime", "NO_RUNTIME", "NO_DATA"]
 
 logger = logging.getLogger(__name__)
 
-#: The error when neither runtime imports.
+#: The error when neither runtime imports (`verify` and `--verify` alike).
 NO_RUNTIME = (
-    "--verify needs a runtime: neither ExecuTorch's pybindings (pip install executorch) nor "
+    "no runtime to verify in: neither ExecuTorch's pybindings (pip install executorch) nor "
     "executorch-numpy-runtime (pip install executorch-numpy-runtime: Python >= 3.12, no "
     "torch) imports here"
 )
@@ -43,10 +43,12 @@ NO_DATA = "loads no .ptd (install executorch to verify it in ExecuTorch's pybind
 @dataclass(frozen=True)
 class InputSpec:
     """One input of a method as its metadata gives it: the `ScalarType` name and sizes,
-    or `dtype` None for a value that is not a tensor (an int, a bool)."""
+    or `dtype` None for a value that is not a tensor (an int, a bool: `kind` names it)."""
 
     dtype: str | None
     shape: tuple[int, ...] = ()
+    #: What the value is where it is not a tensor: its `KernelTypes` name (`Int`, `Bool`).
+    kind: str = ""
 
 
 class RuntimeFailure(Exception):
@@ -106,40 +108,67 @@ class _Runtime:
     takes_data = True
     #: The exceptions its calls raise for a program it refuses.
     errors: tuple[type[BaseException], ...] = ()
+    #: The kinds of non-tensor output it returns (`KernelTypes` names), None for any.
+    returns: frozenset[str] | None = None
+
+    def check_outputs(self, pte: str, method: str, outputs: Sequence[InputSpec]) -> None:
+        """Refuses (`VerifyError`, one line) a method with an output the runtime cannot
+        return: told from the file, before it runs."""
+        if self.returns is None:
+            return
+        kinds = sorted({o.kind for o in outputs if o.dtype is None} - self.returns)
+        if kinds:
+            raise VerifyError(
+                f"{pte} method {method!r} returns a {' and a '.join(kinds)}, which "
+                f"{self.name} cannot return (only tensors, ints, floats and bools: a "
+                "training program's methods return strings); verify it where executorch "
+                "is installed"
+            )
 
     def check_data(self, pte: str, data: str | None) -> None:
         """Refuses a `.ptd` the runtime cannot load (`VerifyError`)."""
 
-    def method_names(self, pte: str) -> list[str]:
-        """The program's methods, in plan order."""
-        return self._call(self._method_names, pte)
+    def run_methods(
+        self, pte: str, data: str | None, calls: Sequence[tuple[str, Sequence | None]]
+    ) -> list:
+        """One load of `pte`, each (method, inputs) of `calls` loaded and run once on its
+        inputs (only loaded where they are None), in order: per call, its outputs as numpy
+        arrays (None where only loaded) or the `RuntimeFailure` of that method. The load
+        is released before this returns.
 
-    def input_specs(self, pte: str, data: str | None, method: str) -> list[InputSpec]:
-        return self._call(self._input_specs, pte, data, method)
-
-    def run(self, pte: str, data: str | None, method: str, inputs: Sequence) -> list:
-        """`method` of a fresh load of `pte` on `inputs`, (`InputSpec`, numpy array) pairs
-        as `inputs.py` builds them: its outputs as numpy arrays."""
-        return self._call(self._run, pte, data, method, inputs)
+        Raises:
+            RuntimeFailure: The program does not load.
+        """
+        loaded = self._call(self._load, pte, data)
+        try:
+            results: list = []
+            for method, inputs in calls:
+                try:
+                    results.append(self._call(self._run_loaded, loaded, method, inputs))
+                except RuntimeFailure as failure:
+                    results.append(failure)
+            return results
+        finally:
+            del loaded
 
     def _call(self, function, *args):
         log: list[str] = []
         try:
             with _captured_stderr(log):
                 return function(*args)
+        except MemoryError:
+            # std::bad_alloc: an arena or buffer larger than the memory there is.
+            raise RuntimeFailure("out of memory (std::bad_alloc)") from None
         except self.errors as error:
             raise RuntimeFailure(_reason(error, log)) from error
         finally:
             for line in log:
                 logger.debug("runtime: %s", line)
 
-    def _method_names(self, pte: str) -> list[str]:
+    def _load(self, pte: str, data: str | None):
         raise NotImplementedError
 
-    def _input_specs(self, pte: str, data: str | None, method: str) -> list[InputSpec]:
-        raise NotImplementedError
-
-    def _run(self, pte: str, data: str | None, method: str, inputs: Sequence) -> list:
+    def _run_loaded(self, loaded, method: str, inputs: Sequence | None):
         raise NotImplementedError
 
 
@@ -162,28 +191,16 @@ class _PyBindings(_Runtime):
         self._lib, self._torch = lib, torch
         self.errors = (RuntimeError, ValueError, IndexError, TypeError)
 
-    def _method_names(self, pte: str) -> list[str]:
-        program = self._lib._load_program(pte)
-        return [program.get_method_name(i) for i in range(program.num_methods())]
+    def _load(self, pte: str, data: str | None):
+        return self._lib._load_for_executorch(pte, data)
 
-    def _input_specs(self, pte: str, data: str | None, method: str) -> list[InputSpec]:
-        meta = self._lib._load_for_executorch(pte, data).method_meta(method)
-        specs = []
-        for index in range(meta.num_inputs()):
-            try:
-                tensor = meta.input_tensor_meta(index)
-            except IndexError:  # "Cannot get input tensor meta": not a tensor
-                specs.append(InputSpec(None))
-                continue
-            specs.append(
-                InputSpec(
-                    SCALAR_TYPE_NAMES.get(tensor.dtype(), str(tensor.dtype())),
-                    tuple(tensor.sizes()),
-                )
-            )
-        return specs
+    def _run_loaded(self, loaded, method: str, inputs: Sequence | None):
+        loaded.method_meta(method)  # A method the load refused raises here.
+        if inputs is None:
+            return None
+        return [self._array(v) for v in loaded.run_method(method, self._values(inputs))]
 
-    def _run(self, pte: str, data: str | None, method: str, inputs: Sequence) -> list:
+    def _values(self, inputs: Sequence) -> tuple:
         torch = self._torch
         values = []
         for spec, array in inputs:
@@ -193,8 +210,7 @@ class _PyBindings(_Runtime):
                 values.append(torch.from_numpy(array.copy()).to(torch.bfloat16))
             else:
                 values.append(torch.from_numpy(array.copy()))
-        module = self._lib._load_for_executorch(pte, data)
-        return [self._array(v) for v in module.run_method(method, tuple(values))]
+        return tuple(values)
 
     def _array(self, value):
         import numpy as np
@@ -216,6 +232,7 @@ class _NumpyRuntime(_Runtime):
 
     name = "executorch-numpy-runtime"
     takes_data = False
+    returns = frozenset({"Int", "Double", "Bool"})
     limits = (
         "executorch-numpy-runtime runs CPU kernels and XNNPACK; it loads no .ptd and "
         "no custom op (install executorch for its pybindings)"
@@ -233,32 +250,37 @@ class _NumpyRuntime(_Runtime):
         self.check_data(pte, data)
         return self._en.Runtime.get().load_program(pte)
 
-    def _method_names(self, pte: str) -> list[str]:
-        return list(self._program(pte, None).method_names)
+    def _load(self, pte: str, data: str | None):
+        return self._program(pte, data)
 
-    def _input_specs(self, pte: str, data: str | None, method: str) -> list[InputSpec]:
-        meta = self._program(pte, data).load_method(method).metadata
-        return [
-            InputSpec(
-                SCALAR_TYPE_NAMES.get(i["scalar_type"], str(i["scalar_type"])), tuple(i["shape"])
-            )
-            if "scalar_type" in i
-            else InputSpec(None)
-            for i in meta["inputs"]
-        ]
+    def _run_loaded(self, loaded, method: str, inputs: Sequence | None):
+        import numpy as np
 
-    def _run(self, pte: str, data: str | None, method: str, inputs: Sequence) -> list:
+        loaded_method = loaded.load_method(method)
+        if inputs is None:
+            return None
         arrays = [_bfloat16_bits(a) if spec.dtype == "BFLOAT16" else a for spec, a in inputs]
-        return list(self._program(pte, data).load_method(method)(arrays))
+        # A constant method (get_max_seq_len) returns a Python scalar, not an array.
+        return [np.asarray(v) for v in loaded_method(arrays)]
 
 
-def find_runtime() -> _Runtime:
+#: The module whose import is the pybindings' (seconds: torch and ExecuTorch's kernels).
+_PYBINDINGS = "executorch.extension.pybindings.portable_lib"
+
+
+def find_runtime(announce=None) -> _Runtime:
     """ExecuTorch's pybindings when they import, else executorch-numpy-runtime.
+
+    Args:
+        announce: Called with a line before an import that takes seconds (the CLI
+            prints it on a terminal), or None.
 
     Raises:
         VerifyError: Neither imports.
     """
     log: list[str] = []
+    if announce is not None and _PYBINDINGS not in sys.modules:
+        announce("loading ExecuTorch's runtime (torch and its kernels: seconds) ...")
     try:
         # What torch and its extensions print as they import is theirs, not a diagnostic
         # of ours: to the debug log, so that a refusal stays one line.
@@ -266,10 +288,12 @@ def find_runtime() -> _Runtime:
             import executorch.extension.pybindings.portable_lib as portable_lib
             import torch
 
-            # The quantized kernels are a library of their own: without them a quantized
-            # program's methods miss operators ("OperatorMissing", 0x14).
-            with contextlib.suppress(ImportError):
-                import executorch.kernels.quantized  # noqa: F401
+            # Libraries of kernels of their own: without them a quantized program's
+            # methods, or export_llama's (llama::custom_sdpa.out, llama::update_cache.out),
+            # miss operators ("OperatorMissing", 0x14).
+            for library in ("executorch.kernels.quantized", _CUSTOM_OPS):
+                with contextlib.suppress(ImportError, OSError, RuntimeError):
+                    importlib.import_module(library)
     except ImportError as error:
         logger.debug("ExecuTorch's pybindings do not import: %s", error)
     else:
@@ -283,3 +307,8 @@ def find_runtime() -> _Runtime:
         logger.debug("executorch-numpy-runtime does not import: %s", error)
         raise VerifyError(NO_RUNTIME) from None
     return _NumpyRuntime(executorch_numpy_runtime)
+
+
+#: Registers ExecuTorch's LLM operators with the pybindings as it imports (the package
+#: `executorch.extension.llm.custom_ops` alone registers none).
+_CUSTOM_OPS = "executorch.extension.llm.custom_ops.custom_ops"

@@ -94,3 +94,26 @@ def test_keep_is_given_to_run_and_to_the_environment_switch(tmp_path, how):
     assert seen["heavy_at_start"] == []  # the hook was armed, ExecuTorch not imported
     assert "dropped 0 constants" in result.stderr, result.stderr
     assert _audited_dead(out) == DEAD_BYTES  # kept: what audit, without --keep, calls dead
+
+
+def test_run_finds_the_modules_beside_the_script_and_in_the_current_directory(
+    tmp_path, monkeypatch, capsys
+):
+    """As `python export.py` and `python -m helper` do: sys.path[0] is the script's directory or
+    the current one, wherever the command is run from."""
+    beside = tmp_path / "scripts"
+    beside.mkdir()
+    (beside / "sibling_of_export.py").write_text("WHERE = 'beside'\n")
+    (beside / "export.py").write_text("import sibling_of_export\nprint(sibling_of_export.WHERE)\n")
+    (tmp_path / "helper_in_cwd.py").write_text("print('from the current directory')\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for name in ("sibling_of_export", "helper_in_cwd"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert main(["run", str(beside / "export.py")]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "-m", "helper_in_cwd"]) == 0
+    assert capsys.readouterr().out == "beside\nfrom the current directory\n"
+    assert str(beside) not in sys.path and str(tmp_path) not in sys.path  # restored after

@@ -87,7 +87,25 @@ def test_max_growth_exits_1_naming_the_entries_that_grew(tmp_path, capsys):
     assert main(["diff", str(old), str(new), "--max-growth", "lots"]) == 2
 
 
-@pytest.mark.parametrize("text, limit", [("4096", (4096, None)), ("1.5%", (None, 1.5))])
+def test_a_negative_max_growth_asks_for_a_shrink_and_is_read_as_a_value(tmp_path, capsys):
+    old = _write(tmp_path, "old.pte", _constants(64, 32, 512))
+    new = _write(tmp_path, "new.pte", _constants(64, 32))
+    shrink = old.stat().st_size - new.stat().st_size
+    percent = 100 * shrink / old.stat().st_size
+    for limit, code in [
+        (f"-{shrink}", 0),
+        (f"-{shrink + 1}", 1),
+        (f"-{percent - 0.1:.1f}%", 0),
+        (f"-{percent + 0.1:.1f}%", 1),
+    ]:
+        assert main(["diff", str(old), str(new), "--max-growth", limit]) == code, limit
+    assert "expected one argument" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text, limit",
+    [("4096", (4096, None)), ("1.5%", (None, 1.5)), ("-5%", (None, -5.0)), ("-64", (-64, None))],
+)
 def test_growth_limits_are_bytes_or_percent(text, limit):
     assert growth_limit(text) == limit
 

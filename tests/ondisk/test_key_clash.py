@@ -66,7 +66,11 @@ def test_two_ptd_files_naming_one_key_with_other_bytes_are_a_clash(tmp_path):
 def test_the_gate_fails_on_the_clash_and_passes_on_shares_output(tmp_path, capsys):
     programs = [str(p) for p in _external_pair(tmp_path)]
     assert main(["audit", *programs]) == 0  # each program judged alone without the gate
-    capsys.readouterr()
+    assert capsys.readouterr().err == (  # but the clash is said
+        f"emitter-filter: warning: {KEY!r} held with different bytes by programs given "
+        "together: a weights cache shared by the programs, as XNNPACK's, would give the "
+        "second the first's (--fail-on-key-clash: exit 1)\n"
+    )
     assert main(["audit", *programs, "--fail-on-key-clash"]) == 1
     captured = capsys.readouterr()
     assert f"key {KEY!r} holds other bytes in" in captured.out
@@ -100,6 +104,11 @@ def test_the_gate_reads_programs_without_ptd_files_as_a_set(tmp_path, capsys):
     assert [c["file"] for c in clash["copies"]] == [str(p) for p in programs]
     same = [programs[0], shutil.copyfile(programs[0], tmp_path / "c.pte")]
     assert main(["audit", *map(str, same), "--fail-on-key-clash"]) == 0
+    capsys.readouterr()
+    assert main(["audit", *map(str, programs), "--json"]) == 0  # no gate: a warning
+    assert f"warning: {key!r} held with different bytes" in capsys.readouterr().err
+    assert main(["audit", *map(str, same)]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_share_writes_no_clash_into_one_file_and_hides_none(tmp_path):

@@ -125,5 +125,5 @@ def test_ptd_without_the_programs_external_constants_is_rejected(built):
 
 
 def test_a_pte_is_not_accepted_as_a_ptd(built):
-    with pytest.raises(PteFormatError, match="not a PTD file"):
+    with pytest.raises(PteFormatError, match="a .pte program, not a .ptd data file"):
         read_pte(built["plain"].pte, [built["plain"].pte])

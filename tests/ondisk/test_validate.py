@@ -7,6 +7,7 @@ loads the same files in ExecuTorch's runtime. Nothing here imports torch or exec
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -279,6 +280,28 @@ def test_audit_and_explain_call_an_invalid_file_invalid_in_one_line(tmp_path, ca
     assert "invalid: relies on the constant_buffer path" in capsys.readouterr().err
 
 
+def test_the_constant_buffer_path_is_named_with_prune_that_repairs_it_and_prune_says_so(
+    tmp_path, capsys
+):
+    placeholder = _write(tmp_path / "p.pte", build_program(dead=False, where="placeholder").pte)
+    assert main(["audit", str(placeholder)]) == 2
+    assert capsys.readouterr().err.endswith(
+        "; emitter-filter prune rewrites it to the constant segment\n"
+    )
+    out = tmp_path / "q.pte"
+    assert main(["prune", str(placeholder), "-o", str(out)]) == 0
+    said = capsys.readouterr().out.rstrip()
+    assert said.endswith(
+        "; rewritten from the deprecated constant_buffer path, which the runtime refuses, "
+        "to the constant segment"
+    )
+    assert validate_file(out).valid
+    assert main(["prune", str(placeholder), "-o", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["left_constant_buffer_path"] is True
+    assert main(["prune", str(out), "-o", str(tmp_path / "r.pte"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["left_constant_buffer_path"] is False
+
+
 def test_audit_of_several_files_reports_the_valid_and_names_the_invalid(tmp_path, capsys):
     good = _write(tmp_path / "good.pte", build_program(dead=False).pte)
     bad = _write(tmp_path / "bad.pte", changed("no-chains"))
@@ -323,6 +346,8 @@ def test_an_output_the_validator_refuses_is_not_written(tmp_path, monkeypatch):
 
     def planted(pte, data=()):
         found = real(pte, data)
+        if Path(pte).name in ("h.pte", "d.pte"):  # the inputs, checked before anything
+            return found
         return Validity(("planted problem",), found.operators, found.backends, found.missing_data)
 
     monkeypatch.setattr(validate, "validate_file", planted)

@@ -321,12 +321,14 @@ def test_inputs_without_verify_is_a_usage_error_and_nothing_is_written(files, ca
     assert not (files / "out.pte").exists()
 
 
-def test_an_old_program_that_does_not_run_is_exit_2_not_a_difference(files, capsys):
-    # external.pte without its .ptd: the runtime cannot read its weights.
+def test_a_program_without_its_ptd_is_exit_2_naming_the_missing_ptd(files, capsys):
+    """Not the runtime's "Init failed ... 0x20", read as a failed proof: the .ptd is missing,
+    and that is known from the file before anything loads."""
     (files / "external.ptd").rename(files / "elsewhere.ptd")
     code, _, err = _main(capsys, "verify", files / "external.pte", files / "external.pte")
     assert code == 2 and err.count("\n") == 1, err
-    assert "external.pte method 'forward' does not run in" in err, err
+    assert "external.pte reads external data that no .ptd is given for" in err, err
+    assert "its .ptd is missing; give it with --data" in err, err
 
 
 def test_a_refusal_is_one_line_on_stderr_in_a_fresh_process(files):
@@ -359,3 +361,6 @@ def test_without_a_runtime_verify_refuses_in_one_line_naming_both_and_writes_not
     assert (code, out, err) == (2, "", f"emitter-filter: {NO_RUNTIME}\n")
     assert "pybindings" in NO_RUNTIME and "executorch-numpy-runtime" in NO_RUNTIME
     assert not (files / "out.pte").exists()
+    code, out, err = _main(capsys, "verify", files / "plain.pte", files / "plain.pte")
+    assert (code, err) == (2, f"emitter-filter: {NO_RUNTIME}\n")
+    assert "--verify" not in NO_RUNTIME  # said by `verify` as by `--verify`

@@ -11,13 +11,9 @@ file is invalid (issue 55).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from emitter_filter.delegates import xnnpack_constant_types
-from emitter_filter.flatbuffer_tables import Table
-from emitter_filter.ondisk.read.byte_source import ByteSource
-from emitter_filter.ondisk.read.file_model import PteFile
-from emitter_filter.ondisk.read.readers import xnnpack_graphs
 
 __all__ = ["undersized_named_data"]
 
@@ -28,26 +24,19 @@ _ELEMENT_BYTES = {"FLOAT": 4, "HALF": 2, "BFLOAT16": 2, "CHAR": 1, "BYTE": 1, "I
 _HALF_BYTE = ("QUINT4X2",)
 
 
-def undersized_named_data(
-    pte: PteFile,
-    program: Table,
-    program_data: bytes,
-    source: ByteSource,
-    held: Mapping[str, int],
-) -> list[str]:
+def undersized_named_data(graphs: Iterable[bytes], held: Mapping[str, int]) -> list[str]:
     """One line for each XNNPACK constant whose named data is shorter than its tensor.
 
     Args:
-        pte, program, program_data, source: As `readers.xnnpack_graphs` takes them. Not
-            modified.
+        graphs: Each XNNPACK blob's header and flatbuffer (`readers.xnnpack_graphs`).
         held: Bytes each named-data key resolves to in the runtime's data maps (its
             segment's size); a key not in it is the missing-data check's.
 
     Raises:
-        PteFormatError, ProgramFormatError: A blob is malformed.
+        ProgramFormatError: A blob is malformed.
     """
     needed: dict[str, int] = {}
-    for _, graph in xnnpack_graphs(pte, program, program_data, source):
+    for graph in graphs:
         for key, (dtype, dims) in xnnpack_constant_types(graph).items():
             nbytes = _tensor_bytes(dtype, dims)
             if nbytes is not None:

@@ -38,7 +38,7 @@ from emitter_filter._program_fbs.executorch_flatbuffer.TensorShapeDynamism impor
     TensorShapeDynamism,
 )
 from emitter_filter.delegates import XNNPACK_BACKEND_ID
-from emitter_filter.errors import InvalidOutputError, ProgramFormatError
+from emitter_filter.errors import InvalidOutputError, ProgramFormatError, PteFormatError
 from emitter_filter.fbs_schemas import PROGRAM
 from emitter_filter.flatbuffer_tables import FlatbufferError, Table
 from emitter_filter.generated_fields import table_text, vector_ints
@@ -48,6 +48,7 @@ from emitter_filter.ondisk.read.file_model import PtdFile, PteFile
 from emitter_filter.ondisk.read.layout import FLAT_TENSOR_IDENTIFIER, PROGRAM_IDENTIFIER
 from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read.read_pte import read_pte_program, tensor_nbytes
+from emitter_filter.ondisk.read.readers import xnnpack_graphs
 from emitter_filter.reachability import DataSpace
 from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
 
@@ -57,6 +58,7 @@ __all__ = [
     "validate_bytes",
     "validate_outputs",
     "CONSTANT_BUFFER_PATH",
+    "check_inputs",
 ]
 
 # runtime/core/portable_type/scalar_type.h: the ScalarTypes the portable runtime knows
@@ -67,11 +69,11 @@ _TENSOR_DIMENSION_LIMIT = 16
 # method.cpp: Method::resolve_operator's kTempBufferSizeForName ("name.overload" and its NUL).
 _OPERATOR_NAME_LIMIT = 100
 #: Why the constant_buffer path is refused, in the runtime's words (program.cpp:
-#: Program::load); the writers repair it (`inputs.check_inputs`).
+#: Program::load); the writers repair it (`check_inputs`).
 CONSTANT_BUFFER_PATH = (
     "relies on the constant_buffer path, which ExecuTorch's runtime refuses "
     "(built with ET_ENABLE_DEPRECATED_CONSTANT_BUFFER=0, as its pip wheels are); "
-    "export the program again"
+    "emitter-filter prune rewrites it to the constant segment"
 )
 
 
@@ -211,7 +213,8 @@ def _validate(source: str | bytes, data_files: Sequence[str | os.PathLike]) -> V
             for ptd, _ in ptds:
                 for key, entry in ptd.named_data.items():
                     held.setdefault(key, entry.nbytes)
-            for line in undersized_named_data(pte, program, read.program_data, opened, held):
+            graphs = xnnpack_graphs(pte, program, read.program_data, opened)
+            for line in undersized_named_data((graph for _, graph in graphs), held):
                 problems.add(line)
     except (ProgramFormatError, FlatbufferError) as error:
         problems.add(str(error))  # A table the reader decoded lazily, corrupt.
@@ -624,3 +627,33 @@ class _Method:
 def _layout_text(scalar_type: int, sizes: Sequence[int], dim_order: Sequence[int]) -> str:
     name = SCALAR_TYPE_NAMES.get(scalar_type, f"scalar_type {scalar_type}")
     return f"{name} {list(sizes)} dim_order {list(dim_order)}"
+
+
+def check_inputs(inputs: Sequence[tuple[str | os.PathLike, Sequence[str | os.PathLike]]]) -> None:
+    """Refuses the first input `validate_file` calls invalid, in the line `audit` prints for
+    it: what every writer and `verify` do before anything is opened for writing or run.
+
+    A writer reads only the fields it needs (a name by its length, where the flatbuffers
+    Verifier wants a NUL after it) and would write them again well-formed, as another
+    operator; a runtime crashes on some such files. What a writer repairs is not refused:
+    a program on the `constant_buffer` path is rewritten onto the constant segment.
+    Nothing is modified.
+
+    Args:
+        inputs: (program, the `.ptd` files it is read with) of each input, as the command
+            reads them (`data_files.data_files_for`).
+
+    Raises:
+        PteFormatError: An input is invalid: `FILE: invalid: PROBLEM`, the line `audit`
+            prints for it.
+        OSError: A file cannot be read.
+    """
+    for pte, data in inputs:
+        validity = validate_file(pte, data)
+        problems = [p for p in validity.problems if p != CONSTANT_BUFFER_PATH]
+        if problems:
+            more = len(problems) - 1
+            raise PteFormatError(
+                os.fspath(pte),
+                f"invalid: {problems[0]}" + (f" (and {more} more)" if more else ""),
+            )

@@ -19,6 +19,7 @@ from typing import cast
 
 from emitter_filter.errors import PteFormatError
 from emitter_filter.flatbuffer_tables import FlatbufferError, Schema, Table
+from emitter_filter.ondisk.read.layout import FLAT_TENSOR_IDENTIFIER, PROGRAM_IDENTIFIER
 from emitter_filter.regular_files import open_regular_input
 
 __all__ = [
@@ -272,6 +273,15 @@ class StoredSpan:
             )
 
 
+# The file of the other kind where one was expected: what it is and how a command takes it.
+_OTHER_KIND = {
+    FLAT_TENSOR_IDENTIFIER: "a .ptd data file, not a program: give it with --data, "
+    "beside the .pte that loads it",
+    PROGRAM_IDENTIFIER: "a .pte program, not a .ptd data file: give it as a program, "
+    "and its .ptd with --data",
+}
+
+
 def check_identifier(source: ByteSource, head: bytes, expected: bytes, kind: str) -> None:
     """Refuses a file whose flatbuffer identifier is not `expected`, naming a version skew."""
     if len(head) < 8:
@@ -279,6 +289,8 @@ def check_identifier(source: ByteSource, head: bytes, expected: bytes, kind: str
     identifier = head[4:8]
     if identifier == expected:
         return
+    if identifier in _OTHER_KIND and expected in _OTHER_KIND:
+        raise PteFormatError(source.name, _OTHER_KIND[identifier])
     if identifier[:2] == expected[:2] and re.fullmatch(rb"[0-9A-Za-z]{2}", identifier[2:]):
         raise PteFormatError(
             source.name,

@@ -216,9 +216,14 @@ def _equal_bytes(a: NamedData, b: NamedData) -> bool:
 
 
 def beside(pte: str) -> str | None:
-    """The `.ptd` next to `pte` with its stem (`heads/a.pte` -> `heads/a.ptd`), if there is one."""
+    """The `.ptd` next to `pte` with its stem (`heads/a.pte` -> `heads/a.ptd`), if there is one.
+
+    A `.ptd` given as the program has none: it is not its own data (reading it says what it is).
+    """
     ptd = os.path.splitext(os.fspath(pte))[0] + ".ptd"
-    return ptd if os.path.isfile(ptd) else None
+    if not os.path.isfile(ptd) or os.path.realpath(ptd) == os.path.realpath(pte):
+        return None
+    return ptd
 
 
 def _readable_beside(pte: str, warned: set[str]) -> str | None:

@@ -55,7 +55,7 @@ from emitter_filter.plan_indices import check_data_refs, collect_plan_refs
 from emitter_filter.reachability import DataRef, DataSpace, PlanRefs
 from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
 
-__all__ = ["PteProgram", "read_pte", "read_pte_program", "tensor_nbytes"]
+__all__ = ["PteProgram", "check_program_header", "read_pte", "read_pte_program", "tensor_nbytes"]
 
 # Bytes per element for each ScalarType, as the runtime's elementSize() has them.
 _ELEMENT_SIZE = {
@@ -135,6 +135,13 @@ def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:
         )
 
     return collect_plan_refs(GENERATED, plan, on_tensor=found)
+
+
+def check_program_header(path: str) -> None:
+    """Refuses a file that is not a program (a `.ptd`, say) in one line, before a runtime is
+    asked to load it (the pybindings say only `Program identifier 'FT01' != expected`)."""
+    with ByteSource(path) as source:
+        _read_header(source)
 
 
 def _read_header(source: ByteSource) -> tuple[int, int, int]:

@@ -23,6 +23,7 @@ import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from emitter_filter.errors import OutputFileError, PteFormatError
@@ -32,6 +33,7 @@ from emitter_filter.regular_files import open_regular_input, output_target
 __all__ = [
     "ProgressFn",
     "OutputCheck",
+    "checked_before_replace",
     "OutputFile",
     "UnconfirmedOutput",
     "EarlyCopy",
@@ -55,6 +57,21 @@ ProgressFn = Callable[[int, int], None]
 #: Called with (file as written, target) of every output once all are written, before
 #: any replaces anything; raises to refuse them (`validate.validate_outputs`).
 OutputCheck = Callable[[Sequence[tuple[str, str]]], None]
+
+# The check `checked_before_replace` sets: made by every write after `validate`.
+_BEFORE_REPLACE: ContextVar[OutputCheck | None] = ContextVar("before_replace", default=None)
+
+
+@contextlib.contextmanager
+def checked_before_replace(check: OutputCheck) -> Iterator[None]:
+    """While in it, every `write_outputs` calls `check` with its outputs, written, before
+    anything replaces anything (`--verify`: the outputs run in a runtime before they are
+    renamed into place; a refusal leaves nothing). The writers need not know of it."""
+    token = _BEFORE_REPLACE.set(check)
+    try:
+        yield
+    finally:
+        _BEFORE_REPLACE.reset(token)
 
 
 @dataclass
@@ -589,6 +606,9 @@ def write_outputs(
             entry[0] = None
         if validate is not None:
             validate([(temp, final) for _, temp, final in temps])
+        before_replace = _BEFORE_REPLACE.get()
+        if before_replace is not None:
+            before_replace([(temp, final) for _, temp, final in temps])
         for index in [*range(1, len(temps)), 0]:
             _, temp, final = temps[index]
             try:
