@@ -12,7 +12,10 @@ Each key of the store (the `.pte`'s named data and every `.ptd`'s) is
 - dead: no root names it and every root's keys can be enumerated
   (every delegate's blob is read, or there are none);
 - kept because unprovable: no enumerable root names it, but some root is of
-  another backend, whose opaque blob may look up any key.
+  another backend, whose opaque blob may look up any key; or some root names a
+  key the store does not hold (a key changed, or its data in a `.ptd` not given):
+  a blob no key names may be the one it meant, and the runtime refuses the method
+  either way, so nothing is dropped from a program that cannot load as it is.
 
 The in-process prune (`inprocess.named_data`) and the file analysis
 (`ondisk`) both call `classify_named_keys`, so they agree on every key.
@@ -41,8 +44,10 @@ class NamedDataUse:
 
     Attributes:
         live: Keys of the store that some delegate names.
-        dead: Keys no delegate can reach; empty whenever `opaque_delegates` is not.
-        kept_unprovable: Keys no XNNPACK delegate names, kept for `opaque_delegates`.
+        dead: Keys no delegate can reach; empty whenever `opaque_delegates` or
+            `missing` is not.
+        kept_unprovable: Keys no XNNPACK delegate names, kept for `opaque_delegates`
+            or because some key is `missing`.
         missing: Keys an XNNPACK delegate names that the store does not hold
             (the runtime must find them elsewhere, or fail at load).
         opaque_delegates: Delegates whose keys cannot be enumerated.
@@ -78,10 +83,12 @@ def classify_named_keys(
     for key in store_keys:
         (live if key in named else unnamed)[key] = None
     unnamed_keys = tuple(key for key in unnamed if key not in live)
+    missing = tuple(key for key in named if key not in live)
+    unprovable = bool(opaque or missing)
     return NamedDataUse(
         live=tuple(live),
-        dead=() if opaque else unnamed_keys,
-        kept_unprovable=unnamed_keys if opaque else (),
-        missing=tuple(key for key in named if key not in live),
+        dead=() if unprovable else unnamed_keys,
+        kept_unprovable=unnamed_keys if unprovable else (),
+        missing=missing,
         opaque_delegates=tuple(opaque),
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import math
 import os
 import signal
@@ -364,10 +365,11 @@ def _print_report(report, as_json: bool, verification) -> int:
 
 
 def _validity_lines(
-    pte: str, ptd: Sequence[str], require_data: bool = False
+    pte: str, ptd: Sequence[str], require_data: bool = False, warn_missing: bool = False
 ) -> tuple[str | None, str | None]:
     """(the line of a file ExecuTorch's runtime refuses, the `--require-data` gate's line),
-    each None when there is nothing to say (`ondisk.analyse.validate`)."""
+    each None when there is nothing to say (`ondisk.analyse.validate`). With
+    `warn_missing`, data held nowhere is a warning when it is no gate."""
     from emitter_filter.ondisk.analyse.validate import validate_file
 
     validity = validate_file(pte, ptd)
@@ -375,6 +377,15 @@ def _validity_lines(
         return f"emitter-filter: {pte}: {validity.status}", None
     if require_data and validity.missing_data:
         return None, f"emitter-filter: {pte}: --require-data: {validity.missing_line()}"
+    if warn_missing and validity.missing_data:
+        # Without a .ptd nothing says the keys are wrong, but the runtime refuses the
+        # methods that read them unless some .ptd holds them (issue 55).
+        logging.getLogger("emitter_filter.cli").warning(
+            "%s: %s: the runtime refuses the methods that read them unless a .ptd given "
+            "with it holds them (--data)",
+            pte,
+            validity.missing_line(),
+        )
     return None, None
 
 

@@ -129,7 +129,10 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
                 min_bytes=_min_bytes(options),
             )
         # A file the runtime refuses gets its own status, not the report of a file that loads.
-        lines = [_validity_lines(options.pte[n], data_of[n], options.require_data) for n in members]
+        lines = [
+            _validity_lines(options.pte[n], data_of[n], options.require_data, warn_missing=True)
+            for n in members
+        ]
         refused.extend(line for line, _ in lines if line is not None)
         if any(line is not None for line, _ in lines):
             continue
@@ -213,7 +216,10 @@ def _format_audit(report, top: int | None = None) -> str:
                 f"{dtype_label(d.dtype):<17}{shape:<16}{_entry_name(d)}"
             )
     if report.kept_unprovable_named_data:
-        lines.append("named data kept because an opaque delegate may read it (not dead):")
+        lines.append(
+            "named data kept because a delegate may read it (an opaque one, or one naming "
+            "a key held nowhere; not dead):"
+        )
         for u in report.kept_unprovable_named_data:
             lines.append(f"{u.nbytes:>14,}  {u.key}  ({u.file})")
     if report.duplicates:

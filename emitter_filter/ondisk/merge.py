@@ -49,6 +49,7 @@ runtime accepts, and the report names it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -125,6 +126,7 @@ from emitter_filter.ondisk.read.layout import (
 from emitter_filter.ondisk.read.method_bound import check_renames
 from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
+from emitter_filter.ondisk.split_moved import moved_copy, moves_segments
 from emitter_filter.ondisk.write.output import (
     OutputFile,
     ProgressFn,
@@ -1082,10 +1084,13 @@ def _without_plans(
     methods: Sequence[str],
     layout: PteLayout,
     renames: Mapping[str, str] | None = None,
+    move: bool = False,
 ) -> ProgramView:
     """A view of the file `read` is (`prune_file`'s `view`), whose program has only
     `methods`' plans (named as `renames` says) and the inline blobs they read, and whose
-    segments are the input's bytes where the input has them: `prune` of it is the split."""
+    segments are the input's bytes where the input has them: `prune` of it is the split.
+    With `move`, segment data the program does not end before is moved on
+    (`split_moved`); without, that is refused."""
     program = read.program
     plans = [p for p in program.executionPlan or () if (table_text(p.name) or "") in methods]
     for plan in plans:
@@ -1112,24 +1117,23 @@ def _without_plans(
             return ByteSource([flatbuffer], name=source.name)
         # Aligned to the input's segment base itself: a program no larger than the input's
         # puts its segment data where the input's is.
-        prefix, at = extended_header_prefix(
-            flatbuffer,
-            layout.header_padded_length,
-            base,
-            pte.file_bytes - base,
-            layout.header_length,
-        )
-        if at != base:
+        size = pte.file_bytes - base
+        header = (layout.header_padded_length, layout.header_length)
+        prefix, at = extended_header_prefix(flatbuffer, header[0], base, size, header[1])
+        if at != base and not move:
             raise PteFormatError(
                 pte.path,
-                "split: the program without the other methods "
+                "the program without the other methods "
                 f"does not end before the segment data at {base}",
             )
+        if at != base:
+            # On by a multiple of the widest power of two the base is aligned to: every
+            # segment keeps the alignment it had in the file.
+            prefix, at = extended_header_prefix(
+                flatbuffer, header[0], base & -base, size, header[1]
+            )
         whole = source.parts[0]
-        return ByteSource(
-            [prefix.ljust(base, b"\0"), Piece(whole.fd, base, pte.file_bytes - base)],
-            name=source.name,
-        )
+        return ByteSource([prefix.ljust(at, b"\0"), Piece(whole.fd, base, size)], name=source.name)
 
     return ProgramView(view, layout)
 
@@ -1139,6 +1143,7 @@ def _view_without(
     methods: Sequence[str],
     source: ByteSource,
     renames: Mapping[str, str] | None = None,
+    move: bool = False,
 ) -> ProgramView:
     """`_without_plans` with the layout of the file `read` is, `source` open on it: its
     shared data analysed for aliases as `prune` finds them, so the view packs as the
@@ -1152,7 +1157,7 @@ def _view_without(
         aliased,
         shared_segment_alignment(read.pte, aliased),
     )
-    return _without_plans(read, methods, layout, renames)
+    return _without_plans(read, methods, layout, renames, move)
 
 
 def _split_names(src: str, present: Sequence[str], specs: Sequence[str]) -> dict[str, str]:
@@ -1228,5 +1233,15 @@ def split_file(
             "program whose data is in the .pte (merge --inline makes one)"
         )
     with ByteSource(src) as source:
-        view = _view_without(read, [m for m in present if m in chosen], source, chosen)
-    return prune_file(src, dst, progress=progress, view=view)
+        view = _view_without(read, [m for m in present if m in chosen], source, chosen, True)
+        moved = moves_segments(view.source, source, read.pte.segment_base_offset)
+    if not moved:
+        return prune_file(src, dst, progress=progress, view=view)
+    with moved_copy(src, dst, view.source) as copy:
+        # Pruned from the copy, whose offsets are the view's, as the input's layout.
+        report = prune_file(copy, dst, progress=progress, view=ProgramView(_same, view.layout))
+    return dataclasses.replace(report, path=src, bytes_before=os.stat(src).st_size)
+
+
+def _same(source: ByteSource) -> ByteSource:
+    return source

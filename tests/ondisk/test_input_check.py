@@ -144,3 +144,110 @@ def test_an_xnnpack_constant_longer_than_its_named_data_is_invalid(tmp_path, cap
 
 def test_the_xnnpack_golden_program_is_valid_as_written():
     assert validate_bytes((GOLDEN / "xnnpack" / "dirty" / "model.pte").read_bytes()).valid
+
+
+def test_a_kernel_name_that_is_not_utf8_is_invalid_and_refused_by_every_writer(tmp_path, capsys):
+    """The pybindings decode every kernel name and abort on one that is not UTF-8 (issue 55,
+    finding 2): a method name is checked so, and an operator name now is too."""
+
+    def garble(program) -> None:
+        program.executionPlan[0].operators[0].name = b"aten::\xffadd"
+
+    pte = with_program_changed((_EXTERNAL / "model.pte").read_bytes(), garble)
+    (tmp_path / "a.pte").write_bytes(pte)
+    shutil.copy(_EXTERNAL / _PTD, tmp_path / "a.ptd")
+    problems = validate_bytes(pte, [tmp_path / "a.ptd"]).problems
+    assert problems == ("plan 'forward': operator 0: name 'aten::\ufffdadd' is not UTF-8",)
+    out = tmp_path / "m.pte"
+    assert main(["merge", str(tmp_path / "a.pte"), "-o", str(out), "--inline"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(
+        "a.pte: invalid: plan 'forward': operator 0: name 'aten::\ufffdadd' is not UTF-8"
+    )
+    assert not out.exists()
+
+
+def _xnnpack_key_renamed() -> tuple[bytes, str, str]:
+    """The XNNPACK golden program with its 48-byte weight's named-data key changed: the
+    delegate names a key held nowhere, and the blob is named by no delegate. (the file,
+    the key the delegate names, the blob's new key)."""
+    pte = (GOLDEN / "xnnpack" / "dirty" / "model.pte").read_bytes()
+    entry = max(read_pte_program(pte).pte.named_data, key=lambda e: e.nbytes)
+    orphan = "zzz" + entry.key[3:]
+
+    def rename(program) -> None:
+        (named,) = [e for e in program.namedData if e.key == entry.key.encode()]
+        named.key = orphan.encode()
+
+    return with_program_changed(pte, rename), entry.key, orphan
+
+
+def test_a_blob_no_delegate_names_is_not_dead_while_a_delegate_key_is_held_nowhere(
+    tmp_path, capsys, caplog
+):
+    """Issue 55, finding 6: the runtime refuses the method (0x20) whatever is dropped, and
+    the blob no key names may be the one the changed key meant: audit warns and counts it
+    kept, and prune keeps it."""
+    from emitter_filter.ondisk.audit import audit_file
+
+    pte, key, orphan = _xnnpack_key_renamed()
+    (tmp_path / "a.pte").write_bytes(pte)
+    report = audit_file(tmp_path / "a.pte")
+    assert orphan not in {d.name for d in report.dead}
+    assert [u.key for u in report.kept_unprovable_named_data] == [orphan]
+    assert main(["audit", str(tmp_path / "a.pte")]) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and repr(key) in warnings[0], warnings
+    assert "the runtime refuses the methods that read them" in warnings[0]
+    assert main(["prune", str(tmp_path / "a.pte"), "-o", str(tmp_path / "p.pte")]) == 0
+    kept = read_pte_program(str(tmp_path / "p.pte")).pte.named_data
+    assert orphan in {e.key for e in kept}
+
+
+def test_what_only_this_projects_reader_refuses_is_not_called_invalid(tmp_path, capsys):
+    """Issue 55, finding 7: a constant's offset outside its segment, where no method reads
+    that constant, is refused by the reader every tool shares, but the runtime loads and
+    runs the file: the validator says it cannot read it, not that it is invalid, and audit
+    and every writer refuse it in the reader's own line."""
+
+    def dead_offset_out(program) -> None:
+        program.constantSegment.offsets[4] = 1 << 20  # constant 4: dead in every plan
+
+    pte = with_program_changed(
+        (GOLDEN / "plain" / "dirty" / "model.pte").read_bytes(), dead_offset_out
+    )
+    (tmp_path / "a.pte").write_bytes(pte)
+    validity = validate_bytes(pte)
+    assert validity.problems == validity.unreadable and len(validity.problems) == 1
+    assert validity.status == f"emitter-filter cannot read it: {validity.problems[0]}"
+    assert "outside its segment" in validity.problems[0]
+    lines = []
+    for command, *output in (["audit"], ["prune", "p.pte"], ["merge", "m.pte"]):
+        outputs = ["-o", str(tmp_path / output[0])] if output else []
+        assert main([command, str(tmp_path / "a.pte"), *outputs]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        lines.append(line)
+    assert lines == [lines[0]] * 3, lines
+    assert "invalid" not in lines[0] and "outside its segment" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pte"]
+
+
+@pytest.mark.parametrize("name", ["merge --inline", "share", "split", "prune"])
+def test_verify_never_gives_a_runtime_an_input_audit_refuses(name, cut, capsys, monkeypatch):
+    """Issue 55, finding 2: with --verify, the runtime loaded each input before the tool's
+    reader saw it, and some inputs crash it; now the input check comes first, whatever
+    the flags: the same line, exit 2, nothing written, no runtime."""
+    from emitter_filter.verify import compare
+
+    def no_runtime(*args, **kwargs):
+        raise AssertionError("the runtime was reached")
+
+    monkeypatch.setattr(compare, "Verifier", no_runtime)
+    monkeypatch.chdir(cut)
+    argv, outputs = WRITERS[name]
+    if name == "split":
+        (cut / "a.ptd").unlink()
+    assert main([*argv, "--verify"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("emitter-filter: a.pte: invalid: ") and "does not end in NUL" in line
+    assert not any((cut / output).exists() for output in outputs)

@@ -10,7 +10,8 @@ per space:
   value of any plan refers to it.
 - `named_data`: blobs delegates look up by key. A key is dead when no delegate
   names it and every delegate's keys can be read (`delegates`); when some delegate is
-  opaque, such keys are kept and listed in `kept_unprovable_named_data` instead.
+  opaque, or some delegate names a key held nowhere, such keys are kept and listed
+  in `kept_unprovable_named_data` instead (`named_keys`).
   A segment counts dead when every key that refers to it is dead.
 
 Each stored byte counts once (`analysis.ByteCount`): a byte any live value, key

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
 from emitter_filter._program_fbs.executorch_flatbuffer.InstructionArguments import (
@@ -58,6 +58,7 @@ __all__ = [
     "validate_bytes",
     "validate_outputs",
     "CONSTANT_BUFFER_PATH",
+    "UNREADABLE",
     "check_inputs",
 ]
 
@@ -68,6 +69,8 @@ _SCALAR_TYPES = range(30)
 _TENSOR_DIMENSION_LIMIT = 16
 # method.cpp: Method::resolve_operator's kTempBufferSizeForName ("name.overload" and its NUL).
 _OPERATOR_NAME_LIMIT = 100
+#: The status of a file whose every problem is this project's reader's (`Validity.unreadable`).
+UNREADABLE = "emitter-filter cannot read it"
 #: Why the constant_buffer path is refused, in the runtime's words (program.cpp:
 #: Program::load); the writers repair it (`check_inputs`).
 CONSTANT_BUFFER_PATH = (
@@ -88,12 +91,17 @@ class Validity:
         backends: The delegate backend ids its methods need, sorted.
         missing_data: External-tensor and named-data keys found in none of the data
             files given (nor in the `.pte`'s own named data), sorted.
+        unreadable: The problems that are this project's reader's, not the runtime's:
+            it refuses what the runtime may load (an offset outside a segment no method
+            reads, overlapping objects), so these say the file cannot be read here, not
+            that it is invalid (`docs/valid.md`). Also in `problems`.
     """
 
     problems: tuple[str, ...]
     operators: tuple[str, ...]
     backends: tuple[str, ...]
     missing_data: tuple[str, ...]
+    unreadable: tuple[str, ...] = ()
 
     @property
     def valid(self) -> bool:
@@ -101,11 +109,14 @@ class Validity:
 
     @property
     def status(self) -> str:
-        """`valid`, or `invalid: ` with the first problem (and how many more), in one line."""
+        """`valid`, or `invalid: ` with the first problem the runtime has (and how many more),
+        in one line; `emitter-filter cannot read it: ` where every problem is the reader's."""
         if self.valid:
             return "valid"
+        refused = [p for p in self.problems if p not in self.unreadable]
+        word = "invalid" if refused else UNREADABLE
         more = len(self.problems) - 1
-        return f"invalid: {self.problems[0]}" + (f" (and {more} more)" if more else "")
+        return f"{word}: {(refused or self.problems)[0]}" + (f" (and {more} more)" if more else "")
 
     def missing_line(self) -> str:
         """The `--require-data` gate's line: the keys no data file holds."""
@@ -120,6 +131,7 @@ class Validity:
             "operators": list(self.operators),
             "backends": list(self.backends),
             "missing_data": list(self.missing_data),
+            "unreadable": list(self.unreadable),
         }
 
 
@@ -191,9 +203,9 @@ def _validate(source: str | bytes, data_files: Sequence[str | os.PathLike]) -> V
     try:
         read = read_pte_program(source)
     except (ProgramFormatError, FlatbufferError) as error:
-        return Validity((str(error),), (), (), ())
-    problems = _Problems()
-    ptds = _read_data_files(data_files, problems)
+        return Validity((str(error),), (), (), (), (str(error),))
+    problems, unreadable = _Problems(), _Problems()
+    ptds = _read_data_files(data_files, problems, unreadable)
     program, pte = read.program, read.pte
     operators: set[str] = set()
     backends: set[str] = set()
@@ -218,16 +230,18 @@ def _validate(source: str | bytes, data_files: Sequence[str | os.PathLike]) -> V
                 problems.add(line)
     except (ProgramFormatError, FlatbufferError) as error:
         problems.add(str(error))  # A table the reader decoded lazily, corrupt.
+        unreadable.add(str(error))
     return Validity(
         tuple(problems.lines),
         tuple(sorted(operators)),
         tuple(sorted(backends)),
         tuple(sorted(data.missing)),
+        tuple(unreadable.lines),
     )
 
 
 def _read_data_files(
-    data_files: Sequence[str | os.PathLike], problems: _Problems
+    data_files: Sequence[str | os.PathLike], problems: _Problems, unreadable: _Problems
 ) -> list[tuple[PtdFile, Table]]:
     """Each `.ptd` the reader accepts; a problem for each it or the runtime refuses.
 
@@ -240,6 +254,7 @@ def _read_data_files(
             ptd, table = read_ptd_flat_tensor(path)
         except (ProgramFormatError, FlatbufferError) as error:
             problems.add(str(error))
+            unreadable.add(str(error))
             continue
         if table.namedData is None or table.segments is None:
             field = "named_data" if table.namedData is None else "segments"
@@ -403,9 +418,7 @@ class _Method:
         for field in ("inputs", "outputs"):
             for index in vector_ints(getattr(plan, field)):
                 self._check_index(index, f"{field} entry")
-        try:
-            bytes(plan.name or b"").decode("utf-8")
-        except UnicodeDecodeError:
+        if not _utf8(plan.name):
             # The Python bindings (Program.method_names) cannot name such a method.
             self.add("name is not UTF-8")
 
@@ -615,6 +628,9 @@ class _Method:
         if name is None:
             self.add(f"operator {number}: no name")
             return None
+        if not _utf8(operator.name) or not _utf8(operator.overload):
+            # The Python bindings decode each kernel name (UnicodeDecodeError in pybind11).
+            self.add(f"operator {number}: name {name!r} is not UTF-8")
         full = f"{name}.{overload}" if overload else name
         if len(full) >= _OPERATOR_NAME_LIMIT:
             self.add(
@@ -622,6 +638,16 @@ class _Method:
                 f"takes {_OPERATOR_NAME_LIMIT - 1}"
             )
         return full
+
+
+def _utf8(raw: bytes | str | None) -> bool:
+    """Whether a string field decodes as UTF-8 (absent counts as decoding)."""
+    if isinstance(raw, bytes):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return True
 
 
 def _layout_text(scalar_type: int, sizes: Sequence[int], dim_order: Sequence[int]) -> str:
@@ -644,16 +670,15 @@ def check_inputs(inputs: Sequence[tuple[str | os.PathLike, Sequence[str | os.Pat
             reads them (`data_files.data_files_for`).
 
     Raises:
-        PteFormatError: An input is invalid: `FILE: invalid: PROBLEM`, the line `audit`
-            prints for it.
+        PteFormatError: An input is invalid (`FILE: invalid: PROBLEM`) or this project's
+            reader refuses it (its own error, with its offset): the line `audit` prints
+            for it.
         OSError: A file cannot be read.
     """
     for pte, data in inputs:
         validity = validate_file(pte, data)
-        problems = [p for p in validity.problems if p != CONSTANT_BUFFER_PATH]
+        problems = tuple(p for p in validity.problems if p != CONSTANT_BUFFER_PATH)
+        if problems and all(p in validity.unreadable for p in problems):
+            read_pte_program(pte, data)  # The reader's own error: the line `audit` prints.
         if problems:
-            more = len(problems) - 1
-            raise PteFormatError(
-                os.fspath(pte),
-                f"invalid: {problems[0]}" + (f" (and {more} more)" if more else ""),
-            )
+            raise PteFormatError(os.fspath(pte), replace(validity, problems=problems).status)
