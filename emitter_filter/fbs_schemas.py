@@ -10,17 +10,23 @@ and is skipped.
 - `PROGRAM`: schema/program.fbs and scalar_type.fbs (the `.pte` program), every field;
 - `FLAT_TENSOR`: extension/flat_tensor/serialize/flat_tensor.fbs (the `.ptd` file), every field;
 - `XNNPACK`: backends/xnnpack/serialization/schema.fbs, only `XNNGraph.constant_data`
-  (the named-data keys a blob reads).
+  (the named-data keys a blob reads);
+- `VULKAN`: backends/vulkan/serialization/schema.fbs, only `VkGraph.values` (each
+  `VkTensor`'s datatype, dims and constant) and `VkGraph.constants` (their bytes or keys);
+  `VULKAN_KEYS` only `VkGraph.constants` (every command reads a blob's keys; only
+  `explain` needs the tensors).
 
 The generated object API (`emitter_filter._program_fbs`) is generated from the
-same files; `tests/test_flatbuffer_tables.py` checks every table here against it.
+same files (but Vulkan's, which is only read); `tests/test_flatbuffer_tables.py` checks
+every table here against it, and `tests/test_delegates_vulkan.py` Vulkan's against the
+graph ExecuTorch's own `flatc` decodes.
 """
 
 from __future__ import annotations
 
 from emitter_filter.flatbuffer_tables import Schema
 
-__all__ = ["PROGRAM", "FLAT_TENSOR", "XNNPACK"]
+__all__ = ["PROGRAM", "FLAT_TENSOR", "XNNPACK", "VULKAN", "VULKAN_KEYS"]
 
 PROGRAM = Schema(
     "executorch_flatbuffer",
@@ -185,5 +191,63 @@ XNNPACK = Schema(
             ("mem_buffer_sizes", None),  # deprecated: keeps its slot
             ("constant_data", "[ConstantDataOffset]"),
         ),
+    },
+)
+
+# Members of `union GraphTypes` nobody here reads are tables without fields: their
+# vtables are read, their fields skipped.
+_VK_UNREAD = ("Null", "Int", "Double", "Bool", "IntList", "DoubleList", "BoolList")
+
+VULKAN = Schema(
+    "vkgraph",
+    root="VkGraph",
+    tables={
+        **{name: () for name in (*_VK_UNREAD, "ValueList", "String", "SymInt")},
+        "VkTensor": (
+            ("datatype", "byte"),  # VkDataType
+            ("dims", "[uint]"),
+            ("constant_id", "int"),  # index into VkGraph.constants; negative: none
+            ("mem_obj_id", None),
+            ("storage_type", None),
+            ("memory_layout", None),
+            ("staging_datatype", None),
+        ),
+        "VkValue": (("value", "GraphTypes"),),
+        "VkBytes": (("offset", "ulong"), ("length", "ulong"), ("named_key", "string")),
+        "VkGraph": (
+            ("version", None),
+            ("chain", None),
+            ("values", "[VkValue]"),
+            ("input_ids", None),
+            ("output_ids", None),
+            ("constants", "[VkBytes]"),
+            ("shaders", None),
+            ("storage_type_override", None),
+            ("memory_layout_override", None),
+        ),
+    },
+    unions={
+        "GraphTypes": (
+            "Null",
+            "Int",
+            "Double",
+            "Bool",
+            "VkTensor",
+            "IntList",
+            "DoubleList",
+            "BoolList",
+            "ValueList",
+            "String",
+            "SymInt",
+        ),
+    },
+)
+
+VULKAN_KEYS = Schema(
+    "vkgraph",
+    root="VkGraph",
+    tables={
+        "VkBytes": VULKAN.tables["VkBytes"],
+        "VkGraph": tuple((f, None if f == "values" else k) for f, k in VULKAN.tables["VkGraph"]),
     },
 )

@@ -7,9 +7,10 @@ emitter adds an entry only for a call it emits, so a removed call leaves none.
 
 Each key of the store (the `.pte`'s named data and every `.ptd`'s) is
 
-- live: some root's blob names it (XNNPACK: `delegates.xnnpack_named_keys`);
+- live: some root's blob names it (`delegates.delegate_named_keys`: XNNPACK, Vulkan,
+  a Core ML reference, Metal);
 - dead: no root names it and every root's keys can be enumerated
-  (every delegate is XNNPACK, or there are none);
+  (every delegate's blob is read, or there are none);
 - kept because unprovable: no enumerable root names it, but some root is of
   another backend, whose opaque blob may look up any key; or some root names a
   key the store does not hold (a key changed, or its data in a `.ptd` not given):

@@ -2,16 +2,16 @@
 
 A `.pte`'s tensors carry a `ScalarType` (`CHAR`), XNNPACK's graph its own
 `XNNDatatype` (`qcint8`) for the same bytes. Every report names a tensor's
-type by the schema's `ScalarType`, XNNPACK's types mapped onto it, and shows
+type by the schema's `ScalarType`, a backend's types mapped onto it (by its module
+in `delegates`), and shows
 the name a user knows beside it: `CHAR (int8)`.
 """
 
 from __future__ import annotations
 
 from emitter_filter._program_fbs.executorch_flatbuffer.ScalarType import ScalarType
-from emitter_filter._program_fbs.fb_xnnpack.XNNDatatype import XNNDatatype
 
-__all__ = ["SCALAR_TYPE_NAMES", "dtype_label", "xnnpack_scalar_type"]
+__all__ = ["SCALAR_TYPE_NAMES", "dtype_label"]
 
 #: `ScalarType` value -> its name in program.fbs.
 SCALAR_TYPE_NAMES = {
@@ -34,30 +34,6 @@ _TORCH_NAMES = {
     "FLOAT8E5M2FNUZ": "float8_e5m2fnuz",
     "FLOAT8E4M3FNUZ": "float8_e4m3fnuz",
 }
-
-# XNNPACK's datatypes as the ScalarType whose elements they are stored as: quantized
-# 8-bit kinds are int8 (quint8 uint8), 32-bit ones int32, 4-bit ones two per byte.
-_XNNPACK_SCALAR_TYPES = {
-    XNNDatatype.xnn_datatype_fp32: "FLOAT",
-    XNNDatatype.xnn_datatype_pfp32: "FLOAT",
-    XNNDatatype.xnn_datatype_fp16: "HALF",
-    XNNDatatype.xnn_datatype_bf16: "BFLOAT16",
-    XNNDatatype.xnn_datatype_qint8: "CHAR",
-    XNNDatatype.xnn_datatype_qcint8: "CHAR",
-    XNNDatatype.xnn_datatype_qdint8: "CHAR",
-    XNNDatatype.xnn_datatype_qpint8: "CHAR",
-    XNNDatatype.xnn_datatype_quint8: "BYTE",
-    XNNDatatype.xnn_datatype_qint32: "INT",
-    XNNDatatype.xnn_datatype_qcint32: "INT",
-    XNNDatatype.xnn_datatype_int32: "INT",
-    XNNDatatype.xnn_datatype_qcint4: "QUINT4X2",
-    XNNDatatype.xnn_datatype_qbint4: "QUINT4X2",
-}
-
-
-def xnnpack_scalar_type(datatype: int) -> str:
-    """The `ScalarType` name XNNPACK's `datatype` is stored as; `XNNDatatype(n)` if unknown."""
-    return _XNNPACK_SCALAR_TYPES.get(datatype, f"XNNDatatype({datatype})")
 
 
 def dtype_label(dtype: str | None) -> str:

@@ -24,6 +24,9 @@ GOLDEN = Path(__file__).parent / "golden"
 #: other bytes. `python -m tests.programs` checks both.
 GOLDEN_EXECUTORCH = "1.5.1"
 GOLDEN_FLATBUFFERS = "25.12.19"
+#: Vulkan programs (`tests.vulkan_programs`), beside the others.
+VULKAN_GOLDEN = GOLDEN / "vulkan"
+VULKAN_CASES = ("plain", "tied_dead", "orphaned")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,3 +76,14 @@ def golden_audit(pte: Path, ptds: tuple[Path, ...]) -> str:
 
 def flatbuffers_version() -> str:
     return importlib.metadata.version("flatbuffers")
+
+
+def read_vulkan_golden(root: Path) -> dict[str, Built]:
+    """Copies of the golden Vulkan programs under `root`."""
+    shutil.copytree(VULKAN_GOLDEN, root, dirs_exist_ok=True)
+    result = {}
+    for case in VULKAN_CASES:
+        pte, ptds = saved(root / case / "dirty")
+        pruned_pte, pruned_ptds = saved(root / case / "pruned")
+        result[case] = Built(case, pte, ptds, pruned_pte, pruned_ptds, None, None)
+    return result

@@ -425,3 +425,22 @@ def _ptn_refused(command: str, paths: Sequence[str], options: argparse.Namespace
             flag = "--" + option.replace("_", "-")
             return _usage_error(command, f"{flag} is for a .pte; a .ptn holds its own constants")
     return None
+
+
+#: Backends whose programs this package's runtimes run (`verify.runtimes`: CPU kernels and
+#: XNNPACK); another backend's output is checked structurally only.
+_RUN_HERE = frozenset({"XnnpackBackend"})
+
+
+def _unverified_note(pte: str) -> None:
+    """One stderr line when `pte` calls a backend no runtime here runs (Core ML, Vulkan):
+    its structure is checked, its outputs were not computed."""
+    from emitter_filter.ondisk.read.read_pte import read_pte
+
+    backends = sorted({u.backend_id for d in read_pte(pte).delegates for u in d.users} - _RUN_HERE)
+    if backends:
+        print(
+            f"emitter-filter: {pte}: not run-verified here: no runtime for "
+            f"{', '.join(backends)} on this machine (its structure is checked)",
+            file=sys.stderr,
+        )

@@ -24,6 +24,7 @@ from emitter_filter.cli.common import (
     _ptn_refused,
     _sigterm_unwinds,
     _Terminated,
+    _unverified_note,
     _usage_error,
     _validity_lines,
     _verifier,
@@ -401,6 +402,7 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         print(report.summary())
         if report.dedupe is not None:
             print(f"{report.output}: {report.dedupe.summary()}")
+    _unverified_note(report.output)
     return _verify_exit(verification, options.json)
 
 

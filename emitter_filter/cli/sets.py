@@ -15,6 +15,7 @@ from emitter_filter.cli.common import (
     _print_report,
     _progress_printer,
     _sigterm_unwinds,
+    _unverified_note,
     _verifier,
     _verify_exit,
     _verify_failed,
@@ -311,6 +312,7 @@ def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
             )
     except VerifyFailed as failed:
         return _verify_failed(failed, options.json)
+    _unverified_note(report.output)
     return _print_report(report, options.json, checked and checked.report)
 
 
@@ -351,4 +353,5 @@ def _split(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         )
     else:
         print(report.summary())
+    _unverified_note(report.output)
     return _verify_exit(verification, options.json)

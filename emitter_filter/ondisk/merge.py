@@ -124,6 +124,7 @@ from emitter_filter.ondisk.read.layout import (
     read_pte_layout,
     shared_segment_alignment,
 )
+from emitter_filter.ondisk.read.method_bound import check_renames
 from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
 from emitter_filter.ondisk.split_moved import moved_copy, moves_segments
@@ -966,6 +967,11 @@ def merge_files(
         input_files, output_path, renames, prefixes, drops, data, ptd_path, inline, dedupe
     )
     choice = _choose(input_files, reads, renames, prefixes, drops, command)
+    for path, read, old, new in zip(
+        input_files, reads, choice.originals, choice.names, strict=True
+    ):
+        renamed = {o: n for o, n in zip(old, new, strict=True) if n is not None}
+        check_renames(path, read, renamed, "merge --method/--prefix")
     bytes_before = sum(read.pte.file_bytes for read in reads) + sum(
         os.path.getsize(p) for p in data_files
     )
@@ -1243,6 +1249,7 @@ def split_file(
     read = read_pte_program(src, data_files)
     present = plan_names(read)
     chosen = _split_names(src, present, methods)
+    check_renames(src, read, chosen, "split --method")
     external = len(read.pte.entries[DataSpace.EXTERNAL])
     if external:
         given = f" ({', '.join(data_files)})" if data_files else ""

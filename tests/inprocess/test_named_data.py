@@ -552,8 +552,15 @@ def test_other_backends_are_opaque():
 
 def test_public_api_is_what_we_meant():
     assert set(delegates.__all__) == {
+        "BlobConstant",
+        "BlobFormat",
+        "ConstantTypes",
+        "COREML_BACKEND_ID",
+        "METAL_BACKEND_ID",
+        "VULKAN_BACKEND_ID",
         "XNNPACK_BACKEND_ID",
         "XNN_HEADER_SIZE",
+        "blob_format",
         "delegate_named_keys",
         "xnnpack_named_keys",
         "xnnpack_flatbuffer_span",

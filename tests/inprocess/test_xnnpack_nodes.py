@@ -14,7 +14,7 @@ import re
 import pytest
 import torch
 
-from emitter_filter.delegates import _XNODE_TABLES, xnnpack_named_keys, xnnpack_node_keys
+from emitter_filter.delegates.xnnpack import _XNODE_TABLES, xnnpack_named_keys, xnnpack_node_keys
 from emitter_filter.ondisk.read.byte_source import open_sources
 from emitter_filter.ondisk.read.read_pte import read_pte_program
 from emitter_filter.ondisk.read.readers import xnnpack_graphs

@@ -9,7 +9,7 @@ per space:
 - `constant`, `mutable`, `external`: tensor data; an entry is dead when no live
   value of any plan refers to it.
 - `named_data`: blobs delegates look up by key. A key is dead when no delegate
-  names it and every delegate's keys can be read (XNNPACK); when some delegate is
+  names it and every delegate's keys can be read (`delegates`); when some delegate is
   opaque, or some delegate names a key held nowhere, such keys are kept and listed
   in `kept_unprovable_named_data` instead (`named_keys`).
   A segment counts dead when every key that refers to it is dead.

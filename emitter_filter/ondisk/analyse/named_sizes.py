@@ -18,7 +18,7 @@ from emitter_filter.delegates import xnnpack_constant_types
 __all__ = ["undersized_named_data", "xnnpack_tensor_bytes"]
 
 #: Bytes per element of the `ScalarType` XNNPACK's datatypes are stored as
-#: (`scalar_types.xnnpack_scalar_type`); 4-bit kinds two to a byte, so at least half a
+#: (`delegates.xnnpack.xnnpack_scalar_type`); 4-bit kinds two to a byte, so at least half a
 #: byte each (XNNPACK packs them by row, which only rounds up).
 _ELEMENT_BYTES = {"FLOAT": 4, "HALF": 2, "BFLOAT16": 2, "CHAR": 1, "BYTE": 1, "INT": 4}
 _HALF_BYTE = ("QUINT4X2",)

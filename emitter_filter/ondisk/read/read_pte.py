@@ -3,8 +3,9 @@
 Nothing here imports torch or `executorch.exir` (seconds to import): the program
 flatbuffer is read by `flatbuffer_tables` from ExecuTorch's schema
 (`fbs_schemas.PROGRAM`), and the fixed-size headers with `struct`.
-Segment data is never read, except the header and flatbuffer of XNNPACK
-delegate blobs, to learn which named-data keys each delegate uses; `StoredSpan`
+Segment data is never read, except the header and graph of the delegate blobs
+`delegates` reads (XNNPACK, Vulkan, Core ML references), to learn which
+named-data keys each delegate uses; `StoredSpan`
 reads an entry's bytes later, only when `audit` asks (to find duplicates).
 
 `read_pte` returns a `PteFile`: the program's `PlanRefs` for
@@ -22,12 +23,7 @@ from dataclasses import dataclass
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
 from emitter_filter._program_fbs.executorch_flatbuffer.ScalarType import ScalarType
-from emitter_filter.delegates import (
-    XNN_HEADER_SIZE,
-    XNNPACK_BACKEND_ID,
-    xnnpack_flatbuffer_span,
-    xnnpack_named_keys,
-)
+from emitter_filter.delegates import blob_format
 from emitter_filter.errors import ProgramFormatError, PteFormatError
 from emitter_filter.fbs_schemas import PROGRAM
 from emitter_filter.flatbuffer_tables import Table
@@ -246,14 +242,22 @@ def _first_nbytes(tensors: Iterable[TensorEntry], space: DataSpace) -> dict[int,
     return sizes
 
 
-def _xnnpack_keys(source: ByteSource, blob_offset: int, blob_size: int, read) -> frozenset[str]:
-    """The named-data keys of an XNNPACK blob, reading only its header and flatbuffer."""
+def _blob_keys(
+    source: ByteSource, refs: Sequence[DelegateRef], blob_offset: int, blob_size: int, read
+) -> frozenset[str] | None:
+    """The named-data keys a blob reads, reading only its header and graph; None when
+    it may read any (no caller, callers of two backends, or a backend not read here)."""
+    backends = {r.backend_id for r in refs}
+    if len(backends) != 1 or not blob_size:
+        return None
+    found = blob_format(backends.pop())
+    if found is None:
+        return None
     try:
-        head = read(0, min(XNN_HEADER_SIZE, blob_size))
-        fb_offset, fb_size = xnnpack_flatbuffer_span(head, blob_size)
-        return frozenset(xnnpack_named_keys(read(fb_offset, fb_size)))
+        keys = found.named_keys(found.read_graph(read, blob_size))
     except ProgramFormatError as error:
-        raise PteFormatError(source.name, f"XNNPACK blob: {error}", blob_offset) from error
+        raise PteFormatError(source.name, f"{found.name} blob: {error}", blob_offset) from error
+    return None if keys is None else frozenset(keys)
 
 
 def _read_delegates(
@@ -303,8 +307,7 @@ def _read_delegates(
             def read(start, count, data=data):
                 return data[start : start + count]
 
-        opaque = not refs or any(r.backend_id != XNNPACK_BACKEND_ID for r in refs)
-        keys = None if opaque or not size else _xnnpack_keys(source, offset, size, read)
+        keys = _blob_keys(source, refs, offset, size, read)
         blobs.append(DelegateData(location, index, size, offset, tuple(refs), keys))
     return tuple(blobs)
 
@@ -356,7 +359,7 @@ def read_pte(
 ) -> PteFile:
     """Reads a `.pte` file's headers, program flatbuffer and segment table.
 
-    Segment data is not read (only XNNPACK blob headers), so this costs the same
+    Segment data is not read (only delegate blob headers and graphs), so this costs the same
     for a 1 GiB file as for a 1 KiB one.
 
     Args:

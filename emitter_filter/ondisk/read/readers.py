@@ -7,8 +7,9 @@ files by it when they carry no name. One pass over each plan's instructions:
   an item of a `TensorList`/`OptionalTensorList` argument) is read by that call:
   `aten::linear.out arg 1 in plan 'forward'`, or `XnnpackBackend delegate 0 arg 2`;
 - a tensor value among a plan's outputs is read by whoever calls the method;
-- a named-data key is read by every delegate whose blob names it (XNNPACK), or
-  maybe by any opaque delegate (whose blob we cannot read).
+- a named-data key is read by every delegate whose blob names it (XNNPACK, Vulkan,
+  a Core ML reference: `delegates`), or maybe by any opaque delegate (whose blob
+  we cannot read).
 
 Only the program flatbuffer is read, never tensor bytes.
 """
@@ -18,12 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from emitter_filter.delegates import (
-    XNN_HEADER_SIZE,
-    XNNPACK_BACKEND_ID,
-    xnnpack_constant_types,
-    xnnpack_flatbuffer_span,
-)
+from emitter_filter.delegates import XNNPACK_BACKEND_ID, BlobFormat, blob_format
 from emitter_filter.errors import ProgramFormatError, PteFormatError
 from emitter_filter.fbs_schemas import PROGRAM
 from emitter_filter.flatbuffer_tables import Table
@@ -40,6 +36,7 @@ __all__ = [
     "find_tensor_readers",
     "find_named_data_readers",
     "find_named_data_types",
+    "delegate_graphs",
     "xnnpack_graphs",
     "inline_delegate_spans",
 ]
@@ -173,10 +170,11 @@ def find_named_data_readers(pte: PteFile) -> Mapping[str, Sequence[Reader]]:
     return {key: tuple(readers.get(key, ())) or tuple(opaque) for key in keys}
 
 
-def xnnpack_graphs(
+def delegate_graphs(
     pte: PteFile, program: Table, program_data: bytes, source: ByteSource
-) -> Iterator[tuple[DelegateData, bytes]]:
-    """Each XNNPACK blob with its header and flatbuffer, never its constant data.
+) -> Iterator[tuple[DelegateData, BlobFormat, bytes]]:
+    """Each blob of a backend `delegates` reads, with its format and its header and graph,
+    never its constant bytes.
 
     Args:
         pte: What `read_pte_program` returned with `program` and `program_data`. Not modified.
@@ -187,39 +185,51 @@ def xnnpack_graphs(
         PteFormatError: A blob's header points outside it.
     """
     for blob in pte.delegates:
-        if not blob.users or any(u.backend_id != XNNPACK_BACKEND_ID for u in blob.users):
+        backends = {u.backend_id for u in blob.users}
+        if len(backends) != 1:
+            continue
+        found = blob_format(backends.pop())
+        if found is None:
             continue
         if blob.location == "segment":
 
-            def read(start, count, offset=blob.offset):
-                return source.read(offset + start, count, "XNNPACK blob")
+            def read(start, count, at=(blob.offset, 0), what=f"{found.name} blob"):
+                return source.read(at[0] + start, count, what)
         else:
             spans = inline_delegate_spans(program, program_data)
 
-            def read(start, count, span=spans[blob.index]):
-                return program_data[span[0] + start : span[0] + min(start + count, span[1])]
+            def read(start, count, at=spans[blob.index], what=""):
+                return program_data[at[0] + start : at[0] + min(start + count, at[1])]
 
         try:
-            head = read(0, min(XNN_HEADER_SIZE, blob.nbytes))
-            offset, size = xnnpack_flatbuffer_span(head, blob.nbytes)
+            graph = found.read_graph(read, blob.nbytes)
         except ProgramFormatError as error:
-            raise PteFormatError(pte.path, f"XNNPACK blob: {error}", blob.offset) from error
-        yield blob, read(0, offset + size)
+            raise PteFormatError(pte.path, f"{found.name} blob: {error}", blob.offset) from error
+        yield blob, found, graph
+
+
+def xnnpack_graphs(
+    pte: PteFile, program: Table, program_data: bytes, source: ByteSource
+) -> Iterator[tuple[DelegateData, bytes]]:
+    """Each XNNPACK blob with its header and flatbuffer; arguments as `delegate_graphs`'."""
+    for blob, found, graph in delegate_graphs(pte, program, program_data, source):
+        if found.backend_id == XNNPACK_BACKEND_ID:
+            yield blob, graph
 
 
 def find_named_data_types(
     pte: PteFile, program: Table, program_data: bytes, source: ByteSource
 ) -> dict[str, tuple[str, tuple[int, ...] | None]]:
-    """The datatype and dims XNNPACK reads each named-data key as (`FLOAT`, `CHAR`, ...:
-    `scalar_types`; a blockwise scale's: `("scales", None)`); arguments as
-    `xnnpack_graphs` takes them."""
+    """The datatype and dims each named-data key is read as, by the first readable
+    delegate that reads it (`FLOAT`, `CHAR`, ...: `scalar_types`; an XNNPACK blockwise
+    scale's: `("scales", None)`); arguments as `delegate_graphs` takes them."""
     types: dict[str, tuple[str, tuple[int, ...] | None]] = {}
-    for blob, graph in xnnpack_graphs(pte, program, program_data, source):
+    for blob, found, graph in delegate_graphs(pte, program, program_data, source):
         try:
-            for key, found in xnnpack_constant_types(graph).items():
-                types.setdefault(key, found)
+            for key, typed in found.constant_types(graph).items():
+                types.setdefault(key, typed)
         except ProgramFormatError as error:
-            raise PteFormatError(pte.path, f"XNNPACK blob: {error}", blob.offset) from error
+            raise PteFormatError(pte.path, f"{found.name} blob: {error}", blob.offset) from error
     return types
 
 

@@ -1,10 +1,7 @@
-"""Which named-data keys a delegate's processed blob can read at init.
+"""XNNPACK's blobs: which named-data keys they read, as what, and which node reads each.
 
-Every backend's `init` gets the program's merged `NamedDataMap`, and may look up
-any key in it. Only for XNNPACK does the blob say which keys: its
-`XNNGraph.constant_data[*].named_key`, and which of its nodes reads each (the
-values of a node's inputs). Other blobs are opaque, so their keys cannot be
-enumerated.
+The blob says which keys: its `XNNGraph.constant_data[*].named_key`, and which of
+its nodes reads each (the values of a node's inputs).
 
 This module reads bytes only (no `executorch.exir`, whose import takes seconds),
 so the in-memory hook and the file side can share it.
@@ -17,12 +14,13 @@ import importlib
 import struct
 from typing import TYPE_CHECKING
 
+from emitter_filter._program_fbs.fb_xnnpack.XNNDatatype import XNNDatatype
 from emitter_filter._program_fbs.fb_xnnpack.XNNQuantParams import XNNQuantParams
 from emitter_filter._program_fbs.fb_xnnpack.XValueUnion import XValueUnion
+from emitter_filter.delegates.blob_format import BlobFormat
 from emitter_filter.errors import ProgramFormatError
 from emitter_filter.fbs_schemas import XNNPACK
 from emitter_filter.flatbuffer_tables import FlatbufferError
-from emitter_filter.scalar_types import xnnpack_scalar_type
 
 if TYPE_CHECKING:
     from emitter_filter._program_fbs.fb_xnnpack.XNNGraph import XNNGraph
@@ -30,12 +28,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "XNNPACK_BACKEND_ID",
+    "XNNPACK_FORMAT",
     "XNN_HEADER_SIZE",
-    "delegate_named_keys",
     "xnnpack_flatbuffer_span",
     "xnnpack_named_keys",
     "xnnpack_constant_types",
     "xnnpack_node_keys",
+    "xnnpack_scalar_type",
 ]
 
 #: `BackendDelegate.id` of XNNPACK delegates: the name of
@@ -53,6 +52,31 @@ _XNN_HEADER_MAGIC = b"XH00"
 # `runtime_schema.fbs`, whose XNNGraph and ConstantDataOffset have the same
 # fields in the same slots as the XN01 `schema.fbs` the reader is generated from.
 _XNN_FLATBUFFER_IDS = (b"XN00", b"XN01")
+
+
+# XNNPACK's datatypes as the ScalarType whose elements they are stored as: quantized
+# 8-bit kinds are int8 (quint8 uint8), 32-bit ones int32, 4-bit ones two per byte.
+_XNNPACK_SCALAR_TYPES = {
+    XNNDatatype.xnn_datatype_fp32: "FLOAT",
+    XNNDatatype.xnn_datatype_pfp32: "FLOAT",
+    XNNDatatype.xnn_datatype_fp16: "HALF",
+    XNNDatatype.xnn_datatype_bf16: "BFLOAT16",
+    XNNDatatype.xnn_datatype_qint8: "CHAR",
+    XNNDatatype.xnn_datatype_qcint8: "CHAR",
+    XNNDatatype.xnn_datatype_qdint8: "CHAR",
+    XNNDatatype.xnn_datatype_qpint8: "CHAR",
+    XNNDatatype.xnn_datatype_quint8: "BYTE",
+    XNNDatatype.xnn_datatype_qint32: "INT",
+    XNNDatatype.xnn_datatype_qcint32: "INT",
+    XNNDatatype.xnn_datatype_int32: "INT",
+    XNNDatatype.xnn_datatype_qcint4: "QUINT4X2",
+    XNNDatatype.xnn_datatype_qbint4: "QUINT4X2",
+}
+
+
+def xnnpack_scalar_type(datatype: int) -> str:
+    """The `ScalarType` name XNNPACK's `datatype` is stored as; `XNNDatatype(n)` if unknown."""
+    return _XNNPACK_SCALAR_TYPES.get(datatype, f"XNNDatatype({datatype})")
 
 
 # What the generated readers raise on bytes that are no XNNPACK graph.
@@ -308,16 +332,11 @@ def xnnpack_node_keys(processed: bytes) -> tuple[tuple[str, ...], ...]:
     return tuple(nodes)
 
 
-def delegate_named_keys(backend_id: str, processed: bytes) -> tuple[str, ...] | None:
-    """The named-data keys a delegate reads, or None when its backend's blob is opaque.
-
-    Args:
-        backend_id: `BackendDelegate.id`.
-        processed: The delegate's processed bytes. Not modified.
-
-    Raises:
-        ProgramFormatError: An XNNPACK blob is malformed.
-    """
-    if backend_id == XNNPACK_BACKEND_ID:
-        return xnnpack_named_keys(processed)
-    return None
+XNNPACK_FORMAT = BlobFormat(
+    backend_id=XNNPACK_BACKEND_ID,
+    name="XNNPACK",
+    head_size=XNN_HEADER_SIZE,
+    graph_span=xnnpack_flatbuffer_span,
+    keys=xnnpack_named_keys,
+    types=xnnpack_constant_types,
+)
