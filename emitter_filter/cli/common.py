@@ -286,7 +286,7 @@ def _add_max_memory(command: argparse.ArgumentParser) -> None:
         "--max-memory",
         type=_memory_size,
         metavar="SIZE",
-        help="with --verify: refuse (exit 2) a program whose files and planned arenas, "
+        help="refuse to verify (exit 2) a program whose files and planned arenas, "
         "summed from the file before it loads, need more than SIZE (4G, 512MiB, bytes; "
         "default: 3/4 of the memory available)",
     )

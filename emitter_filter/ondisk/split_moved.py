@@ -25,17 +25,17 @@ __all__ = ["moves_segments", "moved_copy"]
 _CHUNK = 1 << 20
 
 #: A `ProgramView`'s `source`: the view's bytes, from a source open on the input.
-ViewOf = Callable[[ByteSource], ByteSource]
+_ViewOf = Callable[[ByteSource], ByteSource]
 
 
-def moves_segments(view: ViewOf, source: ByteSource, base: int) -> bool:
+def moves_segments(view: _ViewOf, source: ByteSource, base: int) -> bool:
     """Whether the view of the file `source` is puts its segment data elsewhere than at
     `base`, the input's segment base offset."""
     return base != 0 and len(view(source).parts[0]) != base
 
 
 @contextlib.contextmanager
-def moved_copy(src: str, dst: str, view: ViewOf) -> Iterator[str]:
+def moved_copy(src: str, dst: str, view: _ViewOf) -> Iterator[str]:
     """The view of `src` written to a temporary file beside `dst`, removed on exit.
 
     Raises:

@@ -39,15 +39,15 @@ from emitter_filter.reachability import DataSpace
 __all__ = ["Side", "Claim", "prove_rewrite", "prove_outputs", "proved"]
 
 #: A `.pte` or `.ptd`: a path, or an open `ByteSource` (the caller's).
-FileLike = str | os.PathLike | ByteSource
+_FileLike = str | os.PathLike | ByteSource
 
 
 @dataclass(frozen=True)
 class Side:
     """A program and the `.ptd` files it reads: an input of a rewrite, or its output."""
 
-    pte: FileLike
-    ptds: tuple[FileLike, ...] = ()
+    pte: _FileLike
+    ptds: tuple[_FileLike, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,8 @@ class Claim:
     methods: Mapping[str, tuple[int, str]] | None = None
 
 
-#: `output.OutputCheck` (this module, beside `write/`, does not import it).
-OutputCheck = Callable[[Sequence[tuple[str, str]]], None]
+#: `output._OutputCheck` (this module, beside `write/`, does not import it).
+_OutputCheck = Callable[[Sequence[tuple[str, str]]], None]
 
 
 class _Described(Protocol):
@@ -340,10 +340,10 @@ def _same_place(left: StoredSpan, right: StoredSpan) -> bool:
     )
 
 
-SpanTest = Callable[[StoredSpan, StoredSpan], bool]
+_SpanTest = Callable[[StoredSpan, StoredSpan], bool]
 
 
-def _same(left: object, right: object, same_span: SpanTest = _same_span) -> bool:
+def _same(left: object, right: object, same_span: _SpanTest = _same_span) -> bool:
     if isinstance(left, StoredSpan) and isinstance(right, StoredSpan):
         return same_span(left, right)
     if isinstance(left, tuple) and isinstance(right, tuple):
@@ -356,7 +356,7 @@ def _same(left: object, right: object, same_span: SpanTest = _same_span) -> bool
 
 
 def _difference(
-    old: Sequence[_Item], new: Sequence[_Item], same_span: SpanTest = _same_span
+    old: Sequence[_Item], new: Sequence[_Item], same_span: _SpanTest = _same_span
 ) -> str | None:
     """The first item the two methods read differently, or None."""
     for (what, left), (what_new, right) in zip(old, new, strict=False):
@@ -370,7 +370,7 @@ def _difference(
     return None
 
 
-def _open(file: FileLike, opened: contextlib.ExitStack) -> ByteSource:
+def _open(file: _FileLike, opened: contextlib.ExitStack) -> ByteSource:
     return file if isinstance(file, ByteSource) else opened.enter_context(ByteSource(file))
 
 
@@ -427,7 +427,7 @@ def prove_rewrite(
                 )
 
 
-def _side(claim: Claim, files: Sequence[FileLike]) -> Side:
+def _side(claim: Claim, files: Sequence[_FileLike]) -> Side:
     ptds = tuple(files[p] if isinstance(p, int) else p for p in claim.ptds)
     return Side(files[claim.pte], ptds)
 
@@ -441,8 +441,8 @@ def prove_outputs(outputs: Sequence[_Described], claims: Sequence[Claim]) -> Non
 
 
 def proved(
-    check: OutputCheck, claims: Sequence[Claim], described: Sequence[_Described] | None = None
-) -> OutputCheck:
+    check: _OutputCheck, claims: Sequence[Claim], described: Sequence[_Described] | None = None
+) -> _OutputCheck:
     """`check` (the validator of what was written), then the proof of each claimed output on
     the bytes written: what a writer passes `write_outputs` as `validate`.
 
