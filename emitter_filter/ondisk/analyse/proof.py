@@ -7,10 +7,10 @@ delegate by backend id, compile specs and blob bytes); every value these reach, 
 in order of first use (a dropped or renumbered value is no difference), its fields but
 where its data is stored; each tensor's data as the runtime resolves it (the constant or
 mutable entry, or the `.ptd` entry of its name, for the tensor's size); and each
-named-data key an XNNPACK blob reads as the runtime hands it to XNNPACK (from the start
-of the segment the key names, for the graph's tensor's size, past the segment where that
-is shorter; several keys may name one segment), every key's whole segment for an opaque
-delegate. A difference is one line naming the method and the entry
+named-data key a delegate blob names (`delegates/`: XNNPACK, Vulkan, Core ML) as the
+runtime hands it to the backend (XNNPACK: from the start of the segment the key names, for
+the graph's tensor's size, past the segment where that is shorter; several keys may name
+one segment), every key's whole segment for a blob no reader reads. A difference is one line naming the method and the entry
 (`InvalidOutputError`, exit 2). Writers prove their outputs as described
 (`prove_outputs`, before anything is opened for writing) and the bytes written
 (`proved`, their output check). On `read/` alone.
@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from emitter_filter.delegates import XNNPACK_BACKEND_ID, xnnpack_constant_types
+from emitter_filter.delegates import xnnpack_constant_types
 from emitter_filter.errors import InvalidOutputError, ProgramFormatError
 from emitter_filter.flatbuffer_tables import FlatbufferError, Table
 from emitter_filter.generated_fields import table_text, vector_ints
@@ -34,7 +34,6 @@ from emitter_filter.ondisk.read.byte_source import ByteSource, Piece, StoredSpan
 from emitter_filter.ondisk.read.file_model import NamedData
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program, tensor_nbytes
 from emitter_filter.ondisk.read.readers import inline_delegate_spans, xnnpack_graphs
-from emitter_filter.reachability import DataSpace
 
 __all__ = ["Side", "Claim", "prove_rewrite", "prove_outputs", "proved"]
 
@@ -184,8 +183,11 @@ class _MethodReads:
             self.found.append((f"{what} data", ("missing", ref.space.value)))
             return
         # Not named by its key: `share` moves a tensor under another key, the same bytes.
+        # Nor by its space: a planned tensor (`allocation_info`, compared above) starts from
+        # these bytes copied into its arena, whether they are mutable data or a `.ptd`'s
+        # (`merge --inline` moves a training weight from one to the other).
         span = self.reads.span(entry.file, entry.offset, nbytes)
-        self.found.append((f"{what} data", (ref.space is DataSpace.MUTABLE, span)))
+        self.found.append((f"{what} data", (span,)))
 
     def _delegate(self, index: int) -> tuple:
         delegates = self.plan.delegates or ()
@@ -221,7 +223,9 @@ class _MethodReads:
             if b.named_keys is not None and self._uses(b)
             for k in b.named_keys
         }
-        opaque = any(b != XNNPACK_BACKEND_ID for b in backends)
+        # A blob whose keys its backend's reader names (`delegates/`) reads those; one it
+        # cannot read may look up any key.
+        opaque = any(b.named_keys is None and self._uses(b) for b in reads.pte.delegates)
         for key in sorted(xnnpack):
             keys[key] = reads.key_sizes.get(key)
         if opaque:

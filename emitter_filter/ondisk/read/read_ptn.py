@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 import zipfile
 from collections.abc import Iterator
@@ -86,6 +87,9 @@ class PtnPackage:
 def is_ptn(path: str | os.PathLike) -> bool:
     """Whether `path` is a zip holding `program.ptg` (a `.ptn` package, whatever its name)."""
     try:
+        # A FIFO or a device would block the read: only a regular file can be a package.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
         with open(path, "rb") as file:
             if file.read(4) != _ZIP_MAGIC:
                 return False
