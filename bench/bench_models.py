@@ -15,7 +15,8 @@ time is in `extra_info`.
 - ``pte_bytes``, ``ptd_bytes``, ``total_bytes`` and, pruned, ``dropped_bytes`` and
   the report's ``constant_bytes_before``/``after`` per space;
 - ``worker``: the same model measured once more in a fresh process, for peak
-  memory (``memory``) untouched by the models measured before it.
+  memory (``memory``) untouched by the models measured before it; the workers
+  run after every timed round, two at a time (`bench.conftest.WorkerQueue`).
 
 Zoo models with `dedupe` get a third benchmark, mode ``deduped``: pruned with
 `dedupe_constants=True`, with ``dedupe_seconds``, ``dedupe_share`` (of the same
@@ -30,7 +31,6 @@ import copy
 import gc
 import logging
 import time
-from pathlib import Path
 
 import pytest
 
@@ -61,13 +61,12 @@ def _base_info(name: str, description: str, mode: str, nominal: int | None) -> d
     }
 
 
-def _add_worker(info: dict, model: str, mode: str, workdir: Path, enabled: bool) -> None:
-    if not enabled:
-        info["worker"] = None
+def _add_worker(extra_info: dict, case: ModelCase, mode: str, workers) -> None:
+    """Queues the fresh-process measurement (`bench.conftest.WorkerQueue`), if any."""
+    if workers is None:
+        extra_info["worker"] = None
         return
-    result = run_worker(model, mode, workdir / "workers", timeout=_WORKER_TIMEOUT_SECONDS)
-    info["worker"] = result
-    info["memory"] = result["measurement"]["memory"]
+    workers.add(extra_info, case.name, mode, alone=not case.quick)
 
 
 #: The last zoo model built, by name: the rounds of both modes copy it.
@@ -145,7 +144,7 @@ def _timed_info(case: ModelCase, mode: str, rounds: _Rounds) -> dict:
 
 
 @pytest.mark.parametrize(("case", "mode"), _params())
-def test_to_executorch(benchmark, case: ModelCase, mode: str, bench_workdir, bench_workers):
+def test_to_executorch(benchmark, case: ModelCase, mode: str, bench_workers):
     benchmark.group = case.name
     warm_up(mode)
     rounds = _Rounds(case, mode)
@@ -168,8 +167,8 @@ def test_to_executorch(benchmark, case: ModelCase, mode: str, bench_workdir, ben
             constant_bytes_before=last.constant_bytes_before,
             constant_bytes_after=last.constant_bytes_after,
         )
-    _add_worker(info, case.name, mode, bench_workdir, bench_workers)
     benchmark.extra_info.update(info)
+    _add_worker(benchmark.extra_info, case, mode, bench_workers)
 
 
 @pytest.mark.parametrize(
