@@ -9,8 +9,10 @@ so `-m "not slow"` is the quick subset.
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -67,9 +69,54 @@ def bench_workdir(request: pytest.FixtureRequest, tmp_path_factory) -> Path:
     return workdir
 
 
+class WorkerQueue:
+    """The fresh-process measurements (`bench.worker`), run after every timed round.
+
+    A worker's figures are its own process's memory, which a worker beside it does not
+    change, while a worker beside a timed round would disturb that round's time: so they
+    wait for the end of the suite, and run `jobs` at a time (the models of the full run
+    that take GiB, `alone`, one at a time after them).
+    """
+
+    def __init__(self, directory: Path, jobs: int) -> None:
+        self.directory = directory
+        self.jobs = jobs
+        self.pending: list[tuple[dict, str, str, bool]] = []
+
+    def add(self, extra_info: dict, model: str, mode: str, *, alone: bool) -> None:
+        """Fills `extra_info`'s `worker` and `memory` once the suite's rounds are done."""
+        self.pending.append((extra_info, model, mode, alone))
+
+    def _run(self, job: tuple[dict, str, str, bool]) -> None:
+        from bench.worker import run_worker
+
+        extra_info, model, mode, _ = job
+        result = run_worker(model, mode, self.directory, timeout=_WORKER_TIMEOUT_SECONDS)
+        extra_info["worker"] = result
+        extra_info["memory"] = result["measurement"]["memory"]
+
+    def run(self) -> None:
+        together = [job for job in self.pending if not job[3]]
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            list(pool.map(self._run, together))
+        for job in self.pending:
+            if job[3]:
+                self._run(job)
+
+
+#: A worker builds one model and serializes it once; the biggest take minutes.
+_WORKER_TIMEOUT_SECONDS = 3600
+
+
 @pytest.fixture(scope="session")
-def bench_workers(request: pytest.FixtureRequest) -> bool:
-    return not request.config.getoption("--bench-no-workers")
+def bench_workers(request: pytest.FixtureRequest, bench_workdir: Path):
+    """The queue of fresh-process measurements, or None with `--bench-no-workers`."""
+    if request.config.getoption("--bench-no-workers"):
+        yield None
+        return
+    queue = WorkerQueue(bench_workdir / "workers", jobs=min(2, os.cpu_count() or 1))
+    yield queue
+    queue.run()
 
 
 def pytest_benchmark_update_json(config, benchmarks, output_json) -> None:

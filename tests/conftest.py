@@ -8,6 +8,8 @@ reads the same files from `tests/golden/`, and only test modules marked
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import re
 from pathlib import Path
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.files import CASES, HAVE_EXECUTORCH, Built, read_golden
+from tests.shared_build import build_once
 
 #: `--load-outputs`: every program the tools write in a test loads in ExecuTorch's runtime.
 pytest_plugins = ["tests.load_outputs"]
@@ -47,10 +50,23 @@ def _emitter_filter_logger_as_it_was():
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory) -> dict[str, Built]:
-    """Each case of `tests.files.CASES`, plus `clean`, as upstream writes it and pruned."""
-    root = tmp_path_factory.mktemp("programs")
+    """Each case of `tests.files.CASES`, plus `clean`, as upstream writes it and pruned.
+
+    Built once per run and shared by the xdist workers (`tests.shared_build`).
+    """
     if not HAVE_EXECUTORCH:
-        return read_golden(root)
+        return read_golden(tmp_path_factory.mktemp("programs"))
     from tests.programs import build
 
-    return {case: build(case, root) for case in (*CASES, "clean")}
+    def build_all(root: Path) -> dict[str, Built]:
+        return {case: _picklable(build(case, root)) for case in (*CASES, "clean")}
+
+    _, built = build_once(tmp_path_factory, "programs", build_all)
+    return built
+
+
+def _picklable(built: Built) -> Built:
+    """The report with its names found now: its lazy name finder holds the program."""
+    report = built.report
+    names = functools.partial(dict, report.find_names())  # type: ignore[attr-defined]
+    return dataclasses.replace(built, report=dataclasses.replace(report, find_names=names))

@@ -15,7 +15,9 @@ from tests.fuzz_files import Seed, cases, fuzz, run_case
 
 pytestmark = pytest.mark.filetools
 
-CI_CASES = 1000
+#: Cases in the default run; `-m slow` (in `.ci/run`) runs `DEEP_CASES` others.
+CI_CASES = 300
+DEEP_CASES = 3000
 
 
 @pytest.fixture(scope="module")
@@ -26,12 +28,21 @@ def seeds(built) -> list[Seed]:
     ]
 
 
-def test_every_fuzzed_file_is_accepted_or_rejected_cleanly(seeds, tmp_path):
-    counts, examples = fuzz(seeds, CI_CASES, seed=0, workdir=tmp_path)
+def _check_fuzz(seeds: list[Seed], count: int, seed: int, workdir: Path) -> None:
+    counts, examples = fuzz(seeds, count, seed=seed, workdir=workdir)
     bugs = {outcome: n for outcome, n in counts.items() if outcome not in ("accepted", "rejected")}
     assert not bugs, {o: (c.seed.name, c.target, c.mutation) for o, c in examples.items()}
     # The corpus exercises both paths, so a checker that rejects everything would fail.
-    assert counts["accepted"] > CI_CASES // 10 and counts["rejected"] > CI_CASES // 10
+    assert counts["accepted"] > count // 10 and counts["rejected"] > count // 10
+
+
+def test_every_fuzzed_file_is_accepted_or_rejected_cleanly(seeds, tmp_path):
+    _check_fuzz(seeds, CI_CASES, 0, tmp_path)
+
+
+@pytest.mark.slow
+def test_every_fuzzed_file_is_accepted_or_rejected_cleanly_at_depth(seeds, tmp_path):
+    _check_fuzz(seeds, DEEP_CASES, 1, tmp_path)
 
 
 def test_the_corpus_is_the_same_on_every_run(seeds):

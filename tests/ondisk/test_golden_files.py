@@ -71,12 +71,11 @@ def test_prune_writes_the_file_prune_constants_wrote_in_process(case, tmp_path):
 
 @pytest.mark.skipif(not HAVE_EXECUTORCH, reason="needs torch and executorch to build them")
 @pytest.mark.parametrize("case", ALL_CASES)
-def test_the_golden_files_are_what_executorch_writes_today(case, tmp_path):
-    """They must not go stale: rebuilt from the models, they are the same bytes."""
+def test_the_golden_files_are_what_executorch_writes_today(case, built):
+    """They must not go stale: the session's programs, built from the models, are the same bytes."""
     from emitter_filter import _upstream
-    from tests.programs import build
 
-    built = build(case, tmp_path)
+    built = built[case]
     rebuilt = [built.pte, *built.ptds, built.pruned_pte, *built.pruned_ptds]
     golden = [*(p for s in ("dirty", "pruned") for p in _flatten(saved(GOLDEN / case / s)))]
     same = [a.name for a in rebuilt] == [b.name for b in golden] and all(
