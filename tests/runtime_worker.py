@@ -73,7 +73,10 @@ class Refused:
 def _available() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("executorch.extension.pybindings.portable_lib") is not None
+    return (
+        importlib.util.find_spec("executorch") is not None
+        and importlib.util.find_spec("executorch.extension.pybindings.portable_lib") is not None
+    )
 
 
 class RuntimeWorker:

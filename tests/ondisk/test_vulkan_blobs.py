@@ -20,9 +20,15 @@ from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.explain import explain_file
 from emitter_filter.ondisk.prune import prune_file
 from emitter_filter.ondisk.read.byte_source import ByteSource
-from emitter_filter.ondisk.read.read_pte import read_pte_program
+from emitter_filter.ondisk.read.read_pte import read_pte, read_pte_program
 from emitter_filter.ondisk.read.readers import delegate_graphs
-from tests.files import HAVE_EXECUTORCH, VULKAN_CASES, read_vulkan_golden
+from tests.files import (
+    GOLDEN_FLATBUFFERS,
+    HAVE_EXECUTORCH,
+    VULKAN_CASES,
+    flatbuffers_version,
+    read_vulkan_golden,
+)
 
 pytestmark = pytest.mark.filetools
 
@@ -73,7 +79,16 @@ def _check_read(built, case: str) -> None:
 def _check_prune(built, tmp_path: Path) -> None:
     out = tmp_path / f"{built.name}.pte"
     result = prune_file(built.pte, out)
-    assert out.read_bytes() == built.pruned_pte.read_bytes()
+    if flatbuffers_version() == GOLDEN_FLATBUFFERS:
+        assert out.read_bytes() == built.pruned_pte.read_bytes()
+    else:
+        # Another flatbuffers Builder packs the same program in other bytes (tests/files.py):
+        # the same keys, and pruning it again changes nothing.
+        keys = [e.key for e in read_pte(out).named_data]
+        assert keys == [e.key for e in read_pte(built.pruned_pte).named_data]
+        again = tmp_path / f"{built.name}.again.pte"
+        prune_file(out, again)
+        assert again.read_bytes() == out.read_bytes()
     assert len(result.dropped_named_data) == NAMED[built.name][1]
     assert audit_file(out).dead == ()
 
