@@ -52,7 +52,7 @@ def hash_both(path: str) -> None:
     """The old cost: the two same-size candidates each hashed in full."""
     from emitter_filter.ondisk.read.byte_source import ByteSource
     from emitter_filter.ondisk.read.read_pte import read_pte
-    from emitter_filter.reachability import DataSpace
+    from emitter_filter.program.reachability import DataSpace
 
     pte = read_pte(path)
     sizes: dict[int, list] = {}

@@ -104,8 +104,8 @@ _LAZY = {
     "uninstall": "emitter_filter.inprocess.hook",
     "report": "emitter_filter.inprocess.reports",
     "PruneReport": "emitter_filter.inprocess.reports",
-    "DroppedConstant": "emitter_filter.names",
-    "ConstantName": "emitter_filter.names",
+    "DroppedConstant": "emitter_filter.program.names",
+    "ConstantName": "emitter_filter.program.names",
 }
 
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from emitter_filter import _upstream
 from emitter_filter.errors import EmitterFilterError, UnsupportedExecutorchError
-from emitter_filter.scalar_types import dtype_label
+from emitter_filter.program.scalar_types import dtype_label
 
 if TYPE_CHECKING:
     from emitter_filter.inprocess.reports import PruneReport

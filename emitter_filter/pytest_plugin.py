@@ -294,7 +294,7 @@ def _named(audit: AuditReport | None, methods) -> AuditReport | None:
     if audit is None or not methods:
         return audit
     from emitter_filter.errors import InvariantError
-    from emitter_filter.state_names import PlaceholderNames
+    from emitter_filter.program.state_names import PlaceholderNames
 
     names = PlaceholderNames(methods)
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from emitter_filter.ondisk.analyse.audit_report import AuditReport
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.read.data_files import program_data
-from emitter_filter.scalar_types import dtype_label
+from emitter_filter.program.scalar_types import dtype_label
 
 __all__ = ["assert_no_dead_constants", "assert_within_budget", "describe_dead_bytes"]
 

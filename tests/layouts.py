@@ -50,7 +50,6 @@ from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import (
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.NamedData import NamedDataT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.TensorLayout import TensorLayoutT
-from emitter_filter.flatbuffer_tables import to_object_api
 from emitter_filter.ondisk.read.layout import (
     EH,
     EH_MAGIC,
@@ -61,6 +60,7 @@ from emitter_filter.ondisk.read.layout import (
     aligned,
 )
 from emitter_filter.ondisk.read.read_pte import read_pte_program
+from emitter_filter.program.flatbuffer_tables import to_object_api
 
 LIVE = struct.pack("<4f", 1.0, 2.0, 3.0, 4.0)
 DEAD = struct.pack("<6f", *range(6))

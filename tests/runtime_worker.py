@@ -336,7 +336,7 @@ def serve() -> None:
         import executorch.kernels.quantized  # noqa: F401
     except ImportError:
         pass
-    from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
+    from emitter_filter.program.scalar_types import SCALAR_TYPE_NAMES
 
     by_name = {
         "FLOAT": torch.float32,

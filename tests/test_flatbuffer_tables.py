@@ -16,8 +16,13 @@ import flatbuffers
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM, XNNPACK
-from emitter_filter.flatbuffer_tables import FlatbufferError, Table, attribute_name, to_object_api
+from emitter_filter.program.fbs_schemas import FLAT_TENSOR, PROGRAM, XNNPACK
+from emitter_filter.program.flatbuffer_tables import (
+    FlatbufferError,
+    Table,
+    attribute_name,
+    to_object_api,
+)
 
 pytestmark = pytest.mark.filetools
 
@@ -71,7 +76,7 @@ def _scalar(code: str):
 
 
 def _field_values(schema, kind: str, depth: int):
-    from emitter_filter.flatbuffer_tables import _SCALARS
+    from emitter_filter.program.flatbuffer_tables import _SCALARS
 
     if kind in _SCALARS:
         return _scalar(_SCALARS[kind])

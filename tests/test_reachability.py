@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from emitter_filter.errors import ProgramFormatError
-from emitter_filter.reachability import DataRef, DataSpace, KeepList, PlanRefs, find_live
+from emitter_filter.program.reachability import DataRef, DataSpace, KeepList, PlanRefs, find_live
 
 C, M, E = DataSpace.CONSTANT, DataSpace.MUTABLE, DataSpace.EXTERNAL
 

@@ -103,7 +103,7 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.audit import audit_file
     from emitter_filter.ondisk.audit_set import SetAuditReport, audit_set
     from emitter_filter.ondisk.read.data_files import data_files_for, sets_of
-    from emitter_filter.state_names import state_file
+    from emitter_filter.program.state_names import state_file
 
     if _any_ptn(options.pte):
         return _audit_ptn(options)
@@ -193,7 +193,7 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 def _format_audit(report, top: int | None = None) -> str:
     """The human table: spaces, the `top` largest dead entries (None: all), unprovable named
     data, duplicates."""
-    from emitter_filter.scalar_types import dtype_label
+    from emitter_filter.program.scalar_types import dtype_label
 
     lines = [
         f"{report.path}: {report.file_bytes:,} bytes in {len(report.files)} file(s); "

@@ -69,7 +69,7 @@ def _run(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 
     from emitter_filter._upstream import check_executorch_version
     from emitter_filter.inprocess import startup
-    from emitter_filter.reachability import keep_patterns
+    from emitter_filter.program.reachability import keep_patterns
 
     check_executorch_version()  # a missing executorch is one line before the script runs
     keep = keep_patterns(options.keep)

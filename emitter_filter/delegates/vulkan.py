@@ -20,8 +20,8 @@ import struct
 
 from emitter_filter.delegates.blob_format import BlobConstant, BlobFormat
 from emitter_filter.errors import ProgramFormatError
-from emitter_filter.fbs_schemas import VULKAN, VULKAN_KEYS
-from emitter_filter.flatbuffer_tables import FlatbufferError
+from emitter_filter.program.fbs_schemas import VULKAN, VULKAN_KEYS
+from emitter_filter.program.flatbuffer_tables import FlatbufferError
 
 __all__ = [
     "VULKAN_BACKEND_ID",

@@ -19,8 +19,8 @@ from emitter_filter._program_fbs.fb_xnnpack.XNNQuantParams import XNNQuantParams
 from emitter_filter._program_fbs.fb_xnnpack.XValueUnion import XValueUnion
 from emitter_filter.delegates.blob_format import BlobFormat
 from emitter_filter.errors import ProgramFormatError
-from emitter_filter.fbs_schemas import XNNPACK
-from emitter_filter.flatbuffer_tables import FlatbufferError
+from emitter_filter.program.fbs_schemas import XNNPACK
+from emitter_filter.program.flatbuffer_tables import FlatbufferError
 
 if TYPE_CHECKING:
     from emitter_filter._program_fbs.fb_xnnpack.XNNGraph import XNNGraph

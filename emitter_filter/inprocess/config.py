@@ -15,7 +15,7 @@ from executorch.exir import (  # noqa: E402
 )
 
 from emitter_filter.inprocess import hook  # noqa: E402
-from emitter_filter.reachability import keep_patterns  # noqa: E402
+from emitter_filter.program.reachability import keep_patterns  # noqa: E402
 
 __all__ = ["ExecutorchBackendConfig"]
 

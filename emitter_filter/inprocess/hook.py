@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 
 from emitter_filter import _upstream
 from emitter_filter.environment import ENV_STRICT, env_flag
-from emitter_filter.reachability import keep_patterns
+from emitter_filter.program.reachability import keep_patterns
 
 if TYPE_CHECKING:
     from executorch.exir._serialize._cord import Cord
@@ -165,7 +165,7 @@ def _prune(emitter_output, config, named_data_store, methods, dedupe: bool):
     from emitter_filter.inprocess.named_data import find_named_data_use, prune_named_data
     from emitter_filter.inprocess.prune_emitted import prune_emitter_output
     from emitter_filter.inprocess.reports import _record_report
-    from emitter_filter.state_names import PlaceholderNames
+    from emitter_filter.program.state_names import PlaceholderNames
 
     started = time.perf_counter()
     names = None if methods is None else PlaceholderNames(methods)

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from emitter_filter.delegates import delegate_named_keys
-from emitter_filter.duplicates import DuplicateGroup, find_duplicate_data
 from emitter_filter.errors import InvariantError, ProgramFormatError
-from emitter_filter.named_keys import DelegateRef, NamedDataUse, classify_named_keys
+from emitter_filter.program.duplicates import DuplicateGroup, find_duplicate_data
+from emitter_filter.program.named_keys import DelegateRef, NamedDataUse, classify_named_keys
 
 if TYPE_CHECKING:
     from executorch.exir._serialize._named_data_store import NamedDataStoreOutput

@@ -37,11 +37,11 @@ from typing import Any
 from executorch.exir.emit import EmitterOutput
 from executorch.exir.schema import ExecutionPlan, Tensor
 
-from emitter_filter import plan_indices
 from emitter_filter.inprocess.reports import PruneReport
-from emitter_filter.names import ConstantName, DroppedConstant
-from emitter_filter.object_models import EXIR_SCHEMA
-from emitter_filter.reachability import (
+from emitter_filter.program import plan_indices
+from emitter_filter.program.names import ConstantName, DroppedConstant
+from emitter_filter.program.object_models import EXIR_SCHEMA
+from emitter_filter.program.reachability import (
     DataRef,
     DataSpace,
     KeepList,
@@ -51,7 +51,7 @@ from emitter_filter.reachability import (
     new_data_indices,
     order_live_data,
 )
-from emitter_filter.state_names import PlaceholderNames, name_entries
+from emitter_filter.program.state_names import PlaceholderNames, name_entries
 
 __all__ = ["collect_plan_refs", "prune_emitter_output", "space_nbytes"]
 

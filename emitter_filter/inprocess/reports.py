@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from emitter_filter.errors import ReportNotFoundError
-from emitter_filter.names import ConstantName, DroppedConstant
+from emitter_filter.program.names import ConstantName, DroppedConstant
 
 if TYPE_CHECKING:
     from emitter_filter.inprocess.named_data import NamedDataReport

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from emitter_filter.ondisk.analyse.audit_report import AuditReport, audit_pte
 from emitter_filter.ondisk.read.byte_source import open_sources
 from emitter_filter.ondisk.read.read_pte import read_pte
-from emitter_filter.state_names import StateFile, state_file
+from emitter_filter.program.state_names import StateFile, state_file
 
 __all__ = ["audit_file"]
 

@@ -69,9 +69,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from emitter_filter.duplicates import StoredCopy
 from emitter_filter.errors import InvariantError, PteFormatError
-from emitter_filter.generated_fields import vector_ints
 from emitter_filter.ondisk.analyse.analysis import Alias, SharedRange, analyse_file, find_aliases
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
 from emitter_filter.ondisk.read.file_model import PteFile
@@ -94,7 +92,9 @@ from emitter_filter.ondisk.write.output import (
     check_outputs,
     write_outputs,
 )
-from emitter_filter.reachability import DataSpace
+from emitter_filter.program.duplicates import StoredCopy
+from emitter_filter.program.generated_fields import vector_ints
+from emitter_filter.program.reachability import DataSpace
 
 __all__ = [
     "DedupeReport",

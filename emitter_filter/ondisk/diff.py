@@ -37,8 +37,8 @@ from emitter_filter.ondisk.explain import STORAGES, Explanation, Part, explain_p
 from emitter_filter.ondisk.method_memory import MemoryChange, memory_changes
 from emitter_filter.ondisk.read.byte_source import ByteSource, open_sources
 from emitter_filter.ondisk.read.read_pte import read_pte_program
-from emitter_filter.scalar_types import dtype_label
-from emitter_filter.state_names import StateFile, state_file
+from emitter_filter.program.scalar_types import dtype_label
+from emitter_filter.program.state_names import StateFile, state_file
 
 __all__ = [
     "JSON_SCHEMA",

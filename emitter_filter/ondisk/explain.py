@@ -42,7 +42,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from emitter_filter.errors import InvariantError, PteFormatError
-from emitter_filter.flatbuffer_tables import Table
 from emitter_filter.ondisk.analyse.audit_report import AuditReport, audit_pte
 from emitter_filter.ondisk.analyse.explain_terms import GROUPINGS, JSON_SCHEMA, STATUSES, STORAGES
 from emitter_filter.ondisk.method_memory import memory_json, memory_lines
@@ -58,9 +57,10 @@ from emitter_filter.ondisk.read.readers import (
     find_tensor_readers,
     inline_delegate_spans,
 )
-from emitter_filter.reachability import DataRef, DataSpace
-from emitter_filter.scalar_types import dtype_label
-from emitter_filter.state_names import StateFile, state_file
+from emitter_filter.program.flatbuffer_tables import Table
+from emitter_filter.program.reachability import DataRef, DataSpace
+from emitter_filter.program.scalar_types import dtype_label
+from emitter_filter.program.state_names import StateFile, state_file
 
 __all__ = [
     "JSON_SCHEMA",

@@ -65,11 +65,7 @@ from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataL
 from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
     TensorDataLocation,
 )
-from emitter_filter.duplicates import StoredCopy, group_duplicates
 from emitter_filter.errors import InvariantError, MethodSetError, PteFormatError
-from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM
-from emitter_filter.generated_fields import table_text, vector_ints
-from emitter_filter.object_models import GENERATED
 from emitter_filter.ondisk.analyse.analysis import (
     FileAnalysis,
     analyse_file,
@@ -136,8 +132,12 @@ from emitter_filter.ondisk.write.output import (
     write_outputs,
 )
 from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
-from emitter_filter.plan_indices import remap_data_indices, remap_plan_values
-from emitter_filter.reachability import DataSpace, new_data_indices, order_live_data
+from emitter_filter.program.duplicates import StoredCopy, group_duplicates
+from emitter_filter.program.fbs_schemas import FLAT_TENSOR, PROGRAM
+from emitter_filter.program.generated_fields import table_text, vector_ints
+from emitter_filter.program.object_models import GENERATED
+from emitter_filter.program.plan_indices import remap_data_indices, remap_plan_values
+from emitter_filter.program.reachability import DataSpace, new_data_indices, order_live_data
 
 __all__ = [
     "JSON_SCHEMA",

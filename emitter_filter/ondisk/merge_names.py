@@ -41,10 +41,10 @@ from dataclasses import dataclass, field
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
 from emitter_filter.errors import InvariantError, MethodSetError
-from emitter_filter.generated_fields import table_text
 from emitter_filter.ondisk.read.byte_source import ByteSource, StoredSpan
 from emitter_filter.ondisk.read.data_files import input_of, unique_tails
 from emitter_filter.ondisk.read.read_pte import PteProgram
+from emitter_filter.program.generated_fields import table_text
 
 __all__ = [
     "Choice",

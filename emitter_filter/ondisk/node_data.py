@@ -27,12 +27,12 @@ from collections.abc import Mapping, Sequence
 
 from emitter_filter.delegates import xnnpack_node_keys
 from emitter_filter.errors import ProgramFormatError, PteFormatError
-from emitter_filter.generated_fields import table_text
 from emitter_filter.ondisk.explain import Explanation, Part, explain_pte
 from emitter_filter.ondisk.read.byte_source import open_sources
 from emitter_filter.ondisk.read.read_pte import read_pte_program
 from emitter_filter.ondisk.read.readers import Reader, plan_calls, xnnpack_graphs
-from emitter_filter.state_names import state_file
+from emitter_filter.program.generated_fields import table_text
+from emitter_filter.program.state_names import state_file
 
 __all__ = [
     "NODE_VALUES",

@@ -48,10 +48,6 @@ from typing import TYPE_CHECKING
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
 from emitter_filter.errors import OutputFileError
-from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM
-from emitter_filter.generated_fields import table_text, vector_ints
-from emitter_filter.names import DroppedConstant
-from emitter_filter.object_models import GENERATED
 from emitter_filter.ondisk.analyse.analysis import (
     FileAnalysis,
     analyse_file,
@@ -88,9 +84,18 @@ from emitter_filter.ondisk.write.output import (
     write_outputs,
 )
 from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
-from emitter_filter.plan_indices import remap_data_indices, remap_plan_values
-from emitter_filter.reachability import DataSpace, Liveness, new_data_indices, order_live_data
-from emitter_filter.state_names import StateFile, state_file
+from emitter_filter.program.fbs_schemas import FLAT_TENSOR, PROGRAM
+from emitter_filter.program.generated_fields import table_text, vector_ints
+from emitter_filter.program.names import DroppedConstant
+from emitter_filter.program.object_models import GENERATED
+from emitter_filter.program.plan_indices import remap_data_indices, remap_plan_values
+from emitter_filter.program.reachability import (
+    DataSpace,
+    Liveness,
+    new_data_indices,
+    order_live_data,
+)
+from emitter_filter.program.state_names import StateFile, state_file
 
 if TYPE_CHECKING:
     from emitter_filter.ondisk.dedupe import DedupeReport

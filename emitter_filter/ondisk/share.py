@@ -40,9 +40,6 @@ from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import
     TensorDataLocation,
 )
 from emitter_filter.errors import OutputFileError, PteFormatError
-from emitter_filter.fbs_schemas import FLAT_TENSOR, PROGRAM
-from emitter_filter.flatbuffer_tables import Table
-from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.analyse.analysis import find_aliases, find_shared_ranges
 from emitter_filter.ondisk.analyse.proof import Claim, Side, prove_outputs, proved
 from emitter_filter.ondisk.analyse.share_find import (
@@ -86,7 +83,10 @@ from emitter_filter.ondisk.write.output import (
     write_outputs,
 )
 from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
-from emitter_filter.reachability import DataRef, DataSpace, Liveness
+from emitter_filter.program.fbs_schemas import FLAT_TENSOR, PROGRAM
+from emitter_filter.program.flatbuffer_tables import Table
+from emitter_filter.program.generated_fields import table_text, vector_ints
+from emitter_filter.program.reachability import DataRef, DataSpace, Liveness
 
 __all__ = ["DEFAULT_MIN_BYTES", "SharedProgram", "ShareReport", "share_files"]
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from emitter_filter._program_fbs.executorch_flatbuffer.KernelTypes import KernelTypes
 from emitter_filter.errors import ProgramFormatError, VerifyError
-from emitter_filter.flatbuffer_tables import FlatbufferError
-from emitter_filter.generated_fields import table_text, vector_ints
-from emitter_filter.reachability import DataSpace
-from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
+from emitter_filter.program.flatbuffer_tables import FlatbufferError
+from emitter_filter.program.generated_fields import table_text, vector_ints
+from emitter_filter.program.reachability import DataSpace
+from emitter_filter.program.scalar_types import SCALAR_TYPE_NAMES
 from emitter_filter.verify.runtimes import InputSpec
 
 __all__ = [

@@ -28,7 +28,7 @@ from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.merge import merge_files, split_file
 from emitter_filter.ondisk.read.layout import aligned
 from emitter_filter.ondisk.read.read_pte import read_pte
-from emitter_filter.reachability import DataSpace
+from emitter_filter.program.reachability import DataSpace
 from tests.model_sets import INPUT, SETS, STEPS, export, export_step, tiny_llama, twin_heads
 
 #: `Runtime.load_program` takes a data file from executorch 1.5 on; the pybindings in 1.4 too.
@@ -480,7 +480,7 @@ def _in_constant_buffer_layout(pte: bytes) -> bytes:
     """`pte` as releases before 0.7 wrote a program without constants (executorch-rs's
     hello_world_add model.pte): the placeholder in `constant_buffer`, no constant segment
     offsets, so the runtime takes the deprecated path, off in ExecuTorch 1.5's wheels."""
-    from emitter_filter.fbs_schemas import PROGRAM
+    from emitter_filter.program.fbs_schemas import PROGRAM
     from tests.layouts import with_program_changed
 
     def change(program):

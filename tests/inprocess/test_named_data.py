@@ -33,7 +33,7 @@ from executorch.exir.schema import (
 from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
 import emitter_filter
-from emitter_filter import delegates, duplicates, named_keys
+from emitter_filter import delegates
 from emitter_filter.delegates import XNNPACK_BACKEND_ID, xnnpack_named_keys
 from emitter_filter.errors import InvariantError, ProgramFormatError
 from emitter_filter.inprocess import named_data
@@ -44,6 +44,7 @@ from emitter_filter.inprocess.named_data import (
     prune_named_data,
 )
 from emitter_filter.ondisk.audit import audit_file
+from emitter_filter.program import duplicates, named_keys
 
 PRUNE = dict(prune_constants=True)
 INPUTS = (torch.randn(2, 32, generator=torch.Generator().manual_seed(7)),)

@@ -11,13 +11,13 @@ from executorch.exir import ExecutorchBackendConfig as UpstreamConfig, to_edge
 from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 
 import emitter_filter
-from emitter_filter import state_names
 from emitter_filter.errors import InvariantError
 from emitter_filter.inprocess.prune_emitted import prune_emitter_output
-from emitter_filter.names import ConstantName
-from emitter_filter.object_models import EXIR_SCHEMA
-from emitter_filter.plan_indices import tensor_data_ref
-from emitter_filter.state_names import PlaceholderNames
+from emitter_filter.program import state_names
+from emitter_filter.program.names import ConstantName
+from emitter_filter.program.object_models import EXIR_SCHEMA
+from emitter_filter.program.plan_indices import tensor_data_ref
+from emitter_filter.program.state_names import PlaceholderNames
 from tests.builders import CASES, LINEAR_INPUTS, DropGate
 
 PRUNE = emitter_filter.ExecutorchBackendConfig

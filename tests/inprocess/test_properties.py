@@ -46,7 +46,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import emitter_filter
 from emitter_filter.inprocess.prune_emitted import collect_plan_refs, prune_emitter_output
-from emitter_filter.reachability import find_live
+from emitter_filter.program.reachability import find_live
 
 settings.register_profile(
     "ci",

@@ -17,7 +17,7 @@ from executorch.extension.pybindings.portable_lib import _load_for_executorch_fr
 
 import emitter_filter
 from emitter_filter.inprocess.prune_emitted import collect_plan_refs
-from emitter_filter.reachability import DataSpace, find_live
+from emitter_filter.program.reachability import DataSpace, find_live
 from tests.builders import CASES, Case
 
 PRUNE = dict(prune_constants=True)

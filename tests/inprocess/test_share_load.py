@@ -22,7 +22,7 @@ from executorch.runtime import Runtime
 from emitter_filter.ondisk.audit_set import audit_set
 from emitter_filter.ondisk.read.read_pte import read_pte
 from emitter_filter.ondisk.share import share_files
-from emitter_filter.reachability import DataSpace
+from emitter_filter.program.reachability import DataSpace
 from tests.model_sets import INPUT, SETS, export
 
 

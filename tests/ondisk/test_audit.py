@@ -7,14 +7,14 @@ import json
 
 import pytest
 
-from emitter_filter.names import DroppedConstant
 from emitter_filter.ondisk.analyse import audit_report
 from emitter_filter.ondisk.analyse.audit_report import JSON_SCHEMA, SPACES, audit_pte
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.read import byte_source
 from emitter_filter.ondisk.read.byte_source import ByteSource
 from emitter_filter.ondisk.read.read_pte import read_pte
-from emitter_filter.reachability import DataSpace
+from emitter_filter.program.names import DroppedConstant
+from emitter_filter.program.reachability import DataSpace
 from emitter_filter.testing import assert_no_dead_constants
 
 CASES = ("plain", "external", "xnnpack", "mutated")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from emitter_filter import duplicates
-from emitter_filter.duplicates import StoredCopy, group_duplicates
 from emitter_filter.ondisk.read.byte_source import ByteSource, StoredSpan
+from emitter_filter.program import duplicates
+from emitter_filter.program.duplicates import StoredCopy, group_duplicates
 
 pytestmark = pytest.mark.filetools
 

@@ -27,7 +27,7 @@ from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.prune import prune_file, read_layout
 from emitter_filter.ondisk.read.read_pte import read_pte, read_pte_program
 from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
-from emitter_filter.reachability import DataSpace
+from emitter_filter.program.reachability import DataSpace
 from tests.layouts import (
     LIVE,
     build_constants,

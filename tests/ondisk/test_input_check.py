@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from emitter_filter.cli import main
-from emitter_filter.fbs_schemas import PROGRAM
 from emitter_filter.ondisk.analyse.validate import validate_bytes
 from emitter_filter.ondisk.read.read_pte import read_pte_program
+from emitter_filter.program.fbs_schemas import PROGRAM
 from tests.files import GOLDEN
 from tests.layouts import with_program_changed
 

@@ -20,7 +20,7 @@ from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.merge import merge_files, parse_method, split_file
 from emitter_filter.ondisk.prune import prune_file
 from emitter_filter.ondisk.read.read_pte import read_pte
-from emitter_filter.reachability import DataSpace
+from emitter_filter.program.reachability import DataSpace
 from tests.files import GOLDEN, saved
 from tests.layouts import build_constants, with_program_changed
 

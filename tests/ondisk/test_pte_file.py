@@ -9,7 +9,7 @@ import pytest
 
 from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.read.read_pte import read_pte
-from emitter_filter.reachability import DataSpace
+from emitter_filter.program.reachability import DataSpace
 
 CASES = ("plain", "external", "xnnpack", "mutated")
 

@@ -20,7 +20,7 @@ from emitter_filter.ondisk.explain_set import explain_set
 from emitter_filter.ondisk.read.read_ptd import read_ptd
 from emitter_filter.ondisk.read.read_pte import read_pte, read_pte_program
 from emitter_filter.ondisk.share import share_files
-from emitter_filter.reachability import DataSpace
+from emitter_filter.program.reachability import DataSpace
 from tests.files import GOLDEN, saved
 
 pytestmark = pytest.mark.filetools

@@ -17,7 +17,7 @@ import pytest
 from emitter_filter.cli import main
 from emitter_filter.ondisk.analyse.validate import validate_file
 from emitter_filter.ondisk.read.read_pte import read_pte, read_pte_program
-from emitter_filter.reachability import DataSpace
+from emitter_filter.program.reachability import DataSpace
 from tests.files import GOLDEN
 from tests.layouts import with_program_changed
 

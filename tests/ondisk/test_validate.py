@@ -17,10 +17,10 @@ import pytest
 
 from emitter_filter.cli import main
 from emitter_filter.errors import InvalidOutputError
-from emitter_filter.fbs_schemas import PROGRAM
 from emitter_filter.ondisk.analyse.validate import Validity, validate_bytes, validate_file
 from emitter_filter.ondisk.merge import merge_files
 from emitter_filter.ondisk.read.read_pte import read_pte_program
+from emitter_filter.program.fbs_schemas import PROGRAM
 from tests.files import GOLDEN
 from tests.layouts import LIVE, build_program, flat_tensor, with_program_changed
 from tests.realworld import needs_realworld, real_files

@@ -173,7 +173,7 @@ def test_share_verify_passes(other, files, capsys):
 def _flip_a_weight_byte(pte, out) -> None:
     """`pte` with one byte of its largest constant flipped: lin.weight, read by `forward`."""
     from emitter_filter.ondisk.read.read_pte import read_pte
-    from emitter_filter.reachability import DataSpace
+    from emitter_filter.program.reachability import DataSpace
 
     entries = [e for i, e in read_pte(pte).entries[DataSpace.CONSTANT].items() if i]
     largest = max(entries, key=lambda e: e.nbytes)

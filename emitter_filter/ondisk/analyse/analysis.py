@@ -32,15 +32,15 @@ from emitter_filter._program_fbs.executorch_flatbuffer.KernelTypes import Kernel
 from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
     TensorDataLocation,
 )
-from emitter_filter.duplicates import StoredCopy
 from emitter_filter.errors import PteFormatError
-from emitter_filter.generated_fields import table_text
-from emitter_filter.named_keys import NamedDataUse, classify_named_keys
-from emitter_filter.names import ConstantName, DroppedConstant
 from emitter_filter.ondisk.read.byte_source import ByteSource
 from emitter_filter.ondisk.read.file_model import PteFile, TensorEntry
-from emitter_filter.reachability import DataRef, DataSpace, KeepList, Liveness, find_live
-from emitter_filter.state_names import StateFile
+from emitter_filter.program.duplicates import StoredCopy
+from emitter_filter.program.generated_fields import table_text
+from emitter_filter.program.named_keys import NamedDataUse, classify_named_keys
+from emitter_filter.program.names import ConstantName, DroppedConstant
+from emitter_filter.program.reachability import DataRef, DataSpace, KeepList, Liveness, find_live
+from emitter_filter.program.state_names import StateFile
 
 __all__ = [
     "SPACES",

@@ -44,8 +44,6 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from emitter_filter.duplicates import DuplicateGroup, StoredCopy, group_duplicates
-from emitter_filter.names import DroppedConstant
 from emitter_filter.ondisk.analyse.analysis import (
     SPACES,
     FileAnalysis,
@@ -55,7 +53,9 @@ from emitter_filter.ondisk.analyse.analysis import (
 )
 from emitter_filter.ondisk.read.byte_source import ByteSource, StoredSpan
 from emitter_filter.ondisk.read.file_model import PteFile
-from emitter_filter.state_names import StateFile
+from emitter_filter.program.duplicates import DuplicateGroup, StoredCopy, group_duplicates
+from emitter_filter.program.names import DroppedConstant
+from emitter_filter.program.state_names import StateFile
 
 __all__ = [
     "SPACES",

@@ -38,18 +38,18 @@ import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from emitter_filter.duplicates import StoredCopy, group_duplicates
 from emitter_filter.errors import PteFormatError
-from emitter_filter.flatbuffer_tables import Table
-from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.analyse.analysis import FileAnalysis, analyse_file, keep_ptd_key
 from emitter_filter.ondisk.read.byte_source import ByteSource, StoredSpan, open_sources
 from emitter_filter.ondisk.read.file_model import PtdFile
 from emitter_filter.ondisk.read.layout import PteLayout
 from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
-from emitter_filter.reachability import DataSpace
-from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
+from emitter_filter.program.duplicates import StoredCopy, group_duplicates
+from emitter_filter.program.flatbuffer_tables import Table
+from emitter_filter.program.generated_fields import table_text, vector_ints
+from emitter_filter.program.reachability import DataSpace
+from emitter_filter.program.scalar_types import SCALAR_TYPE_NAMES
 
 __all__ = [
     "DEFAULT_MIN_BYTES",

@@ -39,9 +39,6 @@ from emitter_filter._program_fbs.executorch_flatbuffer.TensorShapeDynamism impor
 )
 from emitter_filter.delegates import XNNPACK_BACKEND_ID
 from emitter_filter.errors import InvalidOutputError, ProgramFormatError, PteFormatError
-from emitter_filter.fbs_schemas import PROGRAM
-from emitter_filter.flatbuffer_tables import FlatbufferError, Table
-from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.analyse.named_sizes import undersized_named_data
 from emitter_filter.ondisk.read.byte_source import ByteSource
 from emitter_filter.ondisk.read.file_model import PtdFile, PteFile
@@ -49,8 +46,11 @@ from emitter_filter.ondisk.read.layout import FLAT_TENSOR_IDENTIFIER, PROGRAM_ID
 from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read.read_pte import read_pte_program, tensor_nbytes
 from emitter_filter.ondisk.read.readers import xnnpack_graphs
-from emitter_filter.reachability import DataSpace
-from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
+from emitter_filter.program.fbs_schemas import PROGRAM
+from emitter_filter.program.flatbuffer_tables import FlatbufferError, Table
+from emitter_filter.program.generated_fields import table_text, vector_ints
+from emitter_filter.program.reachability import DataSpace
+from emitter_filter.program.scalar_types import SCALAR_TYPE_NAMES
 
 __all__ = [
     "Validity",

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.errors import PteFormatError
-from emitter_filter.named_keys import DelegateRef
-from emitter_filter.reachability import DataRef, DataSpace, PlanRefs
+from emitter_filter.program.named_keys import DelegateRef
+from emitter_filter.program.reachability import DataRef, DataSpace, PlanRefs
 
 __all__ = [
     "Segment",

@@ -43,10 +43,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from emitter_filter.errors import PteFormatError
-from emitter_filter.fbs_schemas import PROGRAM
-from emitter_filter.flatbuffer_tables import Table, to_object_api
-from emitter_filter.generated_fields import vector_ints
-from emitter_filter.reachability import DataSpace
+from emitter_filter.program.fbs_schemas import PROGRAM
+from emitter_filter.program.flatbuffer_tables import Table, to_object_api
+from emitter_filter.program.generated_fields import vector_ints
+from emitter_filter.program.reachability import DataSpace
 
 if TYPE_CHECKING:
     import flatbuffers

@@ -10,7 +10,7 @@ subgraphs (`GraphArg`) included, as upstream's `collect_data_keys` counts them.
 
 from __future__ import annotations
 
-from emitter_filter.flatbuffer_tables import Schema
+from emitter_filter.program.flatbuffer_tables import Schema
 
 __all__ = ["NATIVE_GRAPH", "NATIVE_GRAPH_IDENTIFIER", "GRAPH_ARG"]
 

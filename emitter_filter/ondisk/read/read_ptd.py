@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 
 from emitter_filter.errors import PteFormatError
-from emitter_filter.fbs_schemas import FLAT_TENSOR
-from emitter_filter.flatbuffer_tables import Table
-from emitter_filter.generated_fields import table_text, vector_ints
 from emitter_filter.ondisk.read.byte_source import ByteSource, check_identifier, read_root
 from emitter_filter.ondisk.read.file_model import NamedData, PtdFile, Segment, segment_at
 from emitter_filter.ondisk.read.layout import FH, FH_MAGIC, FLAT_TENSOR_IDENTIFIER, NUM_HEAD_BYTES
+from emitter_filter.program.fbs_schemas import FLAT_TENSOR
+from emitter_filter.program.flatbuffer_tables import Table
+from emitter_filter.program.generated_fields import table_text, vector_ints
 
 __all__ = ["read_ptd", "read_ptd_flat_tensor"]
 

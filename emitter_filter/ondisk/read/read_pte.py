@@ -25,11 +25,6 @@ from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataL
 from emitter_filter._program_fbs.executorch_flatbuffer.ScalarType import ScalarType
 from emitter_filter.delegates import blob_format
 from emitter_filter.errors import ProgramFormatError, PteFormatError
-from emitter_filter.fbs_schemas import PROGRAM
-from emitter_filter.flatbuffer_tables import Table
-from emitter_filter.generated_fields import table_text, vector_ints
-from emitter_filter.named_keys import DelegateRef
-from emitter_filter.object_models import GENERATED
 from emitter_filter.ondisk.read.byte_source import ByteSource, check_identifier, read_root
 from emitter_filter.ondisk.read.file_model import (
     DataEntry,
@@ -51,9 +46,14 @@ from emitter_filter.ondisk.read.layout import (
     PROGRAM_IDENTIFIER,
 )
 from emitter_filter.ondisk.read.read_ptd import read_ptd
-from emitter_filter.plan_indices import check_data_refs, collect_plan_refs
-from emitter_filter.reachability import DataRef, DataSpace, PlanRefs
-from emitter_filter.scalar_types import SCALAR_TYPE_NAMES
+from emitter_filter.program.fbs_schemas import PROGRAM
+from emitter_filter.program.flatbuffer_tables import Table
+from emitter_filter.program.generated_fields import table_text, vector_ints
+from emitter_filter.program.named_keys import DelegateRef
+from emitter_filter.program.object_models import GENERATED
+from emitter_filter.program.plan_indices import check_data_refs, collect_plan_refs
+from emitter_filter.program.reachability import DataRef, DataSpace, PlanRefs
+from emitter_filter.program.scalar_types import SCALAR_TYPE_NAMES
 
 __all__ = ["PteProgram", "check_program_header", "read_pte", "read_pte_program", "tensor_nbytes"]
 

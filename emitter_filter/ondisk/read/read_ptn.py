@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from emitter_filter.errors import PteFormatError
-from emitter_filter.generated_fields import table_text
 from emitter_filter.ondisk.read.ptn_schema import GRAPH_ARG, NATIVE_GRAPH, NATIVE_GRAPH_IDENTIFIER
+from emitter_filter.program.generated_fields import table_text
 
 __all__ = [
     "PTG_ENTRY",

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 from emitter_filter.delegates import XNNPACK_BACKEND_ID, BlobFormat, blob_format
 from emitter_filter.errors import ProgramFormatError, PteFormatError
-from emitter_filter.fbs_schemas import PROGRAM
-from emitter_filter.flatbuffer_tables import Table
-from emitter_filter.generated_fields import table_text, vector_ints
-from emitter_filter.object_models import GENERATED
 from emitter_filter.ondisk.read.byte_source import ByteSource
 from emitter_filter.ondisk.read.file_model import DelegateData, PteFile
-from emitter_filter.reachability import DataRef
+from emitter_filter.program.fbs_schemas import PROGRAM
+from emitter_filter.program.flatbuffer_tables import Table
+from emitter_filter.program.generated_fields import table_text, vector_ints
+from emitter_filter.program.object_models import GENERATED
+from emitter_filter.program.reachability import DataRef
 
 __all__ = [
     "Reader",

@@ -27,8 +27,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from emitter_filter.generated_fields import vector_ints
 from emitter_filter.ondisk.read.layout import FLAT_TENSOR_IDENTIFIER
+from emitter_filter.program.generated_fields import vector_ints
 
 __all__ = ["pack_flat_tensor"]
 

@@ -21,8 +21,8 @@ from emitter_filter._program_fbs.executorch_flatbuffer.InstructionArguments impo
     InstructionArguments,
 )
 from emitter_filter._program_fbs.executorch_flatbuffer.KernelTypes import KernelTypes
-from emitter_filter.flatbuffer_tables import attribute_name
-from emitter_filter.generated_fields import table_text, vector_ints
+from emitter_filter.program.flatbuffer_tables import attribute_name
+from emitter_filter.program.generated_fields import table_text, vector_ints
 
 __all__ = ["ObjectModel", "EXIR_SCHEMA", "GENERATED"]
 

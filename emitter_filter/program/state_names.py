@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from emitter_filter.errors import InvariantError, ProgramFormatError, UnsupportedExecutorchError
-from emitter_filter.names import ConstantName
+from emitter_filter.program.names import ConstantName
 from emitter_filter.regular_files import open_regular_input
 
 if TYPE_CHECKING:

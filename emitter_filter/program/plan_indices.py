@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from emitter_filter.errors import InvariantError, ProgramFormatError
-from emitter_filter.object_models import ObjectModel
-from emitter_filter.reachability import (
+from emitter_filter.program.object_models import ObjectModel
+from emitter_filter.program.reachability import (
     DataRef,
     DataSpace,
     PlanRefs,

@@ -24,7 +24,7 @@ graph ExecuTorch's own `flatc` decodes.
 
 from __future__ import annotations
 
-from emitter_filter.flatbuffer_tables import Schema
+from emitter_filter.program.flatbuffer_tables import Schema
 
 __all__ = ["PROGRAM", "FLAT_TENSOR", "XNNPACK", "VULKAN", "VULKAN_KEYS"]
 
