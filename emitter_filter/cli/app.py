@@ -42,7 +42,7 @@ from emitter_filter.cli.sets import (
     _share,
     _split,
 )
-from emitter_filter.cli.sizes import (
+from emitter_filter.cli.explain import (
     _add_size_commands,
     _budget,
     _diff,
