@@ -10,8 +10,8 @@ for `demo`, 1 if one of its checks failed; 143 (128 + SIGTERM) if `prune` was
 terminated, its temporary files removed.
 
 One module per command family, under `app` (the parser and `main`) and over `common`
-(what several commands share): `files` (audit, prune), `sizes` (explain, diff, budget),
-`sets` (share, merge, split), `verify`, `inprocess` (run), `env` (env, demo).
+(what several commands share): `files` (audit, prune), `explain`, `diff`, `budget`
+(write, check), `sets` (share, merge, split), `verify`, `inprocess` (run), `env` (env, demo).
 Each imports what it reads and runs (ondisk/, inprocess/, verify/) inside its handlers,
 so that `emitter-filter --help` and the file commands stay torch-free and quick.
 """

@@ -11,19 +11,28 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from emitter_filter.cli.budget import (
+    _add_budget_parsers,
+    _budget,
+)
 from emitter_filter.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
-    _add_verbose,
     _os_error_line,
-    _Parser,
-    _Version,
+)
+from emitter_filter.cli.diff import (
+    _add_diff_parser,
+    _diff,
 )
 from emitter_filter.cli.env import (
     _add_demo_parser,
     _add_env_parser,
     _demo,
     _env,
+)
+from emitter_filter.cli.explain import (
+    _add_explain_parser,
+    _explain,
 )
 from emitter_filter.cli.files import (
     _add_audit_parser,
@@ -42,12 +51,6 @@ from emitter_filter.cli.sets import (
     _share,
     _split,
 )
-from emitter_filter.cli.sizes import (
-    _add_size_commands,
-    _budget,
-    _diff,
-    _explain,
-)
 from emitter_filter.cli.verify import (
     _add_verify_parser,
     _verify,
@@ -55,6 +58,49 @@ from emitter_filter.cli.verify import (
 from emitter_filter.errors import EmitterFilterError
 
 __all__ = ["main", "console_main"]
+
+
+def _add_verbose(parser: argparse.ArgumentParser, dest: str, default) -> None:
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=default,
+        dest=dest,
+        help="log more (-v: INFO, -vv: DEBUG) and show tracebacks",
+    )
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its usage errors one line: what is wrong, and where help is
+    (the usage it would print first is what --help begins with)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+class _Version(argparse.Action):
+    """`--version`: looked up only when asked (importlib.metadata costs tens of ms)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="print emitter_filter's version and exit",
+            **kwargs,
+        )
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version("emitter_filter")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown (not installed)"
+        print(f"emitter-filter {version}")
+        parser.exit(EXIT_OK)
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -86,7 +132,9 @@ def _build_parser() -> argparse.ArgumentParser:
         verify,
         demo,
         env,
-        *_add_size_commands(commands),
+        _add_explain_parser(commands),
+        _add_diff_parser(commands),
+        *_add_budget_parsers(commands),
     ]
     # -v also after the subcommand; counted apart, since a subparser overwrites its parent's value.
     for subcommand in subcommands:
@@ -119,37 +167,30 @@ def _command_parser(
         parser = commands.choices[name]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command line; returns the exit code instead of exiting."""
-    parser = _build_parser()
-    arguments = list(sys.argv[1:] if argv is None else argv)
-    # Everything after `run` belongs to the script, options like -m and -v included:
-    # argparse cannot leave an option-led remainder alone, so split it off here.
-    target = None
+def _split_run_target(arguments: list[str]) -> tuple[list[str], list[str] | None]:
+    """(Our arguments, the script's.) Everything after `run` belongs to the script, options
+    like -m and -v included: argparse cannot leave an option-led remainder alone, so it is
+    split off here. The script's are None without `run`, and for `run --help`."""
     command = _command_index(arguments)
-    if command is not None and arguments[command] == "run":
-        arguments, target = arguments[: command + 1], arguments[command + 1 :]
-        # `run -v --keep P SCRIPT -v`: those before the script are ours, the rest its own.
-        while target[:1]:
-            if _VERBOSE.fullmatch(target[0]) or target[0].startswith("--keep="):
-                arguments.append(target.pop(0))
-            elif target[0] == "--keep":
-                arguments += target[:2]
-                del target[:2]
-            else:
-                break
-        if target[:1] in (["-h"], ["--help"]):
-            arguments, target = arguments + target[:1], None
-    try:
-        options, unknown = parser.parse_known_args(arguments)
-        if unknown:
-            # Said by the command's own parser, so that the message points at its help.
-            _command_parser(parser, options).error(f"unrecognized arguments: {' '.join(unknown)}")
-    except SystemExit as exit_:
-        return EXIT_USAGE if exit_.code else EXIT_OK
-    if target is not None:
-        options.target = target
-    options.verbose += getattr(options, "verbose_after", 0)
+    if command is None or arguments[command] != "run":
+        return arguments, None
+    arguments, target = arguments[: command + 1], arguments[command + 1 :]
+    # `run -v --keep P SCRIPT -v`: those before the script are ours, the rest its own.
+    while target[:1]:
+        if _VERBOSE.fullmatch(target[0]) or target[0].startswith("--keep="):
+            arguments.append(target.pop(0))
+        elif target[0] == "--keep":
+            arguments += target[:2]
+            del target[:2]
+        else:
+            break
+    if target[:1] in (["-h"], ["--help"]):
+        return arguments + target[:1], None
+    return arguments, target
+
+
+def _set_up_logging(options: argparse.Namespace) -> None:
+    """Log levels from -v: the file commands' own logger stays at WARNING without it."""
     logging.basicConfig(
         level=logging.DEBUG if options.verbose > 1 else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
@@ -161,22 +202,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("emitter_filter").setLevel(
         logging.DEBUG if options.verbose > 1 else logging.WARNING if quiet else logging.INFO
     )
-    commands = {
-        "run": _run,
-        "audit": _audit,
-        "prune": _prune,
-        "demo": _demo,
-        "env": _env,
-        "share": _share,
-        "merge": _merge,
-        "split": _split,
-        "explain": _explain,
-        "diff": _diff,
-        "budget": _budget,
-        "verify": _verify,
-    }
+
+
+_COMMANDS = {
+    "run": _run,
+    "audit": _audit,
+    "prune": _prune,
+    "demo": _demo,
+    "env": _env,
+    "share": _share,
+    "merge": _merge,
+    "split": _split,
+    "explain": _explain,
+    "diff": _diff,
+    "budget": _budget,
+    "verify": _verify,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line; returns the exit code instead of exiting."""
+    parser = _build_parser()
+    arguments, target = _split_run_target(list(sys.argv[1:] if argv is None else argv))
     try:
-        return commands[options.command](parser, options)
+        options, unknown = parser.parse_known_args(arguments)
+        if unknown:
+            # Said by the command's own parser, so that the message points at its help.
+            _command_parser(parser, options).error(f"unrecognized arguments: {' '.join(unknown)}")
+    except SystemExit as exit_:
+        return EXIT_USAGE if exit_.code else EXIT_OK
+    if target is not None:
+        options.target = target
+    options.verbose += getattr(options, "verbose_after", 0)
+    _set_up_logging(options)
+    return _run_command(parser, options)
+
+
+def _run_command(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    """The command's handler, its errors turned into one line and an exit code."""
+    try:
+        return _COMMANDS[options.command](parser, options)
     except EmitterFilterError as error:
         # -v shows where it came from; the exit code still says what happened.
         if options.verbose:

@@ -1,6 +1,7 @@
 """What several commands share: the exit codes, the one-line usage errors, the options
-several commands take (--data/--no-data-beside, --min-bytes, the naming and --verify
-arguments) and the progress and SIGTERM handling of the commands that write."""
+several commands take (--data/--no-data-beside, --min-bytes, the naming, --verify and
+--hud-json arguments), the growth lines of `diff` and `budget check`, and the progress and
+SIGTERM handling of the commands that write."""
 
 from __future__ import annotations
 
@@ -57,57 +58,14 @@ def _percent(text: str) -> float:
     return value
 
 
-def _add_verbose(parser: argparse.ArgumentParser, dest: str, default) -> None:
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="count",
-        default=default,
-        dest=dest,
-        help="log more (-v: INFO, -vv: DEBUG) and show tracebacks",
-    )
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse's parser, its usage errors one line: what is wrong, and where help is
-    (the usage it would print first is what --help begins with)."""
-
-    def error(self, message: str):
-        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
-
-
 def _usage_error(command: str, message: str) -> int:
-    """A usage error a handler finds, in the words `_Parser.error` uses: one line, then
+    """A usage error a handler finds, in the words `app._Parser.error` uses: one line, then
     where help is."""
     print(
         f"emitter-filter {command}: {message} (see emitter-filter {command} --help)",
         file=sys.stderr,
     )
     return EXIT_USAGE
-
-
-class _Version(argparse.Action):
-    """`--version`: looked up only when asked (importlib.metadata costs tens of ms)."""
-
-    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs) -> None:
-        super().__init__(
-            option_strings,
-            dest,
-            nargs=0,
-            default=argparse.SUPPRESS,
-            help="print emitter_filter's version and exit",
-            **kwargs,
-        )
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        import importlib.metadata
-
-        try:
-            version = importlib.metadata.version("emitter_filter")
-        except importlib.metadata.PackageNotFoundError:
-            version = "unknown (not installed)"
-        print(f"emitter-filter {version}")
-        parser.exit(EXIT_OK)
 
 
 def _add_naming_arguments(command: argparse.ArgumentParser) -> None:
@@ -202,6 +160,62 @@ def _add_data_arguments(
     if old_ptd:
         command.add_argument("--ptd", dest="data", action=_DeprecatedData, help=argparse.SUPPRESS)
     _add_data_beside(command)
+
+
+def _add_hud_arguments(parser: argparse.ArgumentParser) -> None:
+    """--hud-json and --model-name, shared by explain and budget check."""
+    parser.add_argument(
+        "--hud-json",
+        metavar="OUT.json",
+        help="also write PyTorch's benchmark dashboard (HUD) v3 records: one per part of "
+        "the file (program, constants, delegates, named data, each .ptd, dead, duplicated, "
+        "each method's planned memory), in MiB with the exact bytes beside (docs/hud.md)",
+    )
+    parser.add_argument(
+        "--model-name",
+        metavar="NAME",
+        help="model.name in the --hud-json records (default: the .pte's name without .pte)",
+    )
+
+
+def _hud_usage(options: argparse.Namespace) -> str | None:
+    """Why the --hud-json options cannot be taken as given, if they cannot."""
+    if options.model_name is not None and options.hud_json is None:
+        return "--model-name names the model in --hud-json's records; give --hud-json OUT.json"
+    if options.model_name is not None and len(options.pte) > 1:
+        return "--model-name names one model; the records of several files take each one's name"
+    return None
+
+
+def _hud_file(options: argparse.Namespace, explanations) -> tuple[str, bytes]:
+    from emitter_filter.ondisk.hud_records import hud_records
+
+    records = hud_records(explanations, options.model_name)
+    return options.hud_json, (json.dumps(records, indent=2) + "\n").encode()
+
+
+def _print_growth(result, limit: str) -> None:
+    """On stderr: the growth over `limit`, and the entries that account for it."""
+    if hasattr(result, "programs"):  # a set: what each program grew by
+        print(
+            f"emitter-filter: {result.new}: grew {result.delta:+,} bytes over {result.old}, "
+            f"more than {limit}; from:",
+            file=sys.stderr,
+        )
+        for name in result.added:
+            print(f"  added {name}", file=sys.stderr)
+        for name, diff in sorted(result.programs, key=lambda item: -item[1].delta):
+            if diff.delta > 0:
+                print(f"  {diff.delta:+,} B  {name}", file=sys.stderr)
+        return
+    print(
+        f"emitter-filter: {result.new_path}: grew {result.delta:+,} bytes over {result.old_path}"
+        f", more than {limit}; from:",
+        file=sys.stderr,
+    )
+    for change in result.growth():
+        notes = f" ({'; '.join(change.notes)})" if change.notes else ""
+        print(f"  {change.delta:+,} B  {change.kind} {change.label}{notes}", file=sys.stderr)
 
 
 # Below this, a copy is over before a person could read a line about it.

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from emitter_filter.cli.common import (
     EXIT_DEAD_BYTES,
@@ -33,6 +34,10 @@ from emitter_filter.cli.common import (
     _with_verify,
 )
 from emitter_filter.verify.written import VerifyFailed, verified_write
+
+if TYPE_CHECKING:
+    from emitter_filter.ondisk.analyse.audit_report import AuditReport
+    from emitter_filter.ondisk.audit_set import SetAuditReport
 
 
 def _add_audit_parser(commands) -> argparse.ArgumentParser:
@@ -99,15 +104,35 @@ def _add_audit_parser(commands) -> argparse.ArgumentParser:
 def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     """Each set of programs that read a common `.ptd` audited as one (`audit_set`), every
     other program alone (`audit_file`), each judged against --max-dead-bytes."""
-    from emitter_filter.ondisk.analyse.audit_report import AuditReport
-    from emitter_filter.ondisk.audit import audit_file
-    from emitter_filter.ondisk.audit_set import SetAuditReport, audit_set
-    from emitter_filter.ondisk.read.data_files import data_files_for, sets_of
-    from emitter_filter.program.state_names import state_file
+    from emitter_filter.ondisk.read.data_files import data_files_for
 
     if _any_ptn(options.pte):
         return _audit_ptn(options)
     data_of = data_files_for(options.pte, options.data, beside=options.data_beside)
+    reports, refused, gated = _audit_groups(options, data_of)
+    _print_audits(options, reports, refused, data_of)
+    over = _over_dead_bytes(options, reports)
+    warned = (
+        _key_clash_warning(options.pte, data_of)
+        if len(options.pte) > 1 and not refused and not options.fail_on_key_clash
+        else []
+    )
+    for line in [*warned, *gated, *refused]:
+        print(line, file=sys.stderr)
+    if refused:
+        return EXIT_USAGE
+    return EXIT_DEAD_BYTES if over or gated else EXIT_OK
+
+
+def _audit_groups(
+    options: argparse.Namespace, data_of
+) -> tuple[list[AuditReport | SetAuditReport], list[str], list[str]]:
+    """(the reports of the programs and sets that load, the lines of the files the runtime
+    refuses, the lines of the gates --require-data and --fail-on-key-clash close)."""
+    from emitter_filter.ondisk.audit_set import SetAuditReport
+    from emitter_filter.ondisk.read.data_files import sets_of
+    from emitter_filter.program.state_names import state_file
+
     names = state_file(options.names)
     reports: list[AuditReport | SetAuditReport] = []
     refused: list[str] = []
@@ -120,18 +145,7 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         else sets_of(data_of)
     )
     for members in groups:
-        report: AuditReport | SetAuditReport
-        if len(members) == 1:
-            [n] = members
-            report = audit_file(
-                options.pte[n], data_of[n], keep_constants=options.keep, names=names
-            )
-        else:
-            report = audit_set(
-                [options.pte[n] for n in members],
-                [(options.pte[n], f) for n in members for f in data_of[n]],
-                min_bytes=_min_bytes(options),
-            )
+        report = _audit_group(options, members, data_of, names)
         # A file the runtime refuses gets its own status, not the report of a file that loads.
         lines = [
             _validity_lines(options.pte[n], data_of[n], options.require_data, warn_missing=True)
@@ -148,6 +162,35 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
                 "bytes by programs of the set"
             )
         reports.append(report)
+    return reports, refused, gated
+
+
+def _audit_group(
+    options: argparse.Namespace, members: list[int], data_of, names
+) -> AuditReport | SetAuditReport:
+    """The audit of one program alone, or of several (`members`) as one set."""
+    from emitter_filter.ondisk.audit import audit_file
+    from emitter_filter.ondisk.audit_set import audit_set
+
+    if len(members) == 1:
+        [n] = members
+        return audit_file(options.pte[n], data_of[n], keep_constants=options.keep, names=names)
+    return audit_set(
+        [options.pte[n] for n in members],
+        [(options.pte[n], f) for n in members for f in data_of[n]],
+        min_bytes=_min_bytes(options),
+    )
+
+
+def _print_audits(
+    options: argparse.Namespace,
+    reports: list[AuditReport | SetAuditReport],
+    refused: list[str],
+    data_of,
+) -> None:
+    """The reports on stdout, as text or JSON; with text, what several store twice."""
+    from emitter_filter.ondisk.analyse.audit_report import AuditReport
+
     if options.json and reports:
         # One file (or one set): its report; several: a list of them.
         documents = [report.to_json() for report in reports]
@@ -163,6 +206,14 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
         )
         if len(reports) > 1 and not refused:
             print(_stored_twice(options, data_of))
+
+
+def _over_dead_bytes(
+    options: argparse.Namespace, reports: list[AuditReport | SetAuditReport]
+) -> list[AuditReport | SetAuditReport]:
+    """The reports over --max-dead-bytes, each said on stderr."""
+    from emitter_filter.ondisk.analyse.audit_report import AuditReport
+
     over = [
         r
         for r in reports
@@ -178,16 +229,7 @@ def _audit(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
                 f"({', '.join(p.path for p in report.programs)})"
             )
         print(f"emitter-filter: {line}", file=sys.stderr)
-    warned = (
-        _key_clash_warning(options.pte, data_of)
-        if len(options.pte) > 1 and not refused and not options.fail_on_key_clash
-        else []
-    )
-    for line in [*warned, *gated, *refused]:
-        print(line, file=sys.stderr)
-    if refused:
-        return EXIT_USAGE
-    return EXIT_DEAD_BYTES if over or gated else EXIT_OK
+    return over
 
 
 def _format_audit(report, top: int | None = None) -> str:

@@ -154,6 +154,10 @@ def _share(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 
 def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """merge and split: several programs as one multi-method file, and back."""
+    return _add_merge_parser(commands), _add_split_parser(commands)
+
+
+def _add_merge_parser(commands) -> argparse.ArgumentParser:
     merge = commands.add_parser(
         "merge",
         help="write several programs as one .pte with all their methods",
@@ -186,6 +190,22 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
         metavar="OUT.pte",
         help="where to write the merged program (not an input)",
     )
+    _add_method_naming_arguments(merge)
+    merge.add_argument(
+        "--dedupe",
+        action="store_true",
+        help="also store once what repeats within OUT, as prune --dedupe does (named data "
+        "that repeats a constant: a tied embedding lowered to XNNPACK)",
+    )
+    _add_data_arguments(merge, "an input reading a .ptd needs --ptd-out or --inline", old_ptd=False)
+    _add_merged_data_arguments(merge)
+    merge.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_verify_arguments(merge)
+    return merge
+
+
+def _add_method_naming_arguments(merge: argparse.ArgumentParser) -> None:
+    """--method, --prefix and --drop: which methods of which input OUT holds, by which name."""
     merge.add_argument(
         "--method",
         action="append",
@@ -212,13 +232,10 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
         help="leave the method METHOD of input FILE out of OUT (repeatable), e.g. "
         "--drop decode.pte:enable_dynamic_shape to keep the first input's",
     )
-    merge.add_argument(
-        "--dedupe",
-        action="store_true",
-        help="also store once what repeats within OUT, as prune --dedupe does (named data "
-        "that repeats a constant: a tied embedding lowered to XNNPACK)",
-    )
-    _add_data_arguments(merge, "an input reading a .ptd needs --ptd-out or --inline", old_ptd=False)
+
+
+def _add_merged_data_arguments(merge: argparse.ArgumentParser) -> None:
+    """--ptd-out or --inline: where the merged program's .ptd data goes."""
     where = merge.add_mutually_exclusive_group()
     where.add_argument(
         "--ptd-out",
@@ -232,8 +249,9 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
         help="move the .ptd data into OUT.pte instead (external tensors into its constant "
         "segment, named data into its own): OUT.pte then loads without a data file",
     )
-    merge.add_argument("--json", action="store_true", help="print the report as JSON")
-    _add_verify_arguments(merge)
+
+
+def _add_split_parser(commands) -> argparse.ArgumentParser:
     split = commands.add_parser(
         "split",
         help="write some methods of a multi-method .pte with only what they read",
@@ -266,7 +284,7 @@ def _add_method_set_parsers(commands) -> tuple[argparse.ArgumentParser, argparse
     )
     split.add_argument("--json", action="store_true", help="print the report as JSON")
     _add_verify_arguments(split)
-    return merge, split
+    return split
 
 
 def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
