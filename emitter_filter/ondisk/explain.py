@@ -145,30 +145,7 @@ class _Attributor:
         parts = []
         if pte.header_length:
             parts.append(Part(path, 8, pte.header_length, "header"))
-        spans = inline_delegate_spans(program, program_data)
-        for blob in pte.delegates:
-            storage = "delegate" if blob.location == "segment" else "delegate_inline"
-            offset, nbytes = (
-                (blob.offset, blob.nbytes) if storage == "delegate" else spans[blob.index]
-            )
-            readers = tuple(
-                Reader(u.plan, f"{u.backend_id} delegate {u.index}", -1) for u in blob.users
-            )
-            live = blob.users or (
-                storage == "delegate" and self._status(path, offset, nbytes) == "live"
-            )
-            parts.append(
-                Part(
-                    path,
-                    offset,
-                    nbytes,
-                    storage,
-                    blob.index,
-                    status="live" if live else "dead",
-                    names=tuple(dict.fromkeys(u.backend_id for u in blob.users)),
-                    readers=readers,
-                )
-            )
+        parts += self._delegate_parts(program, program_data)
         for space in (DataSpace.CONSTANT, DataSpace.MUTABLE):
             for index, entry in sorted(pte.entries[space].items()):
                 status = self._status(entry.file, entry.offset, entry.nbytes)
@@ -192,6 +169,36 @@ class _Attributor:
                     "segments",
                     segment.index,
                     status=self._status(path, segment.offset, segment.size),
+                )
+            )
+        return parts
+
+    def _delegate_parts(self, program: Table, program_data: bytes) -> list[Part]:
+        """Each delegate blob, in a segment or inline in the program flatbuffer."""
+        path = self.pte.path
+        parts = []
+        spans = inline_delegate_spans(program, program_data)
+        for blob in self.pte.delegates:
+            storage = "delegate" if blob.location == "segment" else "delegate_inline"
+            offset, nbytes = (
+                (blob.offset, blob.nbytes) if storage == "delegate" else spans[blob.index]
+            )
+            readers = tuple(
+                Reader(u.plan, f"{u.backend_id} delegate {u.index}", -1) for u in blob.users
+            )
+            live = blob.users or (
+                storage == "delegate" and self._status(path, offset, nbytes) == "live"
+            )
+            parts.append(
+                Part(
+                    path,
+                    offset,
+                    nbytes,
+                    storage,
+                    blob.index,
+                    status="live" if live else "dead",
+                    names=tuple(dict.fromkeys(u.backend_id for u in blob.users)),
+                    readers=readers,
                 )
             )
         return parts

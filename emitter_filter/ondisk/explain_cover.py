@@ -25,7 +25,9 @@ __all__ = ["mark_copies", "merge_shared", "fill_gaps", "split_program"]
 
 
 def mark_copies(parts: list[Part], report: AuditReport) -> list[Part]:
-    """Audit's duplicates: every copy after the first `duplicated`, each naming the others."""
+    """Audit's duplicates: every copy after the first `duplicated`, each naming the others.
+
+    `parts` is modified in place (and returned)."""
     position = {
         (p.storage if p.tag is None else "external", p.tag, p.index): i
         for i, p in enumerate(parts)

@@ -155,24 +155,7 @@ def verify_pairs(
             seeded += 1
             chosen = seeded_inputs(pair.new_method, specs)
         values.append(chosen)
-    try:
-        want = run_side(
-            runtime,
-            [Call(p.old, p.old_method, v) for p, v in zip(pairs, values, strict=True)],
-            known,
-        )
-    except ProgramRefused as refused:
-        raise VerifyError(
-            f"{refused.program.pte} does not load in {runtime.name}, so nothing can be "
-            f"verified against it: {refused.failure}{_limits(runtime)}"
-        ) from None
-    for pair, outputs in zip(pairs, want, strict=True):
-        if isinstance(outputs, RuntimeFailure):
-            raise VerifyError(
-                f"{pair.old.pte} method {pair.old_method!r} does not run in "
-                f"{runtime.name}, so nothing can be verified against it: "
-                f"{outputs}{_limits(runtime)}"
-            )
+    want = _run_old(runtime, pairs, values, known)
     try:
         got = run_side(
             runtime, [Call(p.new, p.new_method, v) for p, v in zip(pairs, values, strict=True)]
@@ -192,6 +175,34 @@ def verify_pairs(
         logger.debug("verified %s", pair.describe())
         verified.append(pair)
     return _report(runtime, verified, None, seeded, started)
+
+
+def _run_old(runtime, pairs: Sequence[MethodPair], values: list, known: dict | None) -> list:
+    """The old methods' outputs: what the new ones must compute.
+
+    Raises:
+        VerifyError: An old program does not load, or an old method does not run:
+            nothing can be verified against it.
+    """
+    try:
+        want = run_side(
+            runtime,
+            [Call(p.old, p.old_method, v) for p, v in zip(pairs, values, strict=True)],
+            known,
+        )
+    except ProgramRefused as refused:
+        raise VerifyError(
+            f"{refused.program.pte} does not load in {runtime.name}, so nothing can be "
+            f"verified against it: {refused.failure}{_limits(runtime)}"
+        ) from None
+    for pair, outputs in zip(pairs, want, strict=True):
+        if isinstance(outputs, RuntimeFailure):
+            raise VerifyError(
+                f"{pair.old.pte} method {pair.old_method!r} does not run in "
+                f"{runtime.name}, so nothing can be verified against it: "
+                f"{outputs}{_limits(runtime)}"
+            )
+    return want
 
 
 def _signature_difference(pair: MethodPair, plans: Plans) -> Difference | None:
