@@ -30,25 +30,26 @@ reference), else `live`; padding is `padding`. Readers come from `readers`.
 Reads what `audit` reads (headers, flatbuffers, entries whose size another
 shares) and, with `names`, the constant and mutable entries whose size a state
 tensor has. External tensors sized from their shapes (no `.ptd` given) are in
-no file: `outside` lists them, apart from the parts.
+no file: `outside` lists them, apart from the parts. A part is `explain_part.Part`;
+the result, which renders itself, `explanation.Explanation`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
-from emitter_filter.errors import InvariantError, PteFormatError
+from emitter_filter.errors import InvariantError
 from emitter_filter.ondisk.analyse.audit_report import AuditReport, audit_pte
 from emitter_filter.ondisk.analyse.explain_terms import GROUPINGS, JSON_SCHEMA, STATUSES, STORAGES
-from emitter_filter.ondisk.method_memory import memory_json, memory_lines
+from emitter_filter.ondisk.explain_cover import fill_gaps, mark_copies, merge_shared, split_program
+from emitter_filter.ondisk.explain_part import Part
+from emitter_filter.ondisk.explanation import Explanation, shorten
 from emitter_filter.ondisk.read.byte_source import ByteSource, open_sources
 from emitter_filter.ondisk.read.file_model import PteFile
-from emitter_filter.ondisk.read.planned_memory import PlannedMemory, plan_memory
-from emitter_filter.ondisk.read.program_sections import count_plan_sections
+from emitter_filter.ondisk.read.planned_memory import plan_memory
 from emitter_filter.ondisk.read.read_pte import read_pte_program
 from emitter_filter.ondisk.read.readers import (
     Reader,
@@ -59,7 +60,6 @@ from emitter_filter.ondisk.read.readers import (
 )
 from emitter_filter.program.flatbuffer_tables import Table
 from emitter_filter.program.reachability import DataRef, DataSpace
-from emitter_filter.program.scalar_types import dtype_label
 from emitter_filter.program.state_names import StateFile, state_file
 
 __all__ = [
@@ -73,308 +73,6 @@ __all__ = [
     "explain_pte",
     "shorten",
 ]
-
-logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Part:
-    """Bytes of one file attributed to one thing.
-
-    Attributes:
-        file: The file's name, as `read_pte` gives it.
-        offset: Where its first byte is. `program` bytes are not contiguous (the
-            header and inline delegate data lie inside): there, the first one's.
-        nbytes: Its size.
-        storage: One of `STORAGES`.
-        index: The entry's index in its space (`constant[i]`), the segment index
-            (`named_data`, `delegate`, `segments`, `external`), the inline blob's
-            index (`delegate_inline`); None for the rest.
-        tag: The `.ptd`'s name without extension, for its parts; the plan's name
-            for `values`, `instructions` and `operators`.
-        status: One of `STATUSES`.
-        dtype, shape: Of the first tensor value that refers to it, if any (a live
-            one first); for XNNPACK's named data, the datatype and dims XNNPACK
-            reads it as.
-        layouts: Every (dtype, shape) a tensor value reads it as, that one first:
-            the emitter stores equal bytes once for values of different shapes.
-        names: The FQNs of the tensors that refer to it (with `names`, also the
-            state tensors with its shape and bytes), the named-data keys, or the
-            delegate's backend.
-        readers: What reads it (`readers.Reader`).
-        copies: The other places holding the same bytes (duplicated), or the
-            other references to this range (shared).
-    """
-
-    file: str
-    offset: int
-    nbytes: int
-    storage: str
-    index: int | None = None
-    tag: str | None = None
-    status: str = "live"
-    dtype: str | None = None
-    shape: tuple[int, ...] | None = None
-    names: tuple[str, ...] = ()
-    readers: tuple[Reader, ...] = ()
-    copies: tuple[str, ...] = ()
-    layouts: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    #: Of named data: the FQNs of the state `--names` finds stored in it (also in `names`).
-    state_names: tuple[str, ...] = ()
-
-    @property
-    def end(self) -> int:
-        return self.offset + self.nbytes
-
-    @property
-    def label(self) -> str:
-        """`constant[3]`, `external:model[0]`, `program`: as `audit` names copies."""
-        where = self.storage if self.tag is None else f"{self.storage}:{self.tag}"
-        return where if self.index is None else f"{where}[{self.index}]"
-
-    @property
-    def methods(self) -> tuple[str, ...]:
-        """The methods that read it (its readers' plans), or whose section of the program it
-        is: in a merged file, what the methods share."""
-        if self.storage in ("values", "instructions", "operators"):
-            assert self.tag is not None, "a plan's section is tagged with the plan's name"
-            return (self.tag,)
-        return tuple(dict.fromkeys(r.plan for r in self.readers))
-
-    def group(self, by: str) -> str:
-        """The value of this part for `--by` (one of `GROUPINGS`)."""
-        if by == "storage":
-            return self.storage
-        if by == "method":
-            return ", ".join(self.methods) or f"({self.storage})"
-        if by == "status":
-            return self.status
-        if by == "dtype":
-            return self.dtype or "-"
-        if by == "reader":
-            return self.readers[0].op if self.readers else f"({self.storage})"
-        if by == "module":
-            # Tensors' FQNs only: named-data keys and backends are no module paths, but the
-            # state `--names` finds in a delegate's named data is.
-            tensor = self.storage in ("constant", "mutable", "external")
-            fqn = next(iter(self.state_names or (self.names if tensor else ())), None)
-            if fqn is None:
-                return f"({self.storage})"
-            return fqn.rsplit(".", 1)[0] if "." in fqn else "(top level)"
-        raise ValueError(f"unknown grouping {by!r}; expected one of {', '.join(GROUPINGS)}")
-
-    def to_json(self) -> dict:
-        return {
-            "file": self.file,
-            "offset": self.offset,
-            "bytes": self.nbytes,
-            "storage": self.storage,
-            "index": self.index,
-            "tag": self.tag,
-            "label": self.label,
-            "status": self.status,
-            "dtype": self.dtype,
-            "shape": None if self.shape is None else list(self.shape),
-            "layouts": [{"dtype": dtype, "shape": list(shape)} for dtype, shape in self.layouts],
-            "names": list(self.names),
-            "readers": [r.describe() for r in self.readers],
-            "methods": list(self.methods),
-            "copies": list(self.copies),
-        }
-
-
-@dataclass(frozen=True)
-class Explanation:
-    """The result of `explain_file`: every byte of the files, attributed.
-
-    Attributes:
-        path: The `.pte` explained.
-        files: Each file (the `.pte`, then the `.ptd` files) and its size.
-        parts: Every part, by file then offset; their `nbytes` add up to the
-            files' sizes.
-        outside: External tensors whose bytes are in no file given (no `.ptd`).
-        audit: The audit these statuses come from (a set's: its first program's).
-        programs: For a set of programs (`explain_set.explain_set`), each program's own
-            explanation; empty for one.
-        key_clashes: For a set, the named-data keys its programs hold with different
-            bytes (`share_find.KeyClash`).
-        memory: Each method's planned arenas (`planned_memory.plan_memory`); for a set,
-            in `programs`.
-    """
-
-    path: str
-    files: tuple[tuple[str, int], ...]
-    parts: tuple[Part, ...]
-    outside: tuple[Part, ...]
-    audit: AuditReport
-    programs: tuple[Explanation, ...] = ()
-    key_clashes: tuple = ()
-    memory: tuple[PlannedMemory, ...] = ()
-
-    @property
-    def file_bytes(self) -> int:
-        return sum(size for _, size in self.files)
-
-    def totals(self, by: str) -> dict[str, int]:
-        """Bytes per group, largest first (ties in name order)."""
-        sums: dict[str, int] = {}
-        for part in self.parts:
-            key = part.group(by)
-            sums[key] = sums.get(key, 0) + part.nbytes
-        return dict(sorted(sums.items(), key=lambda item: (-item[1], item[0])))
-
-    def storage_status(self) -> dict[str, dict[str, int]]:
-        """Bytes per storage (in `STORAGES` order) and status; absent ones left out."""
-        table: dict[str, dict[str, int]] = {}
-        for part in self.parts:
-            row = table.setdefault(part.storage, dict.fromkeys(STATUSES, 0))
-            row[part.status] += part.nbytes
-        return {storage: table[storage] for storage in STORAGES if storage in table}
-
-    def largest(self, count: int | None) -> tuple[Part, ...]:
-        """The `count` largest parts (all for None), largest first, padding included."""
-        ordered = sorted(self.parts, key=lambda p: (-p.nbytes, p.file, p.offset))
-        return tuple(ordered if count is None else ordered[:count])
-
-    def pairing(self) -> list[tuple[str, list[str]]]:
-        """Each program explained and the `.ptd` files it was read with."""
-        if self.programs:
-            return [pair for program in self.programs for pair in program.pairing()]
-        return [(self.files[0][0], [path for path, _ in self.files[1:]])]
-
-    def to_json(self, top: int | None = None, by: str | None = None) -> dict:
-        """The stable JSON form; docs/explain.md documents it, `JSON_SCHEMA` versions it."""
-        status_totals = dict.fromkeys(STATUSES, 0)
-        for part in self.parts:
-            status_totals[part.status] += part.nbytes
-        document = {
-            "schema": JSON_SCHEMA,
-            "path": self.path,
-            "files": [{"path": path, "bytes": size} for path, size in self.files],
-            "file_bytes": self.file_bytes,
-            "storage": self.storage_status(),
-            "status": status_totals,
-            "parts": [part.to_json() for part in self.largest(top)],
-            "outside": [part.to_json() for part in self.outside],
-            "data": [{"program": program, "data": data} for program, data in self.pairing()],
-            "methods": memory_json(self),
-        }
-        if by is not None:
-            document["groups"] = {"by": by, "bytes": self.totals(by)}
-        if self.programs:
-            document["programs"] = [program.to_json(top, by) for program in self.programs]
-            document["key_clashes"] = [clash.to_json() for clash in self.key_clashes]
-        return document
-
-    def to_text(self, top: int = 10, by: str | None = None) -> str:
-        """The summary by storage and status, then the largest parts (or groups)."""
-        lines = [
-            f"{self.path}: {self.file_bytes:,} bytes in {len(self.files)} file(s); "
-            + ", ".join(
-                f"{status} {sum(row[status] for row in self.storage_status().values()):,}"
-                for status in STATUSES
-            ),
-            *(
-                f"{program} reads {', '.join(data) if data else 'no .ptd'}"
-                for program, data in self.pairing()
-            ),
-            f"{'storage':<16}{'bytes':>14}" + "".join(f"{s:>12}" for s in STATUSES),
-        ]
-        for storage, row in self.storage_status().items():
-            lines.append(
-                f"{storage:<16}{sum(row.values()):>14,}"
-                + "".join(f"{row[s]:>12,}" for s in STATUSES)
-            )
-        if self.outside:
-            lines.append(
-                f"not in these files (no .ptd given): {len(self.outside)} external "
-                f"tensor(s), {sum(p.nbytes for p in self.outside):,} bytes"
-            )
-        lines += memory_lines(self)
-        if self.programs:
-            lines.append(f"key clashes: {len(self.key_clashes) or 'none'}")
-            lines += [f"  {clash.line()}" for clash in self.key_clashes]
-        if by is not None:
-            groups = list(self.totals(by).items())
-            lines.append(f"by {by} ({min(top, len(groups))} of {len(groups)}):")
-            lines += [f"{nbytes:>14,}  {key}" for key, nbytes in groups[:top]]
-            return "\n".join(lines)
-        shown = self.largest(top)
-        lines.append(f"largest parts ({len(shown)} of {len(self.parts)}):")
-        lines += _part_table(shown, by_file=bool(self.programs))
-        return "\n".join(lines)
-
-
-def shorten(text: str, limit: int = 40) -> str:
-    """`text`, cut from the left past `limit` characters, keeping the end that tells
-    names apart (an FQN's leaf, a sha256 key's last digits).
-
-    Package-internal: the text forms of `explain` and `diff`.
-    """
-    return text if len(text) <= limit else ".." + text[-(limit - 2) :]
-
-
-# What a part no name or reader describes is, by storage.
-_WHAT = {
-    "header": "the extended header: segment offsets and sizes",
-    "program": "the program's and plans' tables, strings and segment lists",
-    "values": "the plan's values (EValues: tensors, scalars, lists)",
-    "instructions": "the plan's instructions",
-    "operators": "the names of the operators the plan calls",
-    "padding": "alignment between sections",
-    "ptd_header": "the .ptd's header and FlatTensor table",
-    "segments": "a segment nothing refers to",
-}
-
-
-def _what(part: Part) -> str:
-    """The last column: the part's names and readers, or what its storage holds."""
-    names = ", ".join(shorten(name) for name in part.names)
-    readers = ", ".join(
-        replace(r, key=r.key and shorten(r.key, 20)).describe() for r in part.readers[:2]
-    )
-    more = len(part.readers) - 2
-    readers += f" (+{more} more)" if more > 0 else ""
-    if not readers and part.storage in (
-        "constant",
-        "mutable",
-        "external",
-        "named_data",
-        "delegate",
-        "delegate_inline",
-    ):
-        readers = "read by nothing live" if part.status == "dead" else ""
-    what = "; ".join(filter(None, (names, readers))) or _WHAT.get(part.storage, "-")
-    return what + (f"; copies: {', '.join(part.copies)}" if part.copies else "")
-
-
-def _part_table(parts: Sequence[Part], by_file: bool = False) -> list[str]:
-    """The largest parts as aligned columns, each label and shape in full (`by_file`: the
-    label after its file's name, for a set of files)."""
-    rows = []
-    for part in parts:
-        label = f"{os.path.basename(part.file)}:{part.label}" if by_file else part.label
-        if part.shape is None:
-            shape = "-"
-        else:
-            shapes = [s for _, s in part.layouts] if len(part.layouts) > 1 else [part.shape]
-            shape = " | ".join("[" + ", ".join(map(str, s)) + "]" for s in shapes)
-        rows.append(
-            (f"{part.nbytes:,}", label, part.status, dtype_label(part.dtype), shape, _what(part))
-        )
-    head = ("bytes", "part", "status", "dtype", "shape", "names; readers")
-    widths = [max(len(row[i]) for row in (head, *rows)) for i in range(len(head) - 1)]
-    return [
-        "  ".join(
-            [row[0].rjust(max(widths[0], 14))]
-            + [cell.ljust(width) for cell, width in zip(row[1:-1], widths[1:], strict=True)]
-            + [row[-1]]
-        )
-        for row in (head, *rows)
-    ]
-
-
-# --- attribution -------------------------------------------------------------
 
 
 class _Attributor:
@@ -447,30 +145,7 @@ class _Attributor:
         parts = []
         if pte.header_length:
             parts.append(Part(path, 8, pte.header_length, "header"))
-        spans = inline_delegate_spans(program, program_data)
-        for blob in pte.delegates:
-            storage = "delegate" if blob.location == "segment" else "delegate_inline"
-            offset, nbytes = (
-                (blob.offset, blob.nbytes) if storage == "delegate" else spans[blob.index]
-            )
-            readers = tuple(
-                Reader(u.plan, f"{u.backend_id} delegate {u.index}", -1) for u in blob.users
-            )
-            live = blob.users or (
-                storage == "delegate" and self._status(path, offset, nbytes) == "live"
-            )
-            parts.append(
-                Part(
-                    path,
-                    offset,
-                    nbytes,
-                    storage,
-                    blob.index,
-                    status="live" if live else "dead",
-                    names=tuple(dict.fromkeys(u.backend_id for u in blob.users)),
-                    readers=readers,
-                )
-            )
+        parts += self._delegate_parts(program, program_data)
         for space in (DataSpace.CONSTANT, DataSpace.MUTABLE):
             for index, entry in sorted(pte.entries[space].items()):
                 status = self._status(entry.file, entry.offset, entry.nbytes)
@@ -494,6 +169,36 @@ class _Attributor:
                     "segments",
                     segment.index,
                     status=self._status(path, segment.offset, segment.size),
+                )
+            )
+        return parts
+
+    def _delegate_parts(self, program: Table, program_data: bytes) -> list[Part]:
+        """Each delegate blob, in a segment or inline in the program flatbuffer."""
+        path = self.pte.path
+        parts = []
+        spans = inline_delegate_spans(program, program_data)
+        for blob in self.pte.delegates:
+            storage = "delegate" if blob.location == "segment" else "delegate_inline"
+            offset, nbytes = (
+                (blob.offset, blob.nbytes) if storage == "delegate" else spans[blob.index]
+            )
+            readers = tuple(
+                Reader(u.plan, f"{u.backend_id} delegate {u.index}", -1) for u in blob.users
+            )
+            live = blob.users or (
+                storage == "delegate" and self._status(path, offset, nbytes) == "live"
+            )
+            parts.append(
+                Part(
+                    path,
+                    offset,
+                    nbytes,
+                    storage,
+                    blob.index,
+                    status="live" if live else "dead",
+                    names=tuple(dict.fromkeys(u.backend_id for u in blob.users)),
+                    readers=readers,
                 )
             )
         return parts
@@ -584,119 +289,6 @@ class _Attributor:
         ]
 
 
-def _mark_copies(parts: list[Part], report: AuditReport) -> list[Part]:
-    """Audit's duplicates: every copy after the first `duplicated`, each naming the others."""
-    position = {
-        (p.storage if p.tag is None else "external", p.tag, p.index): i
-        for i, p in enumerate(parts)
-        if p.storage in ("constant", "mutable", "named_data", "external")
-    }
-    for group in report.duplicates:
-        try:
-            found = [position[(c.space, c.tag, c.index)] for c in group.copies]
-        except KeyError:
-            raise InvariantError(
-                f"{report.path}: a duplicate copy is no part: {group.copies}"
-            ) from None
-        labels = [parts[i].label for i in found]
-        for number, i in enumerate(found):
-            others = tuple(label for label in labels if label != parts[i].label)
-            status = parts[i].status
-            if status == "live" and number:
-                status = "duplicated"
-            parts[i] = replace(parts[i], status=status, copies=others)
-    return parts
-
-
-def _merge_shared(parts: list[Part], report: AuditReport) -> list[Part]:
-    """One part per range audit lists as shared, its bytes on its first reference."""
-    shared = {(s.file, s.offset, s.nbytes) for s in report.shared}
-    merged: dict[tuple[str, int, int], Part] = {}
-    for part in parts:
-        where = (part.file, part.offset, part.nbytes)
-        first = merged.get(where)
-        if first is None:
-            merged[where] = part
-            continue
-        if where not in shared:
-            raise InvariantError(
-                f"{part.file}: {first.label} and {part.label} read the same range at "
-                f"{part.offset}, which audit does not list as shared"
-            )
-        status = first.status if first.status == "dead" else "shared"
-        # Names stay the first reference's (a key is not the tensor's name); readers are all.
-        merged[where] = replace(
-            first,
-            status=status,
-            copies=(*first.copies, part.label),
-            readers=tuple(dict.fromkeys((*first.readers, *part.readers))),
-        )
-    return list(merged.values())
-
-
-def _fill_gaps(
-    file: str, size: int, structure_end: int, structure: str, parts: Iterable[Part]
-) -> list[Part]:
-    """`parts` of one file, by offset, with the bytes between them attributed.
-
-    Bytes before `structure_end` no part claims are the file's flatbuffer
-    (`structure`, one part); bytes after it, padding (one part per gap).
-
-    Raises:
-        PteFormatError: Two parts overlap, or one ends past the file.
-    """
-    placed = sorted((p for p in parts if p.nbytes), key=lambda p: (p.offset, p.nbytes))
-    out: list[Part] = []
-    flatbuffer = 0
-    cursor = 0
-
-    def gap(start: int, end: int) -> None:
-        nonlocal flatbuffer
-        cut = min(max(start, structure_end), end)
-        flatbuffer += cut - start
-        if end > cut:
-            out.append(Part(file, cut, end - cut, "padding", status="padding"))
-
-    for part in placed:
-        if part.offset < cursor:
-            raise PteFormatError(
-                file,
-                f"{part.label} ({part.nbytes} bytes) overlaps the part before it, "
-                f"which ends at {cursor}",
-                part.offset,
-            )
-        gap(cursor, part.offset)
-        out.append(part)
-        cursor = part.end
-    if cursor > size:
-        raise PteFormatError(file, f"{out[-1].label} ends at {cursor}, past the file ({size})")
-    gap(cursor, size)
-    if flatbuffer:
-        out.insert(0, Part(file, 0, flatbuffer, structure))
-    return out
-
-
-def _split_program(pte: PteFile, program_data: bytes, parts: list[Part]) -> list[Part]:
-    """`parts` with each plan's values, instructions and operators taken out of `program`."""
-    sections = [
-        Part(pte.path, 0, nbytes, section, tag=plan.name)
-        for plan, counts in zip(
-            pte.plans,
-            count_plan_sections(program_data, pte.path, (8, pte.header_length)),
-            strict=True,
-        )
-        for section, nbytes in counts.items()
-        if nbytes
-    ]
-    taken = sum(p.nbytes for p in sections)
-    programs: list[int | None] = [i for i, p in enumerate(parts) if p.storage == "program"]
-    (position,) = programs or [None]
-    if position is None or parts[position].nbytes < taken:
-        raise InvariantError(f"{pte.path}: plan sections of {taken} bytes exceed the program's")
-    rest = replace(parts[position], nbytes=parts[position].nbytes - taken)
-    return [*parts[:position], *([rest] if rest.nbytes else []), *sections, *parts[position + 1 :]]
-
-
 def explain_pte(
     pte: PteFile,
     program: Table,
@@ -716,19 +308,17 @@ def explain_pte(
     found = [
         p for p in attributor.pte_parts(program, program_data) + attributor.ptd_parts() if p.nbytes
     ]
-    parts = _merge_shared(_mark_copies(found, report), report)
+    parts = merge_shared(mark_copies(found, report), report)
     by_file: dict[str, list[Part]] = {}
     for part in parts:
         by_file.setdefault(part.file, []).append(part)
-    placed = _split_program(
+    placed = split_program(
         pte,
         program_data,
-        _fill_gaps(
-            pte.path, pte.file_bytes, pte.program_size, "program", by_file.get(pte.path, ())
-        ),
+        fill_gaps(pte.path, pte.file_bytes, pte.program_size, "program", by_file.get(pte.path, ())),
     )
     for ptd in pte.ptd_files:
-        placed += _fill_gaps(
+        placed += fill_gaps(
             ptd.path, ptd.file_bytes, ptd.flatbuffer_end, "ptd_header", by_file.get(ptd.path, ())
         )
     files = tuple(report.files)

@@ -19,12 +19,10 @@ from __future__ import annotations
 import fractions
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from emitter_filter.ondisk.explain_part import Part
 from emitter_filter.ondisk.read.planned_memory import PlannedMemory
-
-if TYPE_CHECKING:
-    from emitter_filter.ondisk.explain import Explanation, Part
 
 __all__ = [
     "MethodMemory",
@@ -41,6 +39,25 @@ __all__ = [
 _PTE_CONSTANTS = ("constant", "named_data")
 _PTD_CONSTANTS = ("external", "named_data")
 _KEYED = ("named_data", "external")
+
+
+class _Explained(Protocol):
+    """What an `explanation.Explanation` holds that a method's memory is read from: a
+    protocol, so that the explanation, which renders its methods' memory, is not imported
+    back."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def files(self) -> tuple[tuple[str, int], ...]: ...
+    @property
+    def parts(self) -> tuple[Part, ...]: ...
+    @property
+    def outside(self) -> tuple[Part, ...]: ...
+    @property
+    def memory(self) -> tuple[PlannedMemory, ...]: ...
+    @property
+    def programs(self) -> Sequence[_Explained]: ...
 
 
 @dataclass(frozen=True)
@@ -94,7 +111,7 @@ def _reads(part: Part, method: str) -> bool:
     return method in part.methods
 
 
-def _multipliers(explanation: Explanation, method: str) -> tuple[str, ...]:
+def _multipliers(explanation: _Explained, method: str) -> tuple[str, ...]:
     notes = []
     xnnpack = any(
         _reads(p, method) and any("xnnpack" in name.lower() for name in p.names)
@@ -121,7 +138,7 @@ def _multipliers(explanation: Explanation, method: str) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def method_memory(explanation: Explanation) -> tuple[MethodMemory, ...]:
+def method_memory(explanation: _Explained) -> tuple[MethodMemory, ...]:
     """What each method of an explained program plans, reads and adds at load."""
     pte = explanation.files[0][0] if explanation.files else explanation.path
     found = []
@@ -141,12 +158,12 @@ def method_memory(explanation: Explanation) -> tuple[MethodMemory, ...]:
     return tuple(found)
 
 
-def memory_json(explanation: Explanation) -> list[dict]:
+def memory_json(explanation: _Explained) -> list[dict]:
     """`explain --json`'s "methods": each method's `MethodMemory.to_json`."""
     return [m.to_json() for m in method_memory(explanation)]
 
 
-def memory_lines(explanation: Explanation) -> list[str]:
+def memory_lines(explanation: _Explained) -> list[str]:
     """`explain`'s lines: each method's memory, then what loading multiplies (a set's:
     each program's, under its path)."""
     lines = []

@@ -7,7 +7,7 @@ signature is the difference), each program's `.ptd` given, its load within the m
 limit. Then each side runs in one runtime (`runtimes.find_runtime`, or its child process),
 each program loaded once (`sides.run_side`), on the same inputs (`inputs.py`, seeded from
 the old method's metadata); the outputs must have the same count, dtypes, sizes and bytes.
-The first pair that differs is the report's `difference`. An old method that does not
+The first pair that differs is the report's `difference` (`report.VerifyReport`). An old method that does not
 load or run is no difference: nothing can be verified against it (`VerifyError`).
 """
 
@@ -17,16 +17,11 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from emitter_filter.errors import VerifyError
 from emitter_filter.verify.inputs import InputFile, seeded_inputs
-from emitter_filter.verify.plan import (
-    DEFAULT_MEMORY_SHARE,
-    ProgramPlan,
-    memory_limit,
-    read_plan,
-)
+from emitter_filter.verify.plan import ProgramPlan, check_plan, memory_limit, read_plan
+from emitter_filter.verify.report import JSON_SCHEMA, Difference, MethodPair, Program, VerifyReport
 from emitter_filter.verify.runtimes import RuntimeFailure, find_runtime
 from emitter_filter.verify.sides import Call, ProgramRefused, run_side
 
@@ -44,129 +39,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: The value of the "schema" key of `VerifyReport.to_json()` (`verify --json`).
-JSON_SCHEMA = "emitter-filter-verify/1"
-
-
-@dataclass(frozen=True)
-class Program:
-    """A `.pte` as a runtime loads it: with its `.ptd` files (at most one)."""
-
-    pte: str
-    data: tuple[str, ...] = ()
-
-    def data_file(self) -> str | None:
-        """The one `.ptd` a runtime's Python API takes, or None."""
-        if len(self.data) > 1:
-            raise VerifyError(
-                f"{self.pte} loads with {len(self.data)} .ptd files "
-                f"({', '.join(self.data)}); the runtimes' Python APIs load one"
-            )
-        return self.data[0] if self.data else None
-
-
-@dataclass(frozen=True)
-class MethodPair:
-    """The method `new_method` of `new`, to compute what `old_method` of `old` computes."""
-
-    new: Program
-    new_method: str
-    old: Program
-    old_method: str
-
-    def describe(self) -> str:
-        return (
-            f"{self.new.pte} method {self.new_method!r} (from {self.old.pte} method "
-            f"{self.old_method!r})"
-        )
-
-
-@dataclass(frozen=True)
-class Difference:
-    """Where a new method first computes otherwise.
-
-    Attributes:
-        pair: The methods compared.
-        output: The index of the first output that differs, or None when the method
-            does not load or run, or its inputs or output count differ.
-        reason: What differs, one line.
-    """
-
-    pair: MethodPair
-    output: int | None
-    reason: str
-
-    def line(self) -> str:
-        where = "" if self.output is None else f" output {self.output}"
-        return f"{self.pair.describe()}{where}: {self.reason}"
-
-
-@dataclass(frozen=True)
-class VerifyReport:
-    """What `verify_pairs` ran.
-
-    Attributes:
-        runtime: The runtime both sides ran in.
-        verified: The pairs that computed alike, in order.
-        difference: The first that did not, or None; the pairs after it are not run.
-        seeded: How many of the methods ran on seeded inputs (the rest on `--inputs`).
-        seconds: Wall time.
-    """
-
-    runtime: str
-    verified: tuple[MethodPair, ...]
-    difference: Difference | None
-    seeded: int
-    seconds: float
-
-    @property
-    def ok(self) -> bool:
-        return self.difference is None
-
-    def summary(self) -> str:
-        """One line, for the CLI."""
-        if self.difference is not None:
-            where = f" in {self.runtime}" if self.runtime else " (the files' metadata)"
-            return f"verify failed{where}: {self.difference.line()}"
-        count = len(self.verified)
-        given = count - self.seeded
-        return (
-            f"verified in {self.runtime}: {count} method{'s' if count != 1 else ''}, "
-            f"outputs bit-identical ("
-            + (f"{self.seeded} on seeded inputs" if self.seeded else "")
-            + (", " if self.seeded and given else "")
-            + (f"{given} on --inputs" if given else "")
-            + f") in {self.seconds:.2f} s"
-        )
-
-    def to_json(self) -> dict:
-        def pair(p: MethodPair) -> dict:
-            return {
-                "new": p.new.pte,
-                "new_method": p.new_method,
-                "new_data": list(p.new.data),
-                "old": p.old.pte,
-                "old_method": p.old_method,
-                "old_data": list(p.old.data),
-            }
-
-        difference = self.difference
-        return {
-            "schema": JSON_SCHEMA,
-            "runtime": self.runtime,
-            "ok": self.ok,
-            "verified": [pair(p) for p in self.verified],
-            "difference": None
-            if difference is None
-            else {
-                **pair(difference.pair),
-                "output": difference.output,
-                "reason": difference.reason,
-            },
-            "seeded": self.seeded,
-            "seconds": self.seconds,
-        }
 
 
 def _renames(specs: Sequence[str]) -> dict[str, str]:
@@ -215,8 +87,8 @@ def pairs_by_name(
 
 class Plans:
     """Each program's `ProgramPlan`, read once, checked for what it needs before it
-    loads: every `.ptd` its keys are in, and no more memory than `max_memory` (bytes;
-    by default a share of what is available, `plan.memory_limit`)."""
+    loads (`plan.check_plan`): every `.ptd` its keys are in, and no more memory than
+    `max_memory` (bytes; by default a share of what is available, `plan.memory_limit`)."""
 
     def __init__(self, max_memory: int | None = None) -> None:
         self.limit = memory_limit(max_memory)
@@ -226,35 +98,8 @@ class Plans:
         found = self._plans.get(program)
         if found is None:
             found = self._plans[program] = read_plan(program.pte, program.data)
-            _check_plan(found, self.limit)
+            check_plan(found, self.limit)
         return found
-
-
-def _check_plan(plan: ProgramPlan, limit: int | None) -> None:
-    """Refuses (`VerifyError`) a program whose `.ptd` is not given or that needs more
-    memory than `limit`: neither can be a difference, and a runtime given either fails
-    in its own words (0x20) or takes all memory."""
-    if plan.missing_data:
-        keys = ", ".join(repr(k) for k in plan.missing_data[:3])
-        more = len(plan.missing_data) - 3
-        keys += f" and {more} more" if more > 0 else ""
-        given = f"none of {', '.join(plan.data)} holds" if plan.data else "no .ptd is given for"
-        raise VerifyError(
-            f"{plan.pte} reads external data that {given} ({keys}): its .ptd is missing; "
-            f"give it with --data {plan.pte}=FILE.ptd"
-        )
-    need = plan.memory_bytes()
-    if limit is not None and need > limit:
-        raise VerifyError(
-            f"{plan.pte} needs {_mib(need)} to load in a runtime ({_mib(plan.file_bytes)} of "
-            f"files, {_mib(need - plan.file_bytes)} of planned arenas), more than the "
-            f"{_mib(limit)} verify may use (--max-memory; by default "
-            f"{DEFAULT_MEMORY_SHARE:.0%} of the memory available)"
-        )
-
-
-def _mib(size: int) -> str:
-    return f"{size:,} B" if size < 1 << 20 else f"{size / (1 << 20):,.1f} MiB"
 
 
 def verify_pairs(
@@ -310,24 +155,7 @@ def verify_pairs(
             seeded += 1
             chosen = seeded_inputs(pair.new_method, specs)
         values.append(chosen)
-    try:
-        want = run_side(
-            runtime,
-            [Call(p.old, p.old_method, v) for p, v in zip(pairs, values, strict=True)],
-            known,
-        )
-    except ProgramRefused as refused:
-        raise VerifyError(
-            f"{refused.program.pte} does not load in {runtime.name}, so nothing can be "
-            f"verified against it: {refused.failure}{_limits(runtime)}"
-        ) from None
-    for pair, outputs in zip(pairs, want, strict=True):
-        if isinstance(outputs, RuntimeFailure):
-            raise VerifyError(
-                f"{pair.old.pte} method {pair.old_method!r} does not run in "
-                f"{runtime.name}, so nothing can be verified against it: "
-                f"{outputs}{_limits(runtime)}"
-            )
+    want = _run_old(runtime, pairs, values, known)
     try:
         got = run_side(
             runtime, [Call(p.new, p.new_method, v) for p, v in zip(pairs, values, strict=True)]
@@ -347,6 +175,34 @@ def verify_pairs(
         logger.debug("verified %s", pair.describe())
         verified.append(pair)
     return _report(runtime, verified, None, seeded, started)
+
+
+def _run_old(runtime, pairs: Sequence[MethodPair], values: list, known: dict | None) -> list:
+    """The old methods' outputs: what the new ones must compute.
+
+    Raises:
+        VerifyError: An old program does not load, or an old method does not run:
+            nothing can be verified against it.
+    """
+    try:
+        want = run_side(
+            runtime,
+            [Call(p.old, p.old_method, v) for p, v in zip(pairs, values, strict=True)],
+            known,
+        )
+    except ProgramRefused as refused:
+        raise VerifyError(
+            f"{refused.program.pte} does not load in {runtime.name}, so nothing can be "
+            f"verified against it: {refused.failure}{_limits(runtime)}"
+        ) from None
+    for pair, outputs in zip(pairs, want, strict=True):
+        if isinstance(outputs, RuntimeFailure):
+            raise VerifyError(
+                f"{pair.old.pte} method {pair.old_method!r} does not run in "
+                f"{runtime.name}, so nothing can be verified against it: "
+                f"{outputs}{_limits(runtime)}"
+            )
+    return want
 
 
 def _signature_difference(pair: MethodPair, plans: Plans) -> Difference | None:

@@ -31,6 +31,7 @@ __all__ = [
     "available_memory",
     "memory_limit",
     "parse_size",
+    "check_plan",
 ]
 
 #: The share of the memory available when verify starts that it may plan to use, by default.
@@ -176,3 +177,30 @@ def memory_limit(given: int | None) -> int | None:
         return given
     available = available_memory()
     return None if available is None else int(available * DEFAULT_MEMORY_SHARE)
+
+
+def check_plan(plan: ProgramPlan, limit: int | None) -> None:
+    """Refuses (`VerifyError`) a program whose `.ptd` is not given or that needs more
+    memory than `limit`: neither can be a difference, and a runtime given either fails
+    in its own words (0x20) or takes all memory."""
+    if plan.missing_data:
+        keys = ", ".join(repr(k) for k in plan.missing_data[:3])
+        more = len(plan.missing_data) - 3
+        keys += f" and {more} more" if more > 0 else ""
+        given = f"none of {', '.join(plan.data)} holds" if plan.data else "no .ptd is given for"
+        raise VerifyError(
+            f"{plan.pte} reads external data that {given} ({keys}): its .ptd is missing; "
+            f"give it with --data {plan.pte}=FILE.ptd"
+        )
+    need = plan.memory_bytes()
+    if limit is not None and need > limit:
+        raise VerifyError(
+            f"{plan.pte} needs {_mib(need)} to load in a runtime ({_mib(plan.file_bytes)} of "
+            f"files, {_mib(need - plan.file_bytes)} of planned arenas), more than the "
+            f"{_mib(limit)} verify may use (--max-memory; by default "
+            f"{DEFAULT_MEMORY_SHARE:.0%} of the memory available)"
+        )
+
+
+def _mib(size: int) -> str:
+    return f"{size:,} B" if size < 1 << 20 else f"{size / (1 << 20):,.1f} MiB"
