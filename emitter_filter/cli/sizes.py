@@ -263,7 +263,8 @@ def _add_budget(commands) -> list[argparse.ArgumentParser]:
 
 def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.read.data_files import data_files_for
-    from emitter_filter.ondisk.write.output import check_outputs, write_files
+    from emitter_filter.ondisk.write.small_files import write_files
+    from emitter_filter.ondisk.write.targets import check_outputs
 
     if _any_ptn(options.pte):
         return _explain_ptn(options)
@@ -430,7 +431,8 @@ def _budget(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int
         check_budget,
         read_budget,
     )
-    from emitter_filter.ondisk.write.output import check_outputs, write_files
+    from emitter_filter.ondisk.write.small_files import write_files
+    from emitter_filter.ondisk.write.targets import check_outputs
 
     writing = options.budget_action == "write"
     refused_hud = None if writing else _hud_usage(options)

@@ -20,7 +20,7 @@ rewrites:
    (`flat_tensor_writer`).
 3. Write: `output.write_outputs` streams the kept bytes from the inputs
    into temporary files beside the outputs, renamed over them once complete.
-   The `.pte`'s is begun before step 1 as a copy of the input (`output.EarlyCopy`):
+   The `.pte`'s is begun before step 1 as a copy of the input (`stream.EarlyCopy`):
    only what the decided output holds elsewhere than the input is written after.
 
 Byte identity: for a file ExecuTorch's serializer wrote, the layout read back
@@ -66,16 +66,10 @@ from emitter_filter.ondisk.read.layout import (
     shared_segment_alignment,
 )
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
-from emitter_filter.ondisk.write.output import (
-    EarlyCopy,
-    OutputFile,
-    ProgressFn,
-    check_outputs,
-    open_input,
-    output_directory,
-    write_outputs,
-)
+from emitter_filter.ondisk.write.output import OutputFile, ProgressFn, write_outputs
 from emitter_filter.ondisk.write.prune_rewrite import pruned_ptd, pruned_pte, verbatim
+from emitter_filter.ondisk.write.stream import EarlyCopy
+from emitter_filter.ondisk.write.targets import check_outputs, open_input, output_directory
 from emitter_filter.program.state_names import StateFile, state_file
 
 # Besides `prune_file`, `share` and `merge` build on its view and its tests of a file (and on

@@ -183,12 +183,12 @@ def test_an_output_written_other_than_decided_is_refused_on_the_bytes_written(
     input's ranges (the output as described proven already) is caught before anything
     replaces anything."""
     from emitter_filter.ondisk import merge as merge_module
-    from emitter_filter.ondisk.write import output
+    from emitter_filter.ondisk.write import stream
 
     def zeros(self, src, offset, count):
         self.zeros(count)
 
-    monkeypatch.setattr(output._Writer, "copy", zeros)
+    monkeypatch.setattr(stream.Writer, "copy", zeros)
     monkeypatch.setattr(merge_module, "validate_outputs", lambda written: None)
     out = tmp_path / "merged.pte"
     plain = GOLDEN / "plain" / "dirty" / "model.pte"
