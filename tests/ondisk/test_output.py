@@ -63,7 +63,7 @@ def test_ranges_out_of_input_order_are_copied_one_by_one(tmp_path, monkeypatch):
 def test_copies_end_on_chunk_boundaries_of_the_output(tmp_path, monkeypatch):
     # The kernel copies fastest when its steps start on aligned output offsets: after
     # the 4-byte head the first call copies up to the first boundary, then whole chunks.
-    monkeypatch.setattr(output, "_COPY_CHUNK", 16)
+    monkeypatch.setattr(stream, "_COPY_CHUNK", 16)
     data = b"head" + bytes(range(40))
     written, copies = _written(tmp_path, data, [(4, [(4, 40, 0)])], monkeypatch)
     assert written == data
@@ -93,7 +93,7 @@ def test_an_output_whose_test_fails_leaves_nothing_and_the_old_target_as_it_was(
     tmp_path, monkeypatch, failure
 ):
     # Small copies, so that the write is still going when the test fails.
-    monkeypatch.setattr(output, "_COPY_CHUNK", 4096)
+    monkeypatch.setattr(stream, "_COPY_CHUNK", 4096)
     (tmp_path / "out.bin").write_bytes(b"old")
 
     def test() -> bool:
@@ -116,7 +116,7 @@ def _early_written(tmp_path, monkeypatch, runs) -> tuple[bytes, list[str]]:
     """What `write_outputs` writes from an `EarlyCopy` of in.bin (b"HEAD", 3 MiB of A, 1 MiB
     of B) for `runs` of (output offset, input offset, size) after b"head", and the names of
     the threads that made each copy call."""
-    monkeypatch.setattr(output, "_COPY_CHUNK", 1 << 20)
+    monkeypatch.setattr(stream, "_COPY_CHUNK", 1 << 20)
     src, dst = tmp_path / "in.bin", tmp_path / "out.bin"
     src.write_bytes(b"HEAD" + b"A" * (3 << 20) + b"B" * (1 << 20))
     threads = []
