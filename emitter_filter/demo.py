@@ -340,7 +340,7 @@ def write_example(out_dir: Path) -> tuple[Path, int]:
     from importlib.resources import files
 
     from emitter_filter.ondisk.audit import audit_file
-    from emitter_filter.ondisk.write.output import write_file
+    from emitter_filter.ondisk.write.small_files import write_file
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / EXAMPLE_PTE

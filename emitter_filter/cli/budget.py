@@ -120,7 +120,7 @@ def _add_file_arguments(action: argparse.ArgumentParser) -> None:
 
 
 def _budget(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    from emitter_filter.ondisk.write.output import check_outputs
+    from emitter_filter.ondisk.write.targets import check_outputs
 
     writing = options.budget_action == "write"
     refused_hud = None if writing else _hud_usage(options)
@@ -146,7 +146,7 @@ def _budget(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int
 def _budget_write(options: argparse.Namespace, inputs: list[str]) -> int:
     """`budget write`: the budget (and --benchmark-json) written, one line saying so."""
     from emitter_filter.ondisk.budget import budget_document
-    from emitter_filter.ondisk.write.output import write_files
+    from emitter_filter.ondisk.write.small_files import write_files
 
     document, explanations = budget_document(
         options.pte, options.data, data_beside=options.data_beside
@@ -164,7 +164,7 @@ def _budget_write(options: argparse.Namespace, inputs: list[str]) -> int:
 def _budget_check(options: argparse.Namespace, inputs: list[str]) -> int:
     """`budget check`: each file's line, the diff of each over budget; exit 1 if one is."""
     from emitter_filter.ondisk.budget import check_budget, read_budget
-    from emitter_filter.ondisk.write.output import write_files
+    from emitter_filter.ondisk.write.small_files import write_files
 
     checks = check_budget(
         options.pte,

@@ -104,7 +104,8 @@ def _add_node_data_arguments(explain: argparse.ArgumentParser) -> None:
 
 def _explain(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     from emitter_filter.ondisk.read.data_files import data_files_for
-    from emitter_filter.ondisk.write.output import check_outputs, write_files
+    from emitter_filter.ondisk.write.small_files import write_files
+    from emitter_filter.ondisk.write.targets import check_outputs
 
     if _any_ptn(options.pte):
         return _explain_ptn(options)

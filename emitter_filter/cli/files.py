@@ -409,8 +409,8 @@ def _prune(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
             verified_write(verifier, [options.output], verify) as checked,
         ):
             # The kernel copies the .pte while the rest of the file side is imported
-            # (0.04 s), read and decided: see `output.EarlyCopy`.
-            from emitter_filter.ondisk.write.output import EarlyCopy
+            # (0.04 s), read and decided: see `stream.EarlyCopy`.
+            from emitter_filter.ondisk.write.stream import EarlyCopy
 
             with EarlyCopy(options.pte, options.output) as early:
                 from emitter_filter.ondisk.prune import prune_file

@@ -42,7 +42,8 @@ from emitter_filter.ondisk.method_memory import (
 from emitter_filter.ondisk.read.byte_source import open_sources
 from emitter_filter.ondisk.read.data_files import data_files_for
 from emitter_filter.ondisk.read.readers import Reader
-from emitter_filter.ondisk.write.output import check_outputs, write_text
+from emitter_filter.ondisk.write.small_files import write_text
+from emitter_filter.ondisk.write.targets import check_outputs
 
 __all__ = [
     "JSON_SCHEMA",

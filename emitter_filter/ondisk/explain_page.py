@@ -18,7 +18,7 @@ import json
 import os
 
 from emitter_filter.ondisk.explain import STATUSES, Explanation
-from emitter_filter.ondisk.write.output import write_text
+from emitter_filter.ondisk.write.small_files import write_text
 from emitter_filter.program.scalar_types import dtype_label
 
 __all__ = ["COLOURS", "render_explain_page", "write_explain_page"]

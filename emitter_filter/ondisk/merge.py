@@ -91,20 +91,12 @@ from emitter_filter.ondisk.merge_names import (
     spans_open,
 )
 from emitter_filter.ondisk.prune import (
-    FilePruneReport,
-    OutSegment,
     ProgramView,
-    SegmentTable,
-    StoredEntry,
     changes_pte,
-    constant_segment,
-    delegate_segments,
-    mutable_segment,
     prune_file,
     relies_on_constant_buffer,
-    stored_entries,
-    verbatim,
 )
+from emitter_filter.ondisk.prune_report import FilePruneReport
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece, StoredSpan
 from emitter_filter.ondisk.read.data_files import data_files_for, input_of
 from emitter_filter.ondisk.read.layout import (
@@ -124,14 +116,19 @@ from emitter_filter.ondisk.read.method_bound import check_renames
 from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
 from emitter_filter.ondisk.split_moved import moved_copy, moves_segments
-from emitter_filter.ondisk.write.output import (
-    OutputFile,
-    ProgressFn,
-    check_outputs,
-    open_input,
-    write_outputs,
+from emitter_filter.ondisk.write.output import OutputFile, ProgressFn, write_outputs
+from emitter_filter.ondisk.write.prune_rewrite import (
+    OutSegment,
+    SegmentTable,
+    StoredEntry,
+    constant_segment,
+    delegate_segments,
+    mutable_segment,
+    stored_entries,
+    verbatim,
 )
 from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
+from emitter_filter.ondisk.write.targets import check_outputs, open_input
 from emitter_filter.program.duplicates import StoredCopy, group_duplicates
 from emitter_filter.program.fbs_schemas import FLAT_TENSOR, PROGRAM
 from emitter_filter.program.generated_fields import table_text, vector_ints

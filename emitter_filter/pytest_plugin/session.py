@@ -64,7 +64,7 @@ def _checked_report_path(path: Path) -> Path:
         pytest.UsageError: It is not a regular file, or its directory takes no file.
     """
     from emitter_filter.errors import OutputFileError
-    from emitter_filter.ondisk.write.output import check_writable
+    from emitter_filter.ondisk.write.targets import check_writable
 
     path = path.absolute()
     try:
@@ -165,7 +165,7 @@ class Session:
 
     def _write_report(self, session: pytest.Session) -> None:
         from emitter_filter.errors import OutputFileError
-        from emitter_filter.ondisk.write.output import write_file
+        from emitter_filter.ondisk.write.small_files import write_file
 
         programs = self._programs()
         document = {

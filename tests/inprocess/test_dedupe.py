@@ -30,7 +30,7 @@ from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program
 from emitter_filter.cli import main
 from emitter_filter.errors import OutputFileError, PteFormatError
 from emitter_filter.inprocess import hook
-from emitter_filter.ondisk import dedupe
+from emitter_filter.ondisk.analyse import dedupe_find
 from emitter_filter.ondisk.analyse.analysis import find_shared_ranges
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.dedupe import dedupe_file, dedupe_pte
@@ -285,7 +285,7 @@ def test_among_look_alike_constants_the_equal_one_is_aliased(tmp_path):
 def compare_while_writing(monkeypatch):
     """Every repeat is compared while the output is written (not only those of 1 MiB or
     more); yields the outcome of each write that did so (True: the repeats were equal)."""
-    monkeypatch.setattr(dedupe, "_COMPARE_LATER", 1)
+    monkeypatch.setattr(dedupe_find, "_COMPARE_LATER", 1)
     outcomes = []
     real = output._write_confirmed
 

@@ -157,13 +157,13 @@ def test_prune_dedupe_writes_the_file_once(tmp_path, monkeypatch):
     plain = tmp_path / "plain.pte"
     plain.write_bytes(_export(emitter_filter.ExecutorchBackendConfig()).buffer)
     writes = []
-    real_write = output._write
+    real_write = output.write_operations
 
     def spy(writer, *args):
         writes.append(writer.fd)
         return real_write(writer, *args)
 
-    monkeypatch.setattr(output, "_write", spy)
+    monkeypatch.setattr(output, "write_operations", spy)
     report = prune_file(plain, tmp_path / "out.pte", dedupe=True)
     assert len(writes) == 1
     assert report.dedupe.saved_bytes == VOCAB * DIM * 4
@@ -206,14 +206,14 @@ def test_where_a_changed_number_is_not_stored_the_program_is_packed_again():
 
 
 def test_the_packed_fallback_writes_the_same_program(monkeypatch):
-    from emitter_filter.ondisk import dedupe
+    from emitter_filter.ondisk import dedupe, dedupe_rewrite
 
     plain = _export(emitter_filter.ExecutorchBackendConfig()).buffer
     patched, report = dedupe.dedupe_pte(plain)
     packs = []
-    real_pack = dedupe.pack_program
-    monkeypatch.setattr(dedupe, "patch_program", lambda *args: None)
-    monkeypatch.setattr(dedupe, "pack_program", lambda *a: packs.append(a) or real_pack(*a))
+    real_pack = dedupe_rewrite.pack_program
+    monkeypatch.setattr(dedupe_rewrite, "patch_program", lambda *args: None)
+    monkeypatch.setattr(dedupe_rewrite, "pack_program", lambda *a: packs.append(a) or real_pack(*a))
     packed, packed_report = dedupe.dedupe_pte(plain)
     assert len(packs) == 1 and packed_report.shared == report.shared
     want = _load_for_executorch_from_buffer(patched).forward((TOKENS,))

@@ -159,7 +159,7 @@ BLOCKED_WRITE = textwrap.dedent("""
     from emitter_filter.ondisk.write import output
 
     marker, blocked = Path(sys.argv[1]), int(sys.argv[2])
-    write, calls = output._write, []
+    write, calls = output.write_operations, []
 
     def slow_write(writer, *args):
         calls.append(writer.fd)
@@ -169,7 +169,7 @@ BLOCKED_WRITE = textwrap.dedent("""
             time.sleep(120)
         return write(writer, *args)
 
-    output._write = slow_write
+    output.write_operations = slow_write
     sys.exit(cli.main(sys.argv[3:]))
 """)
 

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from emitter_filter.ondisk.read.byte_source import Piece
-from emitter_filter.ondisk.write import output
+from emitter_filter.ondisk.write import output, stream
 from emitter_filter.ondisk.write.output import OutputFile, write_outputs
 
 pytestmark = pytest.mark.filetools
@@ -21,13 +21,13 @@ def _written(tmp_path, data: bytes, runs, monkeypatch) -> tuple[bytes, list[tupl
     src = tmp_path / "in.bin"
     src.write_bytes(data)
     copies = []
-    real = output._Writer._copy_chunk
+    real = stream.Writer._copy_chunk
 
     def spy(self, fd, offset, count):
         copies.append((offset, count))
         return real(self, fd, offset, count)
 
-    monkeypatch.setattr(output._Writer, "_copy_chunk", spy)
+    monkeypatch.setattr(stream.Writer, "_copy_chunk", spy)
     fd = os.open(src, os.O_RDONLY)
     try:
         pieces = [
@@ -63,7 +63,7 @@ def test_ranges_out_of_input_order_are_copied_one_by_one(tmp_path, monkeypatch):
 def test_copies_end_on_chunk_boundaries_of_the_output(tmp_path, monkeypatch):
     # The kernel copies fastest when its steps start on aligned output offsets: after
     # the 4-byte head the first call copies up to the first boundary, then whole chunks.
-    monkeypatch.setattr(output, "_COPY_CHUNK", 16)
+    monkeypatch.setattr(stream, "_COPY_CHUNK", 16)
     data = b"head" + bytes(range(40))
     written, copies = _written(tmp_path, data, [(4, [(4, 40, 0)])], monkeypatch)
     assert written == data
@@ -93,7 +93,7 @@ def test_an_output_whose_test_fails_leaves_nothing_and_the_old_target_as_it_was(
     tmp_path, monkeypatch, failure
 ):
     # Small copies, so that the write is still going when the test fails.
-    monkeypatch.setattr(output, "_COPY_CHUNK", 4096)
+    monkeypatch.setattr(stream, "_COPY_CHUNK", 4096)
     (tmp_path / "out.bin").write_bytes(b"old")
 
     def test() -> bool:
@@ -116,20 +116,20 @@ def _early_written(tmp_path, monkeypatch, runs) -> tuple[bytes, list[str]]:
     """What `write_outputs` writes from an `EarlyCopy` of in.bin (b"HEAD", 3 MiB of A, 1 MiB
     of B) for `runs` of (output offset, input offset, size) after b"head", and the names of
     the threads that made each copy call."""
-    monkeypatch.setattr(output, "_COPY_CHUNK", 1 << 20)
+    monkeypatch.setattr(stream, "_COPY_CHUNK", 1 << 20)
     src, dst = tmp_path / "in.bin", tmp_path / "out.bin"
     src.write_bytes(b"HEAD" + b"A" * (3 << 20) + b"B" * (1 << 20))
     threads = []
-    real = output._Writer._copy_chunk
+    real = stream.Writer._copy_chunk
 
     def spy(self, fd, offset, count):
         threads.append(threading.current_thread().name)
         return real(self, fd, offset, count)
 
-    monkeypatch.setattr(output._Writer, "_copy_chunk", spy)
+    monkeypatch.setattr(stream.Writer, "_copy_chunk", spy)
     fd = os.open(src, os.O_RDONLY)
     try:
-        with output.EarlyCopy(str(src), str(dst)) as early:
+        with stream.EarlyCopy(str(src), str(dst)) as early:
             pieces = [(at, [Piece(fd, offset, size)]) for at, offset, size in runs]
             write_outputs([OutputFile(str(dst), fd, b"head", pieces)], early=early)
     finally:
@@ -156,7 +156,7 @@ def test_an_early_copy_never_taken_leaves_nothing(tmp_path):
     src = tmp_path / "in.bin"
     src.write_bytes(b"x" * (1 << 20))
     with pytest.raises(RuntimeError):
-        with output.EarlyCopy(str(src), str(tmp_path / "out.bin")):
+        with stream.EarlyCopy(str(src), str(tmp_path / "out.bin")):
             raise RuntimeError("the input is malformed")
     assert [p.name for p in tmp_path.iterdir()] == ["in.bin"]
 
@@ -167,7 +167,7 @@ def test_prune_file_refuses_an_early_copy_of_another_file(tmp_path):
     (tmp_path / "a.pte").write_bytes(b"a" * 100)
     (tmp_path / "b.pte").write_bytes(b"b" * 100)
     out = tmp_path / "out.pte"
-    with output.EarlyCopy(str(tmp_path / "b.pte"), str(out)) as early:
+    with stream.EarlyCopy(str(tmp_path / "b.pte"), str(out)) as early:
         with pytest.raises(ValueError, match="not one of"):
             prune_file(tmp_path / "a.pte", out, early=early)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pte", "b.pte"]

@@ -361,7 +361,7 @@ def test_a_malformed_input_leaves_no_file(cases, tmp_path):
 def test_a_failure_while_writing_leaves_no_file_and_the_old_output_in_place(
     cases, tmp_path, monkeypatch
 ):
-    from emitter_filter.ondisk.write import output as file_output
+    from emitter_filter.ondisk.write import stream
 
     files = cases["external"]
     out = tmp_path / "out.pte"
@@ -370,7 +370,7 @@ def test_a_failure_while_writing_leaves_no_file_and_the_old_output_in_place(
     def fail(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(file_output._Writer, "copy", fail)
+    monkeypatch.setattr(stream.Writer, "copy", fail)
     with pytest.raises(OutputFileError, match="No space left on device"):
         prune_file(files.dirty, out, files.dirty_ptds, tmp_path)
     assert _listing(tmp_path) == ["out.pte"]
