@@ -75,20 +75,14 @@ from emitter_filter.ondisk.analyse.analysis import (
 from emitter_filter.ondisk.analyse.proof import Claim, Side, prove_outputs, proved
 from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.dedupe import dedupe_output
-from emitter_filter.ondisk.merge_names import (
+from emitter_filter.ondisk.merge_names import Choice, choose_names
+from emitter_filter.ondisk.method_names import (
     TRAINING_PREFIX,
-    Choice,
-    MethodClashes,
     check_new_name,
-    choose_methods,
-    is_constant_method,
     parse_drop,
     parse_method,
     parse_prefix,
     plan_names,
-    resolving_flags,
-    same_method,
-    spans_open,
 )
 from emitter_filter.ondisk.prune import (
     FilePruneReport,
@@ -106,7 +100,7 @@ from emitter_filter.ondisk.prune import (
     verbatim,
 )
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece, StoredSpan
-from emitter_filter.ondisk.read.data_files import data_files_for, input_of
+from emitter_filter.ondisk.read.data_files import data_files_for
 from emitter_filter.ondisk.read.layout import (
     PtdLayout,
     PteLayout,
@@ -144,7 +138,6 @@ __all__ = [
     "MergedMethod",
     "MergeReport",
     "merge_files",
-    "parse_method",
     "split_file",
 ]
 
@@ -267,63 +260,6 @@ class MergeReport:
                 for path in self.constant_buffer_inputs
             )
         )
-
-
-def _choose(
-    inputs: Sequence[str],
-    reads: Sequence[PteProgram],
-    renames,
-    prefixes,
-    drops,
-    command: Callable[[list[str]], str],
-) -> Choice:
-    """`merge_names.choose_methods` over the inputs; where names clash, the message ends with
-    `command` of the flags that resolve every clash (checked to resolve them)."""
-    originals = [plan_names(read) for read in reads]
-    with spans_open() as spans:
-
-        def same(a, b):
-            return same_method(reads[a[0]], a[1], reads[b[0]], b[1], spans)
-
-        def choose(more_renames=(), more_drops=()):
-            return choose_methods(
-                inputs,
-                originals,
-                renames=[*renames, *more_renames],
-                prefixes=prefixes,
-                drops=[*drops, *more_drops],
-                same=same,
-                constant=lambda m: is_constant_method(reads[m[0]], m[1]),
-            )
-
-        try:
-            return choose()
-        except MethodClashes as clashes:
-            given = [new for new, _, _ in renames] + [
-                prefix + name
-                for prefix, path in prefixes
-                for name in originals[input_of(path, inputs)]
-            ]
-            flags = resolving_flags(inputs, originals, clashes.clashes, given)
-            pairs = list(zip(flags[::2], flags[1::2], strict=True))
-            try:
-                choose(
-                    [parse_method(v) for f, v in pairs if f == "--method"],
-                    [parse_drop(v) for f, v in pairs if f == "--drop"],
-                )
-            except MethodSetError as error:
-                raise InvariantError(
-                    f"merge: the flags offered do not resolve the clash: {error}"
-                ) from error
-            ways = (
-                ["keep the first input's value of each constant method"]
-                if "--drop" in flags
-                else []
-            )
-            ways += ["name the other methods apart"] if "--method" in flags else []
-            raise MethodClashes(
-                clashes.clashes, f"{clashes}; to {' and '.join(ways)}: {command(flags)}"
-            ) from None
 
 
 def _read_without(
@@ -949,8 +885,8 @@ def merge_files(
     if not input_files:
         raise MethodSetError("merge: no programs given")
     renames = [parse_method(m) if isinstance(m, str) else m for m in methods]
-    prefixes = [parse_prefix(p) if isinstance(p, str) else p for p in prefixes]
-    drops = [parse_drop(d) if isinstance(d, str) else d for d in drops]
+    prefix_pairs = [parse_prefix(p) if isinstance(p, str) else p for p in prefixes]
+    drop_pairs = [parse_drop(d) if isinstance(d, str) else d for d in drops]
     data_of = data_files_for(input_files, data, beside=data_beside)
     if any(data_of) and (ptd_path is None) == (not inline):
         raise MethodSetError(_where_data_goes(input_files, data, data_of))
@@ -964,9 +900,9 @@ def merge_files(
     ]
     _check_inputs(input_files, reads)
     command = _command(
-        input_files, output_path, renames, prefixes, drops, data, ptd_path, inline, dedupe
+        input_files, output_path, renames, prefix_pairs, drop_pairs, data, ptd_path, inline, dedupe
     )
-    choice = _choose(input_files, reads, renames, prefixes, drops, command)
+    choice = choose_names(input_files, reads, renames, prefix_pairs, drop_pairs, command)
     for path, read, old, new in zip(
         input_files, reads, choice.originals, choice.names, strict=True
     ):
@@ -1000,7 +936,11 @@ def merge_files(
             layouts.append(None)
     kept_inputs = [input_files[n] for n in written_from]
     changed = (
-        renames or prefixes or data_files or len(kept_inputs) != len(input_files) or any(layouts)
+        renames
+        or prefix_pairs
+        or data_files
+        or len(kept_inputs) != len(input_files)
+        or any(layouts)
     )
     opened: list[int] = []
     try:
