@@ -96,7 +96,7 @@ _LAZY = {
     "share_files": "emitter_filter.ondisk.share",
     "ShareReport": "emitter_filter.ondisk.share",
     "merge_files": "emitter_filter.ondisk.merge",
-    "split_file": "emitter_filter.ondisk.merge",
+    "split_file": "emitter_filter.ondisk.split",
     "MergeReport": "emitter_filter.ondisk.merge",
     "ExecutorchBackendConfig": "emitter_filter.inprocess.config",
     "pruning": "emitter_filter.inprocess.hook",

@@ -49,7 +49,6 @@ runtime accepts, and the report names it.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import logging
 import os
@@ -77,24 +76,18 @@ from emitter_filter.ondisk.analyse.validate import check_inputs, validate_output
 from emitter_filter.ondisk.dedupe import dedupe_output
 from emitter_filter.ondisk.merge_names import Choice, choose_names
 from emitter_filter.ondisk.method_names import (
-    TRAINING_PREFIX,
-    check_new_name,
     parse_drop,
     parse_method,
     parse_prefix,
-    plan_names,
 )
 from emitter_filter.ondisk.prune import (
-    FilePruneReport,
     OutSegment,
-    ProgramView,
     SegmentTable,
     StoredEntry,
     changes_pte,
     constant_segment,
     delegate_segments,
     mutable_segment,
-    prune_file,
     relies_on_constant_buffer,
     stored_entries,
     verbatim,
@@ -104,7 +97,6 @@ from emitter_filter.ondisk.read.data_files import data_files_for
 from emitter_filter.ondisk.read.layout import (
     PtdLayout,
     PteLayout,
-    extended_header_prefix,
     infer_ptd_layout,
     pack_program,
     place_segments,
@@ -117,7 +109,7 @@ from emitter_filter.ondisk.read.layout import (
 from emitter_filter.ondisk.read.method_bound import check_renames
 from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
-from emitter_filter.ondisk.split_moved import moved_copy, moves_segments
+from emitter_filter.ondisk.without_methods import view_without
 from emitter_filter.ondisk.write.output import (
     OutputFile,
     ProgressFn,
@@ -138,7 +130,6 @@ __all__ = [
     "MergedMethod",
     "MergeReport",
     "merge_files",
-    "split_file",
 ]
 
 logger = logging.getLogger(__name__)
@@ -266,10 +257,10 @@ def _read_without(
     read: PteProgram, methods: Sequence[str], files: Sequence[str]
 ) -> tuple[PteProgram, PteLayout]:
     """`read` with only `methods`' plans, read from a view of its file as `split` prunes it
-    (`_view_without`), and the layout of the file itself, to write it with."""
+    (`split.view_without`), and the layout of the file itself, to write it with."""
     with ByteSource(read.pte.path) as source:
-        view = _view_without(read, methods, source)
-        return read_pte_program(view.source(source), files), view.layout
+        view, layout = view_without(read, methods, source)
+        return read_pte_program(view(source), files), layout
 
 
 def _check_inputs(inputs: Sequence[str], reads: Sequence[PteProgram]) -> None:
@@ -1039,175 +1030,3 @@ def _merged_methods(inputs: Sequence[str], choice: Choice) -> tuple[MergedMethod
         for position, (method, name) in enumerate(zip(methods, names, strict=True))
         if name is not None
     )
-
-
-# --- split -------------------------------------------------------------------------
-
-
-def _without_plans(
-    read: PteProgram,
-    methods: Sequence[str],
-    layout: PteLayout,
-    renames: Mapping[str, str] | None = None,
-    move: bool = False,
-) -> ProgramView:
-    """A view of the file `read` is (`prune_file`'s `view`), whose program has only
-    `methods`' plans (named as `renames` says) and the inline blobs they read, and whose
-    segments are the input's bytes where the input has them: `prune` of it is the split.
-    With `move`, segment data the program does not end before is moved on
-    (`split_moved`); without, that is refused."""
-    program = read.program
-    plans = [p for p in program.executionPlan or () if (table_text(p.name) or "") in methods]
-    for plan in plans:
-        name = table_text(plan.name) or ""
-        plan.name = (renames or {}).get(name, name)
-    program.executionPlan = plans
-    inline, where = program.backendDelegateData or [], {}
-    kept: list[BackendDelegateInlineDataT] = []
-    for plan in plans:
-        for delegate in plan.delegates or ():
-            if delegate.processed.location == DataLocation.INLINE:
-                old = delegate.processed.index
-                if old not in where:
-                    where[old] = len(kept)
-                    kept.append(inline[old])
-                delegate.processed.index = where[old]
-    if program.backendDelegateData is not None:
-        program.backendDelegateData = kept
-    flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
-    pte, base = read.pte, read.pte.segment_base_offset
-
-    def view(source: ByteSource) -> ByteSource:
-        if not base:
-            return ByteSource([flatbuffer], name=source.name)
-        # Aligned to the input's segment base itself: a program no larger than the input's
-        # puts its segment data where the input's is.
-        size = pte.file_bytes - base
-        header = (layout.header_padded_length, layout.header_length)
-        prefix, at = extended_header_prefix(flatbuffer, header[0], base, size, header[1])
-        if at != base and not move:
-            raise PteFormatError(
-                pte.path,
-                "the program without the other methods "
-                f"does not end before the segment data at {base}",
-            )
-        if at != base:
-            # On by a multiple of the widest power of two the base is aligned to: every
-            # segment keeps the alignment it had in the file.
-            prefix, at = extended_header_prefix(
-                flatbuffer, header[0], base & -base, size, header[1]
-            )
-        whole = source.parts[0]
-        return ByteSource([prefix.ljust(at, b"\0"), Piece(whole.fd, base, size)], name=source.name)
-
-    return ProgramView(view, layout)
-
-
-def _view_without(
-    read: PteProgram,
-    methods: Sequence[str],
-    source: ByteSource,
-    renames: Mapping[str, str] | None = None,
-    move: bool = False,
-) -> ProgramView:
-    """`_without_plans` with the layout of the file `read` is, `source` open on it: its
-    shared data analysed for aliases as `prune` finds them, so the view packs as the
-    input did (`split` and `merge`'s inputs with methods left out both read this way)."""
-    analysis = analyse_file(read.pte, {read.pte.path: source})
-    aliased = find_aliases(analysis.shared)
-    layout = read_pte_layout(
-        read.pte,
-        read.program,
-        read.program_data,
-        aliased,
-        shared_segment_alignment(read.pte, aliased),
-    )
-    return _without_plans(read, methods, layout, renames, move)
-
-
-def _split_names(src: str, present: Sequence[str], specs: Sequence[str]) -> dict[str, str]:
-    """`NAME` or `NEW=NAME` (renamed as it is cut) of each method kept, with the training
-    methods that follow it (`__et_training_*_NAME`, renamed with it): old name -> new."""
-    chosen: dict[str, str] = {}
-    for spec in specs:
-        new, equals, old = spec.partition("=")
-        old = old if equals else new
-        if not (new and old):
-            raise MethodSetError(f"--method {spec!r}: expected NAME or NEW=NAME")
-        if old not in present:
-            raise MethodSetError(f"{src} has no method {old!r} (it has {', '.join(present)})")
-        if new != old:
-            check_new_name(f"--method {spec!r}", new)
-        if old in chosen:
-            raise MethodSetError(
-                f"method {old!r} of {src} is named twice: {chosen[old]!r} and {new!r}"
-            )
-        chosen[old] = new
-    for name in present:
-        if name.startswith(TRAINING_PREFIX) and name not in chosen:
-            owner = max((m for m in chosen if name.endswith("_" + m)), key=len, default=None)
-            if owner is not None:
-                chosen[name] = name[: -len(owner)] + chosen[owner]
-    seen: dict[str, str] = {}
-    for old, new in chosen.items():
-        if new in seen:
-            raise MethodSetError(
-                f"{src}: methods {seen[new]!r} and {old!r} would both be named {new!r}"
-            )
-        seen[new] = old
-    return chosen
-
-
-def split_file(
-    src: str | os.PathLike,
-    dst: str | os.PathLike,
-    methods: Sequence[str],
-    *,
-    progress: ProgressFn | None = None,
-    data: Sequence[str | os.PathLike] = (),
-) -> FilePruneReport:
-    """Writes the methods `methods` of `src` with only what they read, as `prune` does;
-    ExecuTorch's training methods of a method kept (`__et_training_*_METHOD`) are kept too.
-
-    A method given as `NEW=NAME` is renamed as it is cut (its training methods with
-    it): `forward=score` makes a file an app that calls `forward` loads as it is.
-    `data`: the `.ptd` files `src` loads with (`data_files.program_data`), read to check
-    them; their keys are kept, so the output loads with the same files.
-
-    Raises:
-        MethodSetError: No method is named, one is not in `src` or is named twice, two
-            would have one name, or `src` reads a `.ptd`.
-        PteFormatError: The file is malformed.
-        OutputFileError: The output would replace the input, or cannot be written.
-    """
-    src, dst = os.fspath(src), os.fspath(dst)
-    if not methods:
-        raise MethodSetError(f"{src}: split needs a --method to keep")
-    data_files = [os.fspath(p) for p in data]
-    check_outputs([src, *data_files], [dst], "split")
-    check_inputs([(src, data_files)])
-    read = read_pte_program(src, data_files)
-    present = plan_names(read)
-    chosen = _split_names(src, present, methods)
-    check_renames(src, read, chosen, "split --method")
-    external = len(read.pte.entries[DataSpace.EXTERNAL])
-    if external:
-        given = f" ({', '.join(data_files)})" if data_files else ""
-        raise MethodSetError(
-            f"{src}: reads {external} tensor(s) from a .ptd{given}; split takes a "
-            "program whose data is in the .pte (merge --inline makes one)"
-        )
-    with ByteSource(src) as source:
-        view = _view_without(read, [m for m in present if m in chosen], source, chosen, True)
-        moved = moves_segments(view.source, source, read.pte.segment_base_offset)
-    if not moved:
-        view = dataclasses.replace(view, methods={new: old for old, new in chosen.items()})
-        return prune_file(src, dst, progress=progress, view=view)
-    with moved_copy(src, dst, view.source) as copy:
-        # Pruned from the copy, whose offsets are the view's, as the input's layout.
-        report = prune_file(copy, dst, progress=progress, view=ProgramView(_same, view.layout))
-    return dataclasses.replace(report, path=src, bytes_before=os.stat(src).st_size)
-
-
-def _same(source: ByteSource) -> ByteSource:
-    return source
