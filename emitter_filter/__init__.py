@@ -90,7 +90,7 @@ _LAZY = {
     "audit_file": "emitter_filter.ondisk.audit",
     "AuditReport": "emitter_filter.ondisk.analyse.audit_report",
     "prune_file": "emitter_filter.ondisk.prune",
-    "FilePruneReport": "emitter_filter.ondisk.prune",
+    "FilePruneReport": "emitter_filter.ondisk.prune_report",
     "dedupe_file": "emitter_filter.ondisk.dedupe",
     "DedupeReport": "emitter_filter.ondisk.dedupe",
     "share_files": "emitter_filter.ondisk.share",

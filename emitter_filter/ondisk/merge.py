@@ -81,16 +81,8 @@ from emitter_filter.ondisk.method_names import (
     parse_prefix,
 )
 from emitter_filter.ondisk.prune import (
-    OutSegment,
-    SegmentTable,
-    StoredEntry,
     changes_pte,
-    constant_segment,
-    delegate_segments,
-    mutable_segment,
     relies_on_constant_buffer,
-    stored_entries,
-    verbatim,
 )
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece, StoredSpan
 from emitter_filter.ondisk.read.data_files import data_files_for
@@ -116,6 +108,16 @@ from emitter_filter.ondisk.write.output import (
     check_outputs,
     open_input,
     write_outputs,
+)
+from emitter_filter.ondisk.write.prune_rewrite import (
+    OutSegment,
+    SegmentTable,
+    StoredEntry,
+    constant_segment,
+    delegate_segments,
+    mutable_segment,
+    stored_entries,
+    verbatim,
 )
 from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
 from emitter_filter.program.duplicates import StoredCopy, group_duplicates

@@ -52,14 +52,7 @@ from emitter_filter.ondisk.analyse.share_find import (
 )
 from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.dedupe import dedupe_output
-from emitter_filter.ondisk.prune import (
-    OutSegment,
-    StoredEntry,
-    prune_file,
-    pruned_pte,
-    relies_on_constant_buffer,
-    verbatim,
-)
+from emitter_filter.ondisk.prune import prune_file, relies_on_constant_buffer
 from emitter_filter.ondisk.read.byte_source import Piece
 from emitter_filter.ondisk.read.data_files import data_files_for, unique_tails
 from emitter_filter.ondisk.read.layout import (
@@ -82,6 +75,7 @@ from emitter_filter.ondisk.write.output import (
     output_directory,
     write_outputs,
 )
+from emitter_filter.ondisk.write.prune_rewrite import OutSegment, StoredEntry, pruned_pte, verbatim
 from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
 from emitter_filter.program.fbs_schemas import FLAT_TENSOR, PROGRAM
 from emitter_filter.program.flatbuffer_tables import Table

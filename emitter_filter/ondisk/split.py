@@ -30,7 +30,8 @@ from collections.abc import Iterator, Sequence
 from emitter_filter.errors import MethodSetError, OutputFileError, PteFormatError
 from emitter_filter.ondisk.analyse.validate import check_inputs
 from emitter_filter.ondisk.method_names import TRAINING_PREFIX, check_new_name, plan_names
-from emitter_filter.ondisk.prune import FilePruneReport, ProgramView, prune_file
+from emitter_filter.ondisk.prune import ProgramView, prune_file
+from emitter_filter.ondisk.prune_report import FilePruneReport
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
 from emitter_filter.ondisk.read.method_bound import check_renames
 from emitter_filter.ondisk.read.read_pte import read_pte_program

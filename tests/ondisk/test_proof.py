@@ -19,6 +19,7 @@ from emitter_filter.ondisk import prune as prune_module
 from emitter_filter.ondisk.analyse.proof import Side, prove_rewrite
 from emitter_filter.ondisk.prune import prune_file
 from emitter_filter.ondisk.read.read_pte import read_pte
+from emitter_filter.ondisk.write import prune_rewrite
 from tests.files import HAVE_EXECUTORCH
 from tests.layouts import with_program_changed
 
@@ -126,7 +127,7 @@ def _off_by_one(original):
 def test_a_remap_broken_on_purpose_is_refused_without_a_runtime(tmp_path, monkeypatch, dedupe):
     src = _constants(tmp_path)
     monkeypatch.setattr(
-        prune_module, "remap_data_indices", _off_by_one(prune_module.remap_data_indices)
+        prune_rewrite, "remap_data_indices", _off_by_one(prune_rewrite.remap_data_indices)
     )
     monkeypatch.setattr(prune_module, "validate_outputs", lambda written: None)
     out = tmp_path / "out.pte"
@@ -139,14 +140,14 @@ def test_a_segment_builder_off_by_one_is_refused(tmp_path, monkeypatch, capsys):
     """The constant segment's entries copied from one byte late: every index right, the
     bytes wrong."""
     src = _constants(tmp_path)
-    original = prune_module.constant_segment
+    original = prune_rewrite.constant_segment
 
     def late(*args, **kwargs):
         segment, offsets = original(*args, **kwargs)
         segment.pieces = [dataclasses.replace(p, offset=p.offset + 1) for p in segment.pieces]
         return segment, offsets
 
-    monkeypatch.setattr(prune_module, "constant_segment", late)
+    monkeypatch.setattr(prune_rewrite, "constant_segment", late)
     monkeypatch.setattr(prune_module, "validate_outputs", lambda written: None)
     out = tmp_path / "out.pte"
     assert main(["prune", str(src), "-o", str(out)]) == 2

@@ -137,11 +137,11 @@ def _serialized(payload, alignments, segment_alignment: int, dropped: int | None
 def test_a_ptd_executorch_wrote_prunes_to_what_it_writes_without_the_key(
     tmp_path_factory, payload, segment_alignment, data
 ):
-    """The `.ptd` side of `prune` (`_pruned_ptd`): byte for byte ExecuTorch's file."""
-    from emitter_filter.ondisk.prune import _pruned_ptd
+    """The `.ptd` side of `prune` (`pruned_ptd`): byte for byte ExecuTorch's file."""
     from emitter_filter.ondisk.read.layout import ptd_segment_alignments
     from emitter_filter.ondisk.read.read_ptd import read_ptd
     from emitter_filter.ondisk.write.output import write_outputs
+    from emitter_filter.ondisk.write.prune_rewrite import pruned_ptd
 
     alignments = [alignment or 1 for _, alignment, _ in payload]
     dropped = data.draw(st.integers(0, len(payload) - 1))
@@ -149,7 +149,7 @@ def test_a_ptd_executorch_wrote_prunes_to_what_it_writes_without_the_key(
     path = directory / "data.ptd"
     path.write_bytes(_serialized(payload, alignments, segment_alignment, None))
     with open(path, "rb") as source:
-        output = _pruned_ptd(
+        output = pruned_ptd(
             str(path),
             str(directory / "out.ptd"),
             source.fileno(),
