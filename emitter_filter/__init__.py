@@ -97,7 +97,7 @@ _LAZY = {
     "ShareReport": "emitter_filter.ondisk.share",
     "merge_files": "emitter_filter.ondisk.merge",
     "split_file": "emitter_filter.ondisk.split",
-    "MergeReport": "emitter_filter.ondisk.merge",
+    "MergeReport": "emitter_filter.ondisk.merge_report",
     "ExecutorchBackendConfig": "emitter_filter.inprocess.config",
     "pruning": "emitter_filter.inprocess.hook",
     "install": "emitter_filter.inprocess.hook",

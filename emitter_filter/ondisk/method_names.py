@@ -11,10 +11,13 @@ such a method follows M (`training_owner`), and is renamed with it (`followed_na
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from emitter_filter.errors import MethodSetError
-from emitter_filter.ondisk.read.read_pte import PteProgram
 from emitter_filter.program.generated_fields import table_text
+
+if TYPE_CHECKING:
+    from emitter_filter.ondisk.read.read_pte import PteProgram
 
 __all__ = [
     "TRAINING_PREFIX",
