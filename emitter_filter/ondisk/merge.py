@@ -23,7 +23,7 @@ writes the programs of separately exported `.pte` files as one:
    with equal bytes, inline delegate blobs with equal bytes, named data with an
    equal key and equal bytes (an equal key with other bytes is refused: the
    runtime resolves a key once). Equal bytes are found as `share` finds them
-   (`merge_inputs.Contents`, by `duplicates.group_duplicates`): nothing whose size
+   (`merge_program.Contents`, by `duplicates.group_duplicates`): nothing whose size
    no other has is read. Mutable data stays per input: merging does not make
    methods share state.
 4. Renumber each plan's values (`plan_indices.remap_plan_values`), data indices
@@ -35,7 +35,7 @@ writes the programs of separately exported `.pte` files as one:
 
 Inputs with `.ptd` files (`data`): each reads its keys from the `.ptd` files it is
 given (a key two of them give with other bytes refused,
-`merge_inputs.check_data_keys`); the output has one `.ptd` with every live key once
+`merge_program.check_data_keys`); the output has one `.ptd` with every live key once
 (`merge_program.merged_ptd`), or, with `inline`, none: external tensors become
 constant entries (mutable ones, training weights, mutable entries), the `.ptd`'s
 named data the program's own.
@@ -59,15 +59,15 @@ from emitter_filter.errors import MethodSetError
 from emitter_filter.ondisk.analyse.proof import Claim, Side, prove_outputs, proved
 from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.dedupe import dedupe_output
-from emitter_filter.ondisk.merge_inputs import (
-    Contents,
-    MergeInput,
-    check_data_keys,
-    dropped_bytes,
-    read_inputs,
-)
+from emitter_filter.ondisk.merge_inputs import MergeInput, dropped_bytes, read_inputs
 from emitter_filter.ondisk.merge_names import Choice, choose_names
-from emitter_filter.ondisk.merge_program import merged_layout, merged_ptd, merged_pte
+from emitter_filter.ondisk.merge_program import (
+    Contents,
+    check_data_keys,
+    merged_layout,
+    merged_ptd,
+    merged_pte,
+)
 from emitter_filter.ondisk.merge_report import (
     MergedMethod,
     MergeReport,

@@ -1,11 +1,8 @@
-"""Each input of a merge, read and analysed as `prune` reads it, and where their bytes are equal.
+"""Each input of a merge, read and analysed as `prune` reads it.
 
 `read_inputs` opens every input and the `.ptd` files it reads once (a file given twice
 is one descriptor), analyses each as `prune` does (`analysis.analyse_file`) and orders
 its live data in first-reference order (`order_live_data`): a `MergeInput` each.
-`Contents` says where the data of several inputs holds equal bytes, as `share` finds
-them (`duplicates.group_duplicates`): nothing whose size no other has is read.
-`check_data_keys` refuses a key two `.ptd` files of one input give with other bytes;
 `dropped_bytes` counts what the merge leaves out as dead.
 """
 
@@ -15,14 +12,14 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from emitter_filter.errors import InvariantError, PteFormatError
+from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.analyse.analysis import (
     FileAnalysis,
     analyse_file,
     find_aliases,
     keep_ptd_key,
 )
-from emitter_filter.ondisk.read.byte_source import ByteSource, StoredSpan
+from emitter_filter.ondisk.read.byte_source import ByteSource
 from emitter_filter.ondisk.read.layout import (
     PteLayout,
     read_pte_layout,
@@ -31,12 +28,11 @@ from emitter_filter.ondisk.read.layout import (
 from emitter_filter.ondisk.read.read_pte import PteProgram
 from emitter_filter.ondisk.write.output import open_input
 from emitter_filter.ondisk.write.prune_rewrite import StoredEntry, stored_entries
-from emitter_filter.program.duplicates import StoredCopy, group_duplicates
 from emitter_filter.program.generated_fields import vector_ints
 from emitter_filter.program.object_models import GENERATED
 from emitter_filter.program.reachability import DataSpace, order_live_data
 
-__all__ = ["Contents", "MergeInput", "check_data_keys", "dropped_bytes", "read_inputs"]
+__all__ = ["MergeInput", "dropped_bytes", "read_inputs"]
 
 
 @dataclass
@@ -147,35 +143,6 @@ def read_inputs(
     return items, {fds[file]: source for file, source in sources.items()}
 
 
-def check_data_keys(items: Sequence[MergeInput], contents: Contents) -> None:
-    """Refuses a key two of one input's `.ptd` files give with other bytes: a program
-    loads one data map, and which file's bytes it would read is not the user's to guess
-    (in every mode: `--inline` would pick one silently). Per-program files
-    (`FILE=IN.ptd`) never meet here: each input reads its own."""
-    given = []
-    for item in items:
-        places: dict[str, list] = {}
-        for ptd in item.read.pte.ptd_files:
-            for key, entry in ptd.named_data.items():
-                places.setdefault(key, []).append(entry)
-        for key, entries in places.items():
-            if len(entries) > 1:
-                given.append((item, key, entries))
-                for entry in entries:
-                    contents.expect("given", item.fds[entry.file], entry.offset, entry.nbytes)
-    for item, key, entries in given:
-        first = entries[0]
-        want = contents.key("given", item.fds[first.file], first.offset, first.nbytes)
-        for entry in entries[1:]:
-            if contents.key("given", item.fds[entry.file], entry.offset, entry.nbytes) != want:
-                raise PteFormatError(
-                    entry.file,
-                    f"{key!r} holds other bytes than {key!r} in {first.file}, "
-                    f"and {item.path} loads with both: give each program its own, "
-                    "--data FILE=IN.ptd",
-                )
-
-
 def dropped_bytes(items: Sequence[MergeInput]) -> int:
     """The inputs' dead bytes, but a `.ptd` key one input leaves and another reads."""
     kept = {
@@ -191,46 +158,3 @@ def dropped_bytes(items: Sequence[MergeInput]) -> int:
         for d in item.analysis.dead
         if not (d.space == "named_data" and d.name in kept)
     )
-
-
-# --- where equal bytes meet ------------------------------------------------------
-
-
-class Contents:
-    """Where equal bytes meet, by kind of data: `duplicates.group_duplicates` (the finder
-    `audit` and `share` use) over every place an input's data of that kind is read from.
-
-    Every place of a kind is expected before the first key of that kind is asked for;
-    a place whose bytes nothing else has is its own key (and is never read).
-    """
-
-    def __init__(self, sources: Mapping[int, ByteSource]) -> None:
-        self.sources = sources  # by the descriptor `Piece`s read from
-        self._places: dict[str, dict[tuple, None]] = {}
-        self._keys: dict[str, dict[tuple, tuple]] = {}
-
-    def expect(self, kind: str, fd: int, offset: int, size: int) -> None:
-        if kind in self._keys:
-            raise InvariantError(f"merge: a {kind} place expected after its keys were given")
-        self._places.setdefault(kind, {})[(fd, offset, size)] = None
-
-    def key(self, kind: str, fd: int, offset: int, size: int) -> tuple:
-        if kind not in self._keys:
-            places = list(self._places.get(kind, ()))
-            copies = [
-                (StoredCopy(kind, None, number, ()), StoredSpan(self.sources[fd], at, n))
-                for number, (fd, at, n) in enumerate(places)
-            ]
-            self._keys[kind] = {
-                places[_numbered(copy)]: (kind, places[_numbered(group.copies[0])])
-                for group in group_duplicates(copies, digests=False)
-                for copy in group.copies
-            }
-        place = (fd, offset, size)
-        return self._keys[kind].get(place, (kind, place))
-
-
-def _numbered(copy: StoredCopy) -> int:
-    """The number `Contents.key` gave a copy (only an external copy in memory has none)."""
-    assert copy.index is not None
-    return copy.index

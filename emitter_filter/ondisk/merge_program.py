@@ -1,4 +1,8 @@
-"""The bytes of a merge's outputs: the merged `.pte` and its one `.ptd`.
+"""The bytes of a merge's outputs, equal bytes stored once: the merged `.pte` and its `.ptd`.
+
+`Contents` says where the data of several inputs holds equal bytes, as `share` finds
+them (`duplicates.group_duplicates`): nothing whose size no other has is read.
+`check_data_keys` refuses a key two `.ptd` files of one input give with other bytes.
 
 `merged_pte` writes every input's program as one (steps 3 and 4 of `merge`):
 
@@ -18,7 +22,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from emitter_filter._program_fbs.executorch_flatbuffer.BackendDelegateInlineData import (
     BackendDelegateInlineDataT,
@@ -27,9 +31,9 @@ from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataL
 from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
     TensorDataLocation,
 )
-from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.merge_inputs import Contents, MergeInput
-from emitter_filter.ondisk.read.byte_source import Piece
+from emitter_filter.errors import InvariantError, PteFormatError
+from emitter_filter.ondisk.merge_inputs import MergeInput
+from emitter_filter.ondisk.read.byte_source import ByteSource, Piece, StoredSpan
 from emitter_filter.ondisk.read.layout import (
     PtdLayout,
     PteLayout,
@@ -51,13 +55,89 @@ from emitter_filter.ondisk.write.prune_rewrite import (
     mutable_segment,
 )
 from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
+from emitter_filter.program.duplicates import StoredCopy, group_duplicates
 from emitter_filter.program.fbs_schemas import FLAT_TENSOR, PROGRAM
 from emitter_filter.program.generated_fields import table_text
 from emitter_filter.program.object_models import GENERATED
 from emitter_filter.program.plan_indices import remap_data_indices, remap_plan_values
 from emitter_filter.program.reachability import DataSpace, new_data_indices
 
-__all__ = ["merged_layout", "merged_pte", "merged_ptd"]
+__all__ = ["Contents", "check_data_keys", "merged_layout", "merged_pte", "merged_ptd"]
+
+
+# --- where equal bytes meet ------------------------------------------------------
+
+
+class Contents:
+    """Where equal bytes meet, by kind of data: `duplicates.group_duplicates` (the finder
+    `audit` and `share` use) over every place an input's data of that kind is read from.
+
+    Every place of a kind is expected before the first key of that kind is asked for;
+    a place whose bytes nothing else has is its own key (and is never read).
+    """
+
+    def __init__(self, sources: Mapping[int, ByteSource]) -> None:
+        self.sources = sources  # by the descriptor `Piece`s read from
+        self._places: dict[str, dict[tuple, None]] = {}
+        self._keys: dict[str, dict[tuple, tuple]] = {}
+
+    def expect(self, kind: str, fd: int, offset: int, size: int) -> None:
+        if kind in self._keys:
+            raise InvariantError(f"merge: a {kind} place expected after its keys were given")
+        self._places.setdefault(kind, {})[(fd, offset, size)] = None
+
+    def key(self, kind: str, fd: int, offset: int, size: int) -> tuple:
+        if kind not in self._keys:
+            places = list(self._places.get(kind, ()))
+            copies = [
+                (StoredCopy(kind, None, number, ()), StoredSpan(self.sources[fd], at, n))
+                for number, (fd, at, n) in enumerate(places)
+            ]
+            self._keys[kind] = {
+                places[_numbered(copy)]: (kind, places[_numbered(group.copies[0])])
+                for group in group_duplicates(copies, digests=False)
+                for copy in group.copies
+            }
+        place = (fd, offset, size)
+        return self._keys[kind].get(place, (kind, place))
+
+
+def _numbered(copy: StoredCopy) -> int:
+    """The number `Contents.key` gave a copy (only an external copy in memory has none)."""
+    assert copy.index is not None
+    return copy.index
+
+
+def check_data_keys(items: Sequence[MergeInput], contents: Contents) -> None:
+    """Refuses a key two of one input's `.ptd` files give with other bytes: a program
+    loads one data map, and which file's bytes it would read is not the user's to guess
+    (in every mode: `--inline` would pick one silently). Per-program files
+    (`FILE=IN.ptd`) never meet here: each input reads its own."""
+    given = []
+    for item in items:
+        places: dict[str, list] = {}
+        for ptd in item.read.pte.ptd_files:
+            for key, entry in ptd.named_data.items():
+                places.setdefault(key, []).append(entry)
+        for key, entries in places.items():
+            if len(entries) > 1:
+                given.append((item, key, entries))
+                for entry in entries:
+                    contents.expect("given", item.fds[entry.file], entry.offset, entry.nbytes)
+    for item, key, entries in given:
+        first = entries[0]
+        want = contents.key("given", item.fds[first.file], first.offset, first.nbytes)
+        for entry in entries[1:]:
+            if contents.key("given", item.fds[entry.file], entry.offset, entry.nbytes) != want:
+                raise PteFormatError(
+                    entry.file,
+                    f"{key!r} holds other bytes than {key!r} in {first.file}, "
+                    f"and {item.path} loads with both: give each program its own, "
+                    "--data FILE=IN.ptd",
+                )
+
+
+# --- the merged .pte -------------------------------------------------------------
 
 
 def merged_pte(
@@ -344,6 +424,9 @@ def _program_named_data(inputs: Sequence[MergeInput], store: _NamedData, inline:
                 if index is not None:
                     named.append(PROGRAM.NamedData(key=key, segmentIndex=index))
     return named
+
+
+# --- the merged .ptd -------------------------------------------------------------
 
 
 def merged_ptd(inputs: Sequence[MergeInput], contents: Contents, output: str) -> OutputFile | None:
