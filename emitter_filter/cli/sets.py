@@ -335,8 +335,8 @@ def _merge(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
 
 
 def _split(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
-    from emitter_filter.ondisk.merge import split_file
     from emitter_filter.ondisk.read.data_files import program_data
+    from emitter_filter.ondisk.split import split_file
 
     data = program_data(options.pte, options.data, beside=options.data_beside)
     verifier = _verifier(options, [(options.pte, data)])

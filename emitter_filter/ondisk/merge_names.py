@@ -25,230 +25,44 @@ Rules, in order:
    method keeps (another method of the same input, or a different method of
    another input).
 4. Names that differing methods share, no flag having asked for them: every one
-   at once (`MethodClashes`), for the caller to answer with the flags that resolve
-   them all (`resolving_flags`): `--drop` of a later input's constant method (the
-   first input's value is kept: a runner reads one), `--method NAME_TAG=FILE:NAME`
-   of any other method.
+   at once (`MethodClashes`), answered with the flags that resolve them all
+   (`resolving_flags`): `--drop` of a later input's constant method (the first
+   input's value is kept: a runner reads one), `--method NAME_TAG=FILE:NAME` of any
+   other method.
+
+`choose_names` applies the rules to the programs read (`same_method` and
+`is_constant_method` of `same_method`), and ends the message of a clash with the
+command that resolves it, checked to resolve it; `choose_methods` applies them to
+names alone. The flags' own spelling, and the training methods, are `method_names`'.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
 from emitter_filter.errors import InvariantError, MethodSetError
-from emitter_filter.ondisk.read.byte_source import ByteSource, StoredSpan
+from emitter_filter.ondisk.method_names import (
+    followed_name,
+    parse_drop,
+    parse_method,
+    plan_names,
+    training_owner,
+)
 from emitter_filter.ondisk.read.data_files import input_of, unique_tails
 from emitter_filter.ondisk.read.read_pte import PteProgram
-from emitter_filter.program.generated_fields import table_text
+from emitter_filter.ondisk.same_method import is_constant_method, same_method, spans_open
 
 __all__ = [
     "Choice",
     "Clash",
     "MethodClashes",
-    "TRAINING_PREFIX",
     "choose_methods",
-    "parse_drop",
-    "is_constant_method",
-    "check_new_name",
-    "parse_method",
-    "parse_prefix",
-    "plan_names",
+    "choose_names",
     "resolving_flags",
-    "same_method",
-    "spans_open",
 ]
-
-# ExecuTorch's training export adds, per method M, methods named `__et_training_*_M`
-# (`gradients_index`, `parameters_index`, `fqn`) that the runtime's TrainingModule
-# finds by M's name.
-TRAINING_PREFIX = "__et_training_"
-
-
-def parse_method(spec: str) -> tuple[str, str, str]:
-    """`NEW=FILE:METHOD` as (new name, file, method); a `MethodSetError` if malformed."""
-    new, equals, source = spec.partition("=")
-    path, colon, method = source.rpartition(":")
-    if not (equals and colon and new and path and method):
-        raise MethodSetError(
-            f"--method {spec!r}: expected NEW=FILE:METHOD, e.g. decode=decode.pte:forward"
-        )
-    try:
-        new.encode("utf-8")  # a flatbuffer string; bytes that are not text came from argv
-    except UnicodeEncodeError:
-        raise MethodSetError(f"--method {spec!r}: the name {new!r} is not UTF-8 text") from None
-    check_new_name(f"--method {spec!r}", new)
-    return new, path, method
-
-
-def check_new_name(flag: str, name: str) -> None:
-    """Refuses a name no method of ExecuTorch's should be given: one with a control
-    character (a newline, from a script's quoting), or a training method's prefix, which
-    the runtime's TrainingModule reads as another method's gradients or parameters."""
-    control = next((c for c in name if ord(c) < 0x20 or ord(c) == 0x7F), None)
-    if control is not None:
-        raise MethodSetError(f"{flag}: the name {name!r} has a control character {control!r}")
-    if name.startswith(TRAINING_PREFIX):
-        raise MethodSetError(
-            f"{flag}: the name {name!r} starts with {TRAINING_PREFIX!r}, which ExecuTorch's "
-            "training methods have (they follow their method's name on their own)"
-        )
-
-
-def parse_prefix(spec: str) -> tuple[str, str]:
-    """`PREFIX=FILE` as (prefix, file)."""
-    prefix, equals, path = spec.partition("=")
-    if not (equals and prefix and path):
-        raise MethodSetError(f"--prefix {spec!r}: expected PREFIX=FILE, e.g. ft_=ft/model.pte")
-    check_new_name(f"--prefix {spec!r}", prefix)
-    return prefix, path
-
-
-def parse_drop(spec: str) -> tuple[str, str]:
-    """`FILE:METHOD` as (file, method)."""
-    path, colon, method = spec.rpartition(":")
-    if not (colon and path and method):
-        raise MethodSetError(
-            f"--drop {spec!r}: expected FILE:METHOD, e.g. decode.pte:enable_dynamic_shape"
-        )
-    return path, method
-
-
-def plan_names(read: PteProgram) -> list[str]:
-    return [table_text(plan.name) or "" for plan in read.program.executionPlan or ()]
-
-
-def _owner(name: str, methods: Sequence[str]) -> str | None:
-    """The method a training method follows (the longest name it ends with), if any."""
-    if not name.startswith(TRAINING_PREFIX):
-        return None
-    owners = [m for m in methods if not m.startswith(TRAINING_PREFIX) and name.endswith("_" + m)]
-    return max(owners, key=len, default=None)
-
-
-def _followed(name: str, owner: str, new: str) -> str:
-    return name[: -len(owner)] + new
-
-
-# --- what a method is --------------------------------------------------------------
-
-
-def _same_tensor(a, b) -> bool:
-    """Two Tensor tables alike but for where their data is (compared as bytes after)."""
-    return all(getattr(a, f) == getattr(b, f) for f in a._attributes if f != "dataBufferIdx")
-
-
-class _Spans:
-    """Open sources of the files compared, by path, opened once."""
-
-    def __init__(self) -> None:
-        self.sources: dict[str, ByteSource] = {}
-
-    def span(self, file: str, offset: int, nbytes: int) -> StoredSpan:
-        if file not in self.sources:
-            self.sources[file] = ByteSource(file)
-        return StoredSpan(self.sources[file], offset, nbytes)
-
-    def close(self) -> None:
-        for source in self.sources.values():
-            source.close()
-
-
-@contextlib.contextmanager
-def spans_open():
-    """The files `same_method` compares, each opened once, closed on leaving."""
-    spans = _Spans()
-    try:
-        yield spans
-    finally:
-        spans.close()
-
-
-def _same_bytes(spans: _Spans, a: tuple[str, int, int], b: tuple[str, int, int]) -> bool:
-    if a[2] != b[2]:
-        return False
-    return a[2] == 0 or bool(spans.span(*a).same_bytes(spans.span(*b)))
-
-
-def _delegate_blob(read: PteProgram, delegate) -> tuple[tuple[str, int, int], frozenset | None]:
-    """Where a plan's delegate reads its blob, and the named-data keys the blob uses."""
-    location = "inline" if delegate.processed.location == DataLocation.INLINE else "segment"
-    for blob in read.pte.delegates:
-        if blob.location == location and blob.index == delegate.processed.index:
-            return (read.pte.path, blob.offset, blob.nbytes), blob.named_keys
-    raise MethodSetError(
-        f"{read.pte.path}: a delegate's blob {delegate.processed.index} is not in the file"
-    )
-
-
-def _named(read: PteProgram) -> dict[str, tuple[str, int, int]]:
-    return {e.key: (e.file, e.offset, e.nbytes) for e in read.pte.named_data}
-
-
-def same_method(a: PteProgram, i: int, b: PteProgram, j: int, spans: _Spans) -> bool:
-    """Whether plan `i` of `a` and plan `j` of `b` are one method: equal plans (names
-    aside) once each data index and delegate is read as the bytes it points at, and
-    the named data their delegates use equal. Bytes are compared only where
-    everything else is equal, a chunk at a time, and only up to the first difference."""
-    pa, pb = a.program.executionPlan[i], b.program.executionPlan[j]
-    refs_a, refs_b = a.pte.plans[i], b.pte.plans[j]
-    for attribute in pa._attributes:
-        if attribute not in ("name", "values", "delegates") and (
-            getattr(pa, attribute) != getattr(pb, attribute)
-        ):
-            return False
-    values_a, values_b = pa.values or [], pb.values or []
-    if len(values_a) != len(values_b) or set(refs_a.data_refs) != set(refs_b.data_refs):
-        return False
-    data = []
-    for number, (va, vb) in enumerate(zip(values_a, values_b, strict=True)):
-        if number not in refs_a.data_refs:
-            if va != vb:
-                return False
-            continue
-        ra, rb = refs_a.data_refs[number], refs_b.data_refs[number]
-        if va.valType != vb.valType or ra.space != rb.space or not _same_tensor(va.val, vb.val):
-            return False
-        ea, eb = a.pte.entries[ra.space][ra.index], b.pte.entries[rb.space][rb.index]
-        data.append(((ea.file, ea.offset, ea.nbytes), (eb.file, eb.offset, eb.nbytes)))
-    delegates_a, delegates_b = pa.delegates or [], pb.delegates or []
-    if len(delegates_a) != len(delegates_b):
-        return False
-    keys_a: set[str] = set()
-    keys_b: set[str] = set()
-    for da, db in zip(delegates_a, delegates_b, strict=True):
-        if (da.id, da.compileSpecs, da.processed.location) != (
-            db.id,
-            db.compileSpecs,
-            db.processed.location,
-        ):
-            return False
-        (blob_a, used_a), (blob_b, used_b) = _delegate_blob(a, da), _delegate_blob(b, db)
-        data.append((blob_a, blob_b))
-        # A blob whose keys are unknown (an opaque backend) may read any key.
-        keys_a |= set(_named(a)) if used_a is None else used_a
-        keys_b |= set(_named(b)) if used_b is None else used_b
-    if keys_a != keys_b:
-        return False
-    named_a, named_b = _named(a), _named(b)
-    if any((key in named_a) != (key in named_b) for key in keys_a):
-        return False
-    data += [(named_a[key], named_b[key]) for key in sorted(keys_a) if key in named_a]
-    if any(x[2] != y[2] for x, y in data):
-        return False
-    return all(_same_bytes(spans, x, y) for x, y in data)
-
-
-def is_constant_method(read: PteProgram, position: int) -> bool:
-    """A method that runs no instruction: it returns values stored in its plan
-    (ExecuTorch's `constant_methods`: `get_max_seq_len`, `use_kv_cache`, ...)."""
-    plan = read.program.executionPlan[position]
-    return not plan.delegates and all(not chain.instructions for chain in plan.chains or ())
-
 
 # --- choosing -----------------------------------------------------------------------
 
@@ -294,6 +108,63 @@ class MethodClashes(MethodSetError):
     def __init__(self, clashes: Sequence[Clash], message: str) -> None:
         super().__init__(message)
         self.clashes = tuple(clashes)
+
+
+def choose_names(
+    inputs: Sequence[str],
+    reads: Sequence[PteProgram],
+    renames: Sequence[tuple[str, str, str]],
+    prefixes: Sequence[tuple[str, str]],
+    drops: Sequence[tuple[str, str]],
+    command: Callable[[list[str]], str],
+) -> Choice:
+    """`choose_methods` over the programs read; where names clash, the message ends with
+    `command` of the flags that resolve every clash (checked to resolve them)."""
+    originals = [plan_names(read) for read in reads]
+    with spans_open() as spans:
+
+        def same(a, b):
+            return same_method(reads[a[0]], a[1], reads[b[0]], b[1], spans)
+
+        def choose(more_renames=(), more_drops=()):
+            return choose_methods(
+                inputs,
+                originals,
+                renames=[*renames, *more_renames],
+                prefixes=prefixes,
+                drops=[*drops, *more_drops],
+                same=same,
+                constant=lambda m: is_constant_method(reads[m[0]], m[1]),
+            )
+
+        try:
+            return choose()
+        except MethodClashes as clashes:
+            given = [new for new, _, _ in renames] + [
+                prefix + name
+                for prefix, path in prefixes
+                for name in originals[input_of(path, inputs)]
+            ]
+            flags = resolving_flags(inputs, originals, clashes.clashes, given)
+            pairs = list(zip(flags[::2], flags[1::2], strict=True))
+            try:
+                choose(
+                    [parse_method(v) for f, v in pairs if f == "--method"],
+                    [parse_drop(v) for f, v in pairs if f == "--drop"],
+                )
+            except MethodSetError as error:
+                raise InvariantError(
+                    f"merge: the flags offered do not resolve the clash: {error}"
+                ) from error
+            ways = (
+                ["keep the first input's value of each constant method"]
+                if "--drop" in flags
+                else []
+            )
+            ways += ["name the other methods apart"] if "--method" in flags else []
+            raise MethodClashes(
+                clashes.clashes, f"{clashes}; to {' and '.join(ways)}: {command(flags)}"
+            ) from None
 
 
 @dataclass
@@ -378,7 +249,7 @@ def choose_methods(
     under: dict[str, list[tuple[tuple[int, int], str | None]]] = {}
     clashes: dict[str, list] = {}
     for index, methods in enumerate(originals):
-        owners = {m: _owner(m, methods) for m in methods}
+        owners = {m: training_owner(m, methods) for m in methods}
         prefix = flags.prefixes.get(index)
         for position, method in enumerate(methods):
             owner = owners[method]
@@ -406,9 +277,9 @@ def choose_methods(
                     kept_name = choice.names[kept[0]][kept[1]]
                     if kept_name is None:  # `same_as` points at a method that is kept
                         raise InvariantError(f"merge: {method!r} is the same as a dropped method")
-                    name = _followed(follower, method, kept_name)
+                    name = followed_name(follower, method, kept_name)
                 else:
-                    name = _followed(follower, method, new)
+                    name = followed_name(follower, method, new)
                 asked = flags.renames.get((index, method), (None, None))[1] or (
                     prefix[1] if prefix and new != method else None
                 )
@@ -516,7 +387,7 @@ def resolving_flags(
         ):
             path, method = inputs[index], originals[index][position]
             # A training method is renamed with its method: the fix renames that.
-            method = _owner(method, originals[index]) or method
+            method = training_owner(method, originals[index]) or method
             if (index, method) in flags:
                 given.append(flags[index, method][1].partition("=")[0] or None)
                 continue

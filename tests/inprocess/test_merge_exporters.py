@@ -22,9 +22,10 @@ from executorch.runtime import Runtime
 
 from emitter_filter.cli import main
 from emitter_filter.ondisk.audit import audit_file
-from emitter_filter.ondisk.merge import merge_files, split_file
+from emitter_filter.ondisk.merge import merge_files
 from emitter_filter.ondisk.read.read_pte import read_pte
 from emitter_filter.ondisk.share import share_files
+from emitter_filter.ondisk.split import split_file
 from tests.exporters import (
     TOKENS,
     base_and_fine_tunes,

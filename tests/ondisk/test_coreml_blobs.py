@@ -33,8 +33,9 @@ from emitter_filter.delegates import COREML_BACKEND_ID, delegate_named_keys
 from emitter_filter.errors import MethodSetError
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.explain import explain_file
-from emitter_filter.ondisk.merge import merge_files, split_file
+from emitter_filter.ondisk.merge import merge_files
 from emitter_filter.ondisk.prune import prune_file
+from emitter_filter.ondisk.split import split_file
 
 MODEL_KEY = "coreml_executorch_0"
 ORPHAN_KEY = "coreml_executorch_orphan"

@@ -17,9 +17,11 @@ import pytest
 from emitter_filter.cli import main
 from emitter_filter.errors import MethodSetError, PteFormatError
 from emitter_filter.ondisk.audit import audit_file
-from emitter_filter.ondisk.merge import merge_files, parse_method, split_file
+from emitter_filter.ondisk.merge import merge_files
+from emitter_filter.ondisk.method_names import parse_method
 from emitter_filter.ondisk.prune import prune_file
 from emitter_filter.ondisk.read.read_pte import read_pte
+from emitter_filter.ondisk.split import split_file
 from emitter_filter.program.reachability import DataSpace
 from tests.files import GOLDEN, saved
 from tests.layouts import build_constants, with_program_changed

@@ -18,10 +18,11 @@ import pytest
 from emitter_filter.cli import main
 from emitter_filter.errors import MethodSetError
 from emitter_filter.ondisk.audit import audit_file
-from emitter_filter.ondisk.merge import merge_files, split_file
+from emitter_filter.ondisk.merge import merge_files
 from emitter_filter.ondisk.merge_names import MethodClashes, choose_methods, resolving_flags
 from emitter_filter.ondisk.read.data_files import input_of, unique_tails
 from emitter_filter.ondisk.read.read_pte import read_pte
+from emitter_filter.ondisk.split import split_file
 from tests.layouts import build_constants, with_program_changed
 
 pytestmark = pytest.mark.filetools
