@@ -72,17 +72,11 @@ from dataclasses import dataclass
 from emitter_filter.errors import InvariantError, PteFormatError
 from emitter_filter.ondisk.analyse.analysis import Alias, SharedRange, analyse_file, find_aliases
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
+from emitter_filter.ondisk.read.file_headers import position_alignment, program_prefix
 from emitter_filter.ondisk.read.file_model import PteFile
-from emitter_filter.ondisk.read.layout import (
-    pack_program,
-    patch_program,
-    place_segments,
-    position_alignment,
-    program_prefix,
-    read_pte_layout,
-    read_segment_layout,
-)
+from emitter_filter.ondisk.read.layout import pack_program, patch_program, read_pte_layout
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
+from emitter_filter.ondisk.read.segment_layout import place_segments, read_segment_layout
 from emitter_filter.ondisk.write.output import (
     EarlyCopy,
     OutputCheck,

@@ -107,22 +107,22 @@ from emitter_filter.ondisk.prune import (
 )
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece, StoredSpan
 from emitter_filter.ondisk.read.data_files import data_files_for, input_of
-from emitter_filter.ondisk.read.layout import (
-    PtdLayout,
-    PteLayout,
+from emitter_filter.ondisk.read.file_headers import (
     extended_header_prefix,
-    infer_ptd_layout,
-    pack_program,
-    place_segments,
     program_prefix,
     ptd_prefix,
-    ptd_segment_alignments,
-    read_pte_layout,
-    shared_segment_alignment,
 )
+from emitter_filter.ondisk.read.layout import PteLayout, pack_program, read_pte_layout
 from emitter_filter.ondisk.read.method_bound import check_renames
 from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
+from emitter_filter.ondisk.read.segment_layout import (
+    PtdLayout,
+    infer_ptd_layout,
+    place_segments,
+    ptd_segment_alignments,
+    shared_segment_alignment,
+)
 from emitter_filter.ondisk.split_moved import moved_copy, moves_segments
 from emitter_filter.ondisk.write.output import (
     OutputFile,

@@ -58,22 +58,18 @@ from emitter_filter.ondisk.analyse.analysis import (
 from emitter_filter.ondisk.analyse.proof import Claim, Side, prove_outputs, proved
 from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
+from emitter_filter.ondisk.read.file_headers import aligned, program_prefix, ptd_prefix
 from emitter_filter.ondisk.read.file_model import PteFile
-from emitter_filter.ondisk.read.layout import (
-    PteLayout,
-    aligned,
+from emitter_filter.ondisk.read.layout import PteLayout, pack_program, read_pte_layout
+from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
+from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
+from emitter_filter.ondisk.read.segment_layout import (
     infer_ptd_layout,
-    pack_program,
     place_segments,
-    program_prefix,
-    ptd_prefix,
     ptd_segment_alignments,
-    read_pte_layout,
     read_segment_layout,
     shared_segment_alignment,
 )
-from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
-from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
 from emitter_filter.ondisk.write.output import (
     EarlyCopy,
     OutputFile,

@@ -62,18 +62,16 @@ from emitter_filter.ondisk.prune import (
 )
 from emitter_filter.ondisk.read.byte_source import Piece
 from emitter_filter.ondisk.read.data_files import data_files_for, unique_tails
-from emitter_filter.ondisk.read.layout import (
-    DEFAULT_SEGMENT_ALIGNMENT,
+from emitter_filter.ondisk.read.file_headers import DEFAULT_SEGMENT_ALIGNMENT, ptd_prefix
+from emitter_filter.ondisk.read.layout import PteLayout, read_pte_layout
+from emitter_filter.ondisk.read.read_pte import PteProgram
+from emitter_filter.ondisk.read.segment_layout import (
     PtdLayout,
-    PteLayout,
     infer_ptd_layout,
     place_segments,
-    ptd_prefix,
     ptd_segment_alignments,
-    read_pte_layout,
     shared_segment_alignment,
 )
-from emitter_filter.ondisk.read.read_pte import PteProgram
 from emitter_filter.ondisk.write.output import (
     OutputFile,
     ProgressFn,

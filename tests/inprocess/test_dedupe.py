@@ -34,11 +34,8 @@ from emitter_filter.ondisk import dedupe
 from emitter_filter.ondisk.analyse.analysis import find_shared_ranges
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.dedupe import dedupe_file, dedupe_pte
-from emitter_filter.ondisk.read.layout import (
-    extended_header_prefix,
-    pack_program,
-    padded_header_length,
-)
+from emitter_filter.ondisk.read.file_headers import extended_header_prefix, padded_header_length
+from emitter_filter.ondisk.read.layout import pack_program
 from emitter_filter.ondisk.read.read_pte import read_pte, read_pte_program
 from emitter_filter.ondisk.write import output
 

@@ -139,8 +139,8 @@ def test_a_ptd_executorch_wrote_prunes_to_what_it_writes_without_the_key(
 ):
     """The `.ptd` side of `prune` (`_pruned_ptd`): byte for byte ExecuTorch's file."""
     from emitter_filter.ondisk.prune import _pruned_ptd
-    from emitter_filter.ondisk.read.layout import ptd_segment_alignments
     from emitter_filter.ondisk.read.read_ptd import read_ptd
+    from emitter_filter.ondisk.read.segment_layout import ptd_segment_alignments
     from emitter_filter.ondisk.write.output import write_outputs
 
     alignments = [alignment or 1 for _, alignment, _ in payload]

@@ -41,8 +41,8 @@ from emitter_filter.delegates import XNNPACK_BACKEND_ID
 from emitter_filter.errors import InvalidOutputError, ProgramFormatError, PteFormatError
 from emitter_filter.ondisk.analyse.named_sizes import undersized_named_data
 from emitter_filter.ondisk.read.byte_source import ByteSource
+from emitter_filter.ondisk.read.file_headers import FLAT_TENSOR_IDENTIFIER, PROGRAM_IDENTIFIER
 from emitter_filter.ondisk.read.file_model import PtdFile, PteFile
-from emitter_filter.ondisk.read.layout import FLAT_TENSOR_IDENTIFIER, PROGRAM_IDENTIFIER
 from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read.read_pte import read_pte_program, tensor_nbytes
 from emitter_filter.ondisk.read.readers import xnnpack_graphs

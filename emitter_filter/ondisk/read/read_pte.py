@@ -26,6 +26,15 @@ from emitter_filter._program_fbs.executorch_flatbuffer.ScalarType import ScalarT
 from emitter_filter.delegates import blob_format
 from emitter_filter.errors import ProgramFormatError, PteFormatError
 from emitter_filter.ondisk.read.byte_source import ByteSource, check_identifier, read_root
+from emitter_filter.ondisk.read.file_headers import (
+    EH,
+    EH_MAGIC,
+    EH_MINIMUM_LENGTH,
+    EH_OFFSET,
+    EH_SEGMENT_DATA_SIZE,
+    NUM_HEAD_BYTES,
+    PROGRAM_IDENTIFIER,
+)
 from emitter_filter.ondisk.read.file_model import (
     DataEntry,
     DelegateData,
@@ -35,15 +44,6 @@ from emitter_filter.ondisk.read.file_model import (
     Segment,
     TensorEntry,
     segment_at,
-)
-from emitter_filter.ondisk.read.layout import (
-    EH,
-    EH_MAGIC,
-    EH_MINIMUM_LENGTH,
-    EH_OFFSET,
-    EH_SEGMENT_DATA_SIZE,
-    NUM_HEAD_BYTES,
-    PROGRAM_IDENTIFIER,
 )
 from emitter_filter.ondisk.read.read_ptd import read_ptd
 from emitter_filter.program.fbs_schemas import PROGRAM
