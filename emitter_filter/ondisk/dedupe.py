@@ -70,7 +70,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.errors import InvariantError, PteFormatError
-from emitter_filter.ondisk.analyse.analysis import Alias, SharedRange, analyse_file, find_aliases
+from emitter_filter.ondisk.analyse.analysis import analyse_file
+from emitter_filter.ondisk.analyse.stored_ranges import Alias, SharedRange, find_aliases
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
 from emitter_filter.ondisk.read.file_headers import position_alignment, program_prefix
 from emitter_filter.ondisk.read.file_model import PteFile

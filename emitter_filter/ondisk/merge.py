@@ -66,13 +66,10 @@ from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import
     TensorDataLocation,
 )
 from emitter_filter.errors import InvariantError, MethodSetError, PteFormatError
-from emitter_filter.ondisk.analyse.analysis import (
-    FileAnalysis,
-    analyse_file,
-    find_aliases,
-    keep_ptd_key,
-)
+from emitter_filter.ondisk.analyse.analysis import FileAnalysis, analyse_file
+from emitter_filter.ondisk.analyse.dead_bytes import keep_ptd_key
 from emitter_filter.ondisk.analyse.proof import Claim, Side, prove_outputs, proved
+from emitter_filter.ondisk.analyse.stored_ranges import find_aliases
 from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.dedupe import dedupe_output
 from emitter_filter.ondisk.merge_names import (

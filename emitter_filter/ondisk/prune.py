@@ -48,14 +48,10 @@ from typing import TYPE_CHECKING
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
 from emitter_filter.errors import OutputFileError
-from emitter_filter.ondisk.analyse.analysis import (
-    FileAnalysis,
-    analyse_file,
-    find_aliases,
-    find_shared_ranges,
-    keep_ptd_key,
-)
+from emitter_filter.ondisk.analyse.analysis import FileAnalysis, analyse_file
+from emitter_filter.ondisk.analyse.dead_bytes import keep_ptd_key
 from emitter_filter.ondisk.analyse.proof import Claim, Side, prove_outputs, proved
+from emitter_filter.ondisk.analyse.stored_ranges import find_aliases, find_shared_ranges
 from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
 from emitter_filter.ondisk.read.file_headers import aligned, program_prefix, ptd_prefix

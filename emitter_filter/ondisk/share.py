@@ -40,7 +40,6 @@ from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import
     TensorDataLocation,
 )
 from emitter_filter.errors import OutputFileError, PteFormatError
-from emitter_filter.ondisk.analyse.analysis import find_aliases, find_shared_ranges
 from emitter_filter.ondisk.analyse.proof import Claim, Side, prove_outputs, proved
 from emitter_filter.ondisk.analyse.share_find import (
     DEFAULT_MIN_BYTES,
@@ -50,6 +49,7 @@ from emitter_filter.ondisk.analyse.share_find import (
     find_set_shared,
     read_set,
 )
+from emitter_filter.ondisk.analyse.stored_ranges import find_aliases, find_shared_ranges
 from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.dedupe import dedupe_output
 from emitter_filter.ondisk.prune import (

@@ -31,7 +31,7 @@ from emitter_filter.cli import main
 from emitter_filter.errors import OutputFileError, PteFormatError
 from emitter_filter.inprocess import hook
 from emitter_filter.ondisk import dedupe
-from emitter_filter.ondisk.analyse.analysis import find_shared_ranges
+from emitter_filter.ondisk.analyse.stored_ranges import find_shared_ranges
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.dedupe import dedupe_file, dedupe_pte
 from emitter_filter.ondisk.read.file_headers import extended_header_prefix, padded_header_length

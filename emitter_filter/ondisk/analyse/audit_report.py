@@ -44,13 +44,9 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from emitter_filter.ondisk.analyse.analysis import (
-    SPACES,
-    FileAnalysis,
-    SharedRange,
-    analyse_file,
-    stored_regions,
-)
+from emitter_filter.ondisk.analyse.analysis import FileAnalysis, analyse_file
+from emitter_filter.ondisk.analyse.dead_bytes import SPACES
+from emitter_filter.ondisk.analyse.stored_ranges import SharedRange, stored_regions
 from emitter_filter.ondisk.read.byte_source import ByteSource, StoredSpan
 from emitter_filter.ondisk.read.file_model import PteFile
 from emitter_filter.program.duplicates import DuplicateGroup, StoredCopy, group_duplicates

@@ -39,7 +39,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.analyse.analysis import FileAnalysis, analyse_file, keep_ptd_key
+from emitter_filter.ondisk.analyse.analysis import FileAnalysis, analyse_file
+from emitter_filter.ondisk.analyse.dead_bytes import keep_ptd_key
 from emitter_filter.ondisk.read.byte_source import ByteSource, StoredSpan, open_sources
 from emitter_filter.ondisk.read.file_model import PtdFile
 from emitter_filter.ondisk.read.layout import PteLayout
