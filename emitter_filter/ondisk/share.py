@@ -45,10 +45,10 @@ from emitter_filter.ondisk.analyse.share_find import (
     DEFAULT_MIN_BYTES,
     ProgramSet,
     SharedSet,
-    TensorLayoutKey,
     find_set_shared,
     read_set,
 )
+from emitter_filter.ondisk.analyse.stored_blobs import TensorLayoutKey
 from emitter_filter.ondisk.analyse.stored_ranges import find_aliases, find_shared_ranges
 from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.dedupe import dedupe_output
