@@ -119,6 +119,7 @@ def program_blobs(
 
 
 def ptd_blobs(ptd: PtdFile, alignments: Sequence[int] | None) -> Iterator[StoredBlob]:
+    """Each non-empty segment of an input `.ptd`, with all its keys."""
     keys: dict[int, list[str]] = {}
     for key, named in ptd.named_data.items():
         keys.setdefault(named.segment_index, []).append(key)

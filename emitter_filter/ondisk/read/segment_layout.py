@@ -145,7 +145,9 @@ def _other_alignments(base: int, header_end: int, offsets: Sequence[int]) -> lis
 
 def choose_segment_alignment(
     candidates: dict[int, tuple[int, ...]], preferred: int | None, count: int
-):
+) -> tuple[int, tuple[int, ...]]:
+    """(`segment_alignment`, each of `count` segments' own alignment): `preferred` if the
+    file allows it, else the first candidate, else the default (logged)."""
     if preferred in candidates:
         return preferred, candidates[preferred]
     if candidates:
