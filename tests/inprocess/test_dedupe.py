@@ -482,7 +482,7 @@ def test_prune_dedupe_json_reports_the_shared_ranges(build, tmp_path, capsys):
 
 def test_the_public_api_is_what_we_mean_it_to_be():
     from emitter_filter.ondisk import dedupe
-    from emitter_filter.ondisk.analyse import analysis
+    from emitter_filter.ondisk.analyse import stored_ranges
 
     assert set(dedupe.__all__) == {
         "DedupeReport",
@@ -492,7 +492,7 @@ def test_the_public_api_is_what_we_mean_it_to_be():
         "write_deduplicated",
         "dedupe_file",
     }
-    assert {"SharedRange", "find_shared_ranges"} <= set(analysis.__all__)
+    assert {"SharedRange", "find_shared_ranges"} <= set(stored_ranges.__all__)
     assert {"dedupe_file", "DedupeReport", "ENV_DEDUPE"} <= set(emitter_filter.__all__)
     assert emitter_filter.dedupe_file is dedupe_file
 
