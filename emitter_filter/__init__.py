@@ -94,7 +94,7 @@ _LAZY = {
     "dedupe_file": "emitter_filter.ondisk.dedupe",
     "DedupeReport": "emitter_filter.ondisk.dedupe",
     "share_files": "emitter_filter.ondisk.share",
-    "ShareReport": "emitter_filter.ondisk.share",
+    "ShareReport": "emitter_filter.ondisk.share_report",
     "merge_files": "emitter_filter.ondisk.merge",
     "split_file": "emitter_filter.ondisk.split",
     "MergeReport": "emitter_filter.ondisk.merge_report",

@@ -50,7 +50,7 @@ from emitter_filter._program_fbs.flat_tensor_flatbuffer.DataSegment import (
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.FlatTensor import FlatTensorT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.NamedData import NamedDataT
 from emitter_filter._program_fbs.flat_tensor_flatbuffer.TensorLayout import TensorLayoutT
-from emitter_filter.ondisk.read.layout import (
+from emitter_filter.ondisk.read.file_headers import (
     EH,
     EH_MAGIC,
     EH_SEGMENT_DATA_SIZE,

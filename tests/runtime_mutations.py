@@ -38,7 +38,7 @@ from emitter_filter._program_fbs.executorch_flatbuffer.SubsegmentOffsets import 
 from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
     TensorDataLocation,
 )
-from emitter_filter.ondisk.read.layout import aligned
+from emitter_filter.ondisk.read.file_headers import aligned
 from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
 from tests.fuzz_files import Seed, mutate

@@ -4,7 +4,7 @@ Audited alone, each program would count the entries of a shared `.ptd` that
 only the others read as dead. As a set: each program's own entries are judged
 by `audit_file`, as for a file on its own; a `.ptd` entry is dead only when no
 program of the set reads it (an external tensor names it, or one of its
-delegates may: `analysis.classify_file_named_data`'s rules); and a content
+delegates may: `dead_bytes.classify_file_named_data`'s rules); and a content
 stored in two or more files of the set is what `share` would still store once
 (`share_find.find_shared`, with the same `min_bytes`). A named-data key two programs
 hold with different bytes is a key clash (`share_find.key_clashes`): `audit

@@ -69,8 +69,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from emitter_filter.ondisk.analyse.analysis import SharedRange
 from emitter_filter.ondisk.analyse.dedupe_find import collect_aliases
+from emitter_filter.ondisk.analyse.stored_ranges import SharedRange
 from emitter_filter.ondisk.dedupe_rewrite import alias_repeated_named_data, output_parts
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program

@@ -13,19 +13,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.analyse.analysis import (
-    FileAnalysis,
-    analyse_file,
-    find_aliases,
-    keep_ptd_key,
-)
+from emitter_filter.ondisk.analyse.analysis import FileAnalysis, analyse_file
+from emitter_filter.ondisk.analyse.dead_bytes import keep_ptd_key
+from emitter_filter.ondisk.analyse.stored_ranges import find_aliases
 from emitter_filter.ondisk.read.byte_source import ByteSource
-from emitter_filter.ondisk.read.layout import (
-    PteLayout,
-    read_pte_layout,
-    shared_segment_alignment,
-)
+from emitter_filter.ondisk.read.layout import PteLayout, read_pte_layout
 from emitter_filter.ondisk.read.read_pte import PteProgram
+from emitter_filter.ondisk.read.segment_layout import shared_segment_alignment
 from emitter_filter.ondisk.write.prune_rewrite import StoredEntry, stored_entries
 from emitter_filter.ondisk.write.targets import open_input
 from emitter_filter.program.generated_fields import vector_ints

@@ -47,25 +47,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.errors import OutputFileError
-from emitter_filter.ondisk.analyse.analysis import (
-    FileAnalysis,
-    analyse_file,
-    find_aliases,
-    find_shared_ranges,
-    keep_ptd_key,
-)
+from emitter_filter.ondisk.analyse.analysis import FileAnalysis, analyse_file
+from emitter_filter.ondisk.analyse.dead_bytes import keep_ptd_key
 from emitter_filter.ondisk.analyse.proof import Claim, Side, prove_outputs, proved
+from emitter_filter.ondisk.analyse.stored_ranges import find_aliases, find_shared_ranges
 from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.prune_report import FilePruneReport
 from emitter_filter.ondisk.read.byte_source import ByteSource
 from emitter_filter.ondisk.read.file_model import PteFile
-from emitter_filter.ondisk.read.layout import (
-    PteLayout,
-    read_pte_layout,
-    read_segment_layout,
-    shared_segment_alignment,
-)
+from emitter_filter.ondisk.read.layout import PteLayout, read_pte_layout
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
+from emitter_filter.ondisk.read.segment_layout import read_segment_layout, shared_segment_alignment
 from emitter_filter.ondisk.write.output import OutputFile, ProgressFn, write_outputs
 from emitter_filter.ondisk.write.prune_rewrite import pruned_ptd, pruned_pte, verbatim
 from emitter_filter.ondisk.write.stream import EarlyCopy

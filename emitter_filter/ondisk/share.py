@@ -34,287 +34,271 @@ import os
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import (
-    TensorDataLocation,
-)
-from emitter_filter.errors import OutputFileError, PteFormatError
-from emitter_filter.ondisk.analyse.analysis import find_aliases, find_shared_ranges
+from emitter_filter.errors import OutputFileError
 from emitter_filter.ondisk.analyse.proof import Claim, Side, prove_outputs, proved
 from emitter_filter.ondisk.analyse.share_find import (
     DEFAULT_MIN_BYTES,
     ProgramSet,
     SharedSet,
-    TensorLayoutKey,
     find_set_shared,
     read_set,
 )
+from emitter_filter.ondisk.analyse.stored_blobs import TensorLayoutKey
+from emitter_filter.ondisk.analyse.stored_ranges import find_aliases, find_shared_ranges
 from emitter_filter.ondisk.analyse.validate import check_inputs, validate_outputs
 from emitter_filter.ondisk.dedupe import dedupe_output
 from emitter_filter.ondisk.prune import prune_file, relies_on_constant_buffer
 from emitter_filter.ondisk.read.byte_source import Piece
 from emitter_filter.ondisk.read.data_files import data_files_for, unique_tails
-from emitter_filter.ondisk.read.layout import (
-    DEFAULT_SEGMENT_ALIGNMENT,
+from emitter_filter.ondisk.read.file_headers import DEFAULT_SEGMENT_ALIGNMENT, ptd_prefix
+from emitter_filter.ondisk.read.file_model import DataEntry
+from emitter_filter.ondisk.read.layout import PteLayout, read_pte_layout
+from emitter_filter.ondisk.read.read_pte import PteProgram
+from emitter_filter.ondisk.read.segment_layout import (
     PtdLayout,
-    PteLayout,
     infer_ptd_layout,
     place_segments,
-    ptd_prefix,
     ptd_segment_alignments,
-    read_pte_layout,
     shared_segment_alignment,
 )
-from emitter_filter.ondisk.read.read_pte import PteProgram
+from emitter_filter.ondisk.share_program import every_value, externalize, keep_own
+from emitter_filter.ondisk.share_report import ShareReport, build_report
 from emitter_filter.ondisk.write.output import OutputFile, ProgressFn, write_outputs
 from emitter_filter.ondisk.write.prune_rewrite import OutSegment, StoredEntry, pruned_pte, verbatim
 from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
 from emitter_filter.ondisk.write.targets import check_outputs, open_input, output_directory
-from emitter_filter.program.fbs_schemas import FLAT_TENSOR, PROGRAM
+from emitter_filter.program.fbs_schemas import FLAT_TENSOR
 from emitter_filter.program.flatbuffer_tables import Table
 from emitter_filter.program.generated_fields import table_text, vector_ints
-from emitter_filter.program.reachability import DataRef, DataSpace, Liveness
 
-__all__ = ["DEFAULT_MIN_BYTES", "SharedProgram", "ShareReport", "share_files"]
+__all__ = ["DEFAULT_MIN_BYTES", "share_files"]
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class SharedProgram:
-    """One program of the set: what was written for it.
+def share_files(
+    ptes: Sequence[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    *,
+    ptd_paths: Sequence[str | os.PathLike] = (),
+    ptd_name: str = "shared.ptd",
+    min_bytes: int = DEFAULT_MIN_BYTES,
+    prune: bool = False,
+    dedupe: bool = False,
+    progress: ProgressFn | None = None,
+    data_beside: bool = True,
+) -> ShareReport:
+    """Writes the programs into `out_dir` with the bytes they have in common in one `.ptd`.
 
-    Attributes:
-        path: The input `.pte`.
-        output: The `.pte` written.
-        bytes_before: The input's size.
-        bytes_after: The output's size.
-        moved_constants: Constant entries now read from the shared `.ptd`.
-        moved_named_data: Named-data keys now read from the shared `.ptd`.
-        own_keys: Keys of its `.ptd` whose bytes differ for another program of the
-            set (both heads' `head.weight`), now in its `.pte` under the same name.
-        data: The `.ptd` files it was read with (`data_files.data_files_for`).
+    Args:
+        ptes: The programs. Not modified.
+        out_dir: Where to write each program (under its own name) and the
+            shared `.ptd`; created if missing. Every output is written
+            atomically; on any error none is left.
+        ptd_paths: The `.ptd` files the programs load with, as `merge_files`
+            takes them: `IN.ptd`, read by every program, or `FILE=IN.ptd` (or a
+            (FILE, IN.ptd) tuple), read by the program FILE only. None given:
+            each program reads the `.ptd` beside it with its stem, if any, unless
+            `data_beside` is False (`data_files.data_files_for`). Not modified. Their entries go into the shared `.ptd`, each key once; a
+            key whose bytes differ between programs stays with each program
+            that reads it, in its `.pte` under that key.
+        ptd_name: The shared `.ptd`'s file name.
+        min_bytes: Contents shorter than this stay where they are.
+        prune: First prune each program as `prune_file` does (into a temporary
+            directory beside `out_dir`), then share the pruned programs. Not
+            with `ptd_paths`: a `.ptd` several programs read cannot be pruned
+            for one of them.
+        dedupe: Also store a content repeated within one program once, as
+            `prune_file(dedupe=True)` does (named data that repeats a constant).
+        progress: Called with (bytes written, bytes to write).
+
+    Returns:
+        What was written.
+
+    Raises:
+        PteFormatError: A file is malformed, or one key holds different bytes
+            in two files one program loads with.
+        MethodSetError: A `FILE=` names none of the programs.
+        OutputFileError: An output would replace an input, or cannot be written.
     """
-
-    path: str
-    output: str
-    bytes_before: int
-    bytes_after: int
-    moved_constants: int
-    moved_named_data: int
-    own_keys: tuple[str, ...] = ()
-    data: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class ShareReport:
-    """What `share_files` wrote.
-
-    Attributes:
-        programs: Each program, in the order given.
-        ptd_inputs: The input `.ptd` files.
-        ptd_outputs: The `.ptd` files written: the shared one, or each input's
-            copy when nothing was shared.
-        bytes_before: Size of the input files together.
-        bytes_after: Size of the output files together.
-        shared_contents: Contents now stored once for several files.
-        shared_bytes: Their bytes (each counted once).
-        seconds: Wall time.
-        dead_bytes: Bytes of the programs no plan reads (`audit`'s count): share
-            moves none of them, so they stay, dead, for `prune` (or `--prune`).
-        deduplicated_bytes: With `dedupe`, what storing repeats within each program
-            once saved on top.
-    """
-
-    programs: tuple[SharedProgram, ...]
-    ptd_inputs: tuple[str, ...]
-    ptd_outputs: tuple[str, ...]
-    bytes_before: int
-    bytes_after: int
-    shared_contents: int
-    shared_bytes: int
-    seconds: float
-    dead_bytes: int = 0
-    deduplicated_bytes: int = 0
-
-    @property
-    def saved_bytes(self) -> int:
-        return self.bytes_before - self.bytes_after
-
-    def summary(self) -> str:
-        """One line, for the log and the CLI."""
-        stored = (
-            f"{self.shared_contents} contents ({self.shared_bytes:,} B) stored once in "
-            + ", ".join(self.ptd_outputs)
-            if self.ptd_outputs
-            else "nothing stored once"
+    started = time.perf_counter()
+    pte_files = [os.fspath(p) for p in ptes]
+    out_path = os.fspath(out_dir)
+    _check_inputs(pte_files, out_path, ptd_name)
+    if prune:
+        return _prune_then_share(
+            pte_files,
+            out_path,
+            list(ptd_paths),
+            started,
+            data_beside,
+            ptd_name=ptd_name,
+            min_bytes=min_bytes,
+            progress=progress,
+            dedupe=dedupe,
         )
-        programs = "1 program" if len(self.programs) == 1 else f"{len(self.programs)} programs"
-        own = sum(len(p.own_keys) for p in self.programs)
-        return (
-            f"{programs}: {self.bytes_before:,} -> {self.bytes_after:,} B "
-            f"({self.saved_bytes:,} saved); {stored} in {self.seconds * 1e3:.1f} ms"
-            + (
-                f"; {own} key(s) with other bytes in another program kept in each program's .pte"
-                if own
-                else ""
-            )
-            + (
-                f"; {self.deduplicated_bytes:,} B stored once within programs (--dedupe)"
-                if self.deduplicated_bytes
-                else ""
-            )
-            + (
-                f"; {self.dead_bytes:,} B no program reads left in place (prune them, or "
-                "share --prune)"
-                if self.dead_bytes
-                else ""
-            )
-        )
-
-    def to_json(self) -> dict:
-        """The form `share --json` prints."""
-        return {
-            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
-            "programs": [dataclasses.asdict(p) for p in self.programs],
-            "saved_bytes": self.saved_bytes,
-            "data": [{"program": p.path, "data": list(p.data)} for p in self.programs],
-        }
-
-
-# --- decide: one program ----------------------------------------------------------------
-
-
-def _external_info(tensor, key: str) -> Table:
-    """The tensor's `extra_tensor_info`, now EXTERNAL under `key` (other fields kept)."""
-    info = PROGRAM.ExtraTensorInfo(fullyQualifiedName=key, location=TensorDataLocation.EXTERNAL)
-    old = tensor.extraTensorInfo
-    if old is not None:
-        info.mutableDataSegmentsIdx = old.mutableDataSegmentsIdx
-        info.deviceType, info.deviceIndex = old.deviceType, old.deviceIndex
-    return info
-
-
-def _externalize(read: PteProgram, keys) -> tuple:
-    """Points every tensor reading a moved constant at its key; returns the new `PlanRefs`.
-
-    External data indices follow the existing ones (one per key); prune's
-    rewrite renumbers them in first-reference order.
-    """
-    pte, program = read.pte, read.program
-    index_of = {t.name: t.ref.index for t in pte.tensors if t.ref.space is DataSpace.EXTERNAL}
-    plans = []
-    for plan, refs in zip(program.executionPlan or (), pte.plans, strict=True):
-        data_refs = dict(refs.data_refs)
-        for value_index, ref in refs.data_refs.items():
-            layouts = keys.get(ref.index) if ref.space is DataSpace.CONSTANT else None
-            if layouts is None:
-                continue
-            tensor = plan.values[value_index].val
-            key = layouts[
-                TensorLayoutKey(
-                    int(tensor.scalarType),
-                    tuple(vector_ints(tensor.sizes)),
-                    tuple(vector_ints(tensor.dimOrder)),
-                )
-            ]
-            tensor.extraTensorInfo = _external_info(tensor, key)
-            index = index_of.setdefault(key, max(index_of.values(), default=-1) + 1)
-            data_refs[value_index] = DataRef(DataSpace.EXTERNAL, index)
-        plans.append(dataclasses.replace(refs, data_refs=data_refs))
-    return tuple(plans)
-
-
-def _entry_count(subsegment) -> int:
-    """Entries of a constant or mutable subsegment, its placeholder counted even where absent."""
-    return max(len(vector_ints(subsegment.offsets)) if subsegment is not None else 0, 1)
-
-
-def _keep_own(
-    read: PteProgram,
-    plans,
-    own: frozenset[str],
-    fds: dict[str, int],
-    layout: PteLayout,
-    alignments: dict[str, Sequence[int]],
-):
-    """Brings the program's own keys (`SharedSet.own_keys`) from its `.ptd` into its `.pte`.
-
-    A tensor reading one becomes a constant of the `.pte` (location SEGMENT, its
-    `fully_qualified_name` kept, so the attribute API still finds it), as `merge
-    --inline` writes it, or, a mutable one (`allocation_info` set: a training weight),
-    mutable data, which the runtime copies into its arena; named data becomes the
-    program's own, under its key. Returns the new `PlanRefs`, the constant entries,
-    the mutable entries and the named data to add.
-    """
-    pte, program = read.pte, read.program
-    spaces: dict[DataSpace, tuple[int, list[StoredEntry]]] = {
-        DataSpace.CONSTANT: (_entry_count(program.constantSegment), []),
-        DataSpace.MUTABLE: (_entry_count((program.mutableDataSegments or [None])[0]), []),
-    }
-    index_of: dict[str, DataRef] = {}
-    new_plans = []
-    for plan, refs in zip(program.executionPlan or (), plans, strict=True):
-        data_refs = dict(refs.data_refs)
-        for value_index, ref in refs.data_refs.items():
-            tensor = plan.values[value_index].val
-            name = (
-                table_text(tensor.extraTensorInfo.fullyQualifiedName)
-                if tensor.extraTensorInfo is not None
-                else None
-            )
-            if ref.space is not DataSpace.EXTERNAL or name not in own:
-                continue
-            space = DataSpace.CONSTANT if tensor.allocationInfo is None else DataSpace.MUTABLE
-            if name not in index_of:
-                entry = pte.entries[DataSpace.EXTERNAL][ref.index]
-                first, entries = spaces[space]
-                index_of[name] = DataRef(space, first + len(entries))
-                entries.append(
-                    StoredEntry(
-                        fds[entry.file],
-                        entry.offset,
-                        entry.nbytes,
-                        entry.nbytes,
-                        True,
-                        layout.tensor_alignment,
-                    )
-                )
-            if index_of[name].space is not space:
-                raise PteFormatError(
-                    pte.path,
-                    f"external tensor {name!r} is read both as a "
-                    "mutable and as a constant tensor: share cannot keep it",
-                )
-            tensor.extraTensorInfo.location = TensorDataLocation.SEGMENT
-            data_refs[value_index] = index_of[name]
-        new_plans.append(dataclasses.replace(refs, data_refs=data_refs))
-    named = [
-        (
-            entry.key,
-            Piece(fds[entry.file], entry.offset, entry.nbytes),
-            alignments[entry.file][entry.segment_index],
-        )
-        for entry in pte.named_data
-        if entry.file != pte.path and entry.key in own and entry.key not in index_of
-    ]
-    return tuple(new_plans), spaces[DataSpace.CONSTANT][1], spaces[DataSpace.MUTABLE][1], named
-
-
-def _every_value(plans) -> Liveness:
-    """Every value of every plan kept: `share` moves data, it drops nothing."""
-    live_data: dict[DataSpace, set[int]] = {space: set() for space in DataSpace}
-    for plan in plans:
-        for ref in plan.data_refs.values():
-            live_data[ref.space].add(ref.index)
-    return Liveness(
-        live_values=tuple(tuple(range(p.num_values)) for p in plans),
-        live_data={
-            space: frozenset(i for i in entries if i or not space.has_placeholder)
-            for space, entries in live_data.items()
-        },
+    # Where each program's data and each output are; nothing may overwrite an input.
+    data_of = data_files_for(pte_files, ptd_paths, beside=data_beside)
+    ptd_files = list(dict.fromkeys(p for files in data_of for p in files))
+    pte_outputs, shared_output, copy_outputs = _output_paths(
+        pte_files, ptd_files, out_path, ptd_name
     )
+    check_inputs(list(zip(pte_files, data_of, strict=True)))
+
+    # 1. Read every input, and the layout each program was written with.
+    programs = _with_layouts(read_set(pte_files, ptd_files, data_of))
+    assert programs.layouts is not None and programs.ptd_alignments is not None  # set just now
+    ptds = [(*ptd, own) for ptd, own in zip(programs.ptds, programs.ptd_alignments, strict=True)]
+    # 2. Find the contents stored in two or more files.
+    found = find_set_shared(programs, min_bytes)
+    opened: list[int] = []
+    try:
+        fds = {p: open_input(p, opened) for p in [*pte_files, *ptd_files]}
+        # 3. Decide every output byte.
+        outputs, ptd_outputs = _outputs(
+            programs, ptds, found, fds, pte_outputs, shared_output, copy_outputs
+        )
+        deduplicated = _dedupe(outputs, programs.layouts) if dedupe else 0
+        sizes = [o.size for o in outputs]
+        # 4. Write, once proven and validated.
+        claims = _claims(pte_files, data_of, ptd_files, bool(found.shared))
+        prove_outputs(outputs, claims)
+        with contextlib.ExitStack() as made:
+            for directory in dict.fromkeys(os.path.dirname(o.path) for o in outputs):
+                made.enter_context(output_directory(directory or out_path))
+            bytes_after = write_outputs(
+                outputs, progress, validate=proved(validate_outputs, claims, outputs)
+            )
+    finally:
+        for fd in opened:
+            os.close(fd)
+    report = build_report(
+        programs.reads,
+        ptds,
+        found,
+        pte_outputs,
+        ptd_outputs,
+        sizes,
+        bytes_after,
+        started,
+        data_of,
+    )
+    logger.info("%s", report.summary())
+    return dataclasses.replace(report, deduplicated_bytes=deduplicated) if dedupe else report
+
+
+def _check_inputs(ptes: Sequence[str], out_dir: str, ptd_name: str) -> None:
+    if not ptes:
+        raise OutputFileError("share: no programs given")
+    if not ptd_name or os.path.basename(ptd_name) != ptd_name:
+        raise OutputFileError(f"{ptd_name!r}: the shared .ptd's name must be a file name")
+    absolute = [os.path.abspath(p) for p in ptes]
+    for path, where in zip(ptes, absolute, strict=True):
+        if absolute.count(where) > 1:
+            raise OutputFileError(f"{path}: given twice; share writes each program once")
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise OutputFileError(f"{out_dir}: not a directory")
+
+
+def _prune_then_share(ptes, out_dir, ptd_paths, started, data_beside, **options) -> ShareReport:
+    """`prune_file` of each program into a temporary directory (the `.ptd` beside it pruned
+    beside its output, with its stem), then `share_files` of those."""
+    if ptd_paths:
+        raise OutputFileError(
+            f"{out_dir}: prune with .ptd files: a .ptd several programs read cannot be "
+            "pruned for one; prune each program with its own .ptd first, then share"
+        )
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    try:
+        temp = tempfile.TemporaryDirectory(dir=parent, prefix=".emitter-filter-")
+    except OSError as error:
+        raise OutputFileError(f"{out_dir}: cannot write: {error.strerror}") from error
+    with temp:
+        pruned = [os.path.join(temp.name, tail) for tail in unique_tails(ptes)]
+        data_of = data_files_for(ptes, (), beside=data_beside)
+        for source, target, files in zip(ptes, pruned, data_of, strict=True):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            prune_file(
+                source,
+                target,
+                files,
+                ptd_outputs=[os.path.splitext(target)[0] + ".ptd" for _ in files],
+            )
+        report = share_files(pruned, out_dir, **options)
+    return dataclasses.replace(
+        report,
+        programs=tuple(
+            dataclasses.replace(
+                p, path=source, data=tuple(files), bytes_before=os.path.getsize(source)
+            )
+            for p, source, files in zip(report.programs, ptes, data_of, strict=True)
+        ),
+        ptd_inputs=tuple(f for files in data_of for f in files),
+        bytes_before=sum(os.path.getsize(p) for p in ptes)
+        + sum(os.path.getsize(f) for files in data_of for f in files),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _output_paths(
+    pte_files: list[str], ptd_files: list[str], out_path: str, ptd_name: str
+) -> tuple[list[str], str, list[str]]:
+    """(each program's output, the shared `.ptd`, each input `.ptd`'s copy), none of them
+    an input, whichever of the shared `.ptd` or the copies is written."""
+    # Each under its name, or the shortest tail of its path that tells it apart
+    # (`a/model.pte`, `b/model.pte`: every optimum-executorch export is `model.pte`).
+    pte_outputs = [os.path.join(out_path, tail) for tail in unique_tails(pte_files)]
+    shared_output = os.path.join(out_path, ptd_name)
+    copy_outputs = [os.path.join(out_path, tail) for tail in unique_tails(ptd_files)]
+    check_outputs([*pte_files, *ptd_files], [*pte_outputs, shared_output], "share", [out_path])
+    check_outputs([*pte_files, *ptd_files], [*pte_outputs, *copy_outputs], "share", [out_path])
+    return pte_outputs, shared_output, copy_outputs
+
+
+def _with_layouts(programs: ProgramSet) -> ProgramSet:
+    """The set with each input's layout, read back as `prune` reads it, before anything changes."""
+    layouts = []
+    for read in programs.reads:
+        aliased = find_aliases(find_shared_ranges(read.pte))
+        layouts.append(
+            read_pte_layout(
+                read.pte,
+                read.program,
+                read.program_data,
+                aliased,
+                shared_segment_alignment(read.pte, aliased),
+            )
+        )
+    own = tuple(
+        infer_ptd_layout(ptd_segment_alignments(ptd), None, len(ptd.segments)).segment_alignments
+        for ptd, _ in programs.ptds
+    )
+    return dataclasses.replace(programs, layouts=tuple(layouts), ptd_alignments=own)
+
+
+def _outputs(programs, ptds, found, fds, pte_outputs, shared_output, copy_outputs):
+    """Every output, decided: (outputs, the `.ptd` files among them)."""
+    alignments = {ptd.path: own for ptd, _, own in ptds}
+    outputs = [
+        _shared_pte(n, read, layout, found, fds, alignments, output)
+        for n, (read, layout, output) in enumerate(
+            zip(programs.reads, programs.layouts, pte_outputs, strict=True)
+        )
+    ]
+    if not found.shared:
+        outputs += [
+            verbatim(o, fds[ptd.path], ptd.file_bytes)
+            for (ptd, _, _), o in zip(ptds, copy_outputs, strict=True)
+        ]
+        return outputs, copy_outputs
+    alignment = max(
+        [DEFAULT_SEGMENT_ALIGNMENT, *(layout.segment_alignment for layout in programs.layouts)]
+    )
+    outputs.append(
+        _shared_ptd(found, ptds, _ptd_blobs_by_place(found), fds, shared_output, alignment)
+    )
+    return outputs, [shared_output]
 
 
 def _shared_pte(
@@ -333,24 +317,36 @@ def _shared_pte(
     own = found.own_keys.get(number, frozenset())
     if not keys and not moved_keys and not own and not relies_on_constant_buffer(read.pte):
         return verbatim(output, fd, read.pte.file_bytes)
-    plans, constants, mutables, named = _keep_own(
-        read, _externalize(read, keys), own, fds, layout, alignments
+    plans, constants, mutables, named = keep_own(
+        read, externalize(read, keys), own, fds, alignments
     )
     return pruned_pte(
         dataclasses.replace(read.pte, plans=plans),
         read.program,
-        _every_value(plans),
+        every_value(plans),
         moved_keys,
         layout,
         fd,
         output,
-        extra_constants=constants,
-        extra_mutables=mutables,
+        extra_constants=_copied(constants, fds, layout),
+        extra_mutables=_copied(mutables, fds, layout),
         extra_named=named,
     )
 
 
-# --- decide: the shared .ptd ------------------------------------------------------------
+def _copied(
+    entries: Sequence[DataEntry], fds: dict[str, int], layout: PteLayout
+) -> list[StoredEntry]:
+    """The `.ptd` entries a program keeps (`keep_own`), each copied whole into its `.pte`."""
+    return [
+        StoredEntry(fds[e.file], e.offset, e.nbytes, e.nbytes, True, layout.tensor_alignment)
+        for e in entries
+    ]
+
+
+def _ptd_blobs_by_place(found: SharedSet) -> dict:
+    """Every `.ptd` segment that is a copy of some grouped content, by (file, segment)."""
+    return {(b.file, b.index): b for b in found.content_of if b.kind == "external"}
 
 
 def _tensor_layout(layout: TensorLayoutKey) -> Table:
@@ -447,150 +443,14 @@ def _shared_ptd(
     )
 
 
-# --- the entry point --------------------------------------------------------------------
-
-
-def _check_inputs(ptes: Sequence[str], out_dir: str, ptd_name: str) -> None:
-    if not ptes:
-        raise OutputFileError("share: no programs given")
-    if not ptd_name or os.path.basename(ptd_name) != ptd_name:
-        raise OutputFileError(f"{ptd_name!r}: the shared .ptd's name must be a file name")
-    absolute = [os.path.abspath(p) for p in ptes]
-    for path, where in zip(ptes, absolute, strict=True):
-        if absolute.count(where) > 1:
-            raise OutputFileError(f"{path}: given twice; share writes each program once")
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise OutputFileError(f"{out_dir}: not a directory")
-
-
-def _with_layouts(programs: ProgramSet) -> ProgramSet:
-    """The set with each input's layout, read back as `prune` reads it, before anything changes."""
-    layouts = []
-    for read in programs.reads:
-        aliased = find_aliases(find_shared_ranges(read.pte))
-        layouts.append(
-            read_pte_layout(
-                read.pte,
-                read.program,
-                read.program_data,
-                aliased,
-                shared_segment_alignment(read.pte, aliased),
-            )
-        )
-    own = tuple(
-        infer_ptd_layout(ptd_segment_alignments(ptd), None, len(ptd.segments)).segment_alignments
-        for ptd, _ in programs.ptds
-    )
-    return dataclasses.replace(programs, layouts=tuple(layouts), ptd_alignments=own)
-
-
-def share_files(
-    ptes: Sequence[str | os.PathLike],
-    out_dir: str | os.PathLike,
-    *,
-    ptd_paths: Sequence[str | os.PathLike] = (),
-    ptd_name: str = "shared.ptd",
-    min_bytes: int = DEFAULT_MIN_BYTES,
-    prune: bool = False,
-    dedupe: bool = False,
-    progress: ProgressFn | None = None,
-    data_beside: bool = True,
-) -> ShareReport:
-    """Writes the programs into `out_dir` with the bytes they have in common in one `.ptd`.
-
-    Args:
-        ptes: The programs. Not modified.
-        out_dir: Where to write each program (under its own name) and the
-            shared `.ptd`; created if missing. Every output is written
-            atomically; on any error none is left.
-        ptd_paths: The `.ptd` files the programs load with, as `merge_files`
-            takes them: `IN.ptd`, read by every program, or `FILE=IN.ptd` (or a
-            (FILE, IN.ptd) tuple), read by the program FILE only. None given:
-            each program reads the `.ptd` beside it with its stem, if any, unless
-            `data_beside` is False (`data_files.data_files_for`). Not modified. Their entries go into the shared `.ptd`, each key once; a
-            key whose bytes differ between programs stays with each program
-            that reads it, in its `.pte` under that key.
-        ptd_name: The shared `.ptd`'s file name.
-        min_bytes: Contents shorter than this stay where they are.
-        prune: First prune each program as `prune_file` does (into a temporary
-            directory beside `out_dir`), then share the pruned programs. Not
-            with `ptd_paths`: a `.ptd` several programs read cannot be pruned
-            for one of them.
-        dedupe: Also store a content repeated within one program once, as
-            `prune_file(dedupe=True)` does (named data that repeats a constant).
-        progress: Called with (bytes written, bytes to write).
-
-    Returns:
-        What was written.
-
-    Raises:
-        PteFormatError: A file is malformed, or one key holds different bytes
-            in two files one program loads with.
-        MethodSetError: A `FILE=` names none of the programs.
-        OutputFileError: An output would replace an input, or cannot be written.
-    """
-    started = time.perf_counter()
-    pte_files = [os.fspath(p) for p in ptes]
-    out_path = os.fspath(out_dir)
-    _check_inputs(pte_files, out_path, ptd_name)
-    if prune:
-        return _prune_then_share(
-            pte_files,
-            out_path,
-            list(ptd_paths),
-            started,
-            data_beside,
-            ptd_name=ptd_name,
-            min_bytes=min_bytes,
-            progress=progress,
-            dedupe=dedupe,
-        )
-    data_of = data_files_for(pte_files, ptd_paths, beside=data_beside)
-    ptd_files = list(dict.fromkeys(p for files in data_of for p in files))
-    # Each under its name, or the shortest tail of its path that tells it apart
-    # (`a/model.pte`, `b/model.pte`: every optimum-executorch export is `model.pte`).
-    pte_outputs = [os.path.join(out_path, tail) for tail in unique_tails(pte_files)]
-    shared_output = os.path.join(out_path, ptd_name)
-    copy_outputs = [os.path.join(out_path, tail) for tail in unique_tails(ptd_files)]
-    check_outputs([*pte_files, *ptd_files], [*pte_outputs, shared_output], "share", [out_path])
-    check_outputs([*pte_files, *ptd_files], [*pte_outputs, *copy_outputs], "share", [out_path])
-    check_inputs(list(zip(pte_files, data_of, strict=True)))
-
-    programs = _with_layouts(read_set(pte_files, ptd_files, data_of))
-    assert programs.layouts is not None and programs.ptd_alignments is not None  # set just now
-    ptds = [(*ptd, own) for ptd, own in zip(programs.ptds, programs.ptd_alignments, strict=True)]
-    found = find_set_shared(programs, min_bytes)
-    opened: list[int] = []
-    try:
-        fds = {p: open_input(p, opened) for p in [*pte_files, *ptd_files]}
-        outputs, ptd_outputs = _outputs(
-            programs, ptds, found, fds, pte_outputs, shared_output, copy_outputs
-        )
-        deduplicated = _dedupe(outputs, programs.layouts) if dedupe else 0
-        sizes = [o.size for o in outputs]
-        claims = _claims(pte_files, data_of, ptd_files, bool(found.shared))
-        prove_outputs(outputs, claims)
-        with contextlib.ExitStack() as made:
-            for directory in dict.fromkeys(os.path.dirname(o.path) for o in outputs):
-                made.enter_context(output_directory(directory or out_path))
-            bytes_after = write_outputs(
-                outputs, progress, validate=proved(validate_outputs, claims, outputs)
-            )
-    finally:
-        for fd in opened:
-            os.close(fd)
-    report = _report(
-        programs.reads,
-        ptds,
-        found,
-        pte_outputs,
-        ptd_outputs,
-        sizes,
-        bytes_after,
-        started,
-        data_of,
-    )
-    return dataclasses.replace(report, deduplicated_bytes=deduplicated) if dedupe else report
+def _dedupe(outputs: list[OutputFile], layouts: Sequence[PteLayout]) -> int:
+    """`dedupe.dedupe_output` of each program's output, as `prune --dedupe` writes it;
+    the bytes it saves."""
+    saved = 0
+    for number, layout in enumerate(layouts):
+        outputs[number], report = dedupe_output(outputs[number], layout.segment_alignment)
+        saved += report.saved_bytes
+    return saved
 
 
 def _claims(pte_files, data_of, ptd_files, shared: bool) -> list[Claim]:
@@ -602,114 +462,3 @@ def _claims(pte_files, data_of, ptd_files, shared: bool) -> list[Claim]:
         ptds = (first,) if shared else tuple(first + ptd_files.index(p) for p in files)
         claims.append(Claim(inputs=(Side(pte, tuple(files)),), pte=number, ptds=ptds))
     return claims
-
-
-def _dedupe(outputs: list[OutputFile], layouts: Sequence[PteLayout]) -> int:
-    """`dedupe.dedupe_output` of each program's output, as `prune --dedupe` writes it;
-    the bytes it saves."""
-    saved = 0
-    for number, layout in enumerate(layouts):
-        outputs[number], report = dedupe_output(outputs[number], layout.segment_alignment)
-        saved += report.saved_bytes
-    return saved
-
-
-def _outputs(programs, ptds, found, fds, pte_outputs, shared_output, copy_outputs):
-    """Every output, decided: (outputs, the `.ptd` files among them)."""
-    alignments = {ptd.path: own for ptd, _, own in ptds}
-    outputs = [
-        _shared_pte(n, read, layout, found, fds, alignments, output)
-        for n, (read, layout, output) in enumerate(
-            zip(programs.reads, programs.layouts, pte_outputs, strict=True)
-        )
-    ]
-    if not found.shared:
-        outputs += [
-            verbatim(o, fds[ptd.path], ptd.file_bytes)
-            for (ptd, _, _), o in zip(ptds, copy_outputs, strict=True)
-        ]
-        return outputs, copy_outputs
-    alignment = max(
-        [DEFAULT_SEGMENT_ALIGNMENT, *(layout.segment_alignment for layout in programs.layouts)]
-    )
-    outputs.append(
-        _shared_ptd(found, ptds, _ptd_blobs_by_place(found), fds, shared_output, alignment)
-    )
-    return outputs, [shared_output]
-
-
-def _prune_then_share(ptes, out_dir, ptd_paths, started, data_beside, **options) -> ShareReport:
-    """`prune_file` of each program into a temporary directory (the `.ptd` beside it pruned
-    beside its output, with its stem), then `share_files` of those."""
-    if ptd_paths:
-        raise OutputFileError(
-            f"{out_dir}: prune with .ptd files: a .ptd several programs read cannot be "
-            "pruned for one; prune each program with its own .ptd first, then share"
-        )
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    try:
-        temp = tempfile.TemporaryDirectory(dir=parent, prefix=".emitter-filter-")
-    except OSError as error:
-        raise OutputFileError(f"{out_dir}: cannot write: {error.strerror}") from error
-    with temp:
-        pruned = [os.path.join(temp.name, tail) for tail in unique_tails(ptes)]
-        data_of = data_files_for(ptes, (), beside=data_beside)
-        for source, target, files in zip(ptes, pruned, data_of, strict=True):
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            prune_file(
-                source,
-                target,
-                files,
-                ptd_outputs=[os.path.splitext(target)[0] + ".ptd" for _ in files],
-            )
-        report = share_files(pruned, out_dir, **options)
-    return dataclasses.replace(
-        report,
-        programs=tuple(
-            dataclasses.replace(
-                p, path=source, data=tuple(files), bytes_before=os.path.getsize(source)
-            )
-            for p, source, files in zip(report.programs, ptes, data_of, strict=True)
-        ),
-        ptd_inputs=tuple(f for files in data_of for f in files),
-        bytes_before=sum(os.path.getsize(p) for p in ptes)
-        + sum(os.path.getsize(f) for files in data_of for f in files),
-        seconds=time.perf_counter() - started,
-    )
-
-
-def _ptd_blobs_by_place(found: SharedSet) -> dict:
-    """Every `.ptd` segment that is a copy of some grouped content, by (file, segment)."""
-    return {(b.file, b.index): b for b in found.content_of if b.kind == "external"}
-
-
-def _report(reads, ptds, found, pte_outputs, ptd_outputs, sizes, bytes_after, started, data_of):
-    programs = tuple(
-        SharedProgram(
-            path=read.pte.path,
-            output=output,
-            bytes_before=read.pte.file_bytes,
-            bytes_after=size,
-            moved_constants=sum(1 for p, _ in found.constant_keys if p == number),
-            moved_named_data=len(found.moved_keys.get(number, ())),
-            own_keys=tuple(sorted(found.own_keys.get(number, ()))),
-            data=tuple(data_of[number]),
-        )
-        # `sizes` lists the programs' outputs first, then the `.ptd` outputs.
-        for number, (read, output, size) in enumerate(
-            zip(reads, pte_outputs, sizes[: len(pte_outputs)], strict=True)
-        )
-    )
-    report = ShareReport(
-        programs=programs,
-        ptd_inputs=tuple(ptd.path for ptd, _, _ in ptds),
-        ptd_outputs=tuple(ptd_outputs),
-        bytes_before=sum(r.pte.file_bytes for r in reads) + sum(p.file_bytes for p, _, _ in ptds),
-        bytes_after=bytes_after,
-        shared_contents=len(found.shared),
-        shared_bytes=sum(c.nbytes for c in found.shared),
-        seconds=time.perf_counter() - started,
-        dead_bytes=sum(found.dead_bytes),
-    )
-    logger.info("%s", report.summary())
-    return report

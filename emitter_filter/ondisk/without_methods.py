@@ -18,16 +18,13 @@ from emitter_filter._program_fbs.executorch_flatbuffer.BackendDelegateInlineData
 )
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.analyse.analysis import analyse_file, find_aliases
+from emitter_filter.ondisk.analyse.analysis import analyse_file
+from emitter_filter.ondisk.analyse.stored_ranges import find_aliases
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
-from emitter_filter.ondisk.read.layout import (
-    PteLayout,
-    extended_header_prefix,
-    pack_program,
-    read_pte_layout,
-    shared_segment_alignment,
-)
+from emitter_filter.ondisk.read.file_headers import extended_header_prefix
+from emitter_filter.ondisk.read.layout import PteLayout, pack_program, read_pte_layout
 from emitter_filter.ondisk.read.read_pte import PteProgram
+from emitter_filter.ondisk.read.segment_layout import shared_segment_alignment
 from emitter_filter.program.generated_fields import table_text
 
 __all__ = ["ViewOf", "view_without"]

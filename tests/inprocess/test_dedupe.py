@@ -31,14 +31,11 @@ from emitter_filter.cli import main
 from emitter_filter.errors import OutputFileError, PteFormatError
 from emitter_filter.inprocess import hook
 from emitter_filter.ondisk.analyse import dedupe_find
-from emitter_filter.ondisk.analyse.analysis import find_shared_ranges
+from emitter_filter.ondisk.analyse.stored_ranges import find_shared_ranges
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.dedupe import dedupe_file, dedupe_pte
-from emitter_filter.ondisk.read.layout import (
-    extended_header_prefix,
-    pack_program,
-    padded_header_length,
-)
+from emitter_filter.ondisk.read.file_headers import extended_header_prefix, padded_header_length
+from emitter_filter.ondisk.read.layout import pack_program
 from emitter_filter.ondisk.read.read_pte import read_pte, read_pte_program
 from emitter_filter.ondisk.write import output
 
@@ -485,7 +482,7 @@ def test_prune_dedupe_json_reports_the_shared_ranges(build, tmp_path, capsys):
 
 def test_the_public_api_is_what_we_mean_it_to_be():
     from emitter_filter.ondisk import dedupe
-    from emitter_filter.ondisk.analyse import analysis
+    from emitter_filter.ondisk.analyse import stored_ranges
 
     assert set(dedupe.__all__) == {
         "DedupeReport",
@@ -495,7 +492,7 @@ def test_the_public_api_is_what_we_mean_it_to_be():
         "write_deduplicated",
         "dedupe_file",
     }
-    assert {"SharedRange", "find_shared_ranges"} <= set(analysis.__all__)
+    assert {"SharedRange", "find_shared_ranges"} <= set(stored_ranges.__all__)
     assert {"dedupe_file", "DedupeReport", "ENV_DEDUPE"} <= set(emitter_filter.__all__)
     assert emitter_filter.dedupe_file is dedupe_file
 

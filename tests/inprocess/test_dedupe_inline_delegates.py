@@ -19,7 +19,7 @@ from executorch.extension.pybindings.portable_lib import (
 
 import emitter_filter
 from emitter_filter._program_fbs.executorch_flatbuffer.Program import Program
-from emitter_filter.ondisk.analyse.analysis import find_shared_ranges
+from emitter_filter.ondisk.analyse.stored_ranges import find_shared_ranges
 from emitter_filter.ondisk.dedupe import dedupe_pte
 from emitter_filter.ondisk.read.read_pte import read_pte
 

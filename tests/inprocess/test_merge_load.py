@@ -26,7 +26,7 @@ from emitter_filter.cli import main
 from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.audit import audit_file
 from emitter_filter.ondisk.merge import merge_files
-from emitter_filter.ondisk.read.layout import aligned
+from emitter_filter.ondisk.read.file_headers import aligned
 from emitter_filter.ondisk.read.read_pte import read_pte
 from emitter_filter.ondisk.split import split_file
 from emitter_filter.program.reachability import DataSpace

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from emitter_filter.cli import main
-from emitter_filter.ondisk.analyse.analysis import find_shared_ranges
+from emitter_filter.ondisk.analyse.stored_ranges import find_shared_ranges
 from emitter_filter.ondisk.dedupe import dedupe_file, dedupe_pte
 from emitter_filter.ondisk.read.read_pte import read_pte
 from tests.files import CASES, GOLDEN, saved

@@ -1,4 +1,4 @@
-"""One count of every byte (`analysis.ByteCount`), on every file the golden set holds, on
+"""One count of every byte (`dead_bytes.ByteCount`), on every file the golden set holds, on
 what `share`, `prune` and `prune --dedupe` write from them, and on the real files named by
 `EMITTER_FILTER_REALWORLD_DIR` (`.ci/run` points it at the workplace's copies) with their
 `share` outputs: `tests.one_count.check_one_count` on each.

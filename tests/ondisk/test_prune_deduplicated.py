@@ -61,7 +61,7 @@ def test_prune_of_a_deduplicated_file_keeps_its_segment_alignment(tmp_path, segm
 
 def test_prune_of_a_deduplicated_file_keeps_the_sharing_and_never_grows(tmp_path):
     """Issue 20: pruning used to write the aliased named data out again, doubling the file."""
-    from emitter_filter.ondisk.analyse.analysis import find_shared_ranges
+    from emitter_filter.ondisk.analyse.stored_ranges import find_shared_ranges
 
     torch.manual_seed(0)
     edge = to_edge_transform_and_lower(

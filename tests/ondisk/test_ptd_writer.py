@@ -138,8 +138,8 @@ def test_a_ptd_executorch_wrote_prunes_to_what_it_writes_without_the_key(
     tmp_path_factory, payload, segment_alignment, data
 ):
     """The `.ptd` side of `prune` (`pruned_ptd`): byte for byte ExecuTorch's file."""
-    from emitter_filter.ondisk.read.layout import ptd_segment_alignments
     from emitter_filter.ondisk.read.read_ptd import read_ptd
+    from emitter_filter.ondisk.read.segment_layout import ptd_segment_alignments
     from emitter_filter.ondisk.write.output import write_outputs
     from emitter_filter.ondisk.write.prune_rewrite import pruned_ptd
 

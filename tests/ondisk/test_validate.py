@@ -1,6 +1,6 @@
 """`validate_file`: the runtime's load checks, on files built in code and mutated.
 
-Each invalid case is a field the runtime checks (`emitter_filter/ondisk/analyse/validate.py` names
+Each invalid case is a field the runtime checks (`emitter_filter/ondisk/analyse/validate.py` and `method_checks.py` name
 its function), changed in a program that is valid as built; `test_validate_runtime.py`
 loads the same files in ExecuTorch's runtime. Nothing here imports torch or executorch.
 """

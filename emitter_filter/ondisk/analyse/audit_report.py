@@ -3,7 +3,7 @@
 `audit_pte` takes a file `read_pte.read_pte` has read (`audit.audit_file` reads it
 first; `explain` audits what it has read itself), runs the
 same reachability as the in-process filter (`reachability.find_live`) and the
-same named-data rules (`analysis.classify_file_named_data`), and reports bytes
+same named-data rules (`dead_bytes.classify_file_named_data`), and reports bytes
 per space:
 
 - `constant`, `mutable`, `external`: tensor data; an entry is dead when no live
@@ -14,7 +14,7 @@ per space:
   in `kept_unprovable_named_data` instead (`named_keys`).
   A segment counts dead when every key that refers to it is dead.
 
-Each stored byte counts once (`analysis.ByteCount`): a byte any live value, key
+Each stored byte counts once (`dead_bytes.ByteCount`): a byte any live value, key
 or delegate reads is live, whatever dead references share it (a dead value of
 another shape, a dead key of another layout on the same `.ptd` segment); dead
 bytes are exactly the bytes pruning frees.
@@ -27,7 +27,7 @@ in `duplicates` (not dead): only entries whose size another entry shares are
 read, and hashed only when their first bytes match too. A range several entries
 share (what `dedupe_constants` writes) is stored once: it is listed in `shared`,
 not in `duplicates`; ranges that overlap without being the same range make the
-file malformed (`analysis.find_shared_ranges`).
+file malformed (`stored_ranges.find_shared_ranges`).
 
 Names (`analysis.analyse_file`): a dead entry is named by what the file carries (an
 external constant's FQN, a named-data key) and, given the model's state
@@ -44,13 +44,9 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from emitter_filter.ondisk.analyse.analysis import (
-    SPACES,
-    FileAnalysis,
-    SharedRange,
-    analyse_file,
-    stored_regions,
-)
+from emitter_filter.ondisk.analyse.analysis import FileAnalysis, analyse_file
+from emitter_filter.ondisk.analyse.dead_bytes import SPACES
+from emitter_filter.ondisk.analyse.stored_ranges import SharedRange, stored_regions
 from emitter_filter.ondisk.read.byte_source import ByteSource, StoredSpan
 from emitter_filter.ondisk.read.file_model import PteFile
 from emitter_filter.program.duplicates import DuplicateGroup, StoredCopy, group_duplicates
@@ -207,7 +203,7 @@ def audit_pte(
     dead_per_space = dict.fromkeys(SPACES, 0)
     for entry in dead:
         dead_per_space[entry.space] += entry.nbytes
-    # Each stored byte once (`analysis.ByteCount`): live on the first space that reads it.
+    # Each stored byte once (`dead_bytes.ByteCount`): live on the first space that reads it.
     spaces = {
         name: SpaceBytes(
             analysis.count.live[name] + dead_per_space[name],

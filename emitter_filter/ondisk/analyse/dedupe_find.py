@@ -13,7 +13,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.analyse.analysis import Alias, analyse_file, find_aliases
+from emitter_filter.ondisk.analyse.analysis import analyse_file
+from emitter_filter.ondisk.analyse.stored_ranges import Alias, find_aliases
 from emitter_filter.ondisk.read.byte_source import ByteSource
 from emitter_filter.ondisk.read.file_model import PteFile
 from emitter_filter.program.reachability import DataSpace

@@ -29,11 +29,12 @@ from emitter_filter.errors import InvalidOutputError, ProgramFormatError
 from emitter_filter.ondisk.analyse.named_sizes import xnnpack_tensor_bytes as tensor_bytes
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece, StoredSpan
 from emitter_filter.ondisk.read.file_model import NamedData
-from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program, tensor_nbytes
+from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
 from emitter_filter.ondisk.read.readers import inline_delegate_spans, xnnpack_graphs
 from emitter_filter.program.flatbuffer_tables import FlatbufferError, Table
 from emitter_filter.program.generated_fields import table_text, vector_ints
 from emitter_filter.program.object_models import GENERATED
+from emitter_filter.program.scalar_types import tensor_nbytes
 
 __all__ = ["Side", "Claim", "prove_rewrite", "prove_outputs", "proved"]
 

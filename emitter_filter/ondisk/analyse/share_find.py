@@ -24,7 +24,7 @@ Keys: a moved constant gets `constant_key`, derived from its content and its
 tensor layout, so equal keys mean equal bytes and an equal layout in every
 program (the runtime checks the layout of each external constant against the
 `.ptd`'s). Named data keep their keys (delegate blobs name them), as do `.ptd`
-entries. Each program resolves a key in its own files (`_resolve_keys`): one key
+entries. Each program resolves a key in its own files (`resolve_keys`): one key
 with two contents for one program is refused. One key with other bytes for
 other programs (two heads exported apart, each `.ptd` with its `head.weight`)
 cannot be one entry of the shared `.ptd`: it is *own* to each program that
@@ -35,11 +35,25 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.analyse.analysis import FileAnalysis, analyse_file, keep_ptd_key
+from emitter_filter.ondisk.analyse.analysis import FileAnalysis, analyse_file
+from emitter_filter.ondisk.analyse.set_keys import (
+    check_new_keys,
+    constant_key,
+    find_ptd_keys_read,
+    read_by_some,
+    resolve_keys,
+)
+from emitter_filter.ondisk.analyse.stored_blobs import (
+    StoredBlob,
+    TensorLayoutKey,
+    constant_tensor_layouts,
+    program_blobs,
+    ptd_blobs,
+)
 from emitter_filter.ondisk.read.byte_source import ByteSource, StoredSpan, open_sources
 from emitter_filter.ondisk.read.file_model import PtdFile
 from emitter_filter.ondisk.read.layout import PteLayout
@@ -47,18 +61,13 @@ from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
 from emitter_filter.program.duplicates import StoredCopy, group_duplicates
 from emitter_filter.program.flatbuffer_tables import Table
-from emitter_filter.program.generated_fields import table_text, vector_ints
 from emitter_filter.program.reachability import DataSpace
-from emitter_filter.program.scalar_types import SCALAR_TYPE_NAMES
 
 __all__ = [
     "DEFAULT_MIN_BYTES",
-    "StoredBlob",
-    "TensorLayoutKey",
     "SharedContent",
     "SharedSet",
     "ProgramSet",
-    "constant_key",
     "read_set",
     "find_shared",
     "find_set_shared",
@@ -71,42 +80,6 @@ __all__ = [
 #: constant), and the .ptd pads each segment to the segment alignment (128).
 #: `share`'s default, and what `audit` and `explain` of a set count as stored twice.
 DEFAULT_MIN_BYTES = 1024
-
-
-@dataclass(frozen=True)
-class StoredBlob:
-    """One place an input stores some bytes.
-
-    Attributes:
-        kind: "constant" (entry `index` of a `.pte`'s constant segment),
-            "named_data" (segment `index` of a `.pte`) or "external" (segment
-            `index` of a `.ptd`).
-        file: The file that stores it.
-        index: As `kind` says.
-        offset: Absolute offset in `file`.
-        nbytes: Its length (a constant's: its tensor's size).
-        keys: The named-data keys at that segment (none for a constant).
-        program: The input program that stores it; None for a `.ptd` segment.
-        alignment: The alignment it has where it is (what the shared `.ptd` keeps).
-    """
-
-    kind: str
-    file: str
-    index: int
-    offset: int
-    nbytes: int
-    keys: tuple[str, ...]
-    program: int | None
-    alignment: int
-
-
-@dataclass(frozen=True)
-class TensorLayoutKey:
-    """What the runtime compares for an external constant: `FlatTensor`'s `TensorLayout`."""
-
-    scalar_type: int
-    sizes: tuple[int, ...]
-    dim_order: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -147,7 +120,7 @@ class SharedSet:
         content_of: For each blob in a group of equal contents, the group's
             number (equal numbers: equal bytes); absent for a unique blob.
         dead_bytes: Per program, the bytes of its `.pte` no plan reads
-            (`analysis.ByteCount`): never moved, so left dead where they are.
+            (`dead_bytes.ByteCount`): never moved, so left dead where they are.
         own_keys: Per program, the keys of its `.ptd` files it reads whose bytes
             differ for another program: written into its `.pte`, under that key.
         clashing: Every key with other bytes for other programs: not in the
@@ -271,94 +244,6 @@ def key_clashes(programs: ProgramSet, found: SharedSet) -> tuple[KeyClash, ...]:
     return tuple(KeyClash(key, tuple(copies[key].items())) for key in sorted(copies))
 
 
-def constant_key(sha256: str, layout: TensorLayoutKey) -> str:
-    """The key of a moved constant: its content and tensor layout, readable.
-
-    The prefix keeps it apart from XNNPACK's keys (a bare sha256 of the bytes).
-    """
-    dtype = SCALAR_TYPE_NAMES.get(layout.scalar_type, str(layout.scalar_type))
-    key = f"shared.{sha256[:40]}.{dtype}[{','.join(map(str, layout.sizes))}]"
-    if layout.dim_order != tuple(range(len(layout.sizes))):
-        key += f".dim_order[{','.join(map(str, layout.dim_order))}]"
-    return key
-
-
-def _tensor_layouts(read: PteProgram) -> dict[int, list[tuple[TensorLayoutKey, str | None]]]:
-    """For each constant entry, the layout and FQN of each tensor that reads it."""
-    plans = {table_text(p.name) or "": p for p in read.program.executionPlan or ()}
-    layouts: dict[int, list[tuple[TensorLayoutKey, str | None]]] = {}
-    for tensor in read.pte.tensors:
-        if tensor.ref.space is not DataSpace.CONSTANT:
-            continue
-        value = plans[tensor.plan].values[tensor.value_index].val
-        layout = TensorLayoutKey(
-            int(value.scalarType),
-            tuple(vector_ints(value.sizes)),
-            tuple(vector_ints(value.dimOrder)),
-        )
-        layouts.setdefault(tensor.ref.index, []).append((layout, tensor.name))
-    return layouts
-
-
-def _program_blobs(
-    number: int, read: PteProgram, layout: PteLayout | None, analysis: FileAnalysis
-) -> Iterator[StoredBlob]:
-    """The constants live values read, then the `.pte`'s own named-data segments a
-    delegate may read."""
-    pte = read.pte
-    read_data = analysis.liveness.live_data[DataSpace.CONSTANT]
-    for index, entry in sorted(pte.entries[DataSpace.CONSTANT].items()):
-        if index and entry.nbytes and index in read_data:
-            yield StoredBlob(
-                "constant",
-                pte.path,
-                index,
-                entry.offset,
-                entry.nbytes,
-                (),
-                number,
-                1 if layout is None else layout.tensor_alignment,
-            )
-    keys: dict[int, list[str]] = {}
-    for named in pte.named_data:
-        if named.file == pte.path:
-            keys.setdefault(named.segment_index, []).append(named.key)
-    dead_keys = frozenset(analysis.use.dead)
-    for index, names in keys.items():
-        segment = pte.segments[index]
-        unread = all(name in dead_keys for name in names)
-        if segment.size and not unread and index not in (pte.constant_segment, pte.mutable_segment):
-            yield StoredBlob(
-                "named_data",
-                pte.path,
-                index,
-                segment.offset,
-                segment.size,
-                tuple(names),
-                number,
-                1 if layout is None else layout.segment_alignments[index],
-            )
-
-
-def _ptd_blobs(ptd: PtdFile, alignments: Sequence[int] | None) -> Iterator[StoredBlob]:
-    keys: dict[int, list[str]] = {}
-    for key, named in ptd.named_data.items():
-        keys.setdefault(named.segment_index, []).append(key)
-    for index, names in keys.items():
-        segment = ptd.segments[index]
-        if segment.size:
-            yield StoredBlob(
-                "external",
-                ptd.path,
-                index,
-                segment.offset,
-                segment.size,
-                tuple(names),
-                None,
-                1 if alignments is None else alignments[index],
-            )
-
-
 def _group(blobs: Sequence[StoredBlob], sources: Mapping[str, ByteSource]):
     """Groups the blobs by content: (nbytes, sha256 hex, blobs) per content stored twice or more."""
     by_copy = {StoredCopy(b.kind, b.file, b.index, b.keys): b for b in blobs}
@@ -405,16 +290,16 @@ def find_shared(
     Raises:
         PteFormatError: One program loads one key with two contents.
     """
-    blobs = [b for ptd, alignments in ptds for b in _ptd_blobs(ptd, alignments)]
+    blobs = [b for ptd, alignments in ptds for b in ptd_blobs(ptd, alignments)]
     analyses = [analyse_file(read.pte, sources) for read in reads]
     per_program: Sequence[PteLayout | None] = layouts or [None] * len(reads)
     for number, (read, layout) in enumerate(zip(reads, per_program, strict=True)):
-        blobs.extend(_program_blobs(number, read, layout, analyses[number]))
-    tensor_layouts = {number: _tensor_layouts(read) for number, read in enumerate(reads)}
+        blobs.extend(program_blobs(number, read, layout, analyses[number]))
+    tensor_layouts = {number: constant_tensor_layouts(read) for number, read in enumerate(reads)}
     groups = _group(blobs, sources)
     content_of = {blob: number for number, (_, _, members) in enumerate(groups) for blob in members}
-    ptd_keys_read = _ptd_keys_read(reads, analyses)
-    clashing, own_keys = _resolve_keys(reads, blobs, content_of, ptd_keys_read)
+    ptd_keys_read = find_ptd_keys_read(reads, analyses)
+    clashing, own_keys = resolve_keys(reads, blobs, content_of, ptd_keys_read)
 
     shared, constant_keys = [], {}
     moved_keys: dict[int, set[str]] = {}
@@ -436,7 +321,7 @@ def find_shared(
             for b in members
             if b.kind == "external"
             and not clashing.issuperset(b.keys)
-            and _read_by_some(b, reads, ptd_keys_read)
+            and read_by_some(b, reads, ptd_keys_read)
         ]
         if not movable and len({b.file for b in in_ptds}) < 2:
             continue
@@ -449,7 +334,7 @@ def find_shared(
                     layout: constant_key(sha256, layout)
                     for layout, _ in tensor_layouts[blob.program][blob.index]
                 }
-    _check_new_keys(blobs, content_of, shared, constant_keys)
+    check_new_keys(blobs, content_of, shared, constant_keys)
     if not shared:
         own_keys = {}  # Nothing shared: each program keeps its own `.ptd`, as it was.
     return SharedSet(
@@ -466,100 +351,3 @@ def find_shared(
 def _own_dead_bytes(analysis: FileAnalysis) -> int:
     """Bytes of the `.pte` itself that pruning frees (its `.ptd` files are the set's)."""
     return sum(end - start for start, end in analysis.count.freed.get(analysis.pte.path, ()))
-
-
-def _ptd_keys_read(
-    reads: Sequence[PteProgram], analyses: Sequence[FileAnalysis]
-) -> list[frozenset[str]]:
-    """Per program, the keys of its `.ptd` files it reads (`analysis.keep_ptd_key`)."""
-    read_keys = []
-    for read, analysis in zip(reads, analyses, strict=True):
-        keep = keep_ptd_key(read.pte, read.program, analysis.liveness, frozenset(analysis.use.dead))
-        read_keys.append(
-            frozenset(key for ptd in read.pte.ptd_files for key in ptd.named_data if keep(key))
-        )
-    return read_keys
-
-
-def _read_by_some(
-    blob: StoredBlob, reads: Sequence[PteProgram], ptd_keys_read: Sequence[frozenset[str]]
-) -> bool:
-    """Whether a program that loads with the blob's `.ptd` reads one of its keys."""
-    return any(
-        ptd_keys_read[number].intersection(blob.keys)
-        for number, read in enumerate(reads)
-        if blob.file in {ptd.path for ptd in read.pte.ptd_files}
-    )
-
-
-def _resolve_keys(
-    reads: Sequence[PteProgram],
-    blobs: Sequence[StoredBlob],
-    content_of: Mapping[StoredBlob, int],
-    ptd_keys_read: Sequence[frozenset[str]],
-) -> tuple[frozenset[str], dict[int, frozenset[str]]]:
-    """The keys with other bytes for other programs, and per program those of them its
-    `.ptd` files hold and it reads (what it keeps in its `.pte`).
-
-    A program resolves a key in its `.ptd` files, then its `.pte` (as the runtime
-    does): one key with two contents there is refused, as is a key with other bytes
-    elsewhere that a program holding it does not read (share would have to drop it).
-    """
-    holders: dict[str, list[StoredBlob]] = {}
-    for blob in blobs:
-        for key in blob.keys:
-            holders.setdefault(key, []).append(blob)
-    content = {blob: content_of.get(blob, blob) for blob in blobs}
-    resolved: list[dict[str, StoredBlob]] = []
-    for number, read in enumerate(reads):
-        files = {ptd.path for ptd in read.pte.ptd_files}
-        own: dict[str, StoredBlob] = {}
-        for key, found in holders.items():
-            for blob in found:
-                if blob.file not in files and blob.program != number:
-                    continue
-                other = own.setdefault(key, blob)
-                if content[other] != content[blob]:
-                    raise PteFormatError(
-                        blob.file,
-                        f"named data {key!r} ({blob.nbytes:,} B) holds other bytes than "
-                        f"{key!r} in {other.file} ({other.nbytes:,} B), and "
-                        f"{read.pte.path} loads with both: share refuses the set",
-                    )
-        resolved.append(own)
-    clashing = frozenset(
-        key for key in holders if len({content[own[key]] for own in resolved if key in own}) > 1
-    )
-    own_keys: dict[int, frozenset[str]] = {}
-    for number, (read, own) in enumerate(zip(reads, resolved, strict=True)):
-        mine = set()
-        for key in sorted(clashing.intersection(own)):
-            blob = own[key]
-            if blob.kind != "external":
-                continue  # In its `.pte` already, where it stays.
-            if key not in ptd_keys_read[number]:
-                raise PteFormatError(
-                    blob.file,
-                    f"{key!r} holds other bytes for another program of the set, and "
-                    f"{read.pte.path} does not read it: prune it first (one shared .ptd "
-                    "cannot hold both)",
-                )
-            mine.add(key)
-        if mine:
-            own_keys[number] = frozenset(mine)
-    return clashing, own_keys
-
-
-def _check_new_keys(blobs, content_of, shared, constant_keys) -> None:
-    """Refuses a moved constant's key that an input already uses for other bytes."""
-    existing = {key: blob for blob in blobs for key in blob.keys}
-    for content in shared:
-        for blob in content.copies:
-            for key in constant_keys.get((blob.program, blob.index), {}).values():
-                other = existing.get(key)
-                if other is not None and content_of.get(other) != content_of[blob]:
-                    raise PteFormatError(
-                        other.file,
-                        f"key {key!r} holds other bytes than the constant {blob.file} "
-                        f"entry {blob.index} it names: share refuses the set",
-                    )

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from emitter_filter.errors import PteFormatError
-from emitter_filter.ondisk.read.layout import FLAT_TENSOR_IDENTIFIER, PROGRAM_IDENTIFIER
+from emitter_filter.ondisk.read.file_headers import FLAT_TENSOR_IDENTIFIER, PROGRAM_IDENTIFIER
 from emitter_filter.ondisk.read.read_ptn import is_ptn
 from emitter_filter.program.flatbuffer_tables import FlatbufferError, Schema, Table
 from emitter_filter.regular_files import open_regular_input

@@ -10,8 +10,13 @@ import os
 
 from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.read.byte_source import ByteSource, check_identifier, read_root
+from emitter_filter.ondisk.read.file_headers import (
+    FH,
+    FH_MAGIC,
+    FLAT_TENSOR_IDENTIFIER,
+    NUM_HEAD_BYTES,
+)
 from emitter_filter.ondisk.read.file_model import NamedData, PtdFile, Segment, segment_at
-from emitter_filter.ondisk.read.layout import FH, FH_MAGIC, FLAT_TENSOR_IDENTIFIER, NUM_HEAD_BYTES
 from emitter_filter.program.fbs_schemas import FLAT_TENSOR
 from emitter_filter.program.flatbuffer_tables import Table
 from emitter_filter.program.generated_fields import table_text, vector_ints

@@ -22,10 +22,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
-from emitter_filter._program_fbs.executorch_flatbuffer.ScalarType import ScalarType
 from emitter_filter.delegates import blob_format
 from emitter_filter.errors import ProgramFormatError, PteFormatError
 from emitter_filter.ondisk.read.byte_source import ByteSource, check_identifier, read_root
+from emitter_filter.ondisk.read.file_headers import (
+    EH,
+    EH_MAGIC,
+    EH_MINIMUM_LENGTH,
+    EH_OFFSET,
+    EH_SEGMENT_DATA_SIZE,
+    NUM_HEAD_BYTES,
+    PROGRAM_IDENTIFIER,
+)
 from emitter_filter.ondisk.read.file_model import (
     DataEntry,
     DelegateData,
@@ -36,15 +44,6 @@ from emitter_filter.ondisk.read.file_model import (
     TensorEntry,
     segment_at,
 )
-from emitter_filter.ondisk.read.layout import (
-    EH,
-    EH_MAGIC,
-    EH_MINIMUM_LENGTH,
-    EH_OFFSET,
-    EH_SEGMENT_DATA_SIZE,
-    NUM_HEAD_BYTES,
-    PROGRAM_IDENTIFIER,
-)
 from emitter_filter.ondisk.read.read_ptd import read_ptd
 from emitter_filter.program.fbs_schemas import PROGRAM
 from emitter_filter.program.flatbuffer_tables import Table
@@ -53,36 +52,9 @@ from emitter_filter.program.named_keys import DelegateRef
 from emitter_filter.program.object_models import GENERATED
 from emitter_filter.program.plan_indices import check_data_refs, collect_plan_refs
 from emitter_filter.program.reachability import DataRef, DataSpace, PlanRefs
-from emitter_filter.program.scalar_types import SCALAR_TYPE_NAMES
+from emitter_filter.program.scalar_types import SCALAR_TYPE_NAMES, tensor_nbytes
 
-__all__ = ["PteProgram", "check_program_header", "read_pte", "read_pte_program", "tensor_nbytes"]
-
-# Bytes per element for each ScalarType, as the runtime's elementSize() has them.
-_ELEMENT_SIZE = {
-    ScalarType.BYTE: 1,
-    ScalarType.CHAR: 1,
-    ScalarType.SHORT: 2,
-    ScalarType.INT: 4,
-    ScalarType.LONG: 8,
-    ScalarType.HALF: 2,
-    ScalarType.FLOAT: 4,
-    ScalarType.DOUBLE: 8,
-    ScalarType.BOOL: 1,
-    ScalarType.QINT8: 1,
-    ScalarType.QUINT8: 1,
-    ScalarType.QINT32: 4,
-    ScalarType.BFLOAT16: 2,
-    ScalarType.QUINT4X2: 1,
-    ScalarType.QUINT2X4: 1,
-    ScalarType.BITS16: 2,
-    ScalarType.FLOAT8E5M2: 1,
-    ScalarType.FLOAT8E4M3FN: 1,
-    ScalarType.FLOAT8E5M2FNUZ: 1,
-    ScalarType.FLOAT8E4M3FNUZ: 1,
-    ScalarType.UINT16: 2,
-    ScalarType.UINT32: 4,
-    ScalarType.UINT64: 8,
-}
+__all__ = ["PteProgram", "check_program_header", "read_pte", "read_pte_program"]
 
 
 @dataclass(frozen=True)
@@ -100,21 +72,6 @@ class PteProgram:
     pte: PteFile
     program: Table
     program_data: bytes
-
-
-def tensor_nbytes(tensor, where: str) -> int | None:
-    """numel * element size: what the serializer wrote for a constant tensor, and what the
-    runtime reads or plans for any tensor; None for a `scalar_type` it does not know."""
-    size = _ELEMENT_SIZE.get(tensor.scalarType)
-    if size is None:
-        return None
-    for dim in vector_ints(tensor.sizes):
-        if dim < 0:
-            raise ProgramFormatError(
-                f"{where}: size {dim} < 0 in sizes {vector_ints(tensor.sizes)}"
-            )
-        size *= dim
-    return size
 
 
 def _plan_refs(plan, tensors: list[TensorEntry]) -> PlanRefs:

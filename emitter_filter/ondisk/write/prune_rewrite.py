@@ -26,18 +26,15 @@ from dataclasses import dataclass
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
 from emitter_filter.ondisk.read.byte_source import Piece
+from emitter_filter.ondisk.read.file_headers import aligned, program_prefix, ptd_prefix
 from emitter_filter.ondisk.read.file_model import PteFile
-from emitter_filter.ondisk.read.layout import (
-    PteLayout,
-    aligned,
+from emitter_filter.ondisk.read.layout import PteLayout, pack_program
+from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
+from emitter_filter.ondisk.read.segment_layout import (
     infer_ptd_layout,
-    pack_program,
     place_segments,
-    program_prefix,
-    ptd_prefix,
     ptd_segment_alignments,
 )
-from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.write.output import OutputFile
 from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
 from emitter_filter.program.fbs_schemas import FLAT_TENSOR, PROGRAM

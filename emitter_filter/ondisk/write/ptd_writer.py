@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from emitter_filter.ondisk.read.layout import FLAT_TENSOR_IDENTIFIER
+from emitter_filter.ondisk.read.file_headers import FLAT_TENSOR_IDENTIFIER
 from emitter_filter.program.generated_fields import vector_ints
 
 __all__ = ["pack_flat_tensor"]
