@@ -137,7 +137,7 @@ class _Attributor:
         return (tensor.plan, tensor.value_index) not in self.live
 
     def _status(self, file: str, offset: int, nbytes: int) -> str:
-        """`dead` where pruning frees the range (the one count, `analysis.ByteCount`)."""
+        """`dead` where pruning frees the range (the one count, `dead_bytes.ByteCount`)."""
         return "dead" if self.count.frees(file, offset, nbytes) else "live"
 
     def pte_parts(self, program: Table, program_data: bytes) -> list[Part]:

@@ -33,7 +33,7 @@ __all__ = ["MergeInput", "dropped_bytes", "read_inputs"]
 class MergeInput:
     """One input while merging: what was read, its analysis and layout, its open files.
 
-    `keep_ptd_key` (`analysis.keep_ptd_key`) says which keys of the `.ptd` files it reads
+    `keep_ptd_key` (`dead_bytes.keep_ptd_key`) says which keys of the `.ptd` files it reads
     live: taken before its program is rewritten.
     """
 

@@ -81,7 +81,7 @@ logger = logging.getLogger(__name__)
 class ProgramView:
     """A file to prune in place of the input's, and the layout to write it with.
 
-    `merge.split_file` prunes the program without some plans: `source` makes that
+    `split.split_file` prunes the program without some plans: `source` makes that
     file from the input's (each segment where the input has it), `layout` is the
     input's (the view's own offsets, a smaller program before the same segment
     base, would read as another).

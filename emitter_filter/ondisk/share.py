@@ -11,7 +11,7 @@
    byte for byte. Otherwise each tensor reading a moved constant becomes
    `EXTERNAL` with its key (`extra_tensor_info`, as `external_constants=True`
    writes it), the moved named data leave `Program.named_data` (keys unchanged:
-   delegate blobs name them), and prune's rewrite (`prune.pruned_pte`, every
+   delegate blobs name them), and prune's rewrite (`prune_rewrite.pruned_pte`, every
    value kept) lays the program out again as ExecuTorch's serializer does.
    The shared `.ptd` holds every input `.ptd` entry, then each shared content
    once, as `FlatTensorSerializer` writes a `.ptd` (`ptd_writer`, `layout`).

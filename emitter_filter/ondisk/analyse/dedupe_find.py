@@ -3,7 +3,7 @@
 A named-data segment is aliased to a constant entry when their bytes are equal (the
 tensor's size, compared in full), the constant is live (so that pruning never drops
 what an alias reads), and the segment is not aliased already. The input's own aliases
-(`analysis.find_aliases`) come along, a segment that shared a range now stored in the
+(`stored_ranges.find_aliases`) come along, a segment that shared a range now stored in the
 constant segment following it there. The rewrite is `dedupe_rewrite`'s.
 """
 
