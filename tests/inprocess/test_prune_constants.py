@@ -8,6 +8,8 @@ and pruning on, and with the dead constants deleted at the source.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 from pathlib import Path
 
 import pytest
@@ -71,15 +73,29 @@ def _build(case: Case, directory: Path) -> dict:
     }
 
 
+@pytest.fixture(scope="module")
+def every_case_built(tmp_path_factory) -> dict[str, dict]:
+    """Every case built once in the whole test run, not once per xdist worker.
+
+    Each worker walks the cases under `build_once`, the second one from the other end:
+    while one builds a case the other builds another, and each reads what the other
+    built. The pruned build runs the hook; the tests below check what it wrote.
+    """
+    cases = list(CASES)
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        cases.reverse()
+    return {
+        case.name: build_once(
+            tmp_path_factory, f"prune-{case.name}", functools.partial(_build, case)
+        )[1]
+        for case in cases
+    }
+
+
 @pytest.fixture(scope="module", params=CASES, ids=lambda case: case.name)
-def built(request, tmp_path_factory):
-    """Each case built once in the whole test run, not once per xdist worker: the pruned
-    build runs the hook, and the tests below check what it wrote."""
+def built(request, every_case_built):
     case: Case = request.param
-    _, value = build_once(
-        tmp_path_factory, f"prune-{case.name}", lambda directory: _build(case, directory)
-    )
-    return {"case": case, **value}
+    return {"case": case, **every_case_built[case.name]}
 
 
 def test_case_carries_dead_constants_exactly_when_expected(built):
