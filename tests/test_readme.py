@@ -1,5 +1,7 @@
 """The examples of the README and of the manual's pages (docs/, in `mkdocs.yml`'s nav order
-after the README) run, in order, in one directory, and print what they show.
+after the README) run, in order, and print what they show: one test per page, each page in a
+directory of its own that starts with the files of the pages it needs (`NEEDS`), and each
+page run once in a test run however many pages need it, so xdist spreads them over its workers.
 
 Python blocks follow `<!-- readme-example: NAME -->` and are followed by a ```text block of
 their output; command lines are the `$ ` lines of ```console blocks after
