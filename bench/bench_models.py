@@ -16,7 +16,8 @@ time is in `extra_info`.
   the report's ``constant_bytes_before``/``after`` per space;
 - ``worker``: the same model measured once more in a fresh process, for peak
   memory (``memory``) untouched by the models measured before it; the workers
-  run after every timed round, two at a time (`bench.conftest.WorkerQueue`).
+  run after every timed round, two at a time (`bench.conftest.WorkerQueue`);
+  with `--bench-quick` only for the zoo's ``quick_memory`` models, the others' is None.
 
 Zoo models with `dedupe` get a third benchmark, mode ``deduped``: pruned with
 `dedupe_constants=True`, with ``dedupe_seconds``, ``dedupe_share`` (of the same
@@ -63,7 +64,7 @@ def _base_info(name: str, description: str, mode: str, nominal: int | None) -> d
 
 def _add_worker(extra_info: dict, case: ModelCase, mode: str, workers) -> None:
     """Queues the fresh-process measurement (`bench.conftest.WorkerQueue`), if any."""
-    if workers is None:
+    if workers is None or (workers.quick and not case.quick_memory):
         extra_info["worker"] = None
         return
     workers.add(extra_info, case.name, mode, alone=not case.quick)

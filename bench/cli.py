@@ -55,8 +55,10 @@ its two flows, an unused buffer, a parameter orphaned by a transform pass,
 external constants (.ptd), a scaled family of 12 MiB .. 1 GiB of constants
 with 25% dead, and ExecuTorch's llama example (stories15M shape, 8da4w,
 XNNPACK, KV cache) through export_llama with EMITTER_FILTER_PRUNE=1.
---quick leaves out the models marked slow (1 GiB and llama) and takes a few
-minutes; the full run takes about half an hour on 2 cores and ~6 GB of RAM.
+--quick leaves out the models marked slow (384 MiB, 1 GiB and llama) and
+measures peak RSS in fresh processes for two models only (unused_buffer and
+scaled_128MiB, the smallest and the largest): a few minutes. The full run takes
+about half an hour on 2 cores and ~6 GB of RAM.
 
 ram (python bench/bench_ram.py --out DIR): what an app holds in RAM with two
 programs as separate files, shared, merged or exported together, per backend
@@ -112,7 +114,8 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="leave out the slow models (1 GiB, llama): a few minutes",
+        help="leave out the slow models (384 MiB, 1 GiB, llama), and measure peak RSS "
+        "for two models only: a few minutes",
     )
     parser.add_argument(
         "-k",
@@ -231,6 +234,8 @@ def _pytest_command(
         command += ["-k", options.keyword]
     if options.no_workers:
         command.append("--bench-no-workers")
+    elif options.quick:
+        command.append("--bench-quick")
     return command
 
 

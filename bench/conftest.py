@@ -35,6 +35,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="skip the fresh-process measurement of peak memory",
     )
     group.addoption(
+        "--bench-quick",
+        action="store_true",
+        help="the fresh-process measurement of peak memory for the zoo's quick_memory "
+        "models only (`python -m bench --quick`)",
+    )
+    group.addoption(
         "--bench-command",
         default=None,
         help="the command that started the suite, recorded in results.json "
@@ -78,9 +84,11 @@ class WorkerQueue:
     that take GiB, `alone`, one at a time after them).
     """
 
-    def __init__(self, directory: Path, jobs: int) -> None:
+    def __init__(self, directory: Path, jobs: int, *, quick: bool = False) -> None:
         self.directory = directory
         self.jobs = jobs
+        #: Only the zoo's `quick_memory` models get a worker (`--bench-quick`).
+        self.quick = quick
         self.pending: list[tuple[dict, str, str, bool]] = []
 
     def add(self, extra_info: dict, model: str, mode: str, *, alone: bool) -> None:
@@ -114,7 +122,11 @@ def bench_workers(request: pytest.FixtureRequest, bench_workdir: Path):
     if request.config.getoption("--bench-no-workers"):
         yield None
         return
-    queue = WorkerQueue(bench_workdir / "workers", jobs=min(2, os.cpu_count() or 1))
+    queue = WorkerQueue(
+        bench_workdir / "workers",
+        jobs=min(2, os.cpu_count() or 1),
+        quick=request.config.getoption("--bench-quick"),
+    )
     yield queue
     queue.run()
 

@@ -73,6 +73,9 @@ class ModelCase:
         rounds: Timed rounds of `to_executorch` per mode (fewer for big models).
         dedupe: Also measured pruned with `dedupe_constants=True`
             (`bench_models.test_dedupe`).
+        quick_memory: Also measured in a fresh process (peak memory) by `--quick`, which
+            starts those processes for these models only: each one imports torch and
+            ExecuTorch and builds its model again, which was most of a quick run.
     """
 
     name: str
@@ -83,6 +86,7 @@ class ModelCase:
     quick: bool = True
     rounds: int = 5
     dedupe: bool = False
+    quick_memory: bool = False
 
 
 def _seed_exported():
@@ -219,7 +223,7 @@ def _build_scaled(blocks: int, *, zero_prefix: bool = False) -> Callable[[], obj
     return build
 
 
-def _scaled_case(mib: int, *, quick: bool, rounds: int) -> ModelCase:
+def _scaled_case(mib: int, *, quick: bool, rounds: int, quick_memory: bool = False) -> ModelCase:
     block_bytes = (_LIVE_PER_BLOCK + 1) * _WIDTH * _WIDTH * 4
     blocks = mib * MiB // block_bytes
     label = f"{mib // 1024}GiB" if mib >= 1024 and mib % 1024 == 0 else f"{mib}MiB"
@@ -233,6 +237,7 @@ def _scaled_case(mib: int, *, quick: bool, rounds: int) -> ModelCase:
         nominal_constant_bytes=blocks * block_bytes,
         quick=quick,
         rounds=rounds,
+        quick_memory=quick_memory,
     )
 
 
@@ -256,6 +261,7 @@ ZOO: tuple[ModelCase, ...] = (
         "Linear(64, 64) + an unused 256x320 fp32 buffer, portable",
         _build_unused_buffer,
         nominal_constant_bytes=256 * 320 * 4 + 64 * 65 * 4,
+        quick_memory=True,  # the smallest program: what the hook costs in memory at all
     ),
     ModelCase(
         "orphaned_parameter",
@@ -286,7 +292,7 @@ ZOO: tuple[ModelCase, ...] = (
         rounds=2,
     ),
     _scaled_case(12, quick=True, rounds=3),
-    _scaled_case(128, quick=True, rounds=2),
+    _scaled_case(128, quick=True, rounds=2, quick_memory=True),  # the largest of --quick
     _scaled_case(384, quick=False, rounds=1),
     _scaled_case(1024, quick=False, rounds=1),
 )

@@ -9,6 +9,8 @@ before `to_executorch`, where they became dead.
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -80,8 +82,16 @@ class Case:
 SEED_INPUTS = (torch.randn(1, 16, generator=torch.Generator().manual_seed(7)),)
 
 
-def _quantized_seed_program() -> ExportedProgram:
+@functools.cache
+def _quantized_seed_once() -> ExportedProgram:
     return quantized_seed_program(SeedModel().eval(), SEED_INPUTS)
+
+
+def _quantized_seed_program() -> ExportedProgram:
+    """A copy of the seed's quantized program, quantized once per process (it takes
+    seconds, and a case is built three times); lowering changes the program it is given.
+    `Case.build` seeds torch before the first call, so every copy has the same weights."""
+    return copy.deepcopy(_quantized_seed_once())
 
 
 def _seed_transform_and_lower(dead, config):

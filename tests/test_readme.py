@@ -1,5 +1,7 @@
 """The examples of the README and of the manual's pages (docs/, in `mkdocs.yml`'s nav order
-after the README) run, in order, in one directory, and print what they show.
+after the README) run, in order, and print what they show: one test per page, each page in a
+directory of its own that starts with the files of the pages it needs (`NEEDS`), and each
+page run once in a test run however many pages need it, so xdist spreads them over its workers.
 
 Python blocks follow `<!-- readme-example: NAME -->` and are followed by a ```text block of
 their output; command lines are the `$ ` lines of ```console blocks after
@@ -10,6 +12,7 @@ ExecuTorch's own log lines). Commands may start with `.venv/bin/`, as the set-up
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -19,6 +22,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.shared_build import build_once
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -56,29 +61,90 @@ def _commands(session: str):
     return [(command, "".join(f"{line}\n" for line in lines)) for command, lines in pairs]
 
 
-def test_the_examples_print_what_the_readme_and_the_pages_show(tmp_path):
-    blocks = [block for page in pages() for block in BLOCK.finditer(page.read_text())]
-    assert blocks, "the README and the pages have no tested examples"
-    shutil.copy(README, tmp_path / "README.md")
-    bin_dir = str(Path(sys.executable).parent)
-    (tmp_path / ".venv").mkdir()
-    (tmp_path / ".venv" / "bin").symlink_to(bin_dir, target_is_directory=True)
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    ran = 0
-    for block in blocks:
+#: Pages whose examples read files the examples of earlier pages wrote: each page runs in
+#: a directory of its own, holding a copy of what the pages it needs left in theirs.
+NEEDS = {
+    "files.md": ("in-process.md",),
+    "gates.md": ("in-process.md",),
+    "explain.md": ("in-process.md", "dedupe.md"),
+}
+
+
+def _steps(page: Path) -> list[tuple[list[str], str, str]]:
+    """(argv, expected stdout, label) of every example and command of `page`, in order."""
+    steps = []
+    for block in BLOCK.finditer(page.read_text()):
         if block["code"] is not None:
-            steps = [([sys.executable, "-c", block["code"]], block["output"], block["name"])]
+            steps.append(([sys.executable, "-c", block["code"]], block["output"], block["name"]))
         else:
             merge = "" if block["stdout"] else "exec 2>&1; "
-            steps = [
+            steps += [
                 (["bash", "-c", f"{merge}{c}"], out, c) for c, out in _commands(block["session"])
             ]
-        for argv, expected, label in steps:
-            result = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env)
-            assert result.returncode == 0, f"{label}: {result.stderr}"
-            assert _normal(result.stdout) == _normal(expected), label
-            ran += 1
-    assert ran >= 20
+    return steps
+
+
+WALKED = [page for page in pages() if _steps(page)]
+
+
+def _walk(page: Path, directory: Path, needed: list[Path]) -> list[tuple[str, int, str, str]]:
+    """Runs `page`'s steps in `directory` until one fails: (label, exit, stderr, stdout) each."""
+    for files in needed:
+        shutil.copytree(files, directory, dirs_exist_ok=True)
+    shutil.copy(README, directory / "README.md")
+    bin_dir = str(Path(sys.executable).parent)
+    venv = directory / ".venv"
+    venv.mkdir()
+    (venv / "bin").symlink_to(bin_dir, target_is_directory=True)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    results = []
+    try:
+        for argv, expected, label in _steps(page):
+            result = subprocess.run(argv, capture_output=True, text=True, cwd=directory, env=env)
+            results.append((label, result.returncode, result.stderr, result.stdout))
+            if result.returncode != 0 or _normal(result.stdout) != _normal(expected):
+                break
+    finally:
+        shutil.rmtree(venv)  # a copy of the directory must not copy the interpreter's
+    return results
+
+
+@pytest.fixture(scope="session")
+def walked(tmp_path_factory):
+    """`walked(name)`: a page's directory once its examples ran, and their results.
+
+    Every page runs once in the whole test run (`build_once`), however many pages need
+    its files and however many xdist workers ask.
+    """
+
+    @functools.cache
+    def walk(name: str) -> tuple[Path, list[tuple[str, int, str, str]]]:
+        page = next(page for page in WALKED if page.name == name)
+        needed = [walk(other)[0] for other in NEEDS.get(name, ())]
+        return build_once(
+            tmp_path_factory,
+            f"readme-{page.stem}",
+            lambda directory: _walk(page, directory, needed),
+        )
+
+    return walk
+
+
+@pytest.mark.parametrize("page", WALKED, ids=lambda page: page.name)
+def test_the_examples_print_what_the_readme_and_the_pages_show(page, walked):
+    _, results = walked(page.name)
+    steps = _steps(page)
+    for (_, expected, label), (_, returncode, stderr, stdout) in zip(steps, results, strict=False):
+        assert returncode == 0, f"{label}: {stderr}"
+        assert _normal(stdout) == _normal(expected), label
+    assert len(results) == len(steps)
+
+
+def test_the_readme_and_the_pages_have_tested_examples():
+    assert sum(len(_steps(page)) for page in WALKED) >= 20
+    assert set(NEEDS) | {name for names in NEEDS.values() for name in names} <= {
+        page.name for page in WALKED
+    }
 
 
 def test_the_readmes_set_up_installs_what_its_bench_command_needs():

@@ -7,6 +7,9 @@ and pruning on, and with the dead constants deleted at the source.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import os
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ import emitter_filter
 from emitter_filter.inprocess.prune_emitted import collect_plan_refs
 from emitter_filter.program.reachability import DataSpace, find_live
 from tests.builders import CASES, Case
+from tests.shared_build import build_once
 
 PRUNE = dict(prune_constants=True)
 
@@ -46,24 +50,56 @@ def _run(case: Case, files: dict[str, bytes]) -> list[list[torch.Tensor]]:
     return [list(module.run_method(method, inputs)) for method, inputs in case.runs]
 
 
-@pytest.fixture(scope="module", params=CASES, ids=lambda case: case.name)
-def built(request, tmp_path_factory):
-    case: Case = request.param
-    base = tmp_path_factory.mktemp(case.name)
-    dirty = case.build(dead=True)
+def _build(case: Case, directory: Path) -> dict:
+    """The case's three builds under `directory`, and what the tests read of the pruned one.
+
+    Only picklable figures, so that `build_once` can share them: the report without its
+    names (they need the edge program), the pruned manager's program and buffers.
+    """
     pruned = case.build(dead=True, config=emitter_filter.ExecutorchBackendConfig(**PRUNE))
-    clean = case.build(dead=False)
+    with open(directory / "written.pte", "wb") as f:
+        pruned.write_to_file(f)
+    emitter_output = pruned._emitter_output
     return {
-        "case": case,
-        "pruned_manager": pruned,
-        "dirty": _files(dirty, base / "dirty"),
-        "pruned": _files(pruned, base / "pruned"),
-        "clean": _files(clean, base / "clean"),
+        "dirty": _files(case.build(dead=True), directory / "dirty"),
+        "pruned": _files(pruned, directory / "pruned"),
+        "clean": _files(case.build(dead=False), directory / "clean"),
+        "report": dataclasses.replace(emitter_filter.report(pruned), find_names=dict),
+        "program": pruned.executorch_program,
+        "buffer": pruned.buffer,
+        "written": (directory / "written.pte").read_bytes(),
+        "mutable_data": len(emitter_output.mutable_data or [None]),
+        "external_constants": len(emitter_output.external_constant_buffer),
     }
 
 
+@pytest.fixture(scope="module")
+def every_case_built(tmp_path_factory) -> dict[str, dict]:
+    """Every case built once in the whole test run, not once per xdist worker.
+
+    Each worker walks the cases under `build_once`, the second one from the other end:
+    while one builds a case the other builds another, and each reads what the other
+    built. The pruned build runs the hook; the tests below check what it wrote.
+    """
+    cases = list(CASES)
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        cases.reverse()
+    return {
+        case.name: build_once(
+            tmp_path_factory, f"prune-{case.name}", functools.partial(_build, case)
+        )[1]
+        for case in cases
+    }
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda case: case.name)
+def built(request, every_case_built):
+    case: Case = request.param
+    return {"case": case, **every_case_built[case.name]}
+
+
 def test_case_carries_dead_constants_exactly_when_expected(built):
-    report = emitter_filter.report(built["pruned_manager"])
+    report = built["report"]
     dirty_bytes = sum(map(len, built["dirty"].values()))
     pruned_bytes = sum(map(len, built["pruned"].values()))
     if built["case"].has_dead:
@@ -96,22 +132,18 @@ def test_pruned_program_computes_bit_identical_outputs(built):
 
 
 def test_nothing_dead_remains(built):
-    program = built["pruned_manager"].executorch_program
+    program = built["program"]
     plans = [collect_plan_refs(plan) for plan in program.execution_plan]
     liveness = find_live(plans)
     for plan, live in zip(plans, liveness.live_values, strict=True):
         assert len(live) == plan.num_values, plan.name
-    emitter_output = built["pruned_manager"]._emitter_output
     assert len(liveness.live_data[DataSpace.CONSTANT]) == len(program.constant_buffer) - 1
-    mutable = emitter_output.mutable_data or [None]
-    assert len(liveness.live_data[DataSpace.MUTABLE]) == len(mutable) - 1
-    assert len(liveness.live_data[DataSpace.EXTERNAL]) == len(
-        emitter_output.external_constant_buffer
-    )
+    assert len(liveness.live_data[DataSpace.MUTABLE]) == built["mutable_data"] - 1
+    assert len(liveness.live_data[DataSpace.EXTERNAL]) == built["external_constants"]
 
 
 def test_report_matches_the_bytes_saved(built):
-    report = emitter_filter.report(built["pruned_manager"])
+    report = built["report"]
     assert report.dropped_bytes == sum(d.nbytes for d in report.dropped)
     saved = sum(map(len, built["dirty"].values())) - sum(map(len, built["pruned"].values()))
     # The files also lose each entry's alignment padding and the dead values' metadata.
@@ -119,16 +151,12 @@ def test_report_matches_the_bytes_saved(built):
     assert report.dropped_bytes <= saved <= report.dropped_bytes + slack
 
 
-def test_manager_outputs_agree_with_the_pruned_program(built, tmp_path):
-    manager = built["pruned_manager"]
-    path = tmp_path / "written.pte"
-    with open(path, "wb") as f:
-        manager.write_to_file(f)
-    assert path.read_bytes() == manager.buffer
-    assert next(d for n, d in built["pruned"].items() if n.endswith(".pte")) == manager.buffer
-    round_trip = deserialize_pte_binary(manager.buffer).program
+def test_manager_outputs_agree_with_the_pruned_program(built):
+    assert built["written"] == built["buffer"]
+    assert next(d for n, d in built["pruned"].items() if n.endswith(".pte")) == built["buffer"]
+    round_trip = deserialize_pte_binary(built["buffer"]).program
     for ours, theirs in zip(
-        manager.executorch_program.execution_plan, round_trip.execution_plan, strict=True
+        built["program"].execution_plan, round_trip.execution_plan, strict=True
     ):
         assert ours.values == theirs.values
         assert ours.inputs == theirs.inputs and ours.outputs == theirs.outputs
