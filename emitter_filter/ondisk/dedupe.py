@@ -71,7 +71,7 @@ from dataclasses import dataclass
 
 from emitter_filter.errors import InvariantError, PteFormatError
 from emitter_filter.ondisk.analyse.analysis import Alias, SharedRange, analyse_file, find_aliases
-from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
+from emitter_filter.ondisk.read.byte_source import ByteSource, Compared, Piece
 from emitter_filter.ondisk.read.file_model import PteFile
 from emitter_filter.ondisk.read.layout import (
     pack_program,
@@ -604,17 +604,20 @@ def dedupe_pte(data: bytes, segment_alignment: int | None = None) -> tuple[bytes
 
 
 def dedupe_pieces(
-    pieces: Sequence[bytes | Piece], segment_alignment: int | None = None
+    pieces: Sequence[bytes | Piece],
+    segment_alignment: int | None = None,
+    compared: Compared | None = None,
 ) -> tuple[Sequence[bytes | Piece], DedupeReport]:
     """`dedupe_pte` of a `.pte` given as its pieces in order (a serializer's chunks).
 
     Never joins them, and never reads a `Piece` (a range of a file) except
     where the transform reads: the output reuses every piece it copies whole
     (a weight is one), so no weight is copied or read. Returns `pieces`
-    itself when nothing is stored twice.
+    itself when nothing is stored twice. `compared` records each memcmp of
+    two `bytes` pieces (for the proof of the result to find).
     """
     started = time.perf_counter()
-    with ByteSource(list(pieces)) as source:
+    with ByteSource(list(pieces), compared=compared) as source:
         deduplicated = _dedupe_source(source, source.name, segment_alignment)
     if deduplicated is None:
         return pieces, _report(source.size, source.size, (), started)

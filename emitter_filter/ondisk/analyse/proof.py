@@ -10,9 +10,9 @@ mutable entry, or the `.ptd` entry of its name, for the tensor's size); and each
 named-data key a delegate blob names (`delegates/`: XNNPACK, Vulkan, Core ML) as the
 runtime hands it to the backend (XNNPACK: from the start of the segment the key names, for
 the graph's tensor's size, past the segment where that is shorter; several keys may name
-one segment), every key's whole segment for a blob no reader reads. A difference is one line naming the method and the entry
-(`InvalidOutputError`, exit 2). Writers prove their outputs as described
-(`prove_outputs`, before anything is opened for writing) and the bytes written
+one segment), every key's whole segment for a blob no reader reads. A difference is one line
+naming the method and the entry (`InvalidOutputError`, exit 2). Writers prove their outputs
+as described (`prove_outputs`, before anything is opened for writing) and the bytes written
 (`proved`, their output check). On `read/` alone.
 """
 
@@ -27,7 +27,7 @@ from typing import Protocol
 from emitter_filter.delegates import xnnpack_constant_types
 from emitter_filter.errors import InvalidOutputError, ProgramFormatError
 from emitter_filter.ondisk.analyse.named_sizes import xnnpack_tensor_bytes as tensor_bytes
-from emitter_filter.ondisk.read.byte_source import ByteSource, Piece, StoredSpan
+from emitter_filter.ondisk.read.byte_source import ByteSource, Piece, StoredSpan, same_in_place
 from emitter_filter.ondisk.read.file_model import NamedData
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program, tensor_nbytes
 from emitter_filter.ondisk.read.readers import inline_delegate_spans, xnnpack_graphs
@@ -68,8 +68,7 @@ class Claim:
     methods: Mapping[str, tuple[int, str]] | None = None
 
 
-#: `output._OutputCheck` (this module, beside `write/`, does not import it).
-_OutputCheck = Callable[[Sequence[tuple[str, str]]], None]
+_OutputCheck = Callable[[Sequence[tuple[str, str]]], None]  # `output`'s, not imported
 
 
 class _Described(Protocol):
@@ -315,9 +314,9 @@ def _same_span(left: StoredSpan, right: StoredSpan) -> bool:
         return True
     mine, theirs = _in_memory(left), _in_memory(right)
     if mine is not None and theirs is not None:
-        (first, start), (second, other) = mine, theirs
-        # A memcmp where they lie, no copy (a 37 MB weight: 3 ms, where chunks take 11).
-        return first.startswith(memoryview(second)[other : other + right.nbytes], start)
+        # A memcmp in place (37 MB: 3 ms, chunks take 11); none if done (the hook's `Compared`).
+        compared = left.source.compared if left.source.compared is right.source.compared else None
+        return same_in_place(compared, *mine, *theirs, right.nbytes)
     return bool(left.same_bytes(right))
 
 
