@@ -42,24 +42,29 @@ __all__ = ["PruneProof", "read_program", "prove_pruned", "Journal"]
 _Item = tuple[str, object]
 
 
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+_SCALARS = frozenset({int, float, bool, str, bytes, type(None)})
 
 
-def _field_names(kind: type) -> tuple[str, ...]:
-    names = _FIELD_NAMES.get(kind)
-    if names is None:
-        names = _FIELD_NAMES[kind] = tuple(f.name for f in dataclasses.fields(kind))
-    return names
+def _field_names(kind: type) -> tuple[str, ...] | None:
+    """A dataclass's field names (None for any other type), looked up once per type."""
+    if kind not in _FIELD_NAMES:
+        found = dataclasses.is_dataclass(kind)
+        _FIELD_NAMES[kind] = tuple(f.name for f in dataclasses.fields(kind)) if found else None
+    return _FIELD_NAMES[kind]
 
 
 def _plain(value) -> object:
     """An `exir.schema` object as nested tuples, compared with `==`; bytes as themselves."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        names = _field_names(type(value))
-        return (type(value).__name__, *(_plain(getattr(value, n)) for n in names))
-    if isinstance(value, (list, tuple)):
-        return tuple(_plain(v) for v in value)
-    return value
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is list or kind is tuple:
+        return tuple(v if type(v) is int else _plain(v) for v in value)
+    names = _field_names(kind)
+    if names is None:
+        return value
+    return (kind.__name__, *(_plain(getattr(value, n)) for n in names))
 
 
 def _entry(entries, index: int) -> object:
@@ -92,7 +97,7 @@ class _PlanReads:
             items = tuple(-1 if i < 0 else self.value(i) for i in val.items)
             self.found.append((what, (kind, items)))
         elif kind == "Tensor":
-            names = (n for n in _field_names(type(val)) if n != "data_buffer_idx")
+            names = (n for n in _field_names(type(val)) or () if n != "data_buffer_idx")
             self.found.append((what, tuple((n, _plain(getattr(val, n))) for n in names)))
             self._tensor_data(what, val)
         else:
