@@ -232,7 +232,8 @@ def _dedupe_cord(pte, alignment):
     reads (a prefix, a chunked compare), and goes into the new Cord as itself.
     """
     from emitter_filter.ondisk.dedupe import dedupe_pieces, dedupe_pte
-    from emitter_filter.ondisk.read.byte_source import Compared, Piece
+    from emitter_filter.ondisk.read.byte_source import ByteSource, Compared, Piece
+    from emitter_filter.ondisk.read.read_pte import read_pte_program
     from emitter_filter.regular_files import open_regular_input
 
     buffers = _upstream.cord_pieces(pte)
@@ -253,30 +254,33 @@ def _dedupe_cord(pte, alignment):
             opened.callback(os.close, fd)
             pieces.append(Piece(fd, 0, len(buffer)))
             owners[id(pieces[-1])] = buffer
-        # What the dedupe compares, the proof need not compare again (`Compared`).
+        # What the dedupe reads and compares, the proof need not again (`Compared`).
         compared = Compared()
-        deduplicated, report = dedupe_pieces(pieces, alignment, compared)
+        serialized = opened.enter_context(ByteSource(list(pieces), compared=compared))
+        read = read_pte_program(serialized)
+        deduplicated, report = dedupe_pieces(pieces, alignment, compared, read=read)
         if not report.shared:
             return pte, report
-        _prove_deduplicated(pieces, deduplicated, compared)
+        _prove_deduplicated(serialized, deduplicated, compared, read)
         return _upstream.cord_of(_cord_buffer(part, owners) for part in deduplicated), report
 
 
-def _prove_deduplicated(before, after, compared=None) -> None:
+def _prove_deduplicated(before, after, compared=None, read=None) -> None:
     """`proof.prove_rewrite` of the deduplicated `.pte` against the serialized one, both
     read where they lie (the serializer's buffers, the weights' files): each method reads
-    the same bytes. Two ranges of the same `bytes` objects the dedupe found equal by a
-    memcmp (`compared`) are not compared again: a key the dedupe moved onto a constant
+    the same bytes. `before` is a list of parts, or their `ByteSource` with `read`, its
+    reading (the dedupe's). Two ranges of the same `bytes` objects the dedupe found equal
+    by a memcmp (`compared`) are not compared again: a key the dedupe moved onto a constant
     reads it at once, any other range is compared. An `InvalidOutputError` is a
     `ProgramFormatError`'s sibling: the caller's fail-safe writes the `.pte` as serialized."""
     from emitter_filter.ondisk.analyse.proof import Side, prove_rewrite
     from emitter_filter.ondisk.read.byte_source import ByteSource
 
-    with (
-        ByteSource(list(before), "serialized", compared) as old,
-        ByteSource(list(after), "deduplicated", compared) as new,
-    ):
-        prove_rewrite([Side(old)], Side(new))
+    with contextlib.ExitStack() as opened:
+        if not isinstance(before, ByteSource):
+            before = opened.enter_context(ByteSource(list(before), "serialized", compared))
+        new = opened.enter_context(ByteSource(list(after), "deduplicated", compared))
+        prove_rewrite([Side(before, read=read)], Side(new))
 
 
 def _cord_buffer(part, owners: dict):

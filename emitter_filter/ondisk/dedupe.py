@@ -607,6 +607,8 @@ def dedupe_pieces(
     pieces: Sequence[bytes | Piece],
     segment_alignment: int | None = None,
     compared: Compared | None = None,
+    *,
+    read: PteProgram | None = None,
 ) -> tuple[Sequence[bytes | Piece], DedupeReport]:
     """`dedupe_pte` of a `.pte` given as its pieces in order (a serializer's chunks).
 
@@ -614,11 +616,13 @@ def dedupe_pieces(
     where the transform reads: the output reuses every piece it copies whole
     (a weight is one), so no weight is copied or read. Returns `pieces`
     itself when nothing is stored twice. `compared` records each memcmp of
-    two `bytes` pieces (for the proof of the result to find).
+    two `bytes` pieces (for the proof of the result to find); `read` is
+    `read_pte_program` of a `ByteSource` of `pieces` (named "<bytes>"), where
+    the caller has it.
     """
     started = time.perf_counter()
     with ByteSource(list(pieces), compared=compared) as source:
-        deduplicated = _dedupe_source(source, source.name, segment_alignment)
+        deduplicated = _dedupe_source(source, source.name, segment_alignment, read)
     if deduplicated is None:
         return pieces, _report(source.size, source.size, (), started)
     parts = [bytes(p) if isinstance(p, memoryview) else p for p in deduplicated.parts]

@@ -191,7 +191,7 @@ def test_a_dedupe_that_fails_after_a_prune_writes_the_pruned_program(monkeypatch
         dead=True, config=emitter_filter.ExecutorchBackendConfig(prune_constants=True)
     ).buffer
 
-    def unreadable(*args):
+    def unreadable(*args, **kwargs):
         raise ProgramFormatError("<bytes>: segment offsets fit no segment alignment")
 
     # The hook deduplicates the serializer's pieces (`dedupe_pieces`), else the joined bytes.

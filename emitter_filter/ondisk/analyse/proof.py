@@ -44,10 +44,12 @@ _FileLike = str | os.PathLike | ByteSource
 
 @dataclass(frozen=True)
 class Side:
-    """A program and the `.ptd` files it reads: an input of a rewrite, or its output."""
+    """A program and the `.ptd` files it reads: an input of a rewrite, or its output; `read`,
+    where the caller has it, is `read_pte_program` of these very bytes (not read again)."""
 
     pte: _FileLike
     ptds: tuple[_FileLike, ...] = ()
+    read: PteProgram | None = None
 
 
 @dataclass(frozen=True)
@@ -138,8 +140,13 @@ def _constant_types(graph: bytes, graphs: dict) -> dict:
     return found
 
 
+_SCALARS = frozenset({int, float, bool, str, type(None)})
+
+
 def _plain(value) -> object:
     """A table, vector or scalar as nested tuples, compared with `==`."""
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, Table):
         return (value._table, *(_plain(getattr(value, a)) for a in value._attributes))
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -321,7 +328,7 @@ def _open(file: _FileLike, opened: contextlib.ExitStack) -> ByteSource:
 def _reads(side: Side, opened: contextlib.ExitStack, graphs: dict) -> _Reads:
     source = _open(side.pte, opened)
     ptds = [_open(p, opened) for p in side.ptds]
-    read = read_pte_program(source, ptds)
+    read = side.read if side.read is not None else read_pte_program(source, ptds)
     return _Reads(read, source, {p.name: p for p in ptds}, graphs)
 
 
