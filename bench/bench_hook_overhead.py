@@ -12,8 +12,9 @@ order rotating every round so that none always runs first or last:
 
 Prints the median of each mode and what it adds to the plain median, the
 filter's and the dedupe's own seconds from the report of the same call, the
-structural proof's (`ondisk/analyse/proof.py`, run on what the hook's dedupe
-rewrote) as a share of the same call's `to_executorch`, each
+structural proofs' (the prune's on the emitter's objects, `inprocess/prune_proof.py`;
+the dedupe's, `ondisk/analyse/proof.py`, on the bytes it rewrote; and both) as a share
+of the same call's `to_executorch`, each
 round's time (round 1 against the later ones), and, in a second pass with
 `tracemalloc` on, the peak of Python allocations during one call of each mode.
 
@@ -74,21 +75,46 @@ def _peak(build, mode: str) -> int:
 
 
 def _time_the_proof() -> list[float]:
-    """Wraps the hook's proof of its dedupe (`hook._prove_deduplicated`): each call's seconds
-    are appended to the list returned."""
+    """Wraps the hook's proof of its dedupe (`hook._prove_deduplicated`): each
+    call's seconds are appended to the list returned."""
     from emitter_filter.inprocess import hook
 
     seconds: list[float] = []
     prove = hook._prove_deduplicated
 
-    def timed(before, after) -> None:
+    def timed(*args) -> None:
         started = time.perf_counter()
         try:
-            prove(before, after)
+            prove(*args)
         finally:
             seconds.append(time.perf_counter() - started)
 
-    hook._prove_deduplicated = timed
+    hook._prove_deduplicated = timed  # type: ignore[assignment]
+    return seconds
+
+
+def _time_the_prune_proof() -> list[float]:
+    """Times the hook's proof of its prune (`prune_proof.PruneProof`: what each plan reads,
+    and the journal, before the prune; the same read and compare after): each call's
+    seconds are appended to the list returned."""
+    from emitter_filter.inprocess import prune_proof
+
+    seconds: list[float] = []
+
+    class Timed(prune_proof.PruneProof):
+        def __init__(self, *args) -> None:
+            started = time.perf_counter()
+            super().__init__(*args)
+            seconds.append(time.perf_counter() - started)
+
+        def check(self, named_data) -> None:
+            started = time.perf_counter()
+            try:
+                super().check(named_data)
+            finally:
+                seconds.append(time.perf_counter() - started)
+
+    prune_proof.PruneProof = Timed  # type: ignore[misc,assignment]
     return seconds
 
 
@@ -109,18 +135,23 @@ def main(argv=None) -> int:
     logging.getLogger("emitter_filter").setLevel(logging.INFO)
 
     proof_s = _time_the_proof()
+    prune_proof_s = _time_the_prune_proof()
     _call(build, "plain")  # Warm-up: first imports and kernels, untimed.
     times: dict[str, list[float]] = {m: [] for m in MODES}
     filter_s: dict[str, list[float]] = {m: [] for m in MODES}
     dedupe_s: list[float] = []
     sizes: dict[str, int] = {}
     proved: list[float] = []
+    prune_proved: dict[str, list[float]] = {m: [] for m in MODES[1:]}
     for round_index in range(options.rounds):
         order = MODES[round_index % 3 :] + MODES[: round_index % 3]
         for mode in order:
             proof_s.clear()
+            prune_proof_s.clear()
             seconds, filtered, deduped, sizes[mode] = _call(build, mode)
             times[mode].append(seconds)
+            if mode in prune_proved:
+                prune_proved[mode].append(sum(prune_proof_s))
             if mode == "deduped+INFO":
                 proved.append(sum(proof_s))
             if filtered is not None:
@@ -144,10 +175,22 @@ def main(argv=None) -> int:
             f"dedupe's own time, median: {statistics.median(dedupe_s) * 1e3:.1f} ms "
             f"({share * 100:.1f}% of the same call)"
         )
+    for mode, seconds_of in prune_proved.items():
+        share = statistics.median(p / t for p, t in zip(seconds_of, times[mode], strict=True))
+        print(
+            f"the prune's proof ({mode}), median: {statistics.median(seconds_of) * 1e3:.3f} ms "
+            f"({share * 100:.2f}% of the same call)"
+        )
     if any(proved):
         share = statistics.median(p / t for p, t in zip(proved, times["deduped+INFO"], strict=True))
         print(
-            f"the proof's own time, median: {statistics.median(proved) * 1e3:.2f} ms "
+            f"the dedupe's proof, median: {statistics.median(proved) * 1e3:.2f} ms "
+            f"({share * 100:.2f}% of the same call)"
+        )
+        both = [p + q for p, q in zip(proved, prune_proved["deduped+INFO"], strict=True)]
+        share = statistics.median(p / t for p, t in zip(both, times["deduped+INFO"], strict=True))
+        print(
+            f"both proofs (deduped+INFO), median: {statistics.median(both) * 1e3:.2f} ms "
             f"({share * 100:.2f}% of the same call)"
         )
     print("each round (ms):")

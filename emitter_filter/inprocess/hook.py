@@ -16,9 +16,13 @@ only to hand the serializer wrapper the `ExportedProgram`s it emitted (held in
 a per-thread slot until that call takes it): their graph signatures name the
 constants for `keep_constants` and the report.
 
-Fail-safe, the same for every mode: when the analysis finds the emitted
+Every prune is proven (`prune_proof`: each plan reads, after it, the same instructions,
+values and bytes as before), and every dedupe (`proof.prove_rewrite` of the bytes).
+
+Fail-safe, the same for every mode (`fail_safe`): when the analysis finds the emitted
 program inconsistent (`ProgramFormatError`: an index that points nowhere, which
-ExecuTorch's own serializer does not check), nothing has been modified yet; the
+ExecuTorch's own serializer does not check), nothing has been modified yet; when
+the proof refuses a prune (`InvalidOutputError`), it is undone; the
 program is written as ExecuTorch writes it (or, when only the dedupe fails,
 as the prune left it), with one WARNING naming the modes skipped, and its
 report says why (`skipped`, `dedupe_skipped`). Strict mode (`prune_strict=True`,
@@ -45,7 +49,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from emitter_filter import _upstream
-from emitter_filter.environment import ENV_STRICT, env_flag
+from emitter_filter.inprocess.fail_safe import fail_safe, skipped_report
 from emitter_filter.program.reachability import keep_patterns
 
 if TYPE_CHECKING:
@@ -96,10 +100,6 @@ def _pruning_requested(config) -> bool:
     return bool(getattr(config, "prune_constants", False)) or is_enabled()
 
 
-def _strict(config) -> bool:
-    return bool(getattr(config, "prune_strict", False)) or env_flag(ENV_STRICT)
-
-
 def _keep_constants(config) -> tuple[str, ...]:
     return (*(getattr(config, "keep_constants", ()) or ()), *_pruning_keep.get(), *_process_keep)
 
@@ -120,70 +120,45 @@ def _take_emitted_methods(emitter_output) -> dict | None:
     return dict(methods) if isinstance(methods, dict) else {"forward": methods}
 
 
-def _skipped_report(emitter_output, reason: str, started: float, dedupe: bool):
-    from emitter_filter.inprocess.prune_emitted import space_nbytes
-    from emitter_filter.inprocess.reports import PruneReport
-
-    nbytes = space_nbytes(emitter_output)
-    return PruneReport(
-        bytes_before=nbytes,
-        bytes_after=nbytes,
-        found=(),
-        dropped_values=0,
-        seconds=time.perf_counter() - started,
-        skipped=reason,
-        dedupe_skipped=reason if dedupe else None,
-    )
-
-
-def _fail_safe(config, error, modes: str, written: str) -> None:
-    """The one fail-safe of every mode: strict mode raises `error`, otherwise one WARNING.
-
-    Called where a `ProgramFormatError` stopped a transform before it changed
-    anything, so that the program can be written as `written` says.
-    """
-    if _strict(config):
-        raise error
-    logger.warning(
-        "emitter_filter: not %s this program, written %s: %s (the filter cannot prove "
-        "the program safe to transform; set %s=1 or prune_strict=True to raise instead)",
-        modes,
-        written,
-        error,
-        ENV_STRICT,
-    )
-
-
 def _prune(emitter_output, config, named_data_store, methods, dedupe: bool):
-    """Prunes in place and records the report; returns the named data to serialize and it.
+    """Prunes in place, proves it (`prune_proof`) and records the report; returns the named
+    data to serialize and it.
 
     Both analyses run before anything is modified, so that a `ProgramFormatError`
     can still leave the program to be written as it came (see the module docstring);
-    then `dedupe`, if asked for too, is skipped with it, in the same warning.
+    a prune the proof refuses is undone, and written as it came too. Then `dedupe`,
+    if asked for too, is skipped with it, in the same warning.
     """
-    from emitter_filter.errors import ProgramFormatError
+    from emitter_filter.errors import InvalidOutputError, ProgramFormatError
     from emitter_filter.inprocess.named_data import find_named_data_use, prune_named_data
     from emitter_filter.inprocess.prune_emitted import prune_emitter_output
+    from emitter_filter.inprocess.prune_proof import PruneProof
     from emitter_filter.inprocess.reports import _record_report
     from emitter_filter.program.state_names import PlaceholderNames
 
     started = time.perf_counter()
     names = None if methods is None else PlaceholderNames(methods)
+    blobs: dict = {}
+    proof = None
     try:
-        named_data_use = find_named_data_use(emitter_output.program, named_data_store)
+        named_data_use = find_named_data_use(emitter_output.program, named_data_store, blobs)
+        proof = PruneProof(emitter_output, named_data_store, blobs)
         prune_report = prune_emitter_output(
             emitter_output, keep_constants=_keep_constants(config), names=names
         )
-    except ProgramFormatError as error:
+        # After the constants, so that the duplicates reported are the bytes written.
+        pruned_store, named_data_report = prune_named_data(
+            emitter_output, named_data_store, use=named_data_use
+        )
+        proof.check(pruned_store)
+    except (ProgramFormatError, InvalidOutputError) as error:
+        if proof is not None and isinstance(error, ProgramFormatError):
+            proof.undo()
         modes = "pruning nor deduplicating" if dedupe else "pruning"
-        _fail_safe(config, error, modes, "as ExecuTorch writes it")
-        skipped = _skipped_report(emitter_output, str(error), started, dedupe)
+        fail_safe(config, error, modes, "as ExecuTorch writes it")
+        skipped = skipped_report(emitter_output, str(error), started, dedupe)
         _record_report(emitter_output, skipped)
         return named_data_store, skipped
-    # After the constants, so that the duplicates reported are the bytes written.
-    named_data_store, named_data_report = prune_named_data(
-        emitter_output, named_data_store, use=named_data_use
-    )
     prune_report = dataclasses.replace(
         prune_report,
         named_data=named_data_report,
@@ -192,7 +167,7 @@ def _prune(emitter_output, config, named_data_store, methods, dedupe: bool):
     _record_report(emitter_output, prune_report)
     # Passed as an object: the summary (its names, its duplicate search) is only built if logged.
     logger.info("emitter_filter: %s", prune_report)
-    return named_data_store, prune_report
+    return pruned_store, prune_report
 
 
 def _dedupe_requested(config) -> bool:
@@ -239,7 +214,7 @@ def _dedupe_serialized(emitter_output, serialized, config, prune_report):
         deduplicated, dedupe_report = _dedupe_cord(pte, getattr(config, "segment_alignment", None))
     except (ProgramFormatError, InvalidOutputError) as error:
         written = "as ExecuTorch writes it" if prune_report is None else "pruned only"
-        _fail_safe(config, error, "deduplicating", written)
+        fail_safe(config, error, "deduplicating", written)
         _record_dedupe_skipped(emitter_output, str(error))
         return serialized
     dedupe_report = dataclasses.replace(dedupe_report, seconds=time.perf_counter() - started)
@@ -257,7 +232,8 @@ def _dedupe_cord(pte, alignment):
     reads (a prefix, a chunked compare), and goes into the new Cord as itself.
     """
     from emitter_filter.ondisk.dedupe import dedupe_pieces, dedupe_pte
-    from emitter_filter.ondisk.read.byte_source import Piece
+    from emitter_filter.ondisk.read.byte_source import ByteSource, Compared, Piece
+    from emitter_filter.ondisk.read.read_pte import read_pte_program
     from emitter_filter.regular_files import open_regular_input
 
     buffers = _upstream.cord_pieces(pte)
@@ -278,26 +254,33 @@ def _dedupe_cord(pte, alignment):
             opened.callback(os.close, fd)
             pieces.append(Piece(fd, 0, len(buffer)))
             owners[id(pieces[-1])] = buffer
-        deduplicated, report = dedupe_pieces(pieces, alignment)
+        # What the dedupe reads and compares, the proof need not again (`Compared`).
+        compared = Compared()
+        serialized = opened.enter_context(ByteSource(list(pieces), compared=compared))
+        read = read_pte_program(serialized)
+        deduplicated, report = dedupe_pieces(pieces, alignment, compared, read=read)
         if not report.shared:
             return pte, report
-        _prove_deduplicated(pieces, deduplicated)
+        _prove_deduplicated(serialized, deduplicated, compared, read)
         return _upstream.cord_of(_cord_buffer(part, owners) for part in deduplicated), report
 
 
-def _prove_deduplicated(before, after) -> None:
+def _prove_deduplicated(before, after, compared=None, read=None) -> None:
     """`proof.prove_rewrite` of the deduplicated `.pte` against the serialized one, both
     read where they lie (the serializer's buffers, the weights' files): each method reads
-    the same bytes. An `InvalidOutputError` is a `ProgramFormatError`'s sibling: the caller's
-    fail-safe writes the `.pte` as serialized."""
+    the same bytes. `before` is a list of parts, or their `ByteSource` with `read`, its
+    reading (the dedupe's). Two ranges of the same `bytes` objects the dedupe found equal
+    by a memcmp (`compared`) are not compared again: a key the dedupe moved onto a constant
+    reads it at once, any other range is compared. An `InvalidOutputError` is a
+    `ProgramFormatError`'s sibling: the caller's fail-safe writes the `.pte` as serialized."""
     from emitter_filter.ondisk.analyse.proof import Side, prove_rewrite
     from emitter_filter.ondisk.read.byte_source import ByteSource
 
-    with (
-        ByteSource(list(before), "serialized") as old,
-        ByteSource(list(after), "deduplicated") as new,
-    ):
-        prove_rewrite([Side(old)], Side(new))
+    with contextlib.ExitStack() as opened:
+        if not isinstance(before, ByteSource):
+            before = opened.enter_context(ByteSource(list(before), "serialized", compared))
+        new = opened.enter_context(ByteSource(list(after), "deduplicated", compared))
+        prove_rewrite([Side(before, read=read)], Side(new))
 
 
 def _cord_buffer(part, owners: dict):

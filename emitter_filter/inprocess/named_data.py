@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from executorch.exir.schema import BackendDelegate, ExecutionPlan, Program
 
 __all__ = [
+    "BlobKeys",
+    "blob_named_keys",
     "NamedDataEntry",
     "NamedDataReport",
     "find_named_data_use",
@@ -45,6 +47,24 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: The named-data keys of each delegate blob read so far, by (backend id, id(blob)), with the
+#: blob (which keeps its id its own): the hook reads a blob once for the prune and its proof.
+BlobKeys = dict[tuple[str, int], tuple[bytes, "tuple[str, ...] | None"]]
+
+
+def blob_named_keys(backend_id: str, blob: bytes, cache: BlobKeys) -> tuple[str, ...] | None:
+    """`delegates.delegate_named_keys` of a blob, read once per blob object.
+
+    Raises:
+        ProgramFormatError: A readable backend's blob is malformed.
+    """
+    found = cache.get((backend_id, id(blob)))
+    if found is not None and found[0] is blob:
+        return found[1]
+    keys = delegate_named_keys(backend_id, blob)
+    cache[(backend_id, id(blob))] = (blob, keys)
+    return keys
 
 
 @dataclass(frozen=True)
@@ -152,13 +172,16 @@ def _processed_bytes(
     return program.backend_delegate_data[processed.index].data
 
 
-def find_named_data_use(program: Program, named_data: NamedDataStoreOutput | None) -> NamedDataUse:
+def find_named_data_use(
+    program: Program, named_data: NamedDataStoreOutput | None, blobs: BlobKeys | None = None
+) -> NamedDataUse:
     """Finds which keys of the named data the program's delegates can reach.
 
     Args:
         program: The emitted program; its delegates' processed data must be
             INLINE, as `emit_program` leaves it. Not modified.
         named_data: The named data to be serialized with it. Not modified.
+        blobs: The blobs read so far (`blob_named_keys`), to add those read here to.
 
     Returns:
         Live, dead and unprovable keys (see the module docstring for the rules).
@@ -170,17 +193,15 @@ def find_named_data_use(program: Program, named_data: NamedDataStoreOutput | Non
     delegate_keys: list[tuple[DelegateRef, tuple[str, ...] | None]] = []
     # `backend_delegate_data` is deduplicated by bytes alone, across backends:
     # read each (backend, blob) once.
-    keys_of_blob: dict[tuple[str, int], tuple[str, ...] | None] = {}
+    blobs = {} if blobs is None else blobs
     for plan in program.execution_plan:
         for index, delegate in enumerate(plan.delegates):
             processed = _processed_bytes(program, plan, index, delegate)
-            blob = (delegate.id, delegate.processed.index)
-            if blob not in keys_of_blob:
-                try:
-                    keys_of_blob[blob] = delegate_named_keys(delegate.id, processed)
-                except ProgramFormatError as e:
-                    raise ProgramFormatError(f"plan {plan.name!r} delegate {index}: {e}") from e
-            delegate_keys.append((DelegateRef(plan.name, index, delegate.id), keys_of_blob[blob]))
+            try:
+                keys = blob_named_keys(delegate.id, processed, blobs)
+            except ProgramFormatError as e:
+                raise ProgramFormatError(f"plan {plan.name!r} delegate {index}: {e}") from e
+            delegate_keys.append((DelegateRef(plan.name, index, delegate.id), keys))
     return classify_named_keys(delegate_keys, (e.key for e in _store_entries(named_data)))
 
 

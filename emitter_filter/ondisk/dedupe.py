@@ -72,7 +72,7 @@ from dataclasses import dataclass
 from emitter_filter.ondisk.analyse.dedupe_find import collect_aliases
 from emitter_filter.ondisk.analyse.stored_ranges import SharedRange
 from emitter_filter.ondisk.dedupe_rewrite import alias_repeated_named_data, output_parts
-from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
+from emitter_filter.ondisk.read.byte_source import ByteSource, Compared, Piece
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
 from emitter_filter.ondisk.write.output import (
     OutputCheck,
@@ -165,18 +165,25 @@ def dedupe_pte(data: bytes, segment_alignment: int | None = None) -> tuple[bytes
 
 
 def dedupe_pieces(
-    pieces: Sequence[bytes | Piece], segment_alignment: int | None = None
+    pieces: Sequence[bytes | Piece],
+    segment_alignment: int | None = None,
+    compared: Compared | None = None,
+    *,
+    read: PteProgram | None = None,
 ) -> tuple[Sequence[bytes | Piece], DedupeReport]:
     """`dedupe_pte` of a `.pte` given as its pieces in order (a serializer's chunks).
 
     Never joins them, and never reads a `Piece` (a range of a file) except
     where the transform reads: the output reuses every piece it copies whole
     (a weight is one), so no weight is copied or read. Returns `pieces`
-    itself when nothing is stored twice.
+    itself when nothing is stored twice. `compared` records each memcmp of
+    two `bytes` pieces (for the proof of the result to find); `read` is
+    `read_pte_program` of a `ByteSource` of `pieces` (named "<bytes>"), where
+    the caller has it.
     """
     started = time.perf_counter()
-    with ByteSource(list(pieces)) as source:
-        deduplicated = _dedupe_source(source, source.name, segment_alignment)
+    with ByteSource(list(pieces), compared=compared) as source:
+        deduplicated = _dedupe_source(source, source.name, segment_alignment, read)
     if deduplicated is None:
         return pieces, _report(source.size, source.size, (), started)
     parts = [bytes(p) if isinstance(p, memoryview) else p for p in deduplicated.parts]

@@ -118,7 +118,7 @@ def test_a_named_data_inconsistency_also_leaves_the_program_as_executorch_writes
     case = next(c for c in CASES if c.name == "unused_buffer_xnnpack")
     plain = case.build(dead=True, config=UpstreamConfig()).buffer
 
-    def unreadable(program, named_data):
+    def unreadable(program, named_data, blobs=None):
         raise ProgramFormatError("plan 'forward' delegate 0: XNNPACK blob: bad header")
 
     monkeypatch.setattr(emitter_filter.inprocess.named_data, "find_named_data_use", unreadable)
@@ -191,7 +191,7 @@ def test_a_dedupe_that_fails_after_a_prune_writes_the_pruned_program(monkeypatch
         dead=True, config=emitter_filter.ExecutorchBackendConfig(prune_constants=True)
     ).buffer
 
-    def unreadable(*args):
+    def unreadable(*args, **kwargs):
         raise ProgramFormatError("<bytes>: segment offsets fit no segment alignment")
 
     # The hook deduplicates the serializer's pieces (`dedupe_pieces`), else the joined bytes.

@@ -570,6 +570,8 @@ def test_public_api_is_what_we_meant():
     }
     assert set(named_keys.__all__) == {"DelegateRef", "NamedDataUse", "classify_named_keys"}
     assert set(named_data.__all__) == {
+        "BlobKeys",
+        "blob_named_keys",
         "NamedDataEntry",
         "NamedDataReport",
         "find_named_data_use",

@@ -41,8 +41,8 @@ def _flipped(original):
     """`dedupe_pieces` whose output's largest part (the constant segment) has its first
     byte flipped: every index and offset right, one weight wrong."""
 
-    def dedupe(pieces, alignment):
-        parts, report = original(pieces, alignment)
+    def dedupe(pieces, alignment, compared=None, **read):
+        parts, report = original(pieces, alignment, compared, **read)
         largest = max(range(len(parts)), key=lambda n: len(parts[n]))
         changed = bytearray(parts[largest])
         changed[0] ^= 0xFF

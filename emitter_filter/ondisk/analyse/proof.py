@@ -10,9 +10,9 @@ mutable entry, or the `.ptd` entry of its name, for the tensor's size); and each
 named-data key a delegate blob names (`delegates/`: XNNPACK, Vulkan, Core ML) as the
 runtime hands it to the backend (XNNPACK: from the start of the segment the key names, for
 the graph's tensor's size, past the segment where that is shorter; several keys may name
-one segment), every key's whole segment for a blob no reader reads. A difference is one line naming the method and the entry
-(`InvalidOutputError`, exit 2). Writers prove their outputs as described
-(`prove_outputs`, before anything is opened for writing) and the bytes written
+one segment), every key's whole segment for a blob no reader reads. A difference is one line
+naming the method and the entry (`InvalidOutputError`, exit 2). Writers prove their outputs
+as described (`prove_outputs`, before anything is opened for writing) and the bytes written
 (`proved`, their output check). On `read/` alone.
 """
 
@@ -27,7 +27,8 @@ from typing import Protocol
 from emitter_filter.delegates import xnnpack_constant_types
 from emitter_filter.errors import InvalidOutputError, ProgramFormatError
 from emitter_filter.ondisk.analyse.named_sizes import xnnpack_tensor_bytes as tensor_bytes
-from emitter_filter.ondisk.read.byte_source import ByteSource, Piece, StoredSpan
+from emitter_filter.ondisk.analyse.same_bytes import SpanTest, same, same_place, same_span
+from emitter_filter.ondisk.read.byte_source import ByteSource, StoredSpan
 from emitter_filter.ondisk.read.file_model import NamedData
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
 from emitter_filter.ondisk.read.readers import inline_delegate_spans, xnnpack_graphs
@@ -44,10 +45,12 @@ _FileLike = str | os.PathLike | ByteSource
 
 @dataclass(frozen=True)
 class Side:
-    """A program and the `.ptd` files it reads: an input of a rewrite, or its output."""
+    """A program and the `.ptd` files it reads: an input of a rewrite, or its output; `read`,
+    where the caller has it, is `read_pte_program` of these very bytes (not read again)."""
 
     pte: _FileLike
     ptds: tuple[_FileLike, ...] = ()
+    read: PteProgram | None = None
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,7 @@ class Claim:
     methods: Mapping[str, tuple[int, str]] | None = None
 
 
-#: `output._OutputCheck` (this module, beside `write/`, does not import it).
-_OutputCheck = Callable[[Sequence[tuple[str, str]]], None]
+_OutputCheck = Callable[[Sequence[tuple[str, str]]], None]  # `output`'s, not imported
 
 
 class _Described(Protocol):
@@ -89,7 +91,9 @@ _Item = tuple[str, object]
 class _Reads:
     """What the methods of one program read, from one `read_pte_program` of it."""
 
-    def __init__(self, read: PteProgram, source: ByteSource, ptds: Mapping[str, ByteSource]):
+    def __init__(
+        self, read: PteProgram, source: ByteSource, ptds: Mapping[str, ByteSource], graphs: dict
+    ):
         self.read, self.pte, self.source = read, read.pte, source
         self.sources = {source.name: source, **ptds}
         self.named: dict[str, NamedData] = {}
@@ -98,11 +102,7 @@ class _Reads:
         self.named.update({n.key: n for n in self.pte.named_data if n.file == source.name})
         self.key_sizes: dict[str, int | None] = {}
         for _, graph in xnnpack_graphs(self.pte, read.program, read.program_data, source):
-            try:
-                found = xnnpack_constant_types(graph)
-            except ProgramFormatError:
-                continue  # The validator's to refuse; the blob's bytes are compared anyway.
-            for key, (dtype, dims) in found.items():
+            for key, (dtype, dims) in _constant_types(graph, graphs).items():
                 self.key_sizes.setdefault(key, tensor_bytes(dtype, dims))
         self._inline = inline_delegate_spans(read.program, read.program_data)
         self.plans = {
@@ -123,8 +123,31 @@ class _Reads:
         return list(_MethodReads(self, number).items())
 
 
+_GRAPH_CACHED = 1 << 20
+
+
+def _constant_types(graph: bytes, graphs: dict) -> dict:
+    """`xnnpack_constant_types` of a graph, read once for both sides of a proof where it is
+    small (by its bytes: the same bytes read the same); none for a blob that cannot be read
+    (the validator's to refuse; its bytes are compared anyway)."""
+    found = graphs.get(graph) if len(graph) <= _GRAPH_CACHED else None
+    if found is None:
+        try:
+            found = xnnpack_constant_types(graph)
+        except ProgramFormatError:
+            found = {}
+        if len(graph) <= _GRAPH_CACHED:
+            graphs[bytes(graph)] = found
+    return found
+
+
+_SCALARS = frozenset({int, float, bool, str, type(None)})
+
+
 def _plain(value) -> object:
     """A table, vector or scalar as nested tuples, compared with `==`."""
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, Table):
         return (value._table, *(_plain(getattr(value, a)) for a in value._attributes))
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -284,90 +307,14 @@ class _MethodReads:
         yield from found
 
 
-def _places(span: StoredSpan) -> list[tuple[object, int, int]]:
-    """Where a span's bytes lie: (the file, by device and inode, or the buffer in memory,
-    by identity; start; count) of each part it spans, runs merged."""
-    places: list[tuple[object, int, int]] = []
-    parts = span.source.parts
-    for index, start, count in span.source.spans(span.offset, span.nbytes):
-        part = parts[index]
-        if isinstance(part, Piece):
-            status = os.fstat(part.fd)
-            where: object = (status.st_dev, status.st_ino)
-            start += part.offset
-        else:
-            where = id(part)
-        if places and places[-1][0] == where and places[-1][1] + places[-1][2] == start:
-            places[-1] = (where, places[-1][1], places[-1][2] + count)
-        else:
-            places.append((where, start, count))
-    return places
-
-
-def _same_span(left: StoredSpan, right: StoredSpan) -> bool:
-    """Equal bytes: without reading them where both lie in one place (a rewrite's output
-    described from its input's ranges), else compared a chunk at a time."""
-    if left.nbytes != right.nbytes:
-        return False
-    if not left.nbytes:
-        return True
-    places = _places(left), _places(right)
-    if places[0] == places[1]:
-        return True
-    mine, theirs = _in_memory(left), _in_memory(right)
-    if mine is not None and theirs is not None:
-        (first, start), (second, other) = mine, theirs
-        # A memcmp where they lie, no copy (a 37 MB weight: 3 ms, where chunks take 11).
-        return first.startswith(memoryview(second)[other : other + right.nbytes], start)
-    return bool(left.same_bytes(right))
-
-
-def _in_memory(span: StoredSpan) -> tuple[bytes, int] | None:
-    """(the bytes object, start) where a span lies in one part in memory, else None."""
-    index, start, count = next(span.source.spans(span.offset, span.nbytes))
-    part = span.source.parts[index]
-    return (part, start) if isinstance(part, bytes) and count == span.nbytes else None
-
-
-_SAMPLE = 4096
-
-
-def _same_place(left: StoredSpan, right: StoredSpan) -> bool:
-    """The same range of a file as described and as written: its offset and size, and the
-    `_SAMPLE` bytes at each end (what a copy gone wrong would change), not all of them."""
-    if (left.offset, left.nbytes) != (right.offset, right.nbytes):
-        return False
-    ends = {0, max(0, left.nbytes - _SAMPLE)}
-    return all(
-        left.source.read(left.offset + at, min(_SAMPLE, left.nbytes - at), "proof")
-        == right.source.read(right.offset + at, min(_SAMPLE, right.nbytes - at), "proof")
-        for at in ends
-    )
-
-
-_SpanTest = Callable[[StoredSpan, StoredSpan], bool]
-
-
-def _same(left: object, right: object, same_span: _SpanTest = _same_span) -> bool:
-    if isinstance(left, StoredSpan) and isinstance(right, StoredSpan):
-        return same_span(left, right)
-    if isinstance(left, tuple) and isinstance(right, tuple):
-        return len(left) == len(right) and all(
-            _same(a, b, same_span) for a, b in zip(left, right, strict=True)
-        )
-    if isinstance(left, StoredSpan) or isinstance(right, StoredSpan):
-        return False
-    return left == right
-
-
 def _difference(
-    old: Sequence[_Item], new: Sequence[_Item], same_span: _SpanTest = _same_span
+    old: Sequence[_Item], new: Sequence[_Item], same_span: SpanTest = same_span
 ) -> str | None:
     """The first item the two methods read differently, or None."""
     for (what, left), (what_new, right) in zip(old, new, strict=False):
         if what != what_new:
             return f"{what_new} where its input reads {what}"
-        if not _same(left, right, same_span):
+        if not same(left, right, same_span):
             return what
     if len(old) != len(new):
         longer = old if len(old) > len(new) else new
@@ -379,11 +326,11 @@ def _open(file: _FileLike, opened: contextlib.ExitStack) -> ByteSource:
     return file if isinstance(file, ByteSource) else opened.enter_context(ByteSource(file))
 
 
-def _reads(side: Side, opened: contextlib.ExitStack) -> _Reads:
+def _reads(side: Side, opened: contextlib.ExitStack, graphs: dict) -> _Reads:
     source = _open(side.pte, opened)
     ptds = [_open(p, opened) for p in side.ptds]
-    read = read_pte_program(source, ptds)
-    return _Reads(read, source, {p.name: p for p in ptds})
+    read = side.read if side.read is not None else read_pte_program(source, ptds)
+    return _Reads(read, source, {p.name: p for p in ptds}, graphs)
 
 
 def prove_rewrite(
@@ -405,9 +352,10 @@ def prove_rewrite(
         InvalidOutputError: The first method that differs, and the entry.
     """
     with contextlib.ExitStack() as opened:
-        olds = [_reads(side, opened) for side in inputs]
+        graphs: dict = {}
+        olds = [_reads(side, opened, graphs) for side in inputs]
         try:
-            new = _reads(output, opened)
+            new = _reads(output, opened, graphs)
         except (ProgramFormatError, FlatbufferError) as error:
             target = name or getattr(output.pte, "name", os.fspath(output.pte))  # type: ignore[arg-type]
             raise InvalidOutputError(
@@ -453,7 +401,7 @@ def proved(
 
     With `described` (the outputs `prove_outputs` proved), cheaply: each output as written
     must be the output as described, method by method, item by item, each range at the same
-    place with the same bytes at its ends (`_same_place`), not read whole again. An output
+    place with the same bytes at its ends (`same_bytes.same_place`), not read whole again. An output
     laid out on a test made while it was written (`confirm`: a repeat `prune --dedupe`
     compares as it copies) is proven as described first, now that its tests are made.
     Without `described`, `prove_rewrite` of the bytes written against the inputs.
@@ -480,9 +428,10 @@ def proved(
 def _prove_as_described(described: Side, written: Side, target: str) -> None:
     """Refuses an output whose methods as written read other ranges than as described."""
     with contextlib.ExitStack() as opened:
-        before = _reads(described, opened)
+        graphs: dict = {}
+        before = _reads(described, opened, graphs)
         try:
-            after = _reads(written, opened)
+            after = _reads(written, opened, graphs)
         except (ProgramFormatError, FlatbufferError) as error:
             raise InvalidOutputError(
                 f"{target}: not written: what was written cannot be read back: {error} "
@@ -494,7 +443,7 @@ def _prove_as_described(described: Side, written: Side, target: str) -> None:
                 f"the ones decided {list(before.plans)} (a bug of emitter-filter's writer)"
             )
         for method in after.plans:
-            difference = _difference(before.method(method), after.method(method), _same_place)
+            difference = _difference(before.method(method), after.method(method), same_place)
             if difference is not None:
                 raise InvalidOutputError(
                     f"{target}: not written: method {method!r} as written reads other bytes "

@@ -25,11 +25,13 @@ from emitter_filter.regular_files import open_regular_input
 
 __all__ = [
     "ByteSource",
+    "Compared",
     "Piece",
     "open_sources",
     "StoredSpan",
     "check_identifier",
     "read_root",
+    "same_in_place",
 ]
 
 # Bytes per read when hashing stored data: bounds memory whatever the entry's size.
@@ -53,6 +55,46 @@ class Piece:
         return self.nbytes + self.pad
 
 
+class Compared:
+    """The ranges of `bytes` objects found equal by a memcmp, so that a later test of the same
+    two ranges (the proof of a dedupe that compared them) reads nothing again.
+
+    Only `bytes`, which cannot change; by the objects' identities, each object held while it
+    is recorded, so that no identity is reused. Not a decision's record: only the result of
+    comparing these very bytes, which is all a second compare could say. One per rewrite.
+    """
+
+    def __init__(self) -> None:
+        self._equal: set[tuple] = set()
+        self._held: dict[int, bytes] = {}
+
+    def same(self, first: bytes, a: int, second: bytes, b: int, count: int) -> bool:
+        """Whether `count` bytes at `a` of `first` and at `b` of `second` are equal: known,
+        or compared now in place (no copy) and recorded."""
+        key = (*sorted(((id(first), a), (id(second), b))), count)
+        if key in self._equal:
+            return True
+        if not first.startswith(memoryview(second)[b : b + count], a):
+            return False
+        self._held[id(first)], self._held[id(second)] = first, second
+        self._equal.add(key)
+        return True
+
+
+def same_in_place(
+    compared: Compared | None,
+    first: bytes | bytearray,
+    a: int,
+    second: bytes | bytearray | memoryview,
+    b: int,
+    count: int,
+) -> bool:
+    """`compared.same`, or (without one, or for a `bytearray`) a memcmp in place."""
+    if compared is not None and isinstance(first, bytes) and type(second) is bytes:
+        return compared.same(first, a, second, b, count)
+    return first.startswith(memoryview(second)[b : b + count], a)
+
+
 class ByteSource:
     """Random access to a file, a bytes object or a file's parts in order, reading only what
     is asked for.
@@ -62,15 +104,18 @@ class ByteSource:
     `same_bytes` compares ranges where they lie. A context manager: a file
     opened by path is closed on exit (the descriptors of `Piece` parts are the
     caller's). `name` is the name `read_pte` gives the file: its path, or the
-    name given with bytes or parts ("<bytes>" unless said).
+    name given with bytes or parts ("<bytes>" unless said). `compared`, if given, records
+    each memcmp of two `bytes` parts, and answers a repeat of one without reading.
     """
 
     def __init__(
         self,
         source: str | os.PathLike | bytes | memoryview | Sequence[bytes | memoryview | Piece],
         name: str = "<bytes>",
+        compared: Compared | None = None,
     ) -> None:
         self._fd: int | None = None
+        self.compared = compared
         if isinstance(source, (bytes, bytearray, memoryview)):
             source = [source]
         if isinstance(source, (list, tuple)):
@@ -141,7 +186,7 @@ class ByteSource:
             if first is second and sa == sb:
                 pass
             elif isinstance(first, (bytes, bytearray)) and not isinstance(second, Piece):
-                if not first.startswith(memoryview(second)[sb : sb + count], sa):
+                if not same_in_place(self.compared, first, sa, second, sb, count):
                     return False
             elif isinstance(second, (bytes, bytearray)) and not isinstance(first, Piece):
                 if not second.startswith(memoryview(first)[sa : sa + count], sb):
