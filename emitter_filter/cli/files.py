@@ -131,7 +131,7 @@ def _audit_groups(
     refuses, the lines of the gates --require-data and --fail-on-key-clash close)."""
     from emitter_filter.ondisk.audit_set import SetAuditReport
     from emitter_filter.ondisk.read.data_files import sets_of
-    from emitter_filter.program.state_names import state_file
+    from emitter_filter.ondisk.read.state_file import state_file
 
     names = state_file(options.names)
     reports: list[AuditReport | SetAuditReport] = []

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from emitter_filter.ondisk.analyse.audit_report import AuditReport, audit_pte
 from emitter_filter.ondisk.read.byte_source import open_sources
 from emitter_filter.ondisk.read.read_pte import read_pte
-from emitter_filter.program.state_names import StateFile, state_file
+from emitter_filter.ondisk.read.state_file import state_file
+from emitter_filter.program.state_names import StateFile
 
 __all__ = ["audit_file"]
 
@@ -38,7 +39,7 @@ def audit_file(
         keep_constants: `fnmatch` patterns of FQNs: a matching constant is a
             root (not dead), as `ExecutorchBackendConfig(keep_constants=...)` makes it.
         names: A `torch.export` `.pt2` or an ETRecord of the same model (read
-            with torch), or what `state_names.read_state_file` returned for one:
+            with torch), or what `read.state_file.read_state_file` returned for one:
             names constant-segment entries, and lets `keep_constants` match them.
 
     Raises:

@@ -19,9 +19,14 @@ from typing import TYPE_CHECKING
 from emitter_filter.errors import InvariantError, PteFormatError
 from emitter_filter.ondisk.analyse.stored_ranges import Alias, SharedRange
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece
-from emitter_filter.ondisk.read.file_headers import position_alignment, program_prefix
+from emitter_filter.ondisk.read.file_headers import position_alignment
 from emitter_filter.ondisk.read.file_model import PteFile
-from emitter_filter.ondisk.read.layout import pack_program, patch_program, read_pte_layout
+from emitter_filter.ondisk.read.layout import (
+    pack_program,
+    patch_program,
+    program_prefix,
+    read_pte_layout,
+)
 from emitter_filter.ondisk.read.segment_layout import place_segments, read_segment_layout
 from emitter_filter.program.duplicates import StoredCopy
 from emitter_filter.program.generated_fields import vector_ints

@@ -42,7 +42,8 @@ from emitter_filter.ondisk.explanation import Explanation
 from emitter_filter.ondisk.method_memory import MemoryChange, memory_changes
 from emitter_filter.ondisk.read.byte_source import ByteSource, open_sources
 from emitter_filter.ondisk.read.read_pte import read_pte_program
-from emitter_filter.program.state_names import StateFile, state_file
+from emitter_filter.ondisk.read.state_file import state_file
+from emitter_filter.program.state_names import StateFile
 
 __all__ = [
     "JSON_SCHEMA",

@@ -58,9 +58,10 @@ from emitter_filter.ondisk.read.readers import (
     find_tensor_readers,
     inline_delegate_spans,
 )
+from emitter_filter.ondisk.read.state_file import state_file
 from emitter_filter.program.flatbuffer_tables import Table
 from emitter_filter.program.reachability import DataRef, DataSpace
-from emitter_filter.program.state_names import StateFile, state_file
+from emitter_filter.program.state_names import StateFile
 
 __all__ = [
     "JSON_SCHEMA",

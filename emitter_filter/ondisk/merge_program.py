@@ -34,13 +34,13 @@ from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import
 from emitter_filter.errors import InvariantError, PteFormatError
 from emitter_filter.ondisk.merge_inputs import MergeInput
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece, StoredSpan
-from emitter_filter.ondisk.read.file_headers import program_prefix, ptd_prefix
-from emitter_filter.ondisk.read.layout import PteLayout, pack_program
+from emitter_filter.ondisk.read.layout import PteLayout, pack_program, program_prefix
 from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read.segment_layout import (
     PtdLayout,
     infer_ptd_layout,
     place_segments,
+    ptd_prefix,
     ptd_segment_alignments,
 )
 from emitter_filter.ondisk.write.output import OutputFile

@@ -31,8 +31,8 @@ from emitter_filter.ondisk.explain import Explanation, Part, explain_pte
 from emitter_filter.ondisk.read.byte_source import open_sources
 from emitter_filter.ondisk.read.read_pte import read_pte_program
 from emitter_filter.ondisk.read.readers import Reader, plan_calls, xnnpack_graphs
+from emitter_filter.ondisk.read.state_file import state_file
 from emitter_filter.program.generated_fields import table_text
-from emitter_filter.program.state_names import state_file
 
 __all__ = [
     "NODE_VALUES",

@@ -58,11 +58,12 @@ from emitter_filter.ondisk.read.file_model import PteFile
 from emitter_filter.ondisk.read.layout import PteLayout, read_pte_layout
 from emitter_filter.ondisk.read.read_pte import PteProgram, read_pte_program
 from emitter_filter.ondisk.read.segment_layout import read_segment_layout, shared_segment_alignment
+from emitter_filter.ondisk.read.state_file import state_file
 from emitter_filter.ondisk.write.output import OutputFile, ProgressFn, write_outputs
 from emitter_filter.ondisk.write.prune_rewrite import pruned_ptd, pruned_pte, verbatim
 from emitter_filter.ondisk.write.stream import EarlyCopy
 from emitter_filter.ondisk.write.targets import check_outputs, open_input, output_directory
-from emitter_filter.program.state_names import StateFile, state_file
+from emitter_filter.program.state_names import StateFile
 
 # Besides `prune_file`, `share` and `merge` build on its view and its tests of a file (and on
 # the rewrite's parts, `prune_rewrite`).

@@ -51,7 +51,7 @@ from emitter_filter.ondisk.dedupe import dedupe_output
 from emitter_filter.ondisk.prune import prune_file, relies_on_constant_buffer
 from emitter_filter.ondisk.read.byte_source import Piece
 from emitter_filter.ondisk.read.data_files import data_files_for, unique_tails
-from emitter_filter.ondisk.read.file_headers import DEFAULT_SEGMENT_ALIGNMENT, ptd_prefix
+from emitter_filter.ondisk.read.file_headers import DEFAULT_SEGMENT_ALIGNMENT
 from emitter_filter.ondisk.read.file_model import DataEntry
 from emitter_filter.ondisk.read.layout import PteLayout, read_pte_layout
 from emitter_filter.ondisk.read.read_pte import PteProgram
@@ -59,6 +59,7 @@ from emitter_filter.ondisk.read.segment_layout import (
     PtdLayout,
     infer_ptd_layout,
     place_segments,
+    ptd_prefix,
     ptd_segment_alignments,
     shared_segment_alignment,
 )

@@ -22,25 +22,26 @@ Importing this module is cheap; `torch` loads only when a file is read.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from emitter_filter.errors import InvariantError, ProgramFormatError, UnsupportedExecutorchError
+from emitter_filter.errors import InvariantError
 from emitter_filter.program.names import ConstantName
-from emitter_filter.regular_files import open_regular_input
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
     from torch.fx import Node
 
-__all__ = ["PlaceholderNames", "StateFile", "name_entries", "read_state_file", "state_file"]
+__all__ = [
+    "PlaceholderNames",
+    "StateFile",
+    "StateTensor",
+    "name_entries",
+    "program_state",
+]
 
 logger = logging.getLogger(__name__)
-
-# parse_etrecord's marker entry (devtools/etrecord/_etrecord.py, ETRECORD_IDENTIFIER).
-_ETRECORD_IDENTIFIER = "ETRECORD_V0"
 
 
 def _signature_names(exported_program) -> dict[str, tuple[str, str]]:
@@ -169,7 +170,9 @@ def name_entries(
 
 
 @dataclass(frozen=True)
-class _StateTensor:
+class StateTensor:
+    """One state tensor of a `.pt2` or ETRecord: its name, shape, size and the tensor."""
+
     name: ConstantName
     shape: tuple[int, ...]
     nbytes: int
@@ -195,10 +198,10 @@ def _stored_bytes(tensor) -> bytes:
 class StateFile:
     """The state tensors of a `.pt2` or an ETRecord, to name a file's entries by content."""
 
-    def __init__(self, path: str, tensors: Iterable[_StateTensor]) -> None:
+    def __init__(self, path: str, tensors: Iterable[StateTensor]) -> None:
         self.path = path
         self._by_name: dict[str, ConstantName] = {}
-        self._by_size: dict[tuple[int, tuple[int, ...]], list[_StateTensor]] = {}
+        self._by_size: dict[tuple[int, tuple[int, ...]], list[StateTensor]] = {}
         for state in tensors:
             self._by_name.setdefault(state.name.name, state.name)
             self._by_size.setdefault((state.nbytes, state.shape), []).append(state)
@@ -265,7 +268,7 @@ class StateFile:
         return tuple(found.values())
 
 
-def _orders(state: _StateTensor, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+def _orders(state: StateTensor, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
     """The orders of `state`'s dims that give `shape`, its own order first."""
     import itertools
 
@@ -283,7 +286,8 @@ def _permuted_bytes(tensor, order: tuple[int, ...]) -> bytes:
     return bytes(tensor.detach().permute(order).contiguous().untyped_storage())
 
 
-def _program_state(plan: str | None, exported_program) -> list[_StateTensor]:
+def program_state(plan: str | None, exported_program) -> list[StateTensor]:
+    """The state tensors of one exported program, each named as `plan` reads it."""
     names = _signature_names(exported_program)
     state = {**exported_program.state_dict, **exported_program.constants}
     tensors = []
@@ -293,79 +297,6 @@ def _program_state(plan: str | None, exported_program) -> list[_StateTensor]:
         if fqn_kind is None or tensor is None or not hasattr(tensor, "untyped_storage"):
             continue
         tensors.append(
-            _StateTensor(ConstantName(*fqn_kind, plan), tuple(tensor.shape), tensor.nbytes, tensor)
+            StateTensor(ConstantName(*fqn_kind, plan), tuple(tensor.shape), tensor.nbytes, tensor)
         )
     return tensors
-
-
-def _etrecord_programs(path: str) -> list[tuple[str | None, object]]:
-    from executorch.devtools.etrecord import parse_etrecord
-
-    etrecord = parse_etrecord(path)
-    programs: list[tuple[str | None, object]] = []
-    edge = etrecord.edge_dialect_program
-    if isinstance(edge, Mapping):
-        programs.extend(edge.items())
-    elif edge is not None:
-        programs.append(("forward", edge))
-    if etrecord.exported_program is not None:
-        programs.append(("forward", etrecord.exported_program))
-    for name, program in (etrecord.graph_map or {}).items():
-        programs.append((name.rsplit("/", 1)[-1], program))
-    return programs
-
-
-def _require(module: str, path: str) -> None:
-    """Refuses, in one line naming the install that brings it, a name file that needs
-    `module` where it is not installed (the torch-free install of the file tools)."""
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        from emitter_filter._upstream import install_hint
-
-        raise UnsupportedExecutorchError(
-            f"{path}: naming entries after a .pt2 or an ETRecord needs {module}, which is "
-            f"not installed here: {install_hint()}"
-        )
-
-
-def read_state_file(path: str | os.PathLike) -> StateFile:
-    """Reads the state tensors of a `torch.export.save` `.pt2` or an ETRecord (imports torch).
-
-    Raises:
-        ProgramFormatError: The file is neither.
-        UnsupportedExecutorchError: torch (for an ETRecord, executorch) is not installed.
-    """
-    import zipfile  # here: it imports pathlib, and every command imports this module
-
-    path = os.fspath(path)
-    # A path that is no file says so first, with or without torch.
-    try:
-        with os.fdopen(open_regular_input(path), "rb") as file, zipfile.ZipFile(file) as archive:
-            entries = set(archive.namelist())
-    except (OSError, zipfile.BadZipFile) as error:
-        _require("torch", path)
-        raise ProgramFormatError(
-            f"{path}: not a .pt2 or an ETRecord (a zip archive): {error}"
-        ) from error
-    _require("torch", path)
-    if _ETRECORD_IDENTIFIER in entries:
-        _require("executorch", path)
-        programs = _etrecord_programs(path)
-    else:
-        import torch
-
-        try:
-            programs = [("forward", torch.export.load(path))]
-        except Exception as error:  # torch raises many kinds; all mean "not a .pt2"
-            raise ProgramFormatError(f"{path}: not a torch.export .pt2: {error}") from error
-    tensors = [t for plan, program in programs for t in _program_state(plan, program)]
-    logger.debug("%s: %d state tensors in %d programs", path, len(tensors), len(programs))
-    return StateFile(path, tensors)
-
-
-def state_file(names: str | os.PathLike | StateFile | None) -> StateFile | None:
-    """`names` as `audit_file` and `prune_file` take it: a path is read, once."""
-    if names is None or isinstance(names, StateFile):
-        return names
-    return read_state_file(names)

@@ -12,7 +12,7 @@ import torch
 
 from emitter_filter.cli import main
 from emitter_filter.ondisk.audit import audit_file
-from emitter_filter.program.state_names import read_state_file
+from emitter_filter.ondisk.read.state_file import read_state_file
 from tests.files import CASES
 from tests.programs import _inputs, _model
 

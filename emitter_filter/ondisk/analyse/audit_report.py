@@ -31,7 +31,7 @@ file malformed (`stored_ranges.find_shared_ranges`).
 
 Names (`analysis.analyse_file`): a dead entry is named by what the file carries (an
 external constant's FQN, a named-data key) and, given the model's state
-(`state_names.read_state_file` of a `.pt2` or ETRecord), after every state
+(`read.state_file.read_state_file` of a `.pt2` or ETRecord), after every state
 tensor with a dead value's shape and exactly the entry's bytes: only dead
 entries are read for that. `keep_constants` patterns make the values of a
 matching constant roots, as in process; a constant-segment value is known only

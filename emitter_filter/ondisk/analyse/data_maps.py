@@ -18,7 +18,7 @@ from emitter_filter.program.flatbuffer_tables import FlatbufferError, Table
 from emitter_filter.program.generated_fields import table_text, vector_ints
 
 if TYPE_CHECKING:
-    from emitter_filter.ondisk.analyse.method_checks import Problems
+    from emitter_filter.ondisk.analyse.problems import Problems
 
 __all__ = ["DataMaps", "read_data_files"]
 

@@ -30,8 +30,9 @@ from emitter_filter.program.scalar_types import SCALAR_TYPE_NAMES, tensor_nbytes
 
 if TYPE_CHECKING:
     from emitter_filter.ondisk.analyse.data_maps import DataMaps
+    from emitter_filter.ondisk.analyse.problems import Problems
 
-__all__ = ["Problems", "MethodChecks"]
+__all__ = ["MethodChecks"]
 
 # runtime/core/portable_type/scalar_type.h: the ScalarTypes the portable runtime knows
 # (Byte 0 .. UInt64 29, complex and bits types included); scalar_type_util.h: isValid.
@@ -40,16 +41,6 @@ _SCALAR_TYPES = range(30)
 _TENSOR_DIMENSION_LIMIT = 16
 # method.cpp: Method::resolve_operator's kTempBufferSizeForName ("name.overload" and its NUL).
 _OPERATOR_NAME_LIMIT = 100
-
-
-class Problems:
-    """The problems of one file, in the order found, each once."""
-
-    def __init__(self) -> None:
-        self.lines: dict[str, None] = {}
-
-    def add(self, line: str) -> None:
-        self.lines.setdefault(line, None)
 
 
 class MethodChecks:

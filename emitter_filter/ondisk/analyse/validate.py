@@ -29,8 +29,9 @@ from dataclasses import dataclass, replace
 
 from emitter_filter.errors import InvalidOutputError, ProgramFormatError, PteFormatError
 from emitter_filter.ondisk.analyse.data_maps import DataMaps, read_data_files
-from emitter_filter.ondisk.analyse.method_checks import MethodChecks, Problems
+from emitter_filter.ondisk.analyse.method_checks import MethodChecks
 from emitter_filter.ondisk.analyse.named_sizes import undersized_named_data
+from emitter_filter.ondisk.analyse.problems import Problems
 from emitter_filter.ondisk.read.byte_source import ByteSource
 from emitter_filter.ondisk.read.file_headers import FLAT_TENSOR_IDENTIFIER, PROGRAM_IDENTIFIER
 from emitter_filter.ondisk.read.file_model import PteFile

@@ -14,11 +14,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from emitter_filter.ondisk.read.layout import PteLayout
-    from emitter_filter.ondisk.read.segment_layout import PtdLayout
 
 __all__ = [
     "PROGRAM_IDENTIFIER",
@@ -31,6 +26,8 @@ __all__ = [
     "NUM_HEAD_BYTES",
     "FH_MAGIC",
     "FH",
+    "FH_LENGTH",
+    "FLAT_TENSOR_FLATBUFFER_ALIGNMENT",
     "FLAT_TENSOR_IDENTIFIER",
     "DEFAULT_SEGMENT_ALIGNMENT",
     "MAX_ALIGNMENT",
@@ -41,8 +38,6 @@ __all__ = [
     "insert_header",
     "padded_header_length",
     "extended_header_prefix",
-    "program_prefix",
-    "ptd_prefix",
 ]
 
 PROGRAM_IDENTIFIER = b"ET12"  # schema/program.fbs file_identifier
@@ -70,8 +65,8 @@ NUM_HEAD_BYTES = 64
 FLAT_TENSOR_IDENTIFIER = b"FT01"  # extension/flat_tensor/serialize/flat_tensor.fbs
 FH_MAGIC = b"FH01"
 FH = struct.Struct("<4sIQQQQ")
-_FH_LENGTH = FH.size  # FlatTensorHeader.EXPECTED_LENGTH
-_FLAT_TENSOR_FLATBUFFER_ALIGNMENT = 16  # _FLATBUFFER_ALIGNMENT in serialize.py
+FH_LENGTH = FH.size  # FlatTensorHeader.EXPECTED_LENGTH
+FLAT_TENSOR_FLATBUFFER_ALIGNMENT = 16  # _FLATBUFFER_ALIGNMENT in serialize.py
 
 DEFAULT_SEGMENT_ALIGNMENT = 128  # serialize_pte_binary, FlatTensorConfig
 MAX_ALIGNMENT = 1 << 16
@@ -148,30 +143,3 @@ def extended_header_prefix(
     if header_length >= EH_LENGTH:
         fields += EH_SEGMENT_DATA_SIZE.pack(segment_data_size)
     return insert_header(flatbuffer, fields.ljust(padded_length, b"\0")), base
-
-
-def program_prefix(
-    flatbuffer: bytes, layout: PteLayout, segment_data_size: int
-) -> tuple[bytes, int]:
-    """(header and program flatbuffer, segment base offset), as `serialize_pte_binary` writes them.
-
-    No segment data, no extended header (and a base offset of 0).
-    """
-    if segment_data_size == 0:
-        return flatbuffer, 0
-    return extended_header_prefix(
-        flatbuffer,
-        layout.header_padded_length,
-        layout.segment_alignment,
-        segment_data_size,
-        layout.header_length,
-    )
-
-
-def ptd_prefix(flatbuffer: bytes, layout: PtdLayout, segment_data_size: int) -> tuple[bytes, int]:
-    """(header, flatbuffer and padding, segment base offset), as `FlatTensorSerializer` writes."""
-    padded = aligned(_FH_LENGTH, _FLAT_TENSOR_FLATBUFFER_ALIGNMENT)
-    base = aligned(len(flatbuffer) + padded, layout.segment_alignment)
-    header = FH.pack(FH_MAGIC, _FH_LENGTH, padded, len(flatbuffer), base, segment_data_size)
-    data = insert_header(flatbuffer, header.ljust(padded, b"\0"))
-    return data.ljust(base, b"\0"), base

@@ -41,6 +41,7 @@ from emitter_filter.ondisk.read.file_headers import (
     POWERS_OF_TWO,
     PROGRAM_IDENTIFIER,
     aligned,
+    extended_header_prefix,
     insert_header,
     preferring,
 )
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     from emitter_filter.ondisk.read.file_model import PteFile
 
 __all__ = [
+    "program_prefix",
     "PteLayout",
     "pack_program",
     "infer_pte_layout",
@@ -400,3 +402,21 @@ def patch_program(
     if magic == EH_MAGIC and header_length >= EH_LENGTH:
         EH_SEGMENT_DATA_SIZE.pack_into(patched, EH_OFFSET + EH.size, segment_data_size)
     return bytes(patched)
+
+
+def program_prefix(
+    flatbuffer: bytes, layout: PteLayout, segment_data_size: int
+) -> tuple[bytes, int]:
+    """(header and program flatbuffer, segment base offset), as `serialize_pte_binary` writes them.
+
+    No segment data, no extended header (and a base offset of 0).
+    """
+    if segment_data_size == 0:
+        return flatbuffer, 0
+    return extended_header_prefix(
+        flatbuffer,
+        layout.header_padded_length,
+        layout.segment_alignment,
+        segment_data_size,
+        layout.header_length,
+    )

@@ -23,9 +23,14 @@ from typing import TYPE_CHECKING
 from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.read.file_headers import (
     DEFAULT_SEGMENT_ALIGNMENT,
+    FH,
+    FH_LENGTH,
+    FH_MAGIC,
+    FLAT_TENSOR_FLATBUFFER_ALIGNMENT,
     MAX_ALIGNMENT,
     POWERS_OF_TWO,
     aligned,
+    insert_header,
     position_alignment,
     preferring,
 )
@@ -34,6 +39,7 @@ if TYPE_CHECKING:
     from emitter_filter.ondisk.read.file_model import PtdFile, PteFile
 
 __all__ = [
+    "ptd_prefix",
     "PtdLayout",
     "segment_alignments",
     "pte_segment_alignments",
@@ -290,3 +296,12 @@ def infer_ptd_layout(
         segment_alignment: The one to take if the file allows it.
     """
     return PtdLayout(*choose_segment_alignment(segment_candidates, segment_alignment, count))
+
+
+def ptd_prefix(flatbuffer: bytes, layout: PtdLayout, segment_data_size: int) -> tuple[bytes, int]:
+    """(header, flatbuffer and padding, segment base offset), as `FlatTensorSerializer` writes."""
+    padded = aligned(FH_LENGTH, FLAT_TENSOR_FLATBUFFER_ALIGNMENT)
+    base = aligned(len(flatbuffer) + padded, layout.segment_alignment)
+    header = FH.pack(FH_MAGIC, FH_LENGTH, padded, len(flatbuffer), base, segment_data_size)
+    data = insert_header(flatbuffer, header.ljust(padded, b"\0"))
+    return data.ljust(base, b"\0"), base

@@ -26,13 +26,14 @@ from dataclasses import dataclass
 
 from emitter_filter._program_fbs.executorch_flatbuffer.DataLocation import DataLocation
 from emitter_filter.ondisk.read.byte_source import Piece
-from emitter_filter.ondisk.read.file_headers import aligned, program_prefix, ptd_prefix
+from emitter_filter.ondisk.read.file_headers import aligned
 from emitter_filter.ondisk.read.file_model import PteFile
-from emitter_filter.ondisk.read.layout import PteLayout, pack_program
+from emitter_filter.ondisk.read.layout import PteLayout, pack_program, program_prefix
 from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read.segment_layout import (
     infer_ptd_layout,
     place_segments,
+    ptd_prefix,
     ptd_segment_alignments,
 )
 from emitter_filter.ondisk.write.output import OutputFile
