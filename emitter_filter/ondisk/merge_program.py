@@ -15,7 +15,7 @@ them (`duplicates.group_duplicates`): nothing whose size no other has is read.
 3. Delegate segments, inline delegate blobs and named data, equal bytes once, a key
    with other bytes refused (`_delegate_data`).
 4. Each plan's values and data indices renumbered (`_renumbered_plans`).
-5. Packed with the inputs' largest alignments (`merged_layout`, `_packed`).
+5. Packed with the inputs' largest alignments (`merged_layout`, `prune_rewrite.packed_pte`).
 
 `merged_ptd` writes the one `.ptd`: every live key of the inputs' `.ptd` files once.
 """
@@ -34,7 +34,7 @@ from emitter_filter._program_fbs.executorch_flatbuffer.TensorDataLocation import
 from emitter_filter.errors import InvariantError, PteFormatError
 from emitter_filter.ondisk.merge_inputs import MergeInput
 from emitter_filter.ondisk.read.byte_source import ByteSource, Piece, StoredSpan
-from emitter_filter.ondisk.read.layout import PteLayout, pack_program, program_prefix
+from emitter_filter.ondisk.read.layout import PteLayout
 from emitter_filter.ondisk.read.read_ptd import read_ptd_flat_tensor
 from emitter_filter.ondisk.read.segment_layout import (
     PtdLayout,
@@ -51,6 +51,7 @@ from emitter_filter.ondisk.write.prune_rewrite import (
     constant_segment,
     delegate_segments,
     mutable_segment,
+    packed_pte,
 )
 from emitter_filter.ondisk.write.ptd_writer import pack_flat_tensor
 from emitter_filter.program.duplicates import StoredCopy, group_duplicates
@@ -164,7 +165,7 @@ def merged_pte(
         program.backendDelegateData = blobs
     if named or program.namedData is not None:
         program.namedData = named
-    result = _packed(program, out, layout, output, inputs[0].fd)
+    result = packed_pte(program, out, layout, output, inputs[0].fd)
     written = (
         sum(entry.nbytes for entry in constants[1:])
         + sum(
@@ -247,24 +248,6 @@ def _renumbered_plans(
             plan.name = name
             plans.append(plan)
     return plans
-
-
-def _packed(program, out: list[OutSegment], layout: PteLayout, output: str, fd: int) -> OutputFile:
-    """The `.pte` of `program` with the segments `out` after it (`fd`: an input's, for
-    the prefix's record of where it was read)."""
-    offsets, data_size = place_segments(
-        [(s.size, s.alignment) for s in out], layout.segment_alignment
-    )
-    if out or program.segments is not None:
-        program.segments = [
-            PROGRAM.DataSegment(offset=o, size=s.size) for o, s in zip(offsets, out, strict=True)
-        ]
-    flatbuffer = pack_program(program, layout.tensor_alignment, layout.delegate_alignment)
-    prefix, base = program_prefix(flatbuffer, layout, data_size)
-    result = OutputFile(output, fd, prefix)
-    if data_size:
-        result.runs = [(base + o, s.pieces) for o, s in zip(offsets, out, strict=True)]
-    return result
 
 
 def merged_layout(layouts: Sequence[PteLayout]) -> PteLayout:

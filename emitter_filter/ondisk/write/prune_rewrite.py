@@ -52,6 +52,7 @@ from emitter_filter.program.reachability import (
 __all__ = [
     "pruned_pte",
     "pruned_ptd",
+    "packed_pte",
     "verbatim",
     "OutSegment",
     "StoredEntry",
@@ -113,7 +114,15 @@ def pruned_pte(
     ):
         remap_plan_values(GENERATED, plan, refs, live)
         remap_data_indices(GENERATED, plan, refs, live, data_index)
+    return packed_pte(program, out, layout, output, fd)
 
+
+def packed_pte(
+    program, out: Sequence[OutSegment], layout: PteLayout, output: str, fd: int
+) -> OutputFile:
+    """The `.pte` of `program` with the segments `out` after it, packed as `layout` says
+    (`fd`: an input's, for the prefix's record of where it was read); `prune`'s and
+    `merge`'s last step."""
     offsets, data_size = place_segments(
         [(s.size, s.alignment) for s in out], layout.segment_alignment
     )
