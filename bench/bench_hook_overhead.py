@@ -20,6 +20,7 @@ round's time (round 1 against the later ones), and, in a second pass with
 
     python -m bench.bench_hook_overhead --rounds 5
     python -m bench.bench_hook_overhead --model unused_buffer --rounds 5
+    python -m bench.bench_hook_overhead --model tied_llm_6x288 --rounds 7 --no-memory  # 10 methods
 """
 
 from __future__ import annotations

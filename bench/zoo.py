@@ -26,6 +26,11 @@ Cases, and why each is here:
   35 MiB fp32) whose embedding is tied to the output head, lowered to XNNPACK:
   the weight is written twice (portable constant, XNNPACK named data), nothing
   is dead. Also measured with `dedupe_constants=True` (`ModelCase.dedupe`).
+- ``tied_llm_6x288``: a stories15M-shaped decoder without attention (6 blocks of a 288 -> 768
+  -> 288 MLP with residuals, the 32000 x 288 embedding tied to the head) lowered to XNNPACK,
+  with the constant methods ExecuTorch's LLM exporter adds (`get_max_seq_len`, ...): more
+  methods, values and named data than ``tied_embedding_32000x288``, for what the proofs cost
+  as a model grows (`bench_hook_overhead --model`). Not in the default runs.
 - ``shared_prefix_128MiB``: ``scaled_128MiB`` with the first 8 floats of every
   weight zeroed. The prune report looks for duplicated constants by length and
   first 32 bytes, and hashes only the candidates that match: random weights
@@ -181,6 +186,54 @@ def _build_tied_embedding():
     return to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
 
 
+#: The constant methods `export_llama` adds to a stories15M export (values made up, as the weights).
+_LLM_CONSTANT_METHODS = {
+    "get_max_seq_len": 128,
+    "get_max_context_len": 128,
+    "get_vocab_size": _TIED_VOCAB,
+    "get_n_layers": 6,
+    "use_kv_cache": False,
+    "use_sdpa_with_kv_cache": False,
+    "enable_dynamic_shape": False,
+    "get_bos_id": 1,
+    "get_eos_ids": [2],
+}
+
+
+def _build_tied_llm():
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    class TiedLLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = torch.nn.Embedding(_TIED_VOCAB, _TIED_DIM)
+            self.blocks = torch.nn.ModuleList(
+                torch.nn.Sequential(
+                    torch.nn.Linear(_TIED_DIM, 768),
+                    torch.nn.ReLU(),
+                    torch.nn.Linear(768, _TIED_DIM),
+                )
+                for _ in range(6)
+            )
+            self.head = torch.nn.Linear(_TIED_DIM, _TIED_VOCAB, bias=False)
+            self.head.weight = self.embedding.weight
+
+        def forward(self, tokens):
+            x = self.embedding(tokens)
+            for block in self.blocks:
+                x = x + block(x)
+            return self.head(x)
+
+    torch.manual_seed(SEED)
+    with torch.no_grad():
+        exported = torch.export.export(TiedLLM().eval(), (torch.tensor([[1, 2, 3]]),))
+    return to_edge_transform_and_lower(
+        exported, partitioner=[XnnpackPartitioner()], constant_methods=_LLM_CONSTANT_METHODS
+    )
+
+
 def _scaled_module(blocks: int, *, zero_prefix: bool = False):
     import torch
 
@@ -283,6 +336,14 @@ ZOO: tuple[ModelCase, ...] = (
         nominal_constant_bytes=_TIED_VOCAB * _TIED_DIM * 4,
         rounds=3,
         dedupe=True,
+    ),
+    ModelCase(
+        "tied_llm_6x288",
+        "6-block MLP decoder, Embedding(32000, 288) tied to the head, XNNPACK, 10 methods",
+        _build_tied_llm,
+        nominal_constant_bytes=_TIED_VOCAB * _TIED_DIM * 4 + 6 * 2 * (_TIED_DIM * 768 * 4),
+        quick=False,
+        rounds=3,
     ),
     ModelCase(
         "shared_prefix_128MiB",

@@ -173,6 +173,25 @@ def test_the_xnnpack_keys_are_the_generated_readers(built):
     assert blobs
 
 
+def test_the_xnnpack_constant_types_are_the_generated_readers(built):
+    # `xnnpack_constant_types` reads XNNPACK_VALUES (the proof asks it of every blob); the
+    # generated readers, which it falls back to where that reader refuses, answer the same.
+    from emitter_filter.delegates import xnnpack
+    from emitter_filter.ondisk.read.read_pte import read_pte
+
+    blobs = 0
+    for name, case in built.items():
+        for blob in read_pte(case.pte).delegates:
+            if blob.named_keys is None or blob.location != "segment":
+                continue
+            data = case.pte.read_bytes()[blob.offset : blob.offset + blob.nbytes]
+            expected = xnnpack._generated_constant_types(data)
+            found = xnnpack.xnnpack_constant_types(data)
+            assert list(found.items()) == list(expected.items()), name
+            blobs += 1
+    assert blobs
+
+
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_a_damaged_program_is_read_or_refused_never_misread_outside(built, data):

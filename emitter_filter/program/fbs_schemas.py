@@ -11,6 +11,9 @@ and is skipped.
 - `FLAT_TENSOR`: extension/flat_tensor/serialize/flat_tensor.fbs (the `.ptd` file), every field;
 - `XNNPACK`: backends/xnnpack/serialization/schema.fbs, only `XNNGraph.constant_data`
   (the named-data keys a blob reads);
+- `XNNPACK_VALUES`: the same schema, only `XNNGraph.xvalues` (each tensor value's datatype,
+  dims, constant and per-channel-group scales) and `constant_data`: the type each key is
+  read as (`xnnpack_constant_types`, which the proof asks of every blob it compares);
 - `VULKAN`: backends/vulkan/serialization/schema.fbs, only `VkGraph.values` (each
   `VkTensor`'s datatype, dims and constant) and `VkGraph.constants` (their bytes or keys);
   `VULKAN_KEYS` only `VkGraph.constants` (every command reads a blob's keys; only
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 from emitter_filter.program.flatbuffer_tables import Schema
 
-__all__ = ["PROGRAM", "FLAT_TENSOR", "XNNPACK", "VULKAN", "VULKAN_KEYS"]
+__all__ = ["PROGRAM", "FLAT_TENSOR", "XNNPACK", "XNNPACK_VALUES", "VULKAN", "VULKAN_KEYS"]
 
 PROGRAM = Schema(
     "executorch_flatbuffer",
@@ -190,6 +193,58 @@ XNNPACK = Schema(
             ("constant_buffer", None),  # deprecated: keeps its slot
             ("mem_buffer_sizes", None),  # deprecated: keeps its slot
             ("constant_data", "[ConstantDataOffset]"),
+        ),
+    },
+)
+
+XNNPACK_VALUES = Schema(
+    "fb_xnnpack",
+    root="XNNGraph",
+    tables={
+        "ConstantDataOffset": (("offset", None), ("size", None), ("named_key", "string")),
+        "XNNTensorValue": (
+            ("datatype", "short"),  # XNNDatatype
+            ("num_dims", None),
+            ("dims", "[uint]"),
+            ("constant_buffer_idx", "uint"),
+            ("external_id", None),
+            ("flags", None),
+            ("id_out", None),
+        ),
+        # Members of `union XNNQuantParams` but the last: read by their type alone.
+        **{name: () for name in ("PerChannelQuant", "PerTensorQuant", "PerTokenDynamicQuant")},
+        "PerChannelGroupQuant": (
+            ("scale", None),
+            ("channel_dim", None),
+            ("group_size", None),
+            ("scale_bf16", None),  # deprecated: keeps its slot
+            ("scale_buffer_idx", "uint"),
+            ("num_scales", None),
+        ),
+        "XNNQuantizedTensorValue": (
+            ("tensor_value", "XNNTensorValue"),
+            ("quant_params", "XNNQuantParams"),
+        ),
+        "XValue": (("xvalue_union", "XValueUnion"),),
+        "XNNGraph": (
+            ("version", None),
+            ("xnodes", None),
+            ("xvalues", "[XValue]"),
+            ("num_externs", None),
+            ("input_ids", None),
+            ("output_ids", None),
+            ("constant_buffer", None),
+            ("mem_buffer_sizes", None),
+            ("constant_data", "[ConstantDataOffset]"),
+        ),
+    },
+    unions={
+        "XValueUnion": ("XNNTensorValue", "XNNQuantizedTensorValue"),
+        "XNNQuantParams": (
+            "PerChannelQuant",
+            "PerTensorQuant",
+            "PerTokenDynamicQuant",
+            "PerChannelGroupQuant",
         ),
     },
 )
