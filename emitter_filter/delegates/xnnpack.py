@@ -171,25 +171,34 @@ def _xvalue_constants(
         xvalue = graph.Xvalues(index)
         union, kind = xvalue.XvalueUnion(), xvalue.XvalueUnionType()
         scales = None
-        # A member, tensor or params table absent where its type says it is there (a
-        # corrupt blob) raises AttributeError here, not ProgramFormatError: the checker
-        # sees it (the readers' stubs say None); left as it was, to change with a test.
         if kind == XValueUnion.XNNQuantizedTensorValue:
             quantized = XNNQuantizedTensorValue()
-            quantized.Init(union.Bytes, union.Pos)  # type: ignore[union-attr]
-            tensor = quantized.TensorValue()
+            union = _present(union, index, "member")
+            quantized.Init(union.Bytes, union.Pos)
+            tensor = _present(quantized.TensorValue(), index, "tensor")
             if quantized.QuantParamsType() == XNNQuantParams.PerChannelGroupQuant:
-                params, table = PerChannelGroupQuant(), quantized.QuantParams()
-                params.Init(table.Bytes, table.Pos)  # type: ignore[union-attr]
+                params = PerChannelGroupQuant()
+                table = _present(quantized.QuantParams(), index, "quantization parameters")
+                params.Init(table.Bytes, table.Pos)
                 scales = key(params.ScaleBufferIdx())
         elif kind == XValueUnion.XNNTensorValue:
             tensor = XNNTensorValue()
-            tensor.Init(union.Bytes, union.Pos)  # type: ignore[union-attr]
+            union = _present(union, index, "member")
+            tensor.Init(union.Bytes, union.Pos)
         else:
             values.append((None, None, None))
             continue
-        values.append((tensor, key(tensor.ConstantBufferIdx()), scales))  # type: ignore[union-attr]
+        values.append((tensor, key(tensor.ConstantBufferIdx()), scales))
     return values
+
+
+def _present(table, index: int, what: str):
+    """`table`, a member the value's type says is there; a corrupt blob's None is refused
+    in one line (each caller says "malformed XNNPACK flatbuffer"), not an AttributeError
+    later."""
+    if table is None:
+        raise ProgramFormatError(f"value {index} has no {what}")
+    return table
 
 
 def xnnpack_constant_types(processed: bytes) -> dict[str, tuple[str, tuple[int, ...] | None]]:
@@ -223,17 +232,16 @@ def _constant_types(processed: bytes) -> dict[str, tuple[str, tuple[int, ...] | 
     try:
         graph = XNNPACK_VALUES.read(processed, _graph_offset(processed))
         keys = [entry.namedKey for entry in graph.constantData or ()]
-        for xvalue in graph.xvalues or ():
+        for index, xvalue in enumerate(graph.xvalues or ()):
             kind, scales = xvalue.xvalueUnionType, None
-            # An absent member, tensor or params table (a corrupt blob) raises
-            # AttributeError here, as the generated readers' None does.
             if kind == XValueUnion.XNNQuantizedTensorValue:
-                quantized = xvalue.xvalueUnion
-                tensor = quantized.tensorValue
+                quantized = _present(xvalue.xvalueUnion, index, "member")
+                tensor = _present(quantized.tensorValue, index, "tensor")
                 if quantized.quantParamsType == XNNQuantParams.PerChannelGroupQuant:
-                    scales = _key(keys, quantized.quantParams.scaleBufferIdx)
+                    params = _present(quantized.quantParams, index, "quantization parameters")
+                    scales = _key(keys, params.scaleBufferIdx)
             elif kind == XValueUnion.XNNTensorValue:
-                tensor = xvalue.xvalueUnion
+                tensor = _present(xvalue.xvalueUnion, index, "member")
             else:
                 continue
             name = _key(keys, tensor.constantBufferIdx)
