@@ -16,7 +16,8 @@ mutable buffers carry a `fully_qualified_name`. The names are in the
   emitter stores identical tensors once, so one entry can have several names).
   Only the tensors whose size a dead entry has are converted to bytes.
 
-Importing this module is cheap; `torch` loads only when a file is read.
+Importing this module is cheap; `torch` loads only when a file is read
+(`ondisk/read/state_file.py`) and its tensors compared.
 """
 
 from __future__ import annotations
