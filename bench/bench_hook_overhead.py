@@ -94,19 +94,27 @@ def _time_the_proof() -> list[float]:
     return seconds
 
 
+# One entry per `PruneProof.take` (a prune that changed something), counted in `main`.
+_TAKEN: list[int] = []
+
+
 def _time_the_prune_proof() -> list[float]:
     """Times the hook's proof of its prune (`prune_proof.PruneProof`: what each plan reads,
-    and the journal, before the prune; the same read and compare after): each call's
-    seconds are appended to the list returned."""
+    and the journal, before the prune changes anything, `take`; the same read and compare
+    after, `check`): each call's seconds are appended to the list returned. A prune that
+    changes nothing takes nothing: its `check` returns at once."""
     from emitter_filter.inprocess import prune_proof
 
     seconds: list[float] = []
 
     class Timed(prune_proof.PruneProof):
-        def __init__(self, *args) -> None:
+        def take(self) -> None:
             started = time.perf_counter()
-            super().__init__(*args)
-            seconds.append(time.perf_counter() - started)
+            try:
+                super().take()
+            finally:
+                seconds.append(time.perf_counter() - started)
+                _TAKEN.append(1)
 
         def check(self, named_data) -> None:
             started = time.perf_counter()
@@ -138,6 +146,7 @@ def main(argv=None) -> int:
     proof_s = _time_the_proof()
     prune_proof_s = _time_the_prune_proof()
     _call(build, "plain")  # Warm-up: first imports and kernels, untimed.
+    _TAKEN.clear()
     times: dict[str, list[float]] = {m: [] for m in MODES}
     filter_s: dict[str, list[float]] = {m: [] for m in MODES}
     dedupe_s: list[float] = []
@@ -182,6 +191,12 @@ def main(argv=None) -> int:
             f"the prune's proof ({mode}), median: {statistics.median(seconds_of) * 1e3:.3f} ms "
             f"({share * 100:.2f}% of the same call)"
         )
+    calls = options.rounds * len(prune_proved)
+    print(
+        f"prunes that changed the program (their proof read it before and after): "
+        f"{len(_TAKEN)} of {calls}"
+        + ("" if _TAKEN else "; the others changed nothing, so nothing was read to prove")
+    )
     if any(proved):
         share = statistics.median(p / t for p, t in zip(proved, times["deduped+INFO"], strict=True))
         print(

@@ -144,7 +144,10 @@ def _prune(emitter_output, config, named_data_store, methods, dedupe: bool):
         named_data_use = find_named_data_use(emitter_output.program, named_data_store, blobs)
         proof = PruneProof(emitter_output, named_data_store, blobs)
         prune_report = prune_emitter_output(
-            emitter_output, keep_constants=_keep_constants(config), names=names
+            emitter_output,
+            keep_constants=_keep_constants(config),
+            names=names,
+            before_change=proof.take,
         )
         # After the constants, so that the duplicates reported are the bytes written.
         pruned_store, named_data_report = prune_named_data(
@@ -266,21 +269,29 @@ def _dedupe_cord(pte, alignment):
 
 
 def _prove_deduplicated(before, after, compared=None, read=None) -> None:
-    """`proof.prove_rewrite` of the deduplicated `.pte` against the serialized one, both
-    read where they lie (the serializer's buffers, the weights' files): each method reads
-    the same bytes. `before` is a list of parts, or their `ByteSource` with `read`, its
-    reading (the dedupe's). Two ranges of the same `bytes` objects the dedupe found equal
-    by a memcmp (`compared`) are not compared again: a key the dedupe moved onto a constant
-    reads it at once, any other range is compared. An `InvalidOutputError` is a
-    `ProgramFormatError`'s sibling: the caller's fail-safe writes the `.pte` as serialized."""
-    from emitter_filter.ondisk.analyse.proof import Side, prove_rewrite
+    """The structural proof of the deduplicated `.pte` against the serialized one, both read
+    where they lie (the serializer's buffers, the weights' files): each method reads the
+    same bytes. `before` is a list of parts, or their `ByteSource` with `read`, its reading
+    (the dedupe's). Two ranges of the same `bytes` objects the dedupe found equal by a
+    memcmp (`compared`) are not compared again.
+
+    The dedupe changes only numbers in the program, and the serializer's program was packed
+    by a flatbuffers builder (no other field shares their bytes), so `moved_only` proves it
+    from the ranges they place; where it cannot, `prove_rewrite` walks every method. An
+    `InvalidOutputError` is a `ProgramFormatError`'s sibling: the caller's fail-safe writes
+    the `.pte` as serialized."""
+    from emitter_filter.ondisk.analyse.moved_proof import moved_only
+    from emitter_filter.ondisk.analyse.proof import Side, key_sizes, prove_rewrite
     from emitter_filter.ondisk.read.byte_source import ByteSource
+    from emitter_filter.ondisk.read.read_pte import read_pte_program
 
     with contextlib.ExitStack() as opened:
         if not isinstance(before, ByteSource):
             before = opened.enter_context(ByteSource(list(before), "serialized", compared))
         new = opened.enter_context(ByteSource(list(after), "deduplicated", compared))
-        prove_rewrite([Side(before, read=read)], Side(new))
+        read = read_pte_program(before) if read is None else read
+        if not moved_only(read, before, new, key_sizes(read, before)):
+            prove_rewrite([Side(before, read=read)], Side(new))
 
 
 def _cord_buffer(part, owners: dict):

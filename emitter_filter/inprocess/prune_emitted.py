@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from executorch.exir.emit import EmitterOutput
@@ -223,6 +223,7 @@ def prune_emitter_output(
     *,
     keep_constants: Sequence[str] = (),
     names: PlaceholderNames | None = None,
+    before_change: Callable[[], None] | None = None,
 ) -> PruneReport:
     """Drops every value and constant that no plan, chain, instruction or list reaches.
 
@@ -235,6 +236,8 @@ def prune_emitter_output(
         names: The placeholder names of the methods emitted, to match
             `keep_constants` against constants the program does not name and to
             name the dropped entries in the report (on first use of `dropped`).
+        before_change: Called once before anything is modified, only if something is
+            (the hook's proof reads the program then: `prune_proof.PruneProof.take`).
 
     Returns:
         What was dropped, and the bytes of each data space before and after.
@@ -273,6 +276,8 @@ def prune_emitter_output(
     dropped_values = liveness.dead_value_count(plans)
 
     if dropped or dropped_values:
+        if before_change is not None:
+            before_change()
         order = order_live_data(plans, liveness)
         for plan, refs, live in zip(
             program.execution_plan, plans, liveness.live_values, strict=True

@@ -304,8 +304,11 @@ def _copy(value):
 
 
 class PruneProof:
-    """The hook's proof of one prune: made before it (what each plan reads, and a `Journal`),
-    `check`ed after it.
+    """The hook's proof of one prune: what each plan reads, and a `Journal`, taken before it
+    changes anything (`take`), `check`ed after it.
+
+    A prune that finds nothing to drop changes nothing and never calls `take`: the program
+    is written as emitted, so there is nothing to prove (and nothing is read for it).
 
     Args:
         emitter_output: The emitted program, not yet pruned. Not modified.
@@ -315,8 +318,15 @@ class PruneProof:
 
     def __init__(self, emitter_output, named_data, blobs: BlobKeys) -> None:
         self._output, self._named_data, self._blobs = emitter_output, named_data, blobs
-        self._before = read_program(emitter_output, named_data, blobs)
-        self._journal = Journal(emitter_output)
+        self._before: dict[str, list[_Item]] | None = None
+        self._journal: Journal | None = None
+
+    def take(self) -> None:
+        """Reads what each plan reads, and journals the fields the prune assigns: called
+        just before the prune changes the program (`prune_emitter_output`'s `before_change`)."""
+        if self._before is None:
+            self._before = read_program(self._output, self._named_data, self._blobs)
+            self._journal = Journal(self._output)
 
     def check(self, named_data) -> None:
         """Refuses the prune if a plan reads other than before; undoes it first.
@@ -328,8 +338,12 @@ class PruneProof:
             InvalidOutputError: `prove_pruned`'s refusal, the prune undone.
             InvariantError: The prune could not be undone.
         """
+        if self._before is None:
+            if named_data is self._named_data:
+                return  # Nothing was changed: the program is written as it was emitted.
+            self.take()  # Only named data dropped: the program is as it was before.
         try:
-            prove_pruned(self._before, read_program(self._output, named_data, self._blobs))
+            prove_pruned(self._taken(), read_program(self._output, named_data, self._blobs))
         except InvalidOutputError:
             self.undo()
             raise
@@ -340,8 +354,15 @@ class PruneProof:
         Raises:
             InvariantError: A plan still reads other than before.
         """
+        if self._journal is None:
+            return  # Not taken: the prune changed nothing.
         self._journal.undo()
         try:
-            prove_pruned(self._before, read_program(self._output, self._named_data, self._blobs))
+            prove_pruned(self._taken(), read_program(self._output, self._named_data, self._blobs))
         except InvalidOutputError as error:
             raise InvariantError(f"the prune could not be undone: {error}") from error
+
+    def _taken(self) -> dict[str, list[_Item]]:
+        if self._before is None:
+            raise InvariantError("the prune's proof was checked before it was taken")
+        return self._before

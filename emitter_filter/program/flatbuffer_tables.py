@@ -223,6 +223,8 @@ class Schema:
                 },
             )
         self._decoders = self._compile()
+        # `field_at`'s slots, found once (a proof asks it of every segment).
+        self._slot_of: dict[tuple[str, str], int] = {}
 
     def __getattr__(self, name: str) -> type[Table]:
         try:
@@ -235,11 +237,15 @@ class Schema:
 
     def slot(self, table: str, field: str) -> int:
         """The vtable slot of `table.field` (a union's value: the slot after its type)."""
+        found = self._slot_of.get((table, field))
+        if found is not None:
+            return found
         slot = 0
         for name, kind in self.tables[table]:
             if kind in self.unions:
                 slot += 1
             if name == field:
+                self._slot_of[table, field] = slot
                 return slot
             slot += 1
         raise KeyError(f"{table}.{field}")
@@ -325,6 +331,26 @@ class Schema:
         slot = self.slot(table._table, field)
         offset = _vtable(buffer, table._pos, slot + 1)[slot]
         return table._pos + offset if offset else None
+
+    def fields_at(
+        self, buffer: bytes, tables: Sequence[Table], fields: Sequence[str]
+    ) -> list[tuple[int | None, ...]]:
+        """`field_at` of each of `fields` of each of `tables` (all of one table type), each
+        vtable read once: the tables a builder wrote alike share one."""
+        if not tables:
+            return []
+        slots = [self.slot(tables[0]._table, field) for field in fields]
+        count = max(slots) + 1
+        vtables: dict[int, tuple[int, ...]] = {}
+        found = []
+        for table in tables:
+            pos = table._pos
+            at = pos - _I32(buffer, pos)[0]
+            offsets = vtables.get(at)
+            if offsets is None:
+                offsets = vtables[at] = _vtable(buffer, pos, count)
+            found.append(tuple(pos + offsets[s] if offsets[s] else None for s in slots))
+        return found
 
     def verify(self, buffer: bytes, offset: int = 0) -> str | None:
         """What the flatbuffers Verifier refuses in the flatbuffer at `offset`, or None.

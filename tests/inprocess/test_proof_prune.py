@@ -103,3 +103,33 @@ def test_strict_mode_raises_the_proofs_refusal(monkeypatch):
     )
     with pytest.raises(InvalidOutputError, match=r"method 'forward' reads other bytes"):
         PORTABLE.build(dead=True, config=_config(prune_strict=True))
+
+
+def _counting_reads(monkeypatch) -> list[int]:
+    """Counts `prune_proof.read_program`'s calls (each reading of every plan)."""
+    from emitter_filter.inprocess import prune_proof
+
+    calls: list[int] = []
+    original = prune_proof.read_program
+
+    def counted(*args):
+        calls.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(prune_proof, "read_program", counted)
+    return calls
+
+
+def test_a_prune_that_changes_nothing_reads_nothing_for_its_proof(monkeypatch):
+    calls = _counting_reads(monkeypatch)
+    manager = PORTABLE.build(dead=False, config=_config(prune_strict=True))
+    report = emitter_filter.report(manager)
+    assert report.skipped is None and not report.dropped
+    assert calls == []
+
+
+def test_a_prune_that_changes_something_is_read_before_and_after(monkeypatch):
+    calls = _counting_reads(monkeypatch)
+    manager = PORTABLE.build(dead=True, config=_config(prune_strict=True))
+    assert emitter_filter.report(manager).dropped
+    assert len(calls) == 2

@@ -37,7 +37,7 @@ from emitter_filter.program.generated_fields import table_text, vector_ints
 from emitter_filter.program.object_models import GENERATED
 from emitter_filter.program.scalar_types import tensor_nbytes
 
-__all__ = ["Side", "Claim", "prove_rewrite", "prove_outputs", "proved"]
+__all__ = ["Side", "Claim", "key_sizes", "prove_rewrite", "prove_outputs", "proved"]
 
 #: A `.pte` or `.ptd`: a path, or an open `ByteSource` (the caller's).
 _FileLike = str | os.PathLike | ByteSource
@@ -100,10 +100,7 @@ class _Reads:
         for ptd in self.pte.ptd_files:
             self.named.update(ptd.named_data)
         self.named.update({n.key: n for n in self.pte.named_data if n.file == source.name})
-        self.key_sizes: dict[str, int | None] = {}
-        for _, graph in xnnpack_graphs(self.pte, read.program, read.program_data, source):
-            for key, (dtype, dims) in _constant_types(graph, graphs).items():
-                self.key_sizes.setdefault(key, tensor_bytes(dtype, dims))
+        self.key_sizes = key_sizes(read, source, graphs)
         self._inline = inline_delegate_spans(read.program, read.program_data)
         self.plans = {
             table_text(p.name) or "": n for n, p in enumerate(read.program.executionPlan or ())
@@ -121,6 +118,16 @@ class _Reads:
     def method(self, name: str) -> list[_Item]:
         number = self.plans[name]
         return list(_MethodReads(self, number).items())
+
+
+def key_sizes(read: PteProgram, source: ByteSource, graphs: dict | None = None) -> dict:
+    """The bytes XNNPACK reads of each named-data key a blob of the program names (None:
+    the key's whole segment); `graphs` holds the blobs read already, by their bytes."""
+    sizes: dict[str, int | None] = {}
+    for _, graph in xnnpack_graphs(read.pte, read.program, read.program_data, source):
+        for key, (dtype, dims) in _constant_types(graph, {} if graphs is None else graphs).items():
+            sizes.setdefault(key, tensor_bytes(dtype, dims))
+    return sizes
 
 
 _GRAPH_CACHED = 1 << 20
