@@ -279,19 +279,24 @@ def _prove_deduplicated(before, after, compared=None, read=None) -> None:
     by a flatbuffers builder (no other field shares their bytes), so `moved_only` proves it
     from the ranges they place; where it cannot, `prove_rewrite` walks every method. An
     `InvalidOutputError` is a `ProgramFormatError`'s sibling: the caller's fail-safe writes
-    the `.pte` as serialized."""
-    from emitter_filter.ondisk.analyse.moved_proof import moved_only
-    from emitter_filter.ondisk.analyse.proof import Side, key_sizes, prove_rewrite
-    from emitter_filter.ondisk.read.byte_source import ByteSource
-    from emitter_filter.ondisk.read.read_pte import read_pte_program
+    the `.pte` as serialized. (A `ByteSource` of parts opens nothing: none is closed.)"""
+    moved_proof, proof, byte_source, read_pte = _proof_modules()
+    if not isinstance(before, byte_source.ByteSource):
+        before = byte_source.ByteSource(list(before), "serialized", compared)
+    new = byte_source.ByteSource(list(after), "deduplicated", compared)
+    read = read_pte.read_pte_program(before) if read is None else read
+    if not moved_proof.moved_only(read, before, new, proof.key_sizes(read, before)):
+        proof.prove_rewrite([proof.Side(before, read=read)], proof.Side(new))
 
-    with contextlib.ExitStack() as opened:
-        if not isinstance(before, ByteSource):
-            before = opened.enter_context(ByteSource(list(before), "serialized", compared))
-        new = opened.enter_context(ByteSource(list(after), "deduplicated", compared))
-        read = read_pte_program(before) if read is None else read
-        if not moved_only(read, before, new, key_sizes(read, before)):
-            prove_rewrite([Side(before, read=read)], Side(new))
+
+@functools.cache
+def _proof_modules():
+    """The proof's modules, imported on the first dedupe (they import `flatbuffers`), then
+    at no cost: the hook proves every dedupe."""
+    from emitter_filter.ondisk.analyse import moved_proof, proof
+    from emitter_filter.ondisk.read import byte_source, read_pte
+
+    return moved_proof, proof, byte_source, read_pte
 
 
 def _cord_buffer(part, owners: dict):

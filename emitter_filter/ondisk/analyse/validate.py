@@ -39,6 +39,7 @@ from emitter_filter.ondisk.read.read_pte import read_pte_program
 from emitter_filter.ondisk.read.readers import xnnpack_graphs
 from emitter_filter.program.fbs_schemas import PROGRAM
 from emitter_filter.program.flatbuffer_tables import FlatbufferError, Table
+from emitter_filter.program.flatbuffer_verifier import verify_flatbuffer
 from emitter_filter.program.generated_fields import vector_ints
 
 __all__ = [
@@ -182,7 +183,7 @@ def _validate(source: str | bytes, data_files: Sequence[str | os.PathLike]) -> V
     operators: set[str] = set()
     backends: set[str] = set()
     data = DataMaps(pte, ptds, data_files)
-    refused = PROGRAM.verify(read.program_data)
+    refused = verify_flatbuffer(PROGRAM, read.program_data)
     if refused is not None:
         # program.cpp: Program::load's VerifyProgramBuffer (InternalConsistency, the
         # pybindings' default verification): a union member of another type than its

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from emitter_filter.errors import PteFormatError
 from emitter_filter.ondisk.read.ptn_schema import GRAPH_ARG, NATIVE_GRAPH, NATIVE_GRAPH_IDENTIFIER
+from emitter_filter.program.flatbuffer_verifier import verify_flatbuffer
 from emitter_filter.program.generated_fields import table_text
 
 __all__ = [
@@ -125,7 +126,7 @@ def _read_methods(path: str, ptg: bytes, offset: int):
         raise PteFormatError(
             path, f"{PTG_ENTRY}: flatbuffer identifier {ptg[4:8]!r}, expected b'NPTG'", offset
         )
-    problem = NATIVE_GRAPH.verify(ptg)
+    problem = verify_flatbuffer(NATIVE_GRAPH, ptg)
     if problem is not None:
         raise PteFormatError(path, f"{PTG_ENTRY}: {problem}", offset)
     program = NATIVE_GRAPH.read(ptg)
