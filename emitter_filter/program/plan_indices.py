@@ -94,10 +94,12 @@ def _tensor_info(model: ObjectModel, tensor) -> tuple[str | None, bool, bool]:
     return fqn, external, getattr(tensor, model.field("allocation_info")) is not None
 
 
-def tensor_data_ref(model: ObjectModel, tensor) -> DataRef | None:
-    """Where a Tensor value's bytes live (`reachability.classify_tensor_data`)."""
+def tensor_data_ref(model: ObjectModel, tensor, index: int | None = None) -> DataRef | None:
+    """Where a Tensor value's bytes live (`reachability.classify_tensor_data`); with `index`,
+    where they lived when that was its `data_buffer_idx` (before a renumbering)."""
     _, external, mutable = _tensor_info(model, tensor)
-    index = getattr(tensor, model.field("data_buffer_idx"))
+    if index is None:
+        index = getattr(tensor, model.field("data_buffer_idx"))
     return classify_tensor_data(index, external=external, mutable=mutable)
 
 

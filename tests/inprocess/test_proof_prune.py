@@ -105,31 +105,74 @@ def test_strict_mode_raises_the_proofs_refusal(monkeypatch):
         PORTABLE.build(dead=True, config=_config(prune_strict=True))
 
 
-def _counting_reads(monkeypatch) -> list[int]:
-    """Counts `prune_proof.read_program`'s calls (each reading of every plan)."""
+def _counting_journals(monkeypatch) -> list[int]:
+    """Counts `prune_proof.Journal`s taken (one per prune that changes the program)."""
     from emitter_filter.inprocess import prune_proof
 
     calls: list[int] = []
-    original = prune_proof.read_program
+    original = prune_proof.Journal
 
-    def counted(*args):
-        calls.append(1)
-        return original(*args)
+    class Counted(original):  # type: ignore[misc,valid-type]
+        def __init__(self, *args) -> None:
+            calls.append(1)
+            super().__init__(*args)
 
-    monkeypatch.setattr(prune_proof, "read_program", counted)
+    monkeypatch.setattr(prune_proof, "Journal", Counted)
     return calls
 
 
 def test_a_prune_that_changes_nothing_reads_nothing_for_its_proof(monkeypatch):
-    calls = _counting_reads(monkeypatch)
+    calls = _counting_journals(monkeypatch)
     manager = PORTABLE.build(dead=False, config=_config(prune_strict=True))
     report = emitter_filter.report(manager)
     assert report.skipped is None and not report.dropped
     assert calls == []
 
 
-def test_a_prune_that_changes_something_is_read_before_and_after(monkeypatch):
-    calls = _counting_reads(monkeypatch)
+def test_a_prune_that_changes_something_is_journaled_and_proven(monkeypatch):
+    calls = _counting_journals(monkeypatch)
     manager = PORTABLE.build(dead=True, config=_config(prune_strict=True))
     assert emitter_filter.report(manager).dropped
-    assert len(calls) == 2
+    assert calls == [1]
+
+
+def _fields(value, seen: dict) -> object:
+    """`value` as nested tuples of every field of every object it reaches (a shared object
+    once, then by its first path), to compare a whole program before and after."""
+    if isinstance(value, (int, float, str, bytes, bool, type(None))):
+        return value
+    if id(value) in seen:
+        return ("seen", seen[id(value)])
+    seen[id(value)] = len(seen)
+    if isinstance(value, (list, tuple)):
+        return tuple(_fields(v, seen) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _fields(v, seen)) for k, v in sorted(value.items(), key=repr))
+    if dataclasses.is_dataclass(value):
+        names = [f.name for f in dataclasses.fields(value)]
+        return (type(value).__name__, *((n, _fields(getattr(value, n), seen)) for n in names))
+    return (type(value).__name__, repr(value))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_the_journal_holds_every_field_the_prune_changes(case, monkeypatch):
+    """The proof pairs only what the journal holds: after `undo`, the whole emitter output
+    (every field of every object it reaches) is what it was before the prune."""
+    from emitter_filter.inprocess import prune_proof
+
+    found: dict[str, object] = {}
+    original = prune_proof.PruneProof
+
+    class Undone(original):  # type: ignore[misc,valid-type]
+        def __init__(self, emitter_output, *args) -> None:
+            super().__init__(emitter_output, *args)
+            found["before"] = _fields(emitter_output, {})
+
+        def check(self, named_data) -> None:
+            super().check(named_data)
+            self.undo()
+            found["after undo"] = _fields(self._output, {})
+
+    monkeypatch.setattr(prune_proof, "PruneProof", Undone)
+    case.build(dead=True, config=_config(prune_strict=True))
+    assert found["after undo"] == found["before"]
