@@ -17,7 +17,9 @@ Scripts stand beside the suite: for files on disk, `bench_files.py` times
 ExecuTorch's own round trip, `bench_share.py` times `emitter-filter share` on a
 generated set of programs that share most of their bytes against `cp`, and
 `fuzz_files.py` runs mutated files through audit and prune;
-`startup.py` times `python -c pass` with and without the start-up hook.
+`startup.py` times `python -c pass` with and without the start-up hook;
+`bench_proof_llama.py` times the hook's proofs within `to_executorch` on the llama
+example with its tied embedding stored twice.
 
 Kept out of the default test run: the project's `testpaths` is `tests/`.
 """

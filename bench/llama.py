@@ -60,11 +60,14 @@ _EXPORTER = "executorch.examples.models.llama.export_llama"
 _QUANTIZED_PATH_MARKERS = ("8da4w", "int8")
 
 
-def write_checkpoint(workdir: Path, *, seed: int = 0) -> tuple[Path, Path]:
+def write_checkpoint(workdir: Path, *, seed: int = 0, tied: bool = False) -> tuple[Path, Path]:
     """Writes `weights.pth` (seeded random parameters) and `params.json` into `workdir`.
 
     Only parameters are saved: buffers (RoPE tables, caches) are rebuilt by the
-    exporter from `params.json`.
+    exporter from `params.json`. With `tied`, `output.weight` holds the same values as
+    `tok_embeddings.weight`, as in the stories checkpoints, which tie them; it is saved as
+    a separate tensor (not a view), so the exported program has two parameters of
+    equal bytes, which an fp32 XNNPACK export stores twice.
 
     Returns:
         (checkpoint path, params path).
@@ -88,13 +91,25 @@ def write_checkpoint(workdir: Path, *, seed: int = 0) -> tuple[Path, Path]:
             parameter.normal_(0.0, 0.02)
     checkpoint = workdir / "weights.pth"
     params = workdir / "params.json"
-    torch.save({name: p.detach().clone() for name, p in model.named_parameters()}, checkpoint)
+    state = {name: p.detach().clone() for name, p in model.named_parameters()}
+    if tied:
+        state["output.weight"] = state["tok_embeddings.weight"].clone()
+    torch.save(state, checkpoint)
     params.write_text(json.dumps(STORIES_PARAMS))
     return checkpoint, params
 
 
-def exporter_argv(checkpoint: Path, params: Path, outdir: Path) -> list[str]:
-    """`export_llama`'s command line for an 8da4w XNNPACK export with KV cache."""
+def exporter_argv(
+    checkpoint: Path, params: Path, outdir: Path, *, quantize: bool = True
+) -> list[str]:
+    """`export_llama`'s command line for an XNNPACK export with KV cache: 8da4w, or
+    with `quantize=False` fp32 (every weight kept as the checkpoint has it)."""
+    quantization = [
+        "--quantization_mode",
+        "8da4w",
+        "--group_size",
+        "32",  # 288 and 768 divide by 32, so every linear is quantized
+    ]
     return [
         _EXPORTER,
         "--checkpoint",
@@ -104,10 +119,7 @@ def exporter_argv(checkpoint: Path, params: Path, outdir: Path) -> list[str]:
         "--use_kv_cache",
         "--use_sdpa_with_kv_cache",
         "--xnnpack",
-        "--quantization_mode",
-        "8da4w",
-        "--group_size",
-        "32",  # 288 and 768 divide by 32, so every linear is quantized
+        *(quantization if quantize else []),
         "--dtype-override",
         "fp32",
         "--max_seq_length",
