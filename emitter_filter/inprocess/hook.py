@@ -16,8 +16,10 @@ only to hand the serializer wrapper the `ExportedProgram`s it emitted (held in
 a per-thread slot until that call takes it): their graph signatures name the
 constants for `keep_constants` and the report.
 
-Every prune is proven (`prune_proof`: each plan reads, after it, the same instructions,
-values and bytes as before), and every dedupe (`proof.prove_rewrite` of the bytes).
+Every prune that changes the program is proven (`prune_proof`: each plan reads, after it,
+the same instructions, values and bytes as before, paired index by index with a journal of
+what it assigned), and every dedupe (of the bytes: `moved_proof.moved_only`, else
+`proof.prove_rewrite`).
 
 Fail-safe, the same for every mode (`fail_safe`): when the analysis finds the emitted
 program inconsistent (`ProgramFormatError`: an index that points nowhere, which
@@ -291,8 +293,7 @@ def _prove_deduplicated(before, after, compared=None, read=None) -> None:
 
 @functools.cache
 def _proof_modules():
-    """The proof's modules, imported on the first dedupe (they import `flatbuffers`), then
-    at no cost: the hook proves every dedupe."""
+    """The proof's modules, imported on the first dedupe (they import `flatbuffers`), once."""
     from emitter_filter.ondisk.analyse import moved_proof, proof
     from emitter_filter.ondisk.read import byte_source, read_pte
 
