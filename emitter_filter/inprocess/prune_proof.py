@@ -264,6 +264,7 @@ def _read_keys(emitter_output, plan, every: Sequence[str], keys: BlobKeys) -> li
 
 
 def _named_data_difference(plan_keys: list[str], before: Mapping, after: Mapping) -> str | None:
+    """The first key a plan reads that is not where it was (`_named_entries` of each store)."""
     for key in plan_keys:
         old, new = before.get(key, ("missing",)), after.get(key, ("missing",))
         if len(old) != len(new) or not all(
@@ -322,13 +323,16 @@ class PruneProof:
         """(plan, item) of the first item a plan reads differently, or None."""
         output, journal = self._output, self._journal
         data = _Data(output, journal)
-        before, after = _named_entries(self._named_data), _named_entries(named_data)
+        dropped = named_data is not self._named_data
+        before = _named_entries(self._named_data) if dropped else {}
+        after = _named_entries(named_data) if dropped else {}
         for plan in output.program.execution_plan:
             try:
-                _Plan(plan, journal, data).walk()
+                if journal is not None:  # Else only named data was dropped.
+                    _Plan(plan, journal, data).walk()
             except _Differs as differs:
                 return plan.name, str(differs)
-            if named_data is not self._named_data:
+            if dropped:
                 keys = _read_keys(output, plan, sorted(before), self._blobs)
                 found = _named_data_difference(keys, before, after)
                 if found is not None:

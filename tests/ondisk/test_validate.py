@@ -155,7 +155,7 @@ FLIPPED = [(0, 2), (1, 2), (2, 4)]
 
 
 #: Fields of the built program changed in its bytes where the reader still reads it and
-#: the flatbuffers Verifier does not (`Schema.verify`): (its table, the field, the problem).
+#: the flatbuffers Verifier does not (`verify_flatbuffer`): (its table, the field, the problem).
 VERIFIER_CASES = {
     "offset-0": (lambda p: p.executionPlan[0].chains[0], "inputs", "offset 0 at"),
     "string-without-nul": (
