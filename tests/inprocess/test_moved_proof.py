@@ -11,6 +11,7 @@ import pytest
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 
 import emitter_filter
 from emitter_filter.errors import InvalidOutputError
@@ -21,6 +22,7 @@ from emitter_filter.ondisk.dedupe import dedupe_pte
 from emitter_filter.ondisk.read.byte_source import ByteSource
 from emitter_filter.ondisk.read.read_pte import read_pte_program
 from emitter_filter.program.fbs_schemas import PROGRAM
+from emitter_filter.program.reachability import DataSpace
 
 VOCAB, DIM = 64, 16
 
@@ -40,16 +42,35 @@ class _Tied(torch.nn.Module):
         return self.head(self.mix(self.embedding(tokens)))
 
 
-def _lowered():
+class _TiedCounting(_Tied):
+    """`_Tied` with a buffer it adds to: its initial state is mutable data, in a segment of
+    its own that a dedupe moves too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("count", torch.arange(4, dtype=torch.float32))
+
+    def forward(self, tokens):
+        self.count.add_(1)
+        return super().forward(tokens) + self.count.sum()
+
+
+def _lowered(model: type[_Tied] = _Tied):
     torch.manual_seed(0)
-    exported = torch.export.export(_Tied().eval(), (torch.tensor([[1, 2, 3]]),))
+    exported = torch.export.export(model().eval(), (torch.tensor([[1, 2, 3]]),))
     return to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
 
 
-@pytest.fixture(scope="module")
-def files() -> tuple[bytes, bytes]:
+@pytest.fixture(scope="module", params=["tied", "tied with mutable data"])
+def files(request) -> tuple[bytes, bytes]:
     """(the program as ExecuTorch serializes it, its dedupe)."""
-    serialized = _lowered().to_executorch(ExecutorchBackendConfig()).buffer
+    if request.param == "tied":
+        serialized = _lowered().to_executorch(ExecutorchBackendConfig()).buffer
+    else:
+        config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(["count"])])
+        serialized = _lowered(_TiedCounting).to_executorch(config).buffer
+        pte = read_pte_program(ByteSource([serialized], "x")).pte
+        assert pte.mutable_segment is not None and pte.entries[DataSpace.MUTABLE]
     deduplicated, report = dedupe_pte(serialized)
     assert report.shared
     return serialized, deduplicated
@@ -107,7 +128,8 @@ def _cases(serialized: bytes, deduplicated: bytes) -> dict[str, bytes]:
     offset_at = _segment_places(deduplicated)[aliased][0]
     assert offset_at is not None
     moved = struct.unpack_from("<Q", deduplicated, offset_at)[0] + 4
-    return {
+    mutable = list(pte.entries[DataSpace.MUTABLE].values())
+    cases = {
         "a weight byte": _changed(
             deduplicated, weight.offset, bytes([~deduplicated[weight.offset] & 0xFF])
         ),
@@ -117,15 +139,30 @@ def _cases(serialized: bytes, deduplicated: bytes) -> dict[str, bytes]:
         ),
         "an operator's name": _changed(deduplicated, operator, b"prim::"),
     }
+    if mutable:
+        at = mutable[0].offset
+        cases["a mutable initial value"] = _changed(
+            deduplicated, at, bytes([~deduplicated[at] & 0xFF])
+        )
+    return cases
 
 
 @pytest.mark.parametrize(
     "case",
-    ["a weight byte", "a named-data byte", "an aliased segment 4 bytes off", "an operator's name"],
+    [
+        "a weight byte",
+        "a named-data byte",
+        "an aliased segment 4 bytes off",
+        "an operator's name",
+        "a mutable initial value",
+    ],
 )
 def test_what_reads_other_bytes_is_not_proven_and_the_full_proof_refuses_it(files, case):
     serialized, deduplicated = files
-    wrong = _cases(serialized, deduplicated)[case]
+    cases = _cases(serialized, deduplicated)
+    if case not in cases:
+        pytest.skip("no mutable data in this program")
+    wrong = cases[case]
     assert not _moved_only(serialized, wrong)
     assert _full_proof_refuses(serialized, wrong)
 
