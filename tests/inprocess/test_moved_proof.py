@@ -116,7 +116,7 @@ def _changed(data: bytes, at: int, value: bytes) -> bytes:
     return data[:at] + value + data[at + len(value) :]
 
 
-def _cases(serialized: bytes, deduplicated: bytes) -> dict[str, bytes]:
+def _cases(deduplicated: bytes) -> dict[str, bytes]:
     """Outputs a dedupe gone wrong could write, each reading other bytes than its input."""
     read = read_pte_program(ByteSource([deduplicated], "x"))
     pte = read.pte
@@ -159,7 +159,7 @@ def _cases(serialized: bytes, deduplicated: bytes) -> dict[str, bytes]:
 )
 def test_what_reads_other_bytes_is_not_proven_and_the_full_proof_refuses_it(files, case):
     serialized, deduplicated = files
-    cases = _cases(serialized, deduplicated)
+    cases = _cases(deduplicated)
     if case not in cases:
         pytest.skip("no mutable data in this program")
     wrong = cases[case]
@@ -217,8 +217,8 @@ def test_the_numbers_it_reads_are_where_the_dedupe_writes_them(files):
     """The places `moved_only` reads the new numbers from are the only bytes of the
     program a dedupe changed."""
     serialized, deduplicated = files
-    base = read_pte_program(ByteSource([serialized], "x")).pte.segment_base_offset
     read = read_pte_program(ByteSource([serialized], "x"))
+    base = read.pte.segment_base_offset
     places = moved_proof._places(read, serialized[:base])
     assert places is not None
     changed = {i for i in range(base) if serialized[i] != deduplicated[i]}
